@@ -1,0 +1,1 @@
+//! Zero-copy packet views (smoltcp style).

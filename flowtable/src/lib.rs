@@ -1,0 +1,1 @@
+//! The xvs flow table (conntrack). See the crate docs once written.

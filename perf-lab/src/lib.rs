@@ -1,0 +1,1 @@
+//! perf-lab: the xvs benchmark rig (issue 7).

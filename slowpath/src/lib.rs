@@ -1,0 +1,1 @@
+//! The xvs slowpath: state sources, the snapshot builder, health checks and admin HTTP.
