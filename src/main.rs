@@ -1,6 +1,64 @@
+//! `xvs`: the command line. Subcommands are thin: each loads the config through the `config`
+//! crate and hands it to a library; exit codes are part of the interface:
+//! 0 success, 1 runtime failure, 2 a bad configuration or bad arguments.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
 use mimalloc::MiMalloc;
+
+mod check;
+mod run;
 
 #[global_allocator]
 static GLOBAL: MiMalloc = MiMalloc;
 
-fn main() {}
+/// Exit code for a configuration that cannot be used (and for bad arguments, as clap does).
+pub const EXIT_BAD_CONFIG: u8 = 2;
+
+#[derive(Parser)]
+#[command(name = "xvs", version, about = "Userspace L4 load balancer for Kubernetes Services on AF_XDP")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Validate a config file and print what it configures.
+    Check {
+        /// The config file.
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Run the load balancer (needs root and the configured interfaces).
+    Run {
+        /// The config file (default: the embedded lab config, config/examples/lab.toml).
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
+}
+
+/// Loads a config file, or prints its problems; `None` means exit with `EXIT_BAD_CONFIG`.
+pub fn load_config(path: Option<&PathBuf>) -> Option<config::Config> {
+    let loaded = match path {
+        Some(p) => config::load(p),
+        None => config::parse(config::LAB_TOML, "<embedded lab.toml>"),
+    };
+    match loaded {
+        Ok(c) => Some(c),
+        Err(e) => {
+            eprintln!("xvs: invalid configuration:\n{e}");
+            None
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Check { config } => check::main(&config),
+        Command::Run { config } => run::main(config.as_ref()),
+    }
+}

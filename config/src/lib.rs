@@ -1,1 +1,117 @@
-//! config
+//! The xvs configuration: one TOML file, typed with serde, with defaults, and validated as a
+//! whole before anything runs.
+//!
+//! Contract: [`load`] and [`parse`] either return a [`Config`] that passed every check in
+//! `validate`, or an [`Error`] whose problems each name the key (`services[1].backends[0].addr`)
+//! and the line and column in the file. Unknown keys are errors, so a misspelt key never
+//! silently falls back to a default. The library reads no environment and touches no network:
+//! checks that need the machine (interfaces exist, root) belong to `xvs run`.
+
+mod schema;
+mod span;
+mod types;
+mod validate;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+pub use schema::*;
+pub use span::KeyPath;
+pub use types::{Cidr, Dur, Mac, PortRange};
+
+/// The configuration `xvs run` uses when no file is given: the netns lab of the README demo.
+pub const LAB_TOML: &str = include_str!("../examples/lab.toml");
+
+/// One thing wrong with a configuration file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// Dotted path of the offending key, e.g. `services[0].vip`; empty for a syntax error
+    /// that is not inside a key.
+    pub key: String,
+    /// 1-based line in the file.
+    pub line: usize,
+    /// 1-based column in the file (in characters).
+    pub column: usize,
+    /// What is wrong, as a sentence.
+    pub message: String,
+}
+
+/// Why a configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The file could not be read.
+    #[error("cannot read config file {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML, does not fit the schema, or fails validation.
+    #[error("{}", Invalid { file, problems })]
+    Invalid {
+        /// The file name, or `<config>` for a string.
+        file: String,
+        /// Every problem found (at least one).
+        problems: Vec<Problem>,
+    },
+}
+
+impl Error {
+    /// The problems, for callers that show them one by one (empty for a read error).
+    pub fn problems(&self) -> &[Problem] {
+        match self {
+            Error::Read { .. } => &[],
+            Error::Invalid { problems, .. } => problems,
+        }
+    }
+}
+
+struct Invalid<'a> {
+    file: &'a str,
+    problems: &'a [Problem],
+}
+
+impl fmt::Display for Invalid<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, p) in self.problems.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            let key = if p.key.is_empty() { "(syntax)" } else { &p.key };
+            write!(f, "{}:{}:{}: {}: {}", self.file, p.line, p.column, key, p.message)?;
+        }
+        Ok(())
+    }
+}
+
+/// Reads and validates a configuration file.
+pub fn load(path: &Path) -> Result<Config, Error> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| Error::Read { path: path.to_owned(), source })?;
+    parse(&text, &path.display().to_string())
+}
+
+/// Parses and validates configuration text; `file` names it in error messages.
+pub fn parse(text: &str, file: &str) -> Result<Config, Error> {
+    let invalid = |problems| Error::Invalid { file: file.to_owned(), problems };
+    let doc = toml::de::DeTable::parse(text).map_err(|e| invalid(vec![span::syntax(text, &e)]))?;
+    let de = toml::de::Deserializer::from(doc.clone());
+    let config: Config = serde_path_to_error::deserialize(de)
+        .map_err(|e| invalid(vec![span::schema(text, &doc, &e)]))?;
+    let problems: Vec<Problem> = validate::validate(&config)
+        .into_iter()
+        .map(|(key, message)| span::locate(text, &doc, &key, message))
+        .collect();
+    if problems.is_empty() { Ok(config) } else { Err(invalid(problems)) }
+}
+
+impl Config {
+    /// Whether services come from Kubernetes rather than `[[services]]`.
+    pub fn uses_kubernetes(&self) -> bool {
+        self.kubernetes.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests;

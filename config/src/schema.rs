@@ -1,0 +1,595 @@
+//! The typed TOML schema of `xvs.toml`. Every table rejects unknown keys, every key that can
+//! have a default has one (written next to the field), and nothing here checks relations
+//! between keys: that is `validate`'s job, which can name the key and line of a problem.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::types::{Cidr, Dur, Mac, PortRange};
+
+/// The whole configuration file.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// This node: its name and addresses.
+    #[serde(default)]
+    pub node: Node,
+    /// Interfaces, queues, cores, forwarding mode and AF_XDP sizing.
+    #[serde(default)]
+    pub dataplane: Dataplane,
+    /// The conntrack table.
+    #[serde(default)]
+    pub flowtable: FlowTable,
+    /// Per-state flow timeouts.
+    #[serde(default)]
+    pub timeouts: Timeouts,
+    /// The Kubernetes source; when absent, services come from `[[services]]`.
+    pub kubernetes: Option<Kubernetes>,
+    /// Static services (the static source).
+    #[serde(default)]
+    pub services: Vec<Service>,
+    /// Static next hops: pinned MACs, and the whole neighbour table for `xvs pcap`.
+    #[serde(default)]
+    pub neighbours: Vec<Neighbour>,
+    /// The admin HTTP server.
+    #[serde(default)]
+    pub admin: Admin,
+    /// Active backend health checks.
+    #[serde(default)]
+    pub health: Health,
+}
+
+/// `[node]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Node {
+    /// Node name (default: the host name); the Kubernetes source matches it against
+    /// `nodeName` for `Local` traffic policies and PreferSameNode.
+    pub name: Option<String>,
+    /// The node's own addresses: NodePort frontends listen on these.
+    #[serde(default)]
+    pub addresses: Vec<IpAddr>,
+    /// Topology zone, for `trafficDistribution: PreferSameZone` (default: from the Node's
+    /// `topology.kubernetes.io/zone` label).
+    pub zone: Option<String>,
+}
+
+/// Forwarding mode.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// DNAT only: replies must route back through xvs.
+    Nat,
+    /// DNAT + SNAT to a node address: replies always come back.
+    #[default]
+    Fullnat,
+}
+
+impl Mode {
+    /// The name used in the config file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Nat => "nat",
+            Mode::Fullnat => "fullnat",
+        }
+    }
+}
+
+/// How the XDP program is attached.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum XdpMode {
+    /// Native when the driver offers it, generic otherwise.
+    #[default]
+    Auto,
+    /// Driver (native) XDP; fail if the driver lacks it.
+    Native,
+    /// Generic (skb) XDP.
+    Generic,
+}
+
+/// Whether AF_XDP sockets bind in zero-copy mode.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ZeroCopy {
+    /// Zero-copy when the driver offers it, copy otherwise.
+    #[default]
+    Auto,
+    /// Zero-copy; fail if the driver lacks it.
+    On,
+    /// Copy mode.
+    Off,
+}
+
+/// One interface the fastpath serves.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Interface {
+    /// Kernel interface name.
+    pub name: String,
+    /// How many RX queues (0..queues) get an AF_XDP socket and a worker. Default 1.
+    #[serde(default = "one_u16")]
+    pub queues: u16,
+}
+
+fn one_u16() -> u16 {
+    1
+}
+
+/// `[dataplane]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Dataplane {
+    /// Interfaces served; one worker per (interface, queue).
+    #[serde(default)]
+    pub interfaces: Vec<Interface>,
+    /// Cores the workers are pinned to, in order; worker i runs on `cores[i % len]`.
+    #[serde(default)]
+    pub cores: Vec<usize>,
+    /// Core for the slowpath thread (default: any core not in `cores`).
+    pub slowpath_core: Option<usize>,
+    /// Default forwarding mode for services that do not set one.
+    #[serde(default)]
+    pub mode: Mode,
+    /// Source addresses for full-NAT (at least one per address family in use).
+    #[serde(default)]
+    pub snat_addresses: Vec<IpAddr>,
+    /// Source ports for full-NAT, split evenly between workers.
+    #[serde(default = "default_snat_ports")]
+    pub snat_port_range: PortRange,
+    /// UMEM frames per AF_XDP socket (power of two).
+    #[serde(default = "default_umem_frames")]
+    pub umem_frames: u32,
+    /// UMEM frame size in bytes: 2048 or 4096.
+    #[serde(default = "default_frame_size")]
+    pub frame_size: u32,
+    /// RX and fill ring entries (power of two).
+    #[serde(default = "default_ring")]
+    pub rx_ring_size: u32,
+    /// TX and completion ring entries (power of two).
+    #[serde(default = "default_ring")]
+    pub tx_ring_size: u32,
+    /// Frames handled per poll (power of two, at most the ring sizes).
+    #[serde(default = "default_batch")]
+    pub batch_size: u32,
+    /// XDP attach mode.
+    #[serde(default)]
+    pub xdp_mode: XdpMode,
+    /// AF_XDP zero-copy.
+    #[serde(default)]
+    pub zero_copy: ZeroCopy,
+    /// Sleep this long after this many empty polls (absent: busy-poll forever).
+    pub idle_backoff: Option<Dur>,
+    /// Maglev lookup-table size for `mh` services (prime).
+    #[serde(default = "default_mh_table")]
+    pub mh_table_size: u32,
+}
+
+fn default_snat_ports() -> PortRange {
+    PortRange { first: 1024, last: 65535 }
+}
+fn default_umem_frames() -> u32 {
+    4096
+}
+fn default_frame_size() -> u32 {
+    4096
+}
+fn default_ring() -> u32 {
+    2048
+}
+fn default_batch() -> u32 {
+    64
+}
+fn default_mh_table() -> u32 {
+    65537
+}
+
+impl Default for Dataplane {
+    fn default() -> Self {
+        Dataplane {
+            interfaces: Vec::new(),
+            cores: Vec::new(),
+            slowpath_core: None,
+            mode: Mode::default(),
+            snat_addresses: Vec::new(),
+            snat_port_range: default_snat_ports(),
+            umem_frames: default_umem_frames(),
+            frame_size: default_frame_size(),
+            rx_ring_size: default_ring(),
+            tx_ring_size: default_ring(),
+            batch_size: default_batch(),
+            xdp_mode: XdpMode::default(),
+            zero_copy: ZeroCopy::default(),
+            idle_backoff: None,
+            mh_table_size: default_mh_table(),
+        }
+    }
+}
+
+impl Dataplane {
+    /// Number of fastpath workers: one per (interface, queue).
+    pub fn workers(&self) -> usize {
+        self.interfaces.iter().map(|i| usize::from(i.queues)).sum()
+    }
+}
+
+/// `[flowtable]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlowTable {
+    /// Maximum concurrent flows; memory is allocated for all of them at start-up.
+    #[serde(default = "default_capacity")]
+    pub capacity: u32,
+    /// Maximum backends tracked for connection counts.
+    #[serde(default = "default_backends_max")]
+    pub backends_max: u32,
+}
+
+fn default_capacity() -> u32 {
+    1 << 20
+}
+fn default_backends_max() -> u32 {
+    1 << 16
+}
+
+impl Default for FlowTable {
+    fn default() -> Self {
+        FlowTable { capacity: default_capacity(), backends_max: default_backends_max() }
+    }
+}
+
+/// `[timeouts]`: per-state idle timeouts (IPVS defaults).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Timeouts {
+    /// TCP established.
+    #[serde(default = "d900")]
+    pub tcp_established: Dur,
+    /// TCP SYN_SENT / SYN_RECV.
+    #[serde(default = "d60")]
+    pub tcp_syn: Dur,
+    /// TCP FIN_WAIT.
+    #[serde(default = "d120")]
+    pub tcp_fin_wait: Dur,
+    /// TCP CLOSE_WAIT.
+    #[serde(default = "d60")]
+    pub tcp_close_wait: Dur,
+    /// TCP LAST_ACK.
+    #[serde(default = "d30")]
+    pub tcp_last_ack: Dur,
+    /// TCP TIME_WAIT.
+    #[serde(default = "d120")]
+    pub tcp_time_wait: Dur,
+    /// TCP CLOSE (after RST).
+    #[serde(default = "d10")]
+    pub tcp_close: Dur,
+    /// UDP flows.
+    #[serde(default = "d300")]
+    pub udp: Dur,
+    /// ICMP echo flows.
+    #[serde(default = "d60")]
+    pub icmp: Dur,
+    /// SCTP established associations.
+    #[serde(default = "d900")]
+    pub sctp: Dur,
+    /// Unmatched IPv4 fragments wait this long for their first fragment.
+    #[serde(default = "d1")]
+    pub fragment: Dur,
+}
+
+fn d1() -> Dur {
+    Dur::from_secs(1)
+}
+fn d10() -> Dur {
+    Dur::from_secs(10)
+}
+fn d30() -> Dur {
+    Dur::from_secs(30)
+}
+fn d60() -> Dur {
+    Dur::from_secs(60)
+}
+fn d120() -> Dur {
+    Dur::from_secs(120)
+}
+fn d300() -> Dur {
+    Dur::from_secs(300)
+}
+fn d900() -> Dur {
+    Dur::from_secs(900)
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            tcp_established: d900(),
+            tcp_syn: d60(),
+            tcp_fin_wait: d120(),
+            tcp_close_wait: d60(),
+            tcp_last_ack: d30(),
+            tcp_time_wait: d120(),
+            tcp_close: d10(),
+            udp: d300(),
+            icmp: d60(),
+            sctp: d900(),
+            fragment: d1(),
+        }
+    }
+}
+
+/// `[kubernetes]`: watch Services and EndpointSlices instead of `[[services]]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Kubernetes {
+    /// Path to a kubeconfig; absent means in-cluster configuration.
+    pub kubeconfig: Option<PathBuf>,
+    /// Like kube-proxy's `--service-proxy-name` label handling: absent means Services
+    /// carrying `service.kubernetes.io/service-proxy-name` are left alone; present means only
+    /// Services whose label equals it are handled.
+    pub service_proxy_name: Option<String>,
+    /// Changes are batched for at least this long before a snapshot is published.
+    #[serde(default = "d1")]
+    pub min_sync_period: Dur,
+    /// Full resync period.
+    #[serde(default = "default_sync_period")]
+    pub sync_period: Dur,
+    /// Scheduler for Services without an `xvs.io/scheduler` annotation.
+    #[serde(default)]
+    pub default_scheduler: SchedulerName,
+    /// externalIPs are only accepted inside these prefixes (CVE-2020-8554); empty = none.
+    #[serde(default)]
+    pub external_ip_cidrs: Vec<Cidr>,
+}
+
+fn default_sync_period() -> Dur {
+    Dur::from_secs(30)
+}
+
+/// A scheduler name, as IPVS spells them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SchedulerName {
+    /// Round robin.
+    #[default]
+    Rr,
+    /// Weighted round robin.
+    Wrr,
+    /// Least connections.
+    Lc,
+    /// Weighted least connections.
+    Wlc,
+    /// Shortest expected delay.
+    Sed,
+    /// Never queue.
+    Nq,
+    /// Maglev hashing.
+    Mh,
+    /// Source hashing.
+    Sh,
+    /// Destination hashing.
+    Dh,
+    /// Locality-based least connections.
+    Lblc,
+    /// Locality-based least connections with replication.
+    Lblcr,
+}
+
+impl SchedulerName {
+    /// Every scheduler, in the order IPVS documents them.
+    pub const ALL: [SchedulerName; 11] = [
+        SchedulerName::Rr,
+        SchedulerName::Wrr,
+        SchedulerName::Lc,
+        SchedulerName::Wlc,
+        SchedulerName::Sed,
+        SchedulerName::Nq,
+        SchedulerName::Mh,
+        SchedulerName::Sh,
+        SchedulerName::Dh,
+        SchedulerName::Lblc,
+        SchedulerName::Lblcr,
+    ];
+
+    /// The name used in the config file.
+    pub fn name(self) -> &'static str {
+        match self {
+            SchedulerName::Rr => "rr",
+            SchedulerName::Wrr => "wrr",
+            SchedulerName::Lc => "lc",
+            SchedulerName::Wlc => "wlc",
+            SchedulerName::Sed => "sed",
+            SchedulerName::Nq => "nq",
+            SchedulerName::Mh => "mh",
+            SchedulerName::Sh => "sh",
+            SchedulerName::Dh => "dh",
+            SchedulerName::Lblc => "lblc",
+            SchedulerName::Lblcr => "lblcr",
+        }
+    }
+}
+
+/// L4 protocol of a frontend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// TCP.
+    Tcp,
+    /// UDP.
+    Udp,
+    /// SCTP.
+    Sctp,
+}
+
+impl Protocol {
+    /// The name used in the config file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+            Protocol::Sctp => "sctp",
+        }
+    }
+}
+
+/// Scheduler flags (IPVS's `--sched-flags`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SchedFlag {
+    /// mh: hash the source port too.
+    MhPort,
+    /// mh: skip an unavailable or weight-0 backend by probing on.
+    MhFallback,
+}
+
+/// One `[[services]]` entry: a frontend and its backends. The shape is fixed by DESIGN.md.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Service {
+    /// Unique name.
+    pub name: String,
+    /// Virtual IP (IPv4 or IPv6).
+    pub vip: IpAddr,
+    /// Frontend port.
+    pub port: u16,
+    /// L4 protocol.
+    pub protocol: Protocol,
+    /// Scheduler (default rr, like kube-proxy's ipvs mode).
+    #[serde(default)]
+    pub scheduler: SchedulerName,
+    /// Scheduler flags.
+    #[serde(default)]
+    pub flags: Vec<SchedFlag>,
+    /// Forwarding mode (default: `[dataplane] mode`).
+    pub mode: Option<Mode>,
+    /// ClientIP session affinity with this timeout, when present.
+    pub session_affinity_timeout: Option<Dur>,
+    /// Backends; an empty list is allowed (new flows are refused).
+    #[serde(default)]
+    pub backends: Vec<Backend>,
+}
+
+impl Service {
+    /// The service's forwarding mode, given the dataplane default.
+    pub fn mode_or(&self, default: Mode) -> Mode {
+        self.mode.unwrap_or(default)
+    }
+    /// Whether `flag` is set.
+    pub fn has_flag(&self, flag: SchedFlag) -> bool {
+        self.flags.contains(&flag)
+    }
+}
+
+/// One backend of a static service.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Backend {
+    /// `IP:PORT` (`[IPv6]:PORT` for IPv6).
+    pub addr: SocketAddr,
+    /// Relative weight; 0 drains the backend (no new flows). Default 1.
+    #[serde(default = "one_u32")]
+    pub weight: u32,
+}
+
+fn one_u32() -> u32 {
+    1
+}
+
+/// One `[[neighbours]]` entry: a next hop's MAC.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Neighbour {
+    /// Next-hop IP.
+    pub ip: IpAddr,
+    /// Its MAC address.
+    pub mac: Mac,
+}
+
+/// `[admin]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Admin {
+    /// Listen address of /healthz, /livez, /metrics and /v1/* (kube-proxy's healthz port).
+    #[serde(default = "default_admin_listen")]
+    pub listen: SocketAddr,
+    /// Allow state-changing endpoints (freeze, drain). Off by default.
+    #[serde(default)]
+    pub enable_control: bool,
+}
+
+fn default_admin_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 10256))
+}
+
+impl Default for Admin {
+    fn default() -> Self {
+        Admin { listen: default_admin_listen(), enable_control: false }
+    }
+}
+
+/// Kind of active health probe.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProbeKind {
+    /// No active probes: every backend counts as healthy.
+    #[default]
+    None,
+    /// A TCP connect to the backend's address.
+    Tcp,
+    /// An HTTP GET of `http_path`; 2xx and 3xx are healthy.
+    Http,
+}
+
+/// `[health]`: active probes for static-source backends.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Health {
+    /// Probe kind.
+    #[serde(default)]
+    pub probe: ProbeKind,
+    /// Time between probes of one backend.
+    #[serde(default = "default_health_interval")]
+    pub interval: Dur,
+    /// A probe that takes longer fails.
+    #[serde(default = "default_health_timeout")]
+    pub timeout: Dur,
+    /// Consecutive successes before a down backend is up.
+    #[serde(default = "default_rise")]
+    pub rise: u32,
+    /// Consecutive failures before an up backend is down.
+    #[serde(default = "default_fall")]
+    pub fall: u32,
+    /// Path for HTTP probes.
+    #[serde(default = "default_http_path")]
+    pub http_path: String,
+}
+
+fn default_health_interval() -> Dur {
+    Dur::from_secs(5)
+}
+fn default_health_timeout() -> Dur {
+    Dur::from_secs(2)
+}
+fn default_rise() -> u32 {
+    2
+}
+fn default_fall() -> u32 {
+    3
+}
+fn default_http_path() -> String {
+    "/".to_owned()
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health {
+            probe: ProbeKind::default(),
+            interval: default_health_interval(),
+            timeout: default_health_timeout(),
+            rise: default_rise(),
+            fall: default_fall(),
+            http_path: default_http_path(),
+        }
+    }
+}

@@ -1,0 +1,315 @@
+//! Checks across keys that serde cannot express. Each rule yields `(key path, sentence)`;
+//! the loader turns the path into a line and column. All problems are collected, not just
+//! the first, so a user fixes a file in one pass.
+
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
+
+use crate::schema::{Config, Mode, SchedFlag, SchedulerName};
+use crate::span::KeyPath;
+
+type Found = Vec<(KeyPath, String)>;
+
+/// Largest batch the workers handle per poll; bounds per-batch stack arrays.
+pub const BATCH_SIZE_MAX: u32 = 1024;
+/// Largest AF_XDP ring the kernel accepts here.
+const RING_SIZE_MAX: u32 = 1 << 16;
+/// Largest flow table: 2^31 flows keeps entry indices in 31 bits.
+const FLOWS_MAX: u32 = 1 << 31;
+/// Kubernetes caps sessionAffinityConfig.clientIP.timeoutSeconds at one day.
+const AFFINITY_TIMEOUT_MAX_S: u64 = 86400;
+
+pub fn validate(c: &Config) -> Found {
+    let mut out = Found::new();
+    dataplane(c, &mut out);
+    flowtable(c, &mut out);
+    timeouts(c, &mut out);
+    services(c, &mut out);
+    neighbours(c, &mut out);
+    health(c, &mut out);
+    kubernetes(c, &mut out);
+    out
+}
+
+fn err(out: &mut Found, path: KeyPath, msg: impl Into<String>) {
+    out.push((path, msg.into()));
+}
+
+fn is_prime(n: u32) -> bool {
+    if n < 2 {
+        return false;
+    }
+    let n = u64::from(n);
+    let mut d = 2u64;
+    while d * d <= n {
+        if n % d == 0 {
+            return false;
+        }
+        d += 1;
+    }
+    true
+}
+
+fn dataplane(c: &Config, out: &mut Found) {
+    let dp = &c.dataplane;
+    let at = |k: &str| KeyPath::of(&["dataplane", k]);
+    for (key, v) in [("rx_ring_size", dp.rx_ring_size), ("tx_ring_size", dp.tx_ring_size)] {
+        if !v.is_power_of_two() || v > RING_SIZE_MAX {
+            err(out, at(key), format!("{v} is not a power of two between 1 and {RING_SIZE_MAX}"));
+        }
+    }
+    if !dp.batch_size.is_power_of_two() || dp.batch_size > BATCH_SIZE_MAX {
+        err(
+            out,
+            at("batch_size"),
+            format!(
+                "batch size {} is not a power of two between 1 and {BATCH_SIZE_MAX}",
+                dp.batch_size
+            ),
+        );
+    } else if dp.batch_size > dp.rx_ring_size.min(dp.tx_ring_size) {
+        err(out, at("batch_size"), "batch size is larger than the rx or tx ring");
+    }
+    if !dp.umem_frames.is_power_of_two() {
+        err(out, at("umem_frames"), format!("{} is not a power of two", dp.umem_frames));
+    } else if u64::from(dp.umem_frames) < u64::from(dp.rx_ring_size) + u64::from(dp.tx_ring_size) {
+        err(
+            out,
+            at("umem_frames"),
+            format!(
+                "{} frames cannot fill the rx ring ({}) and the tx ring ({}) at once",
+                dp.umem_frames, dp.rx_ring_size, dp.tx_ring_size
+            ),
+        );
+    }
+    if dp.frame_size != 2048 && dp.frame_size != 4096 {
+        err(out, at("frame_size"), format!("{} is not 2048 or 4096", dp.frame_size));
+    }
+    if !is_prime(dp.mh_table_size) {
+        err(out, at("mh_table_size"), format!("{} is not prime (try 65537)", dp.mh_table_size));
+    }
+    let mut names = HashSet::new();
+    for (i, ifc) in dp.interfaces.iter().enumerate() {
+        let p = at("interfaces").index(i);
+        if ifc.name.is_empty() || ifc.name.len() > 15 || ifc.name.contains(['/', ' ']) {
+            err(out, p.key("name"), format!("{:?} is not a valid interface name", ifc.name));
+        } else if !names.insert(&ifc.name) {
+            err(out, p.key("name"), format!("interface {} is listed twice", ifc.name));
+        }
+        if ifc.queues == 0 {
+            err(out, p.key("queues"), "an interface needs at least one queue");
+        }
+    }
+    if !dp.interfaces.is_empty() && dp.cores.is_empty() {
+        err(out, at("cores"), "interfaces are listed but no cores to run their workers on");
+    }
+    let mut seen = HashSet::new();
+    for (i, core) in dp.cores.iter().enumerate() {
+        if !seen.insert(core) {
+            err(out, at("cores").index(i), format!("core {core} is listed twice"));
+        }
+    }
+    if let Some(sc) = dp.slowpath_core
+        && dp.cores.contains(&sc)
+    {
+        err(out, at("slowpath_core"), format!("core {sc} also runs a fastpath worker"));
+    }
+    let mut snat = HashSet::new();
+    for (i, a) in dp.snat_addresses.iter().enumerate() {
+        if !snat.insert(a) {
+            err(out, at("snat_addresses").index(i), format!("{a} is listed twice"));
+        }
+    }
+    let workers = dp.workers().max(1) as u32;
+    if dp.snat_port_range.len() / workers < 64 {
+        err(
+            out,
+            at("snat_port_range"),
+            format!(
+                "{} ports leave fewer than 64 per worker for {workers} workers",
+                dp.snat_port_range.len()
+            ),
+        );
+    }
+}
+
+fn flowtable(c: &Config, out: &mut Found) {
+    let ft = &c.flowtable;
+    if ft.capacity == 0 || ft.capacity > FLOWS_MAX {
+        err(out, KeyPath::of(&["flowtable", "capacity"]), format!("must be 1..={FLOWS_MAX}"));
+    }
+    if ft.backends_max == 0 {
+        err(out, KeyPath::of(&["flowtable", "backends_max"]), "must be at least 1");
+    }
+    let backends: usize = c.services.iter().map(|s| s.backends.len()).sum();
+    if backends > ft.backends_max as usize {
+        err(
+            out,
+            KeyPath::of(&["flowtable", "backends_max"]),
+            format!("{backends} static backends exceed backends_max = {}", ft.backends_max),
+        );
+    }
+}
+
+fn timeouts(c: &Config, out: &mut Found) {
+    let t = &c.timeouts;
+    for (key, d) in [
+        ("tcp_established", t.tcp_established),
+        ("tcp_syn", t.tcp_syn),
+        ("tcp_fin_wait", t.tcp_fin_wait),
+        ("tcp_close_wait", t.tcp_close_wait),
+        ("tcp_last_ack", t.tcp_last_ack),
+        ("tcp_time_wait", t.tcp_time_wait),
+        ("tcp_close", t.tcp_close),
+        ("udp", t.udp),
+        ("icmp", t.icmp),
+        ("sctp", t.sctp),
+        ("fragment", t.fragment),
+    ] {
+        if d.get().as_secs() == 0 && d.get().subsec_millis() == 0 {
+            err(out, KeyPath::of(&["timeouts", key]), "a timeout must be at least 1ms");
+        } else if d.get().as_secs() > u64::from(u32::MAX) / 1000 {
+            err(out, KeyPath::of(&["timeouts", key]), "a timeout must be under 49 days");
+        }
+    }
+}
+
+fn services(c: &Config, out: &mut Found) {
+    let mut names = HashMap::new();
+    let mut frontends = HashMap::new();
+    let default_mode = c.dataplane.mode;
+    let has_snat = |v4: bool| c.dataplane.snat_addresses.iter().any(|a| a.is_ipv4() == v4);
+    for (i, s) in c.services.iter().enumerate() {
+        let p = KeyPath::of(&["services"]).index(i);
+        if s.name.is_empty() {
+            err(out, p.key("name"), "a service needs a name");
+        } else if let Some(first) = names.insert(s.name.as_str(), i) {
+            err(out, p.key("name"), format!("name {:?} is already used by services[{first}]", s.name));
+        }
+        if let Some(first) = frontends.insert((s.vip, s.port, s.protocol), i) {
+            err(
+                out,
+                p.key("vip"),
+                format!(
+                    "duplicate frontend {}:{}/{}: services[{first}] already uses it",
+                    fmt_ip(s.vip),
+                    s.port,
+                    s.protocol.name()
+                ),
+            );
+        }
+        if s.port == 0 {
+            err(out, p.key("port"), "port 0 is not a valid frontend port");
+        }
+        if s.vip.is_unspecified() || s.vip.is_multicast() {
+            err(out, p.key("vip"), format!("{} cannot be a virtual IP", s.vip));
+        }
+        for (j, f) in s.flags.iter().enumerate() {
+            if s.scheduler != SchedulerName::Mh {
+                let name = match f {
+                    SchedFlag::MhPort => "mh-port",
+                    SchedFlag::MhFallback => "mh-fallback",
+                };
+                err(
+                    out,
+                    p.key("flags").index(j),
+                    format!("flag {name} only applies to scheduler mh, not {}", s.scheduler.name()),
+                );
+            }
+        }
+        if let Some(t) = s.session_affinity_timeout {
+            let secs = t.get().as_secs();
+            if secs == 0 || secs > AFFINITY_TIMEOUT_MAX_S {
+                err(
+                    out,
+                    p.key("session_affinity_timeout"),
+                    format!("must be between 1s and {AFFINITY_TIMEOUT_MAX_S}s (Kubernetes' limit)"),
+                );
+            }
+        }
+        if s.mode_or(default_mode) == Mode::Fullnat && !has_snat(s.vip.is_ipv4()) {
+            let family = if s.vip.is_ipv4() { "IPv4" } else { "IPv6" };
+            err(
+                out,
+                p.key("mode"),
+                format!(
+                    "full-NAT needs an {family} address in dataplane.snat_addresses (or mode = \"nat\")"
+                ),
+            );
+        }
+        let mut backends = HashSet::new();
+        for (j, b) in s.backends.iter().enumerate() {
+            let bp = p.key("backends").index(j);
+            if b.addr.is_ipv4() != s.vip.is_ipv4() {
+                err(out, bp.key("addr"), format!("{} is not in the VIP's address family", b.addr));
+            } else if b.addr.port() == 0 {
+                err(out, bp.key("addr"), format!("{}: port 0 is not a valid backend port", b.addr));
+            } else if b.addr.ip().is_unspecified() || b.addr.ip().is_multicast() {
+                err(out, bp.key("addr"), format!("{} cannot be a backend", b.addr));
+            } else if !backends.insert(b.addr) {
+                err(out, bp.key("addr"), format!("{} is listed twice", b.addr));
+            }
+            if b.weight > 65535 {
+                err(out, bp.key("weight"), format!("{} is above the maximum weight 65535", b.weight));
+            }
+        }
+    }
+}
+
+fn fmt_ip(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(a) => a.to_string(),
+        IpAddr::V6(a) => format!("[{a}]"),
+    }
+}
+
+fn neighbours(c: &Config, out: &mut Found) {
+    let mut seen = HashMap::new();
+    for (i, n) in c.neighbours.iter().enumerate() {
+        let p = KeyPath::of(&["neighbours"]).index(i);
+        if let Some(first) = seen.insert(n.ip, i) {
+            err(out, p.key("ip"), format!("{} already has neighbours[{first}]", n.ip));
+        }
+        if n.mac.0[0] & 1 == 1 || n.mac.0 == [0; 6] {
+            err(out, p.key("mac"), format!("{} is not a unicast MAC", n.mac));
+        }
+    }
+}
+
+fn health(c: &Config, out: &mut Found) {
+    let h = &c.health;
+    let at = |k: &str| KeyPath::of(&["health", k]);
+    if h.interval.get().is_zero() {
+        err(out, at("interval"), "must be positive");
+    }
+    if h.timeout.get().is_zero() || h.timeout > h.interval {
+        err(out, at("timeout"), "must be positive and no longer than interval");
+    }
+    if h.rise == 0 {
+        err(out, at("rise"), "must be at least 1");
+    }
+    if h.fall == 0 {
+        err(out, at("fall"), "must be at least 1");
+    }
+    if !h.http_path.starts_with('/') {
+        err(out, at("http_path"), "must start with '/'");
+    }
+}
+
+fn kubernetes(c: &Config, out: &mut Found) {
+    let Some(k) = &c.kubernetes else { return };
+    let at = |key: &str| KeyPath::of(&["kubernetes", key]);
+    if k.min_sync_period > k.sync_period {
+        err(out, at("min_sync_period"), "must not be longer than sync_period");
+    }
+    if k.sync_period.get().is_zero() {
+        err(out, at("sync_period"), "must be positive");
+    }
+    if !c.services.is_empty() {
+        err(
+            out,
+            KeyPath::of(&["services"]),
+            "[[services]] is the static source; remove it or remove [kubernetes]",
+        );
+    }
+}
