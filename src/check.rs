@@ -20,7 +20,10 @@ pub fn summary(name: &str, c: &Config) -> String {
     let dp = &c.dataplane;
     let _ = writeln!(s, "{name}: OK");
     if let Some(k) = &c.kubernetes {
-        let kc = k.kubeconfig.as_ref().map_or("in-cluster".to_owned(), |p| p.display().to_string());
+        let kc = k
+            .kubeconfig
+            .as_ref()
+            .map_or("in-cluster".to_owned(), |p| p.display().to_string());
         let _ = writeln!(
             s,
             "source: kubernetes ({kc}; service-proxy-name {}; default scheduler {}; min sync {})",
@@ -31,8 +34,11 @@ pub fn summary(name: &str, c: &Config) -> String {
     } else {
         let _ = writeln!(s, "source: static ({} services)", c.services.len());
     }
-    let ifaces: Vec<String> =
-        dp.interfaces.iter().map(|i| format!("{} x{} queues", i.name, i.queues)).collect();
+    let ifaces: Vec<String> = dp
+        .interfaces
+        .iter()
+        .map(|i| format!("{} x{} queues", i.name, i.queues))
+        .collect();
     let _ = writeln!(
         s,
         "dataplane: mode {}, interfaces [{}], {} workers on cores {:?}, batch {}, snat {:?} ports {}",

@@ -18,7 +18,11 @@ static GLOBAL: MiMalloc = MiMalloc;
 pub const EXIT_BAD_CONFIG: u8 = 2;
 
 #[derive(Parser)]
-#[command(name = "xvs", version, about = "Userspace L4 load balancer for Kubernetes Services on AF_XDP")]
+#[command(
+    name = "xvs",
+    version,
+    about = "Userspace L4 load balancer for Kubernetes Services on AF_XDP"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -79,7 +79,11 @@ impl fmt::Display for Invalid<'_> {
                 writeln!(f)?;
             }
             let key = if p.key.is_empty() { "(syntax)" } else { &p.key };
-            write!(f, "{}:{}:{}: {}: {}", self.file, p.line, p.column, key, p.message)?;
+            write!(
+                f,
+                "{}:{}:{}: {}: {}",
+                self.file, p.line, p.column, key, p.message
+            )?;
         }
         Ok(())
     }
@@ -87,14 +91,19 @@ impl fmt::Display for Invalid<'_> {
 
 /// Reads and validates a configuration file.
 pub fn load(path: &Path) -> Result<Config, Error> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|source| Error::Read { path: path.to_owned(), source })?;
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+        path: path.to_owned(),
+        source,
+    })?;
     parse(&text, &path.display().to_string())
 }
 
 /// Parses and validates configuration text; `file` names it in error messages.
 pub fn parse(text: &str, file: &str) -> Result<Config, Error> {
-    let invalid = |problems| Error::Invalid { file: file.to_owned(), problems };
+    let invalid = |problems| Error::Invalid {
+        file: file.to_owned(),
+        problems,
+    };
     let doc = toml::de::DeTable::parse(text).map_err(|e| invalid(vec![span::syntax(text, &e)]))?;
     let de = toml::de::Deserializer::from(doc.clone());
     let config: Config = serde_path_to_error::deserialize(de)
@@ -103,7 +112,11 @@ pub fn parse(text: &str, file: &str) -> Result<Config, Error> {
         .into_iter()
         .map(|(key, message)| span::locate(text, &doc, &key, message))
         .collect();
-    if problems.is_empty() { Ok(config) } else { Err(invalid(problems)) }
+    if problems.is_empty() {
+        Ok(config)
+    } else {
+        Err(invalid(problems))
+    }
 }
 
 impl Config {

@@ -168,7 +168,10 @@ pub struct Dataplane {
 }
 
 fn default_snat_ports() -> PortRange {
-    PortRange { first: 1024, last: 65535 }
+    PortRange {
+        first: 1024,
+        last: 65535,
+    }
 }
 fn default_umem_frames() -> u32 {
     4096
@@ -236,7 +239,10 @@ fn default_backends_max() -> u32 {
 
 impl Default for FlowTable {
     fn default() -> Self {
-        FlowTable { capacity: default_capacity(), backends_max: default_backends_max() }
+        FlowTable {
+            capacity: default_capacity(),
+            backends_max: default_backends_max(),
+        }
     }
 }
 
@@ -524,7 +530,10 @@ fn default_admin_listen() -> SocketAddr {
 
 impl Default for Admin {
     fn default() -> Self {
-        Admin { listen: default_admin_listen(), enable_control: false }
+        Admin {
+            listen: default_admin_listen(),
+            enable_control: false,
+        }
     }
 }
 

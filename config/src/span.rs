@@ -70,13 +70,13 @@ fn find_span(doc: &Spanned<DeTable<'_>>, path: &KeyPath) -> usize {
     let mut array: Option<&[Spanned<DeValue<'_>>]> = None;
     for seg in &path.0 {
         let next: Option<&Spanned<DeValue<'_>>> = match seg {
-            Seg::Key(k) => table.and_then(|t| t.iter().find(|(key, _)| key.get_ref() == k)).map(
-                |(key, v)| {
+            Seg::Key(k) => table
+                .and_then(|t| t.iter().find(|(key, _)| key.get_ref() == k))
+                .map(|(key, v)| {
                     // Point at the key for tables (their span may start at the first entry).
                     best = key.span().start;
                     v
-                },
-            ),
+                }),
             Seg::Index(i) => array.and_then(|a| a.get(*i)),
         };
         let Some(v) = next else { break };
@@ -92,13 +92,23 @@ fn find_span(doc: &Spanned<DeTable<'_>>, path: &KeyPath) -> usize {
 /// A problem found by validation at `path`.
 pub fn locate(text: &str, doc: &Spanned<DeTable<'_>>, path: &KeyPath, message: String) -> Problem {
     let (line, column) = line_col(text, find_span(doc, path));
-    Problem { key: path.to_string(), line, column, message }
+    Problem {
+        key: path.to_string(),
+        line,
+        column,
+        message,
+    }
 }
 
 /// A TOML syntax error.
 pub fn syntax(text: &str, e: &toml::de::Error) -> Problem {
     let (line, column) = line_col(text, e.span().map_or(0, |s| s.start));
-    Problem { key: String::new(), line, column, message: first_line(e.message()) }
+    Problem {
+        key: String::new(),
+        line,
+        column,
+        message: first_line(e.message()),
+    }
 }
 
 /// A schema error (unknown key, wrong type, bad value) from serde, with the path it was at.
@@ -118,15 +128,30 @@ pub fn schema(
     let inner = e.inner();
     let message = first_line(inner.message());
     // serde reports a missing key at its table; name the key itself.
-    if let Some(field) = message.strip_prefix("missing field `").and_then(|m| m.split('`').next()) {
+    if let Some(field) = message
+        .strip_prefix("missing field `")
+        .and_then(|m| m.split('`').next())
+    {
         let at = find_span(doc, &path);
         path.0.push(Seg::Key(field.to_owned()));
         let (line, column) = line_col(text, at);
-        return Problem { key: path.to_string(), line, column, message };
+        return Problem {
+            key: path.to_string(),
+            line,
+            column,
+            message,
+        };
     }
-    let offset = inner.span().map_or_else(|| find_span(doc, &path), |s| s.start);
+    let offset = inner
+        .span()
+        .map_or_else(|| find_span(doc, &path), |s| s.start);
     let (line, column) = line_col(text, offset);
-    Problem { key: path.to_string(), line, column, message }
+    Problem {
+        key: path.to_string(),
+        line,
+        column,
+        message,
+    }
 }
 
 fn first_line(message: &str) -> String {

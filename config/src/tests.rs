@@ -42,7 +42,10 @@ backends = [
 #[test]
 fn every_example_loads() {
     let all = examples();
-    let names: Vec<_> = all.iter().map(|p| p.file_name().unwrap().to_str().unwrap()).collect();
+    let names: Vec<_> = all
+        .iter()
+        .map(|p| p.file_name().unwrap().to_str().unwrap())
+        .collect();
     for want in ["edge-node.toml", "lab.toml", "static-services.toml"] {
         assert!(names.contains(&want), "missing example {want}");
     }
@@ -59,12 +62,22 @@ fn examples_say_what_they_are() {
     assert_eq!(lab.dataplane.interfaces.len(), 2);
     assert!(lab.kubernetes.is_none());
     assert!(lab.services.iter().all(|s| {
-        let range: Cidr = if s.vip.is_ipv4() { "198.18.0.0/15" } else { "2001:2::/48" }
-            .parse()
-            .unwrap();
+        let range: Cidr = if s.vip.is_ipv4() {
+            "198.18.0.0/15"
+        } else {
+            "2001:2::/48"
+        }
+        .parse()
+        .unwrap();
         range.contains(s.vip) && s.backends.iter().all(|b| range.contains(b.addr.ip()))
     }));
-    let edge = load(&examples().into_iter().find(|p| p.ends_with("edge-node.toml")).unwrap()).unwrap();
+    let edge = load(
+        &examples()
+            .into_iter()
+            .find(|p| p.ends_with("edge-node.toml"))
+            .unwrap(),
+    )
+    .unwrap();
     assert!(edge.uses_kubernetes());
     assert_eq!(edge.dataplane.interfaces.len(), 2);
     assert_eq!(edge.dataplane.cores.len(), 4);
@@ -110,9 +123,16 @@ fn misspelt_key_names_key_and_line() {
     let p = problem(&text);
     assert_eq!(p.key, "services[0].schedular");
     assert_eq!(p.line, 10);
-    assert!(p.message.contains("unknown field `schedular`"), "{}", p.message);
+    assert!(
+        p.message.contains("unknown field `schedular`"),
+        "{}",
+        p.message
+    );
     let p = problem("[dataplane]\nbatch = 64\n");
-    assert_eq!((p.key.as_str(), p.line, p.column), ("dataplane.batch", 2, 1));
+    assert_eq!(
+        (p.key.as_str(), p.line, p.column),
+        ("dataplane.batch", 2, 1)
+    );
     let p = problem("[dataplan]\n");
     assert_eq!((p.key.as_str(), p.line), ("dataplan", 1));
 }
@@ -120,34 +140,55 @@ fn misspelt_key_names_key_and_line() {
 #[test]
 fn invalid_ip_names_key_and_line() {
     let p = problem(&MINIMAL.replace("198.18.100.1", "198.18.300.1"));
-    assert_eq!((p.key.as_str(), p.line, p.column), ("services[0].vip", 7, 7));
+    assert_eq!(
+        (p.key.as_str(), p.line, p.column),
+        ("services[0].vip", 7, 7)
+    );
     assert!(p.message.contains("IP address"), "{}", p.message);
     let p = problem(&MINIMAL.replace("198.18.1.2:8080", "198.18.1.2"));
-    assert_eq!((p.key.as_str(), p.line), ("services[0].backends[1].addr", 13));
+    assert_eq!(
+        (p.key.as_str(), p.line),
+        ("services[0].backends[1].addr", 13)
+    );
 }
 
 #[test]
 fn unknown_scheduler_names_key_and_line() {
     let p = problem(&MINIMAL.replace("\"wrr\"", "\"fastest\""));
-    assert_eq!((p.key.as_str(), p.line, p.column), ("services[0].scheduler", 10, 13));
+    assert_eq!(
+        (p.key.as_str(), p.line, p.column),
+        ("services[0].scheduler", 10, 13)
+    );
     assert!(p.message.contains("fastest"), "{}", p.message);
-    assert!(p.message.contains("`mh`"), "lists the valid names: {}", p.message);
+    assert!(
+        p.message.contains("`mh`"),
+        "lists the valid names: {}",
+        p.message
+    );
 }
 
 #[test]
 fn batch_size_must_be_power_of_two() {
     let text = MINIMAL.replace("[dataplane]\n", "[dataplane]\nbatch_size = 48\n");
     let p = problem(&text);
-    assert_eq!((p.key.as_str(), p.line, p.column), ("dataplane.batch_size", 3, 14));
+    assert_eq!(
+        (p.key.as_str(), p.line, p.column),
+        ("dataplane.batch_size", 3, 14)
+    );
     assert!(p.message.contains("power of two"));
 }
 
 #[test]
 fn duplicate_frontend_is_an_error() {
-    let second = "\n[[services]]\nname = \"web2\"\nvip = \"198.18.100.1\"\nport = 80\nprotocol = \"tcp\"\n";
+    let second =
+        "\n[[services]]\nname = \"web2\"\nvip = \"198.18.100.1\"\nport = 80\nprotocol = \"tcp\"\n";
     let p = problem(&format!("{MINIMAL}{second}"));
     assert_eq!((p.key.as_str(), p.line), ("services[1].vip", 18));
-    assert!(p.message.contains("duplicate frontend 198.18.100.1:80/tcp"), "{}", p.message);
+    assert!(
+        p.message.contains("duplicate frontend 198.18.100.1:80/tcp"),
+        "{}",
+        p.message
+    );
     // Same VIP and port on another protocol is a different frontend.
     let udp = second.replace("tcp", "udp");
     assert!(parse(&format!("{MINIMAL}{udp}"), "t.toml").is_ok());
@@ -156,38 +197,92 @@ fn duplicate_frontend_is_an_error() {
 #[test]
 fn every_problem_is_reported_at_once() {
     let text = MINIMAL
-        .replace("[dataplane]\n", "[dataplane]\nbatch_size = 100\nmh_table_size = 65536\n")
+        .replace(
+            "[dataplane]\n",
+            "[dataplane]\nbatch_size = 100\nmh_table_size = 65536\n",
+        )
         .replace("198.18.1.2:8080", "[2001:2::1]:8080");
     let e = parse(&text, "t.toml").unwrap_err();
     let keys: Vec<&str> = e.problems().iter().map(|p| p.key.as_str()).collect();
     assert_eq!(
         keys,
-        ["dataplane.batch_size", "dataplane.mh_table_size", "services[0].backends[1].addr"]
+        [
+            "dataplane.batch_size",
+            "dataplane.mh_table_size",
+            "services[0].backends[1].addr"
+        ]
     );
     let shown = e.to_string();
-    assert!(shown.starts_with("t.toml:3:14: dataplane.batch_size: "), "{shown}");
+    assert!(
+        shown.starts_with("t.toml:3:14: dataplane.batch_size: "),
+        "{shown}"
+    );
 }
 
 #[test]
 fn cross_field_rules() {
     let cases: &[(&str, &str, &str)] = &[
         // (replace in MINIMAL, with, expected key)
-        ("[dataplane]\n", "[dataplane]\ncores = [1, 1]\n", "dataplane.cores[1]"),
+        (
+            "[dataplane]\n",
+            "[dataplane]\ncores = [1, 1]\n",
+            "dataplane.cores[1]",
+        ),
         (
             "[dataplane]\n",
             "[dataplane]\ninterfaces = [{ name = \"eth0\" }]\n",
             "dataplane.cores",
         ),
-        ("snat_addresses = [\"198.18.1.254\"]", "", "services[0].mode"),
-        ("scheduler = \"wrr\"", "scheduler = \"rr\"\nflags = [\"mh-port\"]", "services[0].flags[0]"),
-        ("weight = 4", "weight = 70000", "services[0].backends[0].weight"),
-        ("198.18.1.2:8080", "198.18.1.1:8080", "services[0].backends[1].addr"),
-        ("[dataplane]\n", "[dataplane]\nrx_ring_size = 1000\n", "dataplane.rx_ring_size"),
-        ("[dataplane]\n", "[dataplane]\numem_frames = 1024\n", "dataplane.umem_frames"),
-        ("[dataplane]\n", "[timeouts]\nudp = \"0s\"\n[dataplane]\n", "timeouts.udp"),
-        ("[dataplane]\n", "[timeouts]\nudp = \"30\"\n[dataplane]\n", "timeouts.udp"),
-        ("[dataplane]\n", "[health]\ntimeout = \"10s\"\n[dataplane]\n", "health.timeout"),
-        ("name = \"web\"\n", "name = \"web\"\nsession_affinity_timeout = \"2d\"\n", "services[0].session_affinity_timeout"),
+        (
+            "snat_addresses = [\"198.18.1.254\"]",
+            "",
+            "services[0].mode",
+        ),
+        (
+            "scheduler = \"wrr\"",
+            "scheduler = \"rr\"\nflags = [\"mh-port\"]",
+            "services[0].flags[0]",
+        ),
+        (
+            "weight = 4",
+            "weight = 70000",
+            "services[0].backends[0].weight",
+        ),
+        (
+            "198.18.1.2:8080",
+            "198.18.1.1:8080",
+            "services[0].backends[1].addr",
+        ),
+        (
+            "[dataplane]\n",
+            "[dataplane]\nrx_ring_size = 1000\n",
+            "dataplane.rx_ring_size",
+        ),
+        (
+            "[dataplane]\n",
+            "[dataplane]\numem_frames = 1024\n",
+            "dataplane.umem_frames",
+        ),
+        (
+            "[dataplane]\n",
+            "[timeouts]\nudp = \"0s\"\n[dataplane]\n",
+            "timeouts.udp",
+        ),
+        (
+            "[dataplane]\n",
+            "[timeouts]\nudp = \"30\"\n[dataplane]\n",
+            "timeouts.udp",
+        ),
+        (
+            "[dataplane]\n",
+            "[health]\ntimeout = \"10s\"\n[dataplane]\n",
+            "health.timeout",
+        ),
+        (
+            "name = \"web\"\n",
+            "name = \"web\"\nsession_affinity_timeout = \"2d\"\n",
+            "services[0].session_affinity_timeout",
+        ),
         ("port = 80\n", "", "services[0].port"),
     ];
     for (from, to, key) in cases {
@@ -204,12 +299,19 @@ fn kubernetes_and_static_services_do_not_mix() {
     let text = format!("[kubernetes]\nservice_proxy_name = \"xvs\"\n{MINIMAL}");
     let p = problem(&text);
     assert_eq!(p.key, "services");
-    let c = parse("[kubernetes]\nexternal_ip_cidrs = [\"198.18.200.0/24\"]\n", "t.toml").unwrap();
+    let c = parse(
+        "[kubernetes]\nexternal_ip_cidrs = [\"198.18.200.0/24\"]\n",
+        "t.toml",
+    )
+    .unwrap();
     let k = c.kubernetes.unwrap();
     assert_eq!(k.min_sync_period.get().as_secs(), 1);
     assert_eq!(k.default_scheduler, SchedulerName::Rr);
     let p = problem("[kubernetes]\nexternal_ip_cidrs = [\"198.18.200.1/24\"]\n");
-    assert_eq!((p.key.as_str(), p.line), ("kubernetes.external_ip_cidrs[0]", 2));
+    assert_eq!(
+        (p.key.as_str(), p.line),
+        ("kubernetes.external_ip_cidrs[0]", 2)
+    );
 }
 
 #[test]

@@ -95,7 +95,8 @@ pub struct Mac(pub [u8; 6]);
 impl FromStr for Mac {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("invalid MAC address {s:?}: expected six hex bytes like 02:00:00:00:01:01");
+        let bad =
+            || format!("invalid MAC address {s:?}: expected six hex bytes like 02:00:00:00:01:01");
         let mut out = [0u8; 6];
         let mut parts = s.split(':');
         for b in &mut out {
@@ -148,7 +149,8 @@ impl PortRange {
 impl FromStr for PortRange {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("invalid port range {s:?}: expected \"FIRST-LAST\" like \"32768-60999\"");
+        let bad =
+            || format!("invalid port range {s:?}: expected \"FIRST-LAST\" like \"32768-60999\"");
         let (a, b) = s.split_once('-').ok_or_else(bad)?;
         let first: u16 = a.trim().parse().map_err(|_| bad())?;
         let last: u16 = b.trim().parse().map_err(|_| bad())?;
@@ -183,11 +185,15 @@ impl Cidr {
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, ip) {
             (IpAddr::V4(n), IpAddr::V4(a)) => {
-                let mask = u32::MAX.checked_shl(32 - u32::from(self.prefix)).unwrap_or(0);
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
                 u32::from(n) & mask == u32::from(a) & mask
             }
             (IpAddr::V6(n), IpAddr::V6(a)) => {
-                let mask = u128::MAX.checked_shl(128 - u32::from(self.prefix)).unwrap_or(0);
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
                 u128::from(n) & mask == u128::from(a) & mask
             }
             _ => false,
@@ -218,7 +224,9 @@ impl FromStr for Cidr {
             }
         };
         if !host_bits_zero {
-            return Err(format!("invalid CIDR {s:?}: address has bits set past the prefix"));
+            return Err(format!(
+                "invalid CIDR {s:?}: address has bits set past the prefix"
+            ));
         }
         Ok(cidr)
     }
@@ -238,13 +246,37 @@ mod tests {
 
     #[test]
     fn durations_parse_units_and_sums() {
-        assert_eq!("900s".parse::<Dur>().unwrap().get(), Duration::from_secs(900));
+        assert_eq!(
+            "900s".parse::<Dur>().unwrap().get(),
+            Duration::from_secs(900)
+        );
         assert_eq!("5m".parse::<Dur>().unwrap().get(), Duration::from_secs(300));
-        assert_eq!("3h".parse::<Dur>().unwrap().get(), Duration::from_secs(10800));
-        assert_eq!("1h30m".parse::<Dur>().unwrap().get(), Duration::from_secs(5400));
-        assert_eq!("250ms".parse::<Dur>().unwrap().get(), Duration::from_millis(250));
-        assert_eq!("1d".parse::<Dur>().unwrap().get(), Duration::from_secs(86400));
-        for bad in ["", "30", "s", "5x", "1.5s", "-1s", "5 m", "99999999999999999999s"] {
+        assert_eq!(
+            "3h".parse::<Dur>().unwrap().get(),
+            Duration::from_secs(10800)
+        );
+        assert_eq!(
+            "1h30m".parse::<Dur>().unwrap().get(),
+            Duration::from_secs(5400)
+        );
+        assert_eq!(
+            "250ms".parse::<Dur>().unwrap().get(),
+            Duration::from_millis(250)
+        );
+        assert_eq!(
+            "1d".parse::<Dur>().unwrap().get(),
+            Duration::from_secs(86400)
+        );
+        for bad in [
+            "",
+            "30",
+            "s",
+            "5x",
+            "1.5s",
+            "-1s",
+            "5 m",
+            "99999999999999999999s",
+        ] {
             assert!(bad.parse::<Dur>().is_err(), "{bad:?} should be rejected");
         }
         assert_eq!(Dur::from_secs(900).to_string(), "900s");
@@ -255,7 +287,13 @@ mod tests {
         let m: Mac = "02:00:00:00:01:0a".parse().unwrap();
         assert_eq!(m.0, [2, 0, 0, 0, 1, 10]);
         assert_eq!(m.to_string(), "02:00:00:00:01:0a");
-        for bad in ["", "02:00:00:00:01", "02:00:00:00:01:01:01", "2:0:0:0:1:1", "zz:00:00:00:01:01"] {
+        for bad in [
+            "",
+            "02:00:00:00:01",
+            "02:00:00:00:01:01:01",
+            "2:0:0:0:1:1",
+            "zz:00:00:00:01:01",
+        ] {
             assert!(bad.parse::<Mac>().is_err(), "{bad:?} should be rejected");
         }
     }
@@ -265,7 +303,10 @@ mod tests {
         let r: PortRange = "32768-60999".parse().unwrap();
         assert_eq!((r.first, r.last, r.len()), (32768, 60999, 28232));
         for bad in ["", "5", "0-10", "10-5", "1-70000", "a-b"] {
-            assert!(bad.parse::<PortRange>().is_err(), "{bad:?} should be rejected");
+            assert!(
+                bad.parse::<PortRange>().is_err(),
+                "{bad:?} should be rejected"
+            );
         }
     }
 

@@ -53,9 +53,16 @@ fn is_prime(n: u32) -> bool {
 fn dataplane(c: &Config, out: &mut Found) {
     let dp = &c.dataplane;
     let at = |k: &str| KeyPath::of(&["dataplane", k]);
-    for (key, v) in [("rx_ring_size", dp.rx_ring_size), ("tx_ring_size", dp.tx_ring_size)] {
+    for (key, v) in [
+        ("rx_ring_size", dp.rx_ring_size),
+        ("tx_ring_size", dp.tx_ring_size),
+    ] {
         if !v.is_power_of_two() || v > RING_SIZE_MAX {
-            err(out, at(key), format!("{v} is not a power of two between 1 and {RING_SIZE_MAX}"));
+            err(
+                out,
+                at(key),
+                format!("{v} is not a power of two between 1 and {RING_SIZE_MAX}"),
+            );
         }
     }
     if !dp.batch_size.is_power_of_two() || dp.batch_size > BATCH_SIZE_MAX {
@@ -68,10 +75,18 @@ fn dataplane(c: &Config, out: &mut Found) {
             ),
         );
     } else if dp.batch_size > dp.rx_ring_size.min(dp.tx_ring_size) {
-        err(out, at("batch_size"), "batch size is larger than the rx or tx ring");
+        err(
+            out,
+            at("batch_size"),
+            "batch size is larger than the rx or tx ring",
+        );
     }
     if !dp.umem_frames.is_power_of_two() {
-        err(out, at("umem_frames"), format!("{} is not a power of two", dp.umem_frames));
+        err(
+            out,
+            at("umem_frames"),
+            format!("{} is not a power of two", dp.umem_frames),
+        );
     } else if u64::from(dp.umem_frames) < u64::from(dp.rx_ring_size) + u64::from(dp.tx_ring_size) {
         err(
             out,
@@ -83,41 +98,77 @@ fn dataplane(c: &Config, out: &mut Found) {
         );
     }
     if dp.frame_size != 2048 && dp.frame_size != 4096 {
-        err(out, at("frame_size"), format!("{} is not 2048 or 4096", dp.frame_size));
+        err(
+            out,
+            at("frame_size"),
+            format!("{} is not 2048 or 4096", dp.frame_size),
+        );
     }
     if !is_prime(dp.mh_table_size) {
-        err(out, at("mh_table_size"), format!("{} is not prime (try 65537)", dp.mh_table_size));
+        err(
+            out,
+            at("mh_table_size"),
+            format!("{} is not prime (try 65537)", dp.mh_table_size),
+        );
     }
     let mut names = HashSet::new();
     for (i, ifc) in dp.interfaces.iter().enumerate() {
         let p = at("interfaces").index(i);
         if ifc.name.is_empty() || ifc.name.len() > 15 || ifc.name.contains(['/', ' ']) {
-            err(out, p.key("name"), format!("{:?} is not a valid interface name", ifc.name));
+            err(
+                out,
+                p.key("name"),
+                format!("{:?} is not a valid interface name", ifc.name),
+            );
         } else if !names.insert(&ifc.name) {
-            err(out, p.key("name"), format!("interface {} is listed twice", ifc.name));
+            err(
+                out,
+                p.key("name"),
+                format!("interface {} is listed twice", ifc.name),
+            );
         }
         if ifc.queues == 0 {
-            err(out, p.key("queues"), "an interface needs at least one queue");
+            err(
+                out,
+                p.key("queues"),
+                "an interface needs at least one queue",
+            );
         }
     }
     if !dp.interfaces.is_empty() && dp.cores.is_empty() {
-        err(out, at("cores"), "interfaces are listed but no cores to run their workers on");
+        err(
+            out,
+            at("cores"),
+            "interfaces are listed but no cores to run their workers on",
+        );
     }
     let mut seen = HashSet::new();
     for (i, core) in dp.cores.iter().enumerate() {
         if !seen.insert(core) {
-            err(out, at("cores").index(i), format!("core {core} is listed twice"));
+            err(
+                out,
+                at("cores").index(i),
+                format!("core {core} is listed twice"),
+            );
         }
     }
     if let Some(sc) = dp.slowpath_core
         && dp.cores.contains(&sc)
     {
-        err(out, at("slowpath_core"), format!("core {sc} also runs a fastpath worker"));
+        err(
+            out,
+            at("slowpath_core"),
+            format!("core {sc} also runs a fastpath worker"),
+        );
     }
     let mut snat = HashSet::new();
     for (i, a) in dp.snat_addresses.iter().enumerate() {
         if !snat.insert(a) {
-            err(out, at("snat_addresses").index(i), format!("{a} is listed twice"));
+            err(
+                out,
+                at("snat_addresses").index(i),
+                format!("{a} is listed twice"),
+            );
         }
     }
     let workers = dp.workers().max(1) as u32;
@@ -136,17 +187,28 @@ fn dataplane(c: &Config, out: &mut Found) {
 fn flowtable(c: &Config, out: &mut Found) {
     let ft = &c.flowtable;
     if ft.capacity == 0 || ft.capacity > FLOWS_MAX {
-        err(out, KeyPath::of(&["flowtable", "capacity"]), format!("must be 1..={FLOWS_MAX}"));
+        err(
+            out,
+            KeyPath::of(&["flowtable", "capacity"]),
+            format!("must be 1..={FLOWS_MAX}"),
+        );
     }
     if ft.backends_max == 0 {
-        err(out, KeyPath::of(&["flowtable", "backends_max"]), "must be at least 1");
+        err(
+            out,
+            KeyPath::of(&["flowtable", "backends_max"]),
+            "must be at least 1",
+        );
     }
     let backends: usize = c.services.iter().map(|s| s.backends.len()).sum();
     if backends > ft.backends_max as usize {
         err(
             out,
             KeyPath::of(&["flowtable", "backends_max"]),
-            format!("{backends} static backends exceed backends_max = {}", ft.backends_max),
+            format!(
+                "{backends} static backends exceed backends_max = {}",
+                ft.backends_max
+            ),
         );
     }
 }
@@ -167,9 +229,17 @@ fn timeouts(c: &Config, out: &mut Found) {
         ("fragment", t.fragment),
     ] {
         if d.get().as_secs() == 0 && d.get().subsec_millis() == 0 {
-            err(out, KeyPath::of(&["timeouts", key]), "a timeout must be at least 1ms");
+            err(
+                out,
+                KeyPath::of(&["timeouts", key]),
+                "a timeout must be at least 1ms",
+            );
         } else if d.get().as_secs() > u64::from(u32::MAX) / 1000 {
-            err(out, KeyPath::of(&["timeouts", key]), "a timeout must be under 49 days");
+            err(
+                out,
+                KeyPath::of(&["timeouts", key]),
+                "a timeout must be under 49 days",
+            );
         }
     }
 }
@@ -184,7 +254,11 @@ fn services(c: &Config, out: &mut Found) {
         if s.name.is_empty() {
             err(out, p.key("name"), "a service needs a name");
         } else if let Some(first) = names.insert(s.name.as_str(), i) {
-            err(out, p.key("name"), format!("name {:?} is already used by services[{first}]", s.name));
+            err(
+                out,
+                p.key("name"),
+                format!("name {:?} is already used by services[{first}]", s.name),
+            );
         }
         if let Some(first) = frontends.insert((s.vip, s.port, s.protocol), i) {
             err(
@@ -202,7 +276,11 @@ fn services(c: &Config, out: &mut Found) {
             err(out, p.key("port"), "port 0 is not a valid frontend port");
         }
         if s.vip.is_unspecified() || s.vip.is_multicast() {
-            err(out, p.key("vip"), format!("{} cannot be a virtual IP", s.vip));
+            err(
+                out,
+                p.key("vip"),
+                format!("{} cannot be a virtual IP", s.vip),
+            );
         }
         for (j, f) in s.flags.iter().enumerate() {
             if s.scheduler != SchedulerName::Mh {
@@ -213,7 +291,10 @@ fn services(c: &Config, out: &mut Found) {
                 err(
                     out,
                     p.key("flags").index(j),
-                    format!("flag {name} only applies to scheduler mh, not {}", s.scheduler.name()),
+                    format!(
+                        "flag {name} only applies to scheduler mh, not {}",
+                        s.scheduler.name()
+                    ),
                 );
             }
         }
@@ -241,16 +322,32 @@ fn services(c: &Config, out: &mut Found) {
         for (j, b) in s.backends.iter().enumerate() {
             let bp = p.key("backends").index(j);
             if b.addr.is_ipv4() != s.vip.is_ipv4() {
-                err(out, bp.key("addr"), format!("{} is not in the VIP's address family", b.addr));
+                err(
+                    out,
+                    bp.key("addr"),
+                    format!("{} is not in the VIP's address family", b.addr),
+                );
             } else if b.addr.port() == 0 {
-                err(out, bp.key("addr"), format!("{}: port 0 is not a valid backend port", b.addr));
+                err(
+                    out,
+                    bp.key("addr"),
+                    format!("{}: port 0 is not a valid backend port", b.addr),
+                );
             } else if b.addr.ip().is_unspecified() || b.addr.ip().is_multicast() {
-                err(out, bp.key("addr"), format!("{} cannot be a backend", b.addr));
+                err(
+                    out,
+                    bp.key("addr"),
+                    format!("{} cannot be a backend", b.addr),
+                );
             } else if !backends.insert(b.addr) {
                 err(out, bp.key("addr"), format!("{} is listed twice", b.addr));
             }
             if b.weight > 65535 {
-                err(out, bp.key("weight"), format!("{} is above the maximum weight 65535", b.weight));
+                err(
+                    out,
+                    bp.key("weight"),
+                    format!("{} is above the maximum weight 65535", b.weight),
+                );
             }
         }
     }
@@ -268,7 +365,11 @@ fn neighbours(c: &Config, out: &mut Found) {
     for (i, n) in c.neighbours.iter().enumerate() {
         let p = KeyPath::of(&["neighbours"]).index(i);
         if let Some(first) = seen.insert(n.ip, i) {
-            err(out, p.key("ip"), format!("{} already has neighbours[{first}]", n.ip));
+            err(
+                out,
+                p.key("ip"),
+                format!("{} already has neighbours[{first}]", n.ip),
+            );
         }
         if n.mac.0[0] & 1 == 1 || n.mac.0 == [0; 6] {
             err(out, p.key("mac"), format!("{} is not a unicast MAC", n.mac));
@@ -283,7 +384,11 @@ fn health(c: &Config, out: &mut Found) {
         err(out, at("interval"), "must be positive");
     }
     if h.timeout.get().is_zero() || h.timeout > h.interval {
-        err(out, at("timeout"), "must be positive and no longer than interval");
+        err(
+            out,
+            at("timeout"),
+            "must be positive and no longer than interval",
+        );
     }
     if h.rise == 0 {
         err(out, at("rise"), "must be at least 1");
@@ -300,7 +405,11 @@ fn kubernetes(c: &Config, out: &mut Found) {
     let Some(k) = &c.kubernetes else { return };
     let at = |key: &str| KeyPath::of(&["kubernetes", key]);
     if k.min_sync_period > k.sync_period {
-        err(out, at("min_sync_period"), "must not be longer than sync_period");
+        err(
+            out,
+            at("min_sync_period"),
+            "must not be longer than sync_period",
+        );
     }
     if k.sync_period.get().is_zero() {
         err(out, at("sync_period"), "must be positive");

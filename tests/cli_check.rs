@@ -1,0 +1,150 @@
+//! Black-box tests of `xvs check`, `xvs run`'s refusals and `xvs --version`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn xvs(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_xvs"))
+        .args(args)
+        .output()
+        .expect("run xvs")
+}
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("config/examples")
+        .join(name)
+}
+
+fn write_temp(dir: &tempfile::TempDir, text: &str) -> PathBuf {
+    let p = dir.path().join("xvs.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn check_lab_prints_summary() {
+    let o = xvs(&["check", "--config", example("lab.toml").to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    assert!(out.contains("source: static (3 services)"), "{out}");
+    assert!(
+        out.contains("web 198.18.100.1:80/tcp scheduler rr mode fullnat, 3 backends"),
+        "{out}"
+    );
+    assert!(
+        out.contains("echo 198.18.100.1:9000/udp scheduler mh+mh-port"),
+        "{out}"
+    );
+    assert!(out.contains("-> 198.18.1.2:8080 weight 1"), "{out}");
+    assert!(out.contains("[2001:2:0:100::1]:80/tcp"), "{out}");
+}
+
+#[test]
+fn check_every_example() {
+    for name in ["lab.toml", "static-services.toml", "edge-node.toml"] {
+        let o = xvs(&["check", "--config", example(name).to_str().unwrap()]);
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+    }
+    let o = xvs(&[
+        "check",
+        "--config",
+        example("edge-node.toml").to_str().unwrap(),
+    ]);
+    let out = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        out.contains("source: kubernetes (/etc/xvs/kubeconfig; service-proxy-name xvs"),
+        "{out}"
+    );
+    assert!(out.contains("4 workers on cores [2, 3, 4, 5]"), "{out}");
+}
+
+#[test]
+fn bad_files_exit_2_naming_key_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = std::fs::read_to_string(example("lab.toml")).unwrap();
+    let line_of = |needle: &str| good.lines().position(|l| l.contains(needle)).unwrap() + 1;
+    let cases = [
+        (
+            "batch_size = 64",
+            "batch_sise = 64",
+            "dataplane.batch_sise",
+            line_of("batch_size = 64"),
+        ),
+        (
+            "vip = \"198.18.100.1\"",
+            "vip = \"198.18.100.256\"",
+            "services[0].vip",
+            line_of("vip = \"198.18.100.1\""),
+        ),
+        (
+            "scheduler = \"mh\"",
+            "scheduler = \"maglev\"",
+            "services[1].scheduler",
+            line_of("scheduler = \"mh\""),
+        ),
+        (
+            "batch_size = 64",
+            "batch_size = 65",
+            "dataplane.batch_size",
+            line_of("batch_size = 64"),
+        ),
+    ];
+    for (from, to, key, line) in cases {
+        let p = write_temp(&dir, &good.replacen(from, to, 1));
+        let o = xvs(&["check", "--config", p.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(2), "{to}");
+        let err = stderr(&o);
+        assert!(
+            err.contains(&format!("xvs.toml:{line}:")),
+            "{to}: wants line {line}: {err}"
+        );
+        assert!(err.contains(key), "{to}: wants key {key}: {err}");
+        assert!(o.stdout.is_empty());
+    }
+}
+
+#[test]
+fn missing_file_exits_2() {
+    let o = xvs(&["check", "--config", "/nonexistent/xvs.toml"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("/nonexistent/xvs.toml"));
+}
+
+#[test]
+fn run_refuses_a_missing_interface() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write_temp(
+        &dir,
+        "[dataplane]\ninterfaces = [{ name = \"xvsnope0\" }]\ncores = [0]\nmode = \"nat\"\n",
+    );
+    let o = xvs(&["run", "--config", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    // As root the interface check speaks; otherwise the root check does.
+    assert!(
+        err.contains("xvsnope0") || err.contains("must run as root"),
+        "{err}"
+    );
+    let bad = write_temp(&dir, "[dataplane]\nbatch_size = 3\n");
+    assert_eq!(
+        xvs(&["run", "--config", bad.to_str().unwrap()])
+            .status
+            .code(),
+        Some(2)
+    );
+}
+
+#[test]
+fn version_is_printed() {
+    let o = xvs(&["--version"]);
+    assert!(o.status.success());
+    assert_eq!(
+        String::from_utf8(o.stdout).unwrap().trim(),
+        format!("xvs {}", env!("CARGO_PKG_VERSION"))
+    );
+}
