@@ -1,0 +1,274 @@
+//! Kubernetes `sessionAffinity: ClientIP`: (service, client address) → backend, for
+//! `timeoutSeconds` (default [`TIMEOUT_DEFAULT`], 10800 s) after the client was last seen.
+//!
+//! - **Fixed capacity**, allocated by [`AffinityTable::new`]: 4-way set-associative buckets.
+//!   An insert goes to the slot already holding the key, else an empty slot, else the slot
+//!   unused for longest (expired entries are the oldest, so they go first).
+//! - **Lock-free.** Shared by every worker. Each slot's key and backend sit behind a sequence
+//!   lock: a lookup reads them, then checks the sequence did not move, so a read racing a
+//!   write is a *miss*, never a wrong backend. An insert that finds its slot being written by
+//!   another worker is dropped (returns `false`); the flow still goes where the caller
+//!   scheduled it, and the next insert stores it.
+//! - **Races.** Two workers inserting the same new key at once may fill two slots; lookups and
+//!   later inserts always use the first matching slot of the bucket, so the answer stays
+//!   consistent and the other copy ages out. The last-used time (`u32` seconds since the epoch
+//!   given to `new`, refreshed by lookups with a relaxed store) is outside the lock: a refresh
+//!   racing a replacement can only stamp the new entry with "now", which it just got anyway.
+//! - The caller checks that the returned [`BackendId`] is still a usable backend of the
+//!   service (it may have been removed or drained since); if not, it schedules and inserts
+//!   again, overriding the entry.
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::BackendId;
+use crate::hash::fmix64;
+use crate::seqlock::SeqLock;
+
+/// Kubernetes' default `sessionAffinityConfig.clientIP.timeoutSeconds`.
+pub const TIMEOUT_DEFAULT: Duration = Duration::from_secs(10800);
+/// Largest table (slots).
+pub const CAPACITY_MAX: usize = 1 << 26;
+const WAYS: usize = 4;
+const SEED: u64 = 0x6166_6669_6e69_7479;
+
+#[derive(Default)]
+struct Slot {
+    lock: SeqLock,
+    /// `service << 32 | family`, family 4 or 6; 0 = empty.
+    head: AtomicU64,
+    addr_hi: AtomicU64,
+    addr_lo: AtomicU64,
+    backend: AtomicU32,
+    /// Seconds since the epoch; outside the lock (see the module doc).
+    last_used_s: AtomicU32,
+}
+
+/// The ClientIP affinity table. See the module doc for its contract.
+pub struct AffinityTable {
+    slots: Box<[Slot]>,
+    bucket_mask: usize,
+    epoch: Instant,
+}
+
+impl std::fmt::Debug for AffinityTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AffinityTable")
+            .field("capacity", &self.slots.len())
+            .finish()
+    }
+}
+
+type Key = [u64; 3];
+
+fn key(service: u32, client: IpAddr) -> Key {
+    match client {
+        IpAddr::V4(a) => [u64::from(service) << 32 | 4, 0, u64::from(u32::from(a))],
+        IpAddr::V6(a) => {
+            let b = u128::from(a);
+            [u64::from(service) << 32 | 6, (b >> 64) as u64, b as u64]
+        }
+    }
+}
+
+impl AffinityTable {
+    /// A table of at least `capacity` entries (rounded up to a power of two, at least 4, at
+    /// most [`CAPACITY_MAX`]). Times are stored relative to `epoch`; pass the process start.
+    pub fn new(capacity: usize, epoch: Instant) -> AffinityTable {
+        let n = capacity.clamp(WAYS, CAPACITY_MAX).next_power_of_two();
+        AffinityTable {
+            slots: (0..n).map(|_| Slot::default()).collect(),
+            bucket_mask: n / WAYS - 1,
+            epoch,
+        }
+    }
+
+    /// Slots allocated.
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn secs(&self, now: Instant) -> u32 {
+        now.saturating_duration_since(self.epoch)
+            .as_secs()
+            .min(u64::from(u32::MAX)) as u32
+    }
+
+    #[inline]
+    fn bucket(&self, k: &Key) -> &[Slot] {
+        let h = fmix64(fmix64(SEED ^ k[0] ^ k[1]) ^ k[2]);
+        let b = (h as usize) & self.bucket_mask;
+        &self.slots[b * WAYS..(b + 1) * WAYS]
+    }
+
+    /// The backend of a slot holding `k`, read consistently.
+    #[inline]
+    fn read(slot: &Slot, k: &Key) -> Option<BackendId> {
+        let stamp = slot.lock.read_begin()?;
+        let same = slot.head.load(Ordering::Relaxed) == k[0]
+            && slot.addr_hi.load(Ordering::Relaxed) == k[1]
+            && slot.addr_lo.load(Ordering::Relaxed) == k[2];
+        let backend = slot.backend.load(Ordering::Relaxed);
+        (same && slot.lock.read_validate(stamp)).then_some(BackendId(backend))
+    }
+
+    /// The client's backend for `service` if it was used within `timeout`; refreshes the
+    /// last-used time. Never allocates or blocks.
+    #[inline]
+    pub fn lookup(
+        &self,
+        service: u32,
+        client: IpAddr,
+        now: Instant,
+        timeout: Duration,
+    ) -> Option<BackendId> {
+        let k = key(service, client);
+        let now_s = self.secs(now);
+        for slot in self.bucket(&k) {
+            if let Some(b) = Self::read(slot, &k) {
+                let last = slot.last_used_s.load(Ordering::Relaxed);
+                if u64::from(now_s.saturating_sub(last)) > timeout.as_secs() {
+                    return None;
+                }
+                if last != now_s {
+                    slot.last_used_s.store(now_s, Ordering::Relaxed);
+                }
+                return Some(b);
+            }
+        }
+        None
+    }
+
+    /// Records (or overrides) the client's backend for `service`, last used `now`. Returns
+    /// `false` if the chosen slot was being written by another worker and the insert was
+    /// dropped.
+    pub fn insert(&self, service: u32, client: IpAddr, backend: BackendId, now: Instant) -> bool {
+        let k = key(service, client);
+        let bucket = self.bucket(&k);
+        let victim = bucket
+            .iter()
+            .position(|s| Self::read(s, &k).is_some())
+            .or_else(|| {
+                bucket
+                    .iter()
+                    .position(|s| s.head.load(Ordering::Relaxed) == 0)
+            })
+            .unwrap_or_else(|| {
+                (0..WAYS)
+                    .min_by_key(|&i| bucket[i].last_used_s.load(Ordering::Relaxed))
+                    .unwrap_or(0)
+            });
+        let slot = &bucket[victim];
+        let Some(_guard) = slot.lock.try_write() else {
+            return false;
+        };
+        slot.head.store(k[0], Ordering::Relaxed);
+        slot.addr_hi.store(k[1], Ordering::Relaxed);
+        slot.addr_lo.store(k[2], Ordering::Relaxed);
+        slot.backend.store(backend.0, Ordering::Relaxed);
+        slot.last_used_s.store(self.secs(now), Ordering::Relaxed);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use super::*;
+
+    fn client(i: u32) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::from(0xC613_0000 + i))
+    }
+
+    #[test]
+    fn hit_within_timeout_and_use_refreshes() {
+        let t0 = Instant::now();
+        let t = AffinityTable::new(1024, t0);
+        assert_eq!(t.lookup(1, client(1), t0, TIMEOUT_DEFAULT), None);
+        assert!(t.insert(1, client(1), BackendId(7), t0));
+        let s = Duration::from_secs;
+        assert_eq!(
+            t.lookup(1, client(1), t0 + s(10800), TIMEOUT_DEFAULT),
+            Some(BackendId(7))
+        );
+        // That lookup refreshed it: 10800 s after it, still there.
+        assert_eq!(
+            t.lookup(1, client(1), t0 + s(21600), TIMEOUT_DEFAULT),
+            Some(BackendId(7))
+        );
+        // 10801 s idle: expired.
+        assert_eq!(t.lookup(1, client(1), t0 + s(32401), TIMEOUT_DEFAULT), None);
+        // A shorter per-service timeout applies at lookup.
+        t.insert(1, client(2), BackendId(8), t0);
+        assert_eq!(t.lookup(1, client(2), t0 + s(61), s(60)), None);
+    }
+
+    #[test]
+    fn insert_overrides_and_keys_include_service_and_family() {
+        let t0 = Instant::now();
+        let t = AffinityTable::new(64, t0);
+        t.insert(1, client(1), BackendId(7), t0);
+        t.insert(1, client(1), BackendId(9), t0);
+        assert_eq!(
+            t.lookup(1, client(1), t0, TIMEOUT_DEFAULT),
+            Some(BackendId(9))
+        );
+        assert_eq!(t.lookup(2, client(1), t0, TIMEOUT_DEFAULT), None);
+        let v6: IpAddr = "::c613:1".parse().unwrap();
+        assert_eq!(t.lookup(1, v6, t0, TIMEOUT_DEFAULT), None);
+        t.insert(1, v6, BackendId(3), t0);
+        assert_eq!(t.lookup(1, v6, t0, TIMEOUT_DEFAULT), Some(BackendId(3)));
+        assert_eq!(
+            t.lookup(1, client(1), t0, TIMEOUT_DEFAULT),
+            Some(BackendId(9))
+        );
+    }
+
+    #[test]
+    fn a_full_bucket_evicts_the_least_recently_used() {
+        let t0 = Instant::now();
+        let t = AffinityTable::new(4, t0); // one bucket
+        let s = Duration::from_secs;
+        for i in 0..4 {
+            t.insert(1, client(i), BackendId(i), t0 + s(u64::from(i)));
+        }
+        t.lookup(1, client(0), t0 + s(10), TIMEOUT_DEFAULT).unwrap();
+        t.insert(1, client(9), BackendId(9), t0 + s(11));
+        assert_eq!(
+            t.lookup(1, client(1), t0 + s(11), TIMEOUT_DEFAULT),
+            None,
+            "LRU evicted"
+        );
+        for i in [0, 2, 3, 9] {
+            assert_eq!(
+                t.lookup(1, client(i), t0 + s(11), TIMEOUT_DEFAULT),
+                Some(BackendId(i))
+            );
+        }
+    }
+
+    #[test]
+    fn concurrent_writers_never_produce_a_wrong_backend() {
+        // Each client's backend id encodes the client, so any torn read would show up as a
+        // mismatch. Four threads hammer a tiny table (heavy eviction and write collisions).
+        let t0 = Instant::now();
+        let t = AffinityTable::new(16, t0);
+        std::thread::scope(|sc| {
+            for w in 0..4u32 {
+                let t = &t;
+                sc.spawn(move || {
+                    for n in 0..20_000u32 {
+                        let c = (n * 7 + w) % 64;
+                        if n % 3 == 0 {
+                            t.insert(5, client(c), BackendId(c * 1000 + 1), t0);
+                        } else if let Some(b) = t.lookup(5, client(c), t0, TIMEOUT_DEFAULT) {
+                            assert_eq!(b, BackendId(c * 1000 + 1), "torn read for client {c}");
+                        }
+                    }
+                });
+            }
+        });
+    }
+}
