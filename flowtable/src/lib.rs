@@ -1,1 +1,109 @@
-//! The xvs flow table (conntrack). See the crate docs once written.
+//! The xvs flow table (conntrack): a fixed-capacity, lock-free table of flows shared by every
+//! fastpath worker.
+//!
+//! # Contract
+//!
+//! - Allocated once in [`FlowTable::new`] (capacity, backends, timeouts); nothing allocates
+//!   afterwards. No clock is read: every call that needs time takes `now: Instant`, stored as
+//!   100 ms ticks since the `epoch` given to `new`.
+//! - Every flow is reachable by its **original** tuple (client → VIP) and its **reply** tuple
+//!   (backend → SNAT address, or client in nat mode); both lead to one entry.
+//!   [`FlowTable::lookup`] says which direction matched.
+//! - Lookups are wait-free (a bounded probe plus validated reads); inserts, state updates,
+//!   removals and sweeps are lock-free (CAS loops).
+//! - TCP state follows IPVS's table ([`state`]), with per-state idle timeouts ([`Timeouts`]).
+//!   Expiry is a bounded incremental [`FlowTable::sweep`]; there are no timers.
+//! - When full, an insert recycles an *embryonic* (handshake not completed) or expired flow
+//!   found near the new flow's hash, or fails with [`InsertError::Full`]: established
+//!   connections are never pushed out.
+//! - Per-backend active (TCP ESTABLISHED) / inactive (every other live state) counts, exposed
+//!   through [`lb_algos::ConnCounts`].
+//!
+//! Typical per-packet use (a worker):
+//!
+//! ```
+//! # use flowtable::*;
+//! # use std::time::Instant;
+//! # let epoch = Instant::now();
+//! # let table = FlowTable::new(FlowTableConfig::new(1024, 16), epoch).unwrap();
+//! # let key = FlowKey::v4(Protocol::Tcp, [198,18,0,1].into(), 40000, [198,18,100,1].into(), 80);
+//! # let now = epoch;
+//! match table.lookup(&key) {
+//!     Some((handle, dir)) => {
+//!         let _state = table.on_packet(handle, dir, TcpFlags::ACK, now);
+//!         let _flow = table.get(handle); // rewrite from flow.data
+//!     }
+//!     None => { /* schedule, then table.insert(&data, TcpFlags::SYN, now) */ }
+//! }
+//! ```
+//!
+//! # Memory layout
+//!
+//! - **Entries**: a slab of `capacity` entries of 96 bytes (`#[repr(C, align(32))]`, twelve
+//!   `AtomicU64`): a control word `gen:22 | status:2 | state:8 | last_seen:32`, four 128-bit
+//!   addresses (IPv4 v4-mapped), one word of four ports, one of service/backend id, one of
+//!   snapshot generation / protocol / family / flags.
+//! - **Index**: `3.2 × capacity` `u64` words (two tuples per flow, load factor ≤ 0.625), linear
+//!   probing with a fast-range home slot. A word is `tag:31 | dir:1 | entry+1:32`; tuples are
+//!   not stored twice, candidates are confirmed against the entry's fields.
+//! - About 122 bytes per flow in all ([`FlowTable::bytes_per_flow`]).
+//!
+//! # Concurrency protocol
+//!
+//! **Entry life cycle.** FREE → INSERTING → LIVE → DYING → FREE, in the control word. Free
+//! entries sit on a Treiber stack whose head carries an ABA tag; the link is kept in the
+//! free entry's id word. An inserter that pops an entry owns it: it bumps the generation,
+//! issues a release fence, writes the data words, and stores INSERTING with release. Data words
+//! never change while the entry is INSERTING or LIVE; state and last-seen live in the control
+//! word and change only by CAS (`on_packet`), so every control-word transition is serialized
+//! and each winner adjusts the backend counts for exactly the transition it made.
+//!
+//! **Readers** (seqlock style): load the control word (acquire), require INSERTING/LIVE (and the
+//! handle's generation), read the data words (relaxed atomics: racy but never UB), acquire fence,
+//! reload the control word and require the same generation, still readable. A reader racing a
+//! recycler therefore never returns a torn or recycled entry: the recycler's data stores come
+//! after its release fence, which follows the DYING/FREE store that the recheck then sees.
+//!
+//! **Publishing.** After INSERTING the inserter publishes the original tuple's index word, then
+//! the reply tuple's. Index inserts claim only EMPTY slots, by CAS, scanning from the home slot
+//! and comparing every tag-matching word against its entry. Two workers inserting the same new
+//! flow: the index slot sequence is claimed in probe order, so the later claimer passes the
+//! earlier one's word and sees it (the word CAS is the publication, and the entry was complete
+//! before it); it tears its own entry down and gets [`InsertError::Exists`] with the winner's
+//! handle. Only when both tuples are indexed does the entry become LIVE; until then no one else
+//! can remove it, which keeps the "one index word per (entry, direction)" invariant that
+//! removal relies on. A reply tuple already used by another flow gives
+//! [`InsertError::ReplyInUse`] and the original word is withdrawn.
+//!
+//! **Removal** (remove, expiry, recycling): CAS LIVE → DYING picks the one winner; it tombstones
+//! both index words (CAS of the exact word to TOMB), decrements the counts for the state it
+//! saw, stores FREE and pushes the entry on the free list. Only after that can the entry be
+//! reused, so no stale index word ever points to a new incarnation.
+//!
+//! **Tombstones.** Inserts never reuse them (reuse would let two racing inserts of one key
+//! claim different slots unseen). Sweeps turn them back into EMPTY: a TOMB at `p` may become
+//! EMPTY only while `p+1` is EMPTY (then no key can live beyond `p` through `p`); `p+1` is
+//! frozen (CAS EMPTY → FROZEN) during the change so no insert claims it in between. Readers
+//! treat FROZEN as EMPTY; inserts wait for it. An insert whose claim raced a cleanup could end
+//! up beyond a fresh EMPTY slot, so after claiming it rescans `[home, claimed)` (SeqCst, as are
+//! claims and cleanups) and, if it finds an EMPTY/FROZEN slot, withdraws its word and retries;
+//! the rescan also catches a same-key word published by a racing insert that the cleanup let
+//! claim an earlier slot. Probes are bounded by `MAX_PROBE` slots (128).
+//!
+//! The core of this (two inserts of one flow, insert vs. remove vs. lookup, insert vs. cleanup)
+//! is model-checked with loom: `RUSTFLAGS="--cfg loom" cargo test -p flowtable --release --test
+//! loom`.
+
+mod index;
+pub mod key;
+pub mod state;
+mod sync;
+mod table;
+
+pub use key::{Direction, FlowData, FlowKey, Protocol};
+pub use lb_algos::{BackendId, ConnCounts};
+pub use state::{FlowState, SctpState, TcpFlags, TcpState, Timeouts};
+pub use table::{
+    CAPACITY_MAX, Error, ExpiredFlow, FlowHandle, FlowTable, FlowTableConfig, FlowTableStats,
+    FlowView, InsertError, SweepStats,
+};

@@ -1,0 +1,345 @@
+//! The open-addressing index: `u64` words, linear probing, shared by both tuples of every flow.
+//!
+//! A word is `EMPTY` (0), `TOMB` (a removed word), `FROZEN` (an empty slot that a cleanup is
+//! working next to), or `tag:31 | dir:1 | entry+1:32`. The tag is the top 31 bits of the key's
+//! hash; the home slot is computed from the tag alone (`tag * len >> 31`), so a cleanup can tell
+//! where any word's probe sequence started, and a probe touches an entry only on a tag match.
+//! Keys are not stored here: a candidate is confirmed against the entry's fields.
+//!
+//! Invariant (I): a word whose key hashes to home slot `h` and which sits at slot `s` has no
+//! `EMPTY`/`FROZEN` slot in `[h, s)`, and `s` is fewer than [`MAX_PROBE`] slots from `h`. So a
+//! lookup may stop at the first `EMPTY`/`FROZEN` slot or after `MAX_PROBE` slots.
+//! See the crate docs for how inserts, removals and cleanups keep (I) without locks.
+
+use crate::sync::{AtomicU64, Ordering, spin};
+
+pub(crate) const EMPTY: u64 = 0;
+pub(crate) const TOMB: u64 = u64::MAX;
+pub(crate) const FROZEN: u64 = u64::MAX - 1;
+
+/// Longest probe sequence: bounds every lookup (wait-free) and insert.
+#[cfg(not(loom))]
+pub(crate) const MAX_PROBE: usize = 128;
+#[cfg(loom)]
+pub(crate) const MAX_PROBE: usize = 8;
+
+/// Retries of an insert whose claimed slot turned out invalid (a cleanup raced it).
+const MAX_RETRIES: usize = 64;
+
+#[inline]
+pub(crate) fn make_word(hash: u64, dir_reply: bool, entry: u32) -> u64 {
+    ((hash >> 33) << 33) | (u64::from(dir_reply) << 32) | (u64::from(entry) + 1)
+}
+
+/// `(entry, dir_reply)` of a live word (not EMPTY/TOMB/FROZEN).
+#[inline]
+pub(crate) fn word_entry(w: u64) -> (u32, bool) {
+    ((w as u32).wrapping_sub(1), w & (1 << 32) != 0)
+}
+
+#[inline]
+pub(crate) fn tag_matches(w: u64, hash: u64) -> bool {
+    (w >> 33) == (hash >> 33)
+}
+
+pub(crate) struct Index {
+    pub(crate) slots: Box<[AtomicU64]>,
+}
+
+/// Outcome of [`Index::insert`].
+pub(crate) enum Claim {
+    /// The word is published and (I) holds for it.
+    Done,
+    /// Another live entry has the same key: `(entry, dir_reply)` of its word.
+    Conflict(u32, bool),
+    /// No empty slot within the probe limit, or too many retries.
+    Full,
+}
+
+impl Index {
+    pub(crate) fn new(len: usize) -> Self {
+        Index {
+            slots: (0..len).map(|_| AtomicU64::new(EMPTY)).collect(),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    #[inline]
+    pub(crate) fn home(&self, hash: u64) -> usize {
+        (((hash >> 33) * self.slots.len() as u64) >> 31) as usize
+    }
+
+    /// Slots from `a` forward to `b`.
+    #[inline]
+    fn dist(&self, a: usize, b: usize) -> usize {
+        if b >= a {
+            b - a
+        } else {
+            b + self.slots.len() - a
+        }
+    }
+
+    #[inline]
+    pub(crate) fn next(&self, pos: usize) -> usize {
+        if pos + 1 == self.slots.len() {
+            0
+        } else {
+            pos + 1
+        }
+    }
+
+    #[inline]
+    fn prev(&self, pos: usize) -> usize {
+        if pos == 0 {
+            self.slots.len() - 1
+        } else {
+            pos - 1
+        }
+    }
+
+    /// Probe words that may belong to `hash`, in order, until `EMPTY`/`FROZEN` or the limit;
+    /// `f` returns `Some` to stop.
+    #[inline]
+    pub(crate) fn probe<R>(&self, hash: u64, mut f: impl FnMut(u64) -> Option<R>) -> Option<R> {
+        let mut pos = self.home(hash);
+        for _ in 0..MAX_PROBE.min(self.slots.len()) {
+            let w = self.slots[pos].load(Ordering::Acquire);
+            if w == EMPTY || w == FROZEN {
+                return None;
+            }
+            if w != TOMB
+                && tag_matches(w, hash)
+                && let Some(r) = f(w)
+            {
+                return Some(r);
+            }
+            pos = self.next(pos);
+        }
+        None
+    }
+
+    /// Publish `word` for a key with `hash`. `same_key(w)` says whether the live word `w` (not
+    /// our own) indexes another live entry with the same key.
+    ///
+    /// Claims only `EMPTY` slots (never reuses tombstones), so the first inserter of a key in
+    /// probe order is seen by every later one; then rescans `[home, claimed)`: an `EMPTY`/
+    /// `FROZEN` slot there means a cleanup raced us and (I) may not hold, so we retract and retry;
+    /// a same-key word there means we lost a race, so we retract and report it.
+    pub(crate) fn insert(&self, hash: u64, word: u64, same_key: impl Fn(u64) -> bool) -> Claim {
+        let limit = MAX_PROBE.min(self.slots.len());
+        let mut cleaned = false;
+        'retry: for _ in 0..MAX_RETRIES {
+            let home = self.home(hash);
+            let mut pos = home;
+            let mut claimed = None;
+            'probe: for _ in 0..limit {
+                let mut w = self.slots[pos].load(Ordering::SeqCst);
+                loop {
+                    if w == FROZEN {
+                        spin();
+                        continue 'retry;
+                    }
+                    if w != EMPTY {
+                        break;
+                    }
+                    match self.slots[pos].compare_exchange(
+                        EMPTY,
+                        word,
+                        Ordering::SeqCst,
+                        Ordering::SeqCst,
+                    ) {
+                        Ok(_) => {
+                            claimed = Some(pos);
+                            break 'probe;
+                        }
+                        Err(actual) => w = actual,
+                    }
+                }
+                if w != TOMB && tag_matches(w, hash) && same_key(w) {
+                    let (e, d) = word_entry(w);
+                    return Claim::Conflict(e, d);
+                }
+                pos = self.next(pos);
+            }
+            let Some(claimed) = claimed else {
+                if cleaned {
+                    return Claim::Full;
+                }
+                // Tombstones may be clogging our probe window: clear what we can, retry once.
+                cleaned = true;
+                self.cleanup(home, 2 * limit);
+                continue 'retry;
+            };
+            let mut pos = home;
+            while pos != claimed {
+                let w = self.slots[pos].load(Ordering::SeqCst);
+                if w == EMPTY || w == FROZEN {
+                    self.retract(claimed, word);
+                    spin();
+                    continue 'retry;
+                }
+                if w != TOMB && tag_matches(w, hash) && same_key(w) {
+                    self.retract(claimed, word);
+                    let (e, d) = word_entry(w);
+                    return Claim::Conflict(e, d);
+                }
+                pos = self.next(pos);
+            }
+            return Claim::Done;
+        }
+        Claim::Full
+    }
+
+    fn retract(&self, pos: usize, word: u64) {
+        // Only we write a slot holding our word (removers of our entry wait for it to be LIVE).
+        let prev = self.slots[pos].swap(TOMB, Ordering::SeqCst);
+        debug_assert_eq!(prev, word);
+    }
+
+    /// Tombstone the slot holding exactly `word` (at most one does). Returns whether found.
+    pub(crate) fn remove(&self, hash: u64, word: u64) -> bool {
+        let mut pos = self.home(hash);
+        for _ in 0..MAX_PROBE.min(self.slots.len()) {
+            let w = self.slots[pos].load(Ordering::SeqCst);
+            if w == word {
+                return self.slots[pos]
+                    .compare_exchange(word, TOMB, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok();
+            }
+            if w == EMPTY {
+                return false;
+            }
+            pos = self.next(pos);
+        }
+        false
+    }
+
+    /// Turn tombstones back into `EMPTY` in `[start, start+len)`, walking backwards so runs of
+    /// tombstones are cleared from their end in one pass. Returns the number cleared.
+    ///
+    /// A tombstone at `p` may become `EMPTY` when no live word's probe path `[home, pos)` covers
+    /// `p`. Only words between `p` and the next `EMPTY` slot `q` can have such a path; `q` is
+    /// frozen (CAS `EMPTY` → `FROZEN`) while we check them and clear `p`, so no insert can claim
+    /// `q` or anything beyond through `p` meanwhile (inserts wait on `FROZEN`), and no `EMPTY`
+    /// can appear between `p` and `q` (clearing one would need `q` frozen by its cleaner).
+    pub(crate) fn cleanup(&self, start: usize, len: usize) -> usize {
+        let n = self.slots.len();
+        let len = len.min(n);
+        let mut cleared = 0;
+        let mut p = (start + len) % n;
+        for _ in 0..len {
+            p = self.prev(p);
+            if self.slots[p].load(Ordering::Relaxed) == TOMB && self.clear_tomb(p) {
+                cleared += 1;
+            }
+        }
+        cleared
+    }
+
+    fn clear_tomb(&self, p: usize) -> bool {
+        let limit = (2 * MAX_PROBE).min(self.slots.len() - 1);
+        let mut q = self.next(p);
+        let mut found = false;
+        for _ in 0..limit {
+            let w = self.slots[q].load(Ordering::SeqCst);
+            if w == FROZEN {
+                return false;
+            }
+            if w == EMPTY {
+                found = true;
+                break;
+            }
+            q = self.next(q);
+        }
+        if !found
+            || self.slots[q]
+                .compare_exchange(EMPTY, FROZEN, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+        {
+            return false;
+        }
+        let mut blocked = false;
+        let mut r = self.next(p);
+        while r != q {
+            let w = self.slots[r].load(Ordering::SeqCst);
+            if w != TOMB {
+                let home = (((w >> 33) * n_u64(self)) >> 31) as usize;
+                if self.dist(home, p) < self.dist(home, r) {
+                    blocked = true;
+                    break;
+                }
+            }
+            r = self.next(r);
+        }
+        let ok = !blocked
+            && self.slots[p]
+                .compare_exchange(TOMB, EMPTY, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok();
+        self.slots[q].store(EMPTY, Ordering::SeqCst);
+        ok
+    }
+}
+
+#[inline]
+fn n_u64(i: &Index) -> u64 {
+    i.slots.len() as u64
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn hash_for_home(ix: &Index, home: usize) -> u64 {
+        let n = ix.len() as u64;
+        let tag = (home as u64 * (1 << 31)).div_ceil(n);
+        let h = tag << 33;
+        assert_eq!(ix.home(h), home);
+        h
+    }
+
+    fn census(ix: &Index) -> String {
+        ix.slots
+            .iter()
+            .map(|s| match s.load(Ordering::Relaxed) {
+                EMPTY => '.',
+                TOMB => 'T',
+                _ => 'L',
+            })
+            .collect()
+    }
+
+    #[test]
+    fn cleanup_clears_unpinned_tombstones_only() {
+        let ix = Index::new(16);
+        let put = |home: usize, e: u32| {
+            let h = hash_for_home(&ix, home);
+            let w = make_word(h, false, e);
+            assert!(matches!(ix.insert(h, w, |_| false), Claim::Done));
+            (h, w)
+        };
+        let a = put(14, 0); // 14
+        let b = put(14, 1); // 15
+        let c = put(14, 2); // 0 (wraps)
+        let d = put(1, 3); // 1
+        let e = put(1, 4); // 2
+        assert_eq!(census(&ix), "LLL...........LL");
+        assert!(ix.remove(a.0, a.1) && ix.remove(b.0, b.1));
+        assert!(ix.remove(d.0, d.1));
+        assert_eq!(census(&ix), "LTL...........TT");
+        // 14 and 15 are pinned by c (home 14, at 0); 1 is pinned by e.
+        assert_eq!(ix.cleanup(0, 16), 0);
+        assert!(ix.remove(c.0, c.1));
+        assert_eq!(ix.cleanup(0, 16), 3, "{}", census(&ix));
+        assert_eq!(
+            census(&ix),
+            "..TL............".replace("..TL", ".TL."),
+            "{}",
+            census(&ix)
+        );
+        let _ = e;
+    }
+}

@@ -1,0 +1,23 @@
+//! Atomics shim: `loom`'s model-checked atomics under `--cfg loom`, `std`'s otherwise.
+//!
+//! Every atomic the concurrency protocol relies on goes through this module so that the loom
+//! test (`tests/loom.rs`) checks the same code that runs in production.
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
+
+/// Spin hint while waiting for another thread's short critical step (index slot freeze).
+#[inline]
+pub(crate) fn spin() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    std::hint::spin_loop();
+}
+
+/// Keeps a hot shared counter on its own cache lines (two, for the adjacent-line prefetcher).
+#[repr(align(128))]
+#[derive(Default)]
+pub(crate) struct Padded<T>(pub T);

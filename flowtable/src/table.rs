@@ -1,0 +1,970 @@
+//! The flow table: an entry slab, a free list, the shared index, counters and the sweep.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use lb_algos::{BackendId, ConnCounts};
+
+use crate::index::{self, Claim, Index};
+use crate::key::{Direction, FlowData, FlowKey, Protocol, bits_addr};
+use crate::state::{FlowState, STATE_CODES, TcpFlags, Timeouts};
+use crate::sync::{AtomicU32, AtomicU64, AtomicUsize, Ordering, Padded, fence};
+
+/// Largest capacity: entry numbers must fit the index word's 32-bit field with room for the
+/// reserved values.
+pub const CAPACITY_MAX: usize = 1 << 31;
+
+/// Time unit of the stored last-seen time: 100 ms (u32 ticks last 13.6 years from `epoch`).
+const TICK_MS: u64 = 100;
+
+/// Entries probed for an embryonic or expired victim when the free list is empty.
+const VICTIM_PROBE: usize = 32;
+
+/// Index slots per flow (two keys per flow at load factor 0.625).
+const INDEX_SLOTS_NUM: usize = 16;
+const INDEX_SLOTS_DEN: usize = 5;
+#[cfg(not(loom))]
+const INDEX_PAD: usize = 16;
+#[cfg(loom)]
+const INDEX_PAD: usize = 1;
+
+// Entry words. Addresses are u128 split in (lo, hi) words.
+const W_CTL: usize = 0;
+const W_CLIENT: usize = 1;
+const W_VIP: usize = 3;
+const W_BACKEND: usize = 5;
+const W_SNAT: usize = 7;
+/// client port | vip port << 16 | backend port << 32 | snat port << 48.
+const W_PORTS: usize = 9;
+/// service id | backend id << 32; while the entry is free: the free-list link (entry + 1).
+const W_IDS: usize = 10;
+/// snapshot gen | proto << 32 | v6 << 40 | flags << 48.
+const W_META: usize = 11;
+const WORDS: usize = 12;
+
+/// One flow: 12 atomic words, 96 bytes. Word 0 is the control word
+/// `gen:22 | status:2 | state:8 | last_seen:32`; the rest are immutable while the entry is
+/// INSERTING or LIVE. Atomics (not plain fields) so readers may race with a recycler without UB:
+/// they validate with the control word instead.
+#[repr(C, align(32))]
+struct Entry {
+    w: [AtomicU64; WORDS],
+}
+
+const _: () = assert!(std::mem::size_of::<Entry>() == 96 || cfg!(loom));
+
+const ST_FREE: u64 = 0;
+const ST_INSERTING: u64 = 1;
+const ST_LIVE: u64 = 2;
+const ST_DYING: u64 = 3;
+const GEN_MASK: u64 = (1 << 22) - 1;
+
+#[inline]
+fn ctl(gen_: u64, status: u64, state: u8, ls: u32) -> u64 {
+    (gen_ & GEN_MASK) << 42 | status << 40 | u64::from(state) << 32 | u64::from(ls)
+}
+#[inline]
+fn ctl_gen(c: u64) -> u64 {
+    c >> 42
+}
+#[inline]
+fn ctl_status(c: u64) -> u64 {
+    (c >> 40) & 3
+}
+#[inline]
+fn ctl_state(c: u64) -> u8 {
+    (c >> 32) as u8
+}
+#[inline]
+fn ctl_ls(c: u64) -> u32 {
+    c as u32
+}
+/// Readable (lookups, `get`, `on_packet`): data complete and not being torn down.
+#[inline]
+fn ctl_readable(c: u64) -> bool {
+    matches!(ctl_status(c), ST_INSERTING | ST_LIVE)
+}
+
+/// Identifies one incarnation of one entry. A handle to a removed or recycled flow is detected
+/// (calls return `None`), so holding a handle across batches is safe, just possibly stale.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FlowHandle(u64);
+
+impl FlowHandle {
+    fn new(entry: u32, gen_: u64) -> Self {
+        FlowHandle(u64::from(entry) | gen_ << 32)
+    }
+    /// Entry number (`0..capacity`), e.g. for `/v1/flows` paging.
+    pub fn entry(self) -> u32 {
+        self.0 as u32
+    }
+    fn gen_(self) -> u64 {
+        self.0 >> 32
+    }
+}
+
+/// Sizes and timeouts, fixed at [`FlowTable::new`].
+#[derive(Clone, Copy, Debug)]
+pub struct FlowTableConfig {
+    /// Most live flows (entries allocated up front).
+    pub capacity: usize,
+    /// Size of the per-backend connection-count array: valid `BackendId`s are `0..backends_max`.
+    pub backends_max: usize,
+    /// Idle timeouts per state.
+    pub timeouts: Timeouts,
+    /// Seed of the keyed tuple hash; give a random value in production (hash flooding).
+    pub hash_seed: u64,
+}
+
+impl FlowTableConfig {
+    /// A config with default timeouts and a fixed hash seed.
+    pub fn new(capacity: usize, backends_max: usize) -> Self {
+        FlowTableConfig {
+            capacity,
+            backends_max,
+            timeouts: Timeouts::default(),
+            hash_seed: 0x9e37_79b9_7f4a_7c15,
+        }
+    }
+}
+
+/// Errors from [`FlowTable::new`].
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum Error {
+    /// Capacity is zero or above [`CAPACITY_MAX`].
+    #[error("flow table capacity must be in 1..={max}, got {got}")]
+    Capacity {
+        /// The requested capacity.
+        got: usize,
+        /// The largest allowed.
+        max: usize,
+    },
+    /// `backends_max` is zero or does not fit a `BackendId`.
+    #[error("backends_max must be in 1..=2^32, got {0}")]
+    BackendsMax(usize),
+}
+
+/// Why an insert did not add a flow.
+#[derive(Clone, Copy, Debug, thiserror::Error, PartialEq, Eq)]
+pub enum InsertError {
+    /// The table is full and no embryonic or expired entry near the flow could be recycled.
+    #[error("flow table full")]
+    Full,
+    /// A live flow already has this original tuple (another worker won the race): use it. If
+    /// `get` on it returns `None` it went away meanwhile: look up again.
+    #[error("flow already in the table")]
+    Exists(FlowHandle),
+    /// Another live flow already uses this flow's reply tuple (e.g. its SNAT port).
+    #[error("reply tuple in use by another flow")]
+    ReplyInUse(FlowHandle),
+    /// No free index slot within the probe limit (a pathological hash cluster).
+    #[error("flow index probe limit reached")]
+    IndexFull,
+    /// The flow data is unusable.
+    #[error("invalid flow: {0}")]
+    Invalid(&'static str),
+}
+
+/// A flow copied out of the table, with its state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowView {
+    /// The flow's handle.
+    pub handle: FlowHandle,
+    /// The immutable flow data.
+    pub data: FlowData,
+    /// Protocol state when read.
+    pub state: FlowState,
+    /// Last packet time when read (100 ms resolution, rounded down).
+    pub last_seen: Instant,
+}
+
+/// A flow that left the table (expired, removed or recycled): release what it held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExpiredFlow {
+    /// Its (now stale) handle.
+    pub handle: FlowHandle,
+    /// Its data (SNAT port to release, backend id...).
+    pub data: FlowData,
+    /// Its last state.
+    pub state: FlowState,
+    /// Its last packet time.
+    pub last_seen: Instant,
+}
+
+/// Counters since start-up, plus the current size.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowTableStats {
+    /// Entries allocated.
+    pub capacity: usize,
+    /// Live flows now.
+    pub len: usize,
+    /// Flows inserted.
+    pub inserted: u64,
+    /// Inserts refused because the table was full.
+    pub full: u64,
+    /// Inserts that found the flow already present.
+    pub exists: u64,
+    /// Inserts refused because the reply tuple was taken.
+    pub reply_in_use: u64,
+    /// Inserts refused for lack of an index slot.
+    pub index_full: u64,
+    /// Embryonic or expired flows recycled by inserts into a full table.
+    pub recycled: u64,
+    /// Flows expired by sweeps.
+    pub expired: u64,
+    /// Flows removed by `remove`.
+    pub removed: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    inserted: AtomicU64,
+    full: AtomicU64,
+    exists: AtomicU64,
+    reply_in_use: AtomicU64,
+    index_full: AtomicU64,
+    recycled: AtomicU64,
+    expired: AtomicU64,
+    removed: AtomicU64,
+}
+
+#[repr(C, align(8))]
+struct BackendCount {
+    active: AtomicU32,
+    inactive: AtomicU32,
+}
+
+/// What a sweep did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SweepStats {
+    /// Entries examined.
+    pub visited: usize,
+    /// Flows expired (each passed to the callback).
+    pub expired: usize,
+    /// Index tombstones cleared.
+    pub tombs_cleared: usize,
+}
+
+/// The lock-free conntrack table. Share it by reference (`&FlowTable` or `Arc<FlowTable>`); every
+/// method takes `&self`. See the crate docs for the concurrency protocol.
+pub struct FlowTable {
+    entries: Box<[Entry]>,
+    index: Index,
+    /// Free-list head: `tag:32 | entry+1:32` (0 in the low half = empty). The tag defeats ABA.
+    free: Padded<AtomicU64>,
+    len: Padded<AtomicUsize>,
+    sweep_cursor: Padded<AtomicUsize>,
+    counters: Padded<Counters>,
+    backends: Box<[BackendCount]>,
+    timeouts: Timeouts,
+    timeout_ticks: [u32; STATE_CODES],
+    seeds: [u64; 6],
+    epoch: Instant,
+}
+
+fn splitmix(x: &mut u64) -> u64 {
+    *x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *x;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[inline]
+fn fold_mul(a: u64, b: u64) -> u64 {
+    let r = u128::from(a) * u128::from(b);
+    (r as u64) ^ ((r >> 64) as u64)
+}
+
+fn ticks_of(d: Duration) -> u32 {
+    let ms = d.as_millis();
+    ms.div_ceil(u128::from(TICK_MS)).min(u128::from(u32::MAX)) as u32
+}
+
+impl FlowTable {
+    /// Allocate a table for `config.capacity` flows. `epoch` is the origin of the compact
+    /// timestamps: pass the start-up time (any `Instant` not after the first `now`).
+    pub fn new(config: FlowTableConfig, epoch: Instant) -> Result<Self, Error> {
+        let cap = config.capacity;
+        if cap == 0 || cap > CAPACITY_MAX {
+            return Err(Error::Capacity {
+                got: cap,
+                max: CAPACITY_MAX,
+            });
+        }
+        if config.backends_max == 0 || config.backends_max as u64 > 1 << 32 {
+            return Err(Error::BackendsMax(config.backends_max));
+        }
+        let entries: Box<[Entry]> = (0..cap)
+            .map(|i| {
+                let e = Entry {
+                    w: std::array::from_fn(|_| AtomicU64::new(0)),
+                };
+                // Free list 0 -> 1 -> ... -> cap-1.
+                let next = if i + 1 < cap { i as u64 + 2 } else { 0 };
+                e.w[W_IDS].store(next, Ordering::Relaxed);
+                e
+            })
+            .collect();
+        let index_len = cap * INDEX_SLOTS_NUM / INDEX_SLOTS_DEN + INDEX_PAD;
+        let mut timeout_ticks = [0; STATE_CODES];
+        for (code, t) in timeout_ticks.iter_mut().enumerate() {
+            *t = ticks_of(config.timeouts.for_state(FlowState::from_u8(code as u8)));
+        }
+        let mut s = config.hash_seed;
+        let seeds = std::array::from_fn(|_| splitmix(&mut s) | 1);
+        Ok(FlowTable {
+            entries,
+            index: Index::new(index_len),
+            free: Padded(AtomicU64::new(1)),
+            len: Padded(AtomicUsize::new(0)),
+            sweep_cursor: Padded(AtomicUsize::new(0)),
+            counters: Padded(Counters::default()),
+            backends: (0..config.backends_max)
+                .map(|_| BackendCount {
+                    active: AtomicU32::new(0),
+                    inactive: AtomicU32::new(0),
+                })
+                .collect(),
+            timeouts: config.timeouts,
+            timeout_ticks,
+            seeds,
+            epoch,
+        })
+    }
+
+    /// Entries allocated.
+    pub fn capacity(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Live flows (approximate while inserts and removals run).
+    pub fn len(&self) -> usize {
+        self.len.0.load(Ordering::Relaxed)
+    }
+
+    /// Whether no flow is live.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The timeouts given at `new`.
+    pub fn timeouts(&self) -> &Timeouts {
+        &self.timeouts
+    }
+
+    /// Memory of the entries, the index and the backend counts, divided by the capacity.
+    pub fn bytes_per_flow(&self) -> f64 {
+        let bytes = std::mem::size_of_val(&*self.entries)
+            + self.index.len() * 8
+            + std::mem::size_of_val(&*self.backends)
+            + std::mem::size_of::<Self>();
+        bytes as f64 / self.entries.len() as f64
+    }
+
+    /// Counters and current size.
+    pub fn stats(&self) -> FlowTableStats {
+        let c = &self.counters.0;
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        FlowTableStats {
+            capacity: self.capacity(),
+            len: self.len(),
+            inserted: r(&c.inserted),
+            full: r(&c.full),
+            exists: r(&c.exists),
+            reply_in_use: r(&c.reply_in_use),
+            index_full: r(&c.index_full),
+            recycled: r(&c.recycled),
+            expired: r(&c.expired),
+            removed: r(&c.removed),
+        }
+    }
+
+    #[inline]
+    fn ticks(&self, now: Instant) -> u32 {
+        let d = now.saturating_duration_since(self.epoch);
+        let t = d.as_secs() * (1000 / TICK_MS) + u64::from(d.subsec_millis()) / TICK_MS;
+        t.min(u64::from(u32::MAX)) as u32
+    }
+
+    fn instant(&self, ticks: u32) -> Instant {
+        self.epoch + Duration::from_millis(u64::from(ticks) * TICK_MS)
+    }
+
+    #[inline]
+    fn hash(&self, k: &FlowKey) -> u64 {
+        let s = &self.seeds;
+        let a = fold_mul(k.src as u64 ^ s[0], (k.src >> 64) as u64 ^ s[1]);
+        let b = fold_mul(k.dst as u64 ^ s[2], (k.dst >> 64) as u64 ^ s[3]);
+        fold_mul(a ^ b.rotate_left(29) ^ s[4], k.misc() ^ s[5])
+    }
+
+    #[inline]
+    fn word(&self, e: u32, w: usize) -> u64 {
+        self.entries[e as usize].w[w].load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    fn addr(&self, e: u32, w: usize) -> u128 {
+        u128::from(self.word(e, w)) | u128::from(self.word(e, w + 1)) << 64
+    }
+
+    /// Compare `key` with entry `e`'s tuple for direction `reply`, validated against recycling.
+    /// Returns the entry's generation on a match.
+    #[inline]
+    fn matches(&self, e: u32, reply: bool, key: &FlowKey) -> Option<u64> {
+        let entry = self.entries.get(e as usize)?;
+        let c1 = entry.w[W_CTL].load(Ordering::Acquire);
+        if !ctl_readable(c1) {
+            return None;
+        }
+        let meta = self.word(e, W_META);
+        let ports = self.word(e, W_PORTS);
+        let (src_w, dst_w, ports) = if reply {
+            (W_BACKEND, W_SNAT, ports >> 32)
+        } else {
+            (W_CLIENT, W_VIP, ports)
+        };
+        let misc = key.misc();
+        let hit = (meta >> 32) & 0xffff == misc >> 32
+            && ports as u32 == misc as u32
+            && self.addr(e, src_w) == key.src
+            && self.addr(e, dst_w) == key.dst;
+        fence(Ordering::Acquire);
+        let c2 = entry.w[W_CTL].load(Ordering::Relaxed);
+        (hit && ctl_readable(c2) && ctl_gen(c2) == ctl_gen(c1)).then_some(ctl_gen(c1))
+    }
+
+    /// Find the flow `key` belongs to and the direction it matched. Wait-free: at most
+    /// `MAX_PROBE` index words and one entry comparison per tag match.
+    #[inline]
+    pub fn lookup(&self, key: &FlowKey) -> Option<(FlowHandle, Direction)> {
+        let h = self.hash(key);
+        self.index.probe(h, |w| {
+            let (e, reply) = index::word_entry(w);
+            let g = self.matches(e, reply, key)?;
+            let dir = if reply {
+                Direction::Reply
+            } else {
+                Direction::Original
+            };
+            Some((FlowHandle::new(e, g), dir))
+        })
+    }
+
+    /// [`lookup`](Self::lookup) and [`get`](Self::get) in one call.
+    pub fn lookup_view(&self, key: &FlowKey) -> Option<(FlowView, Direction)> {
+        // A flow removed between the two steps is reported as absent, as if removed before.
+        let (h, dir) = self.lookup(key)?;
+        Some((self.get(h)?, dir))
+    }
+
+    /// Copy a flow out; `None` if the handle is stale (flow removed or slot recycled).
+    pub fn get(&self, h: FlowHandle) -> Option<FlowView> {
+        let e = h.entry();
+        let entry = self.entries.get(e as usize)?;
+        let c1 = entry.w[W_CTL].load(Ordering::Acquire);
+        if !ctl_readable(c1) || ctl_gen(c1) != h.gen_() {
+            return None;
+        }
+        let data = self.read_data(e);
+        fence(Ordering::Acquire);
+        let c2 = entry.w[W_CTL].load(Ordering::Relaxed);
+        if !ctl_readable(c2) || ctl_gen(c2) != h.gen_() {
+            return None;
+        }
+        let data = data?;
+        Some(FlowView {
+            handle: h,
+            data,
+            state: FlowState::from_u8(ctl_state(c2)),
+            last_seen: self.instant(ctl_ls(c2)),
+        })
+    }
+
+    /// Decode entry `e`'s data (possibly torn if racing a recycler: callers validate after).
+    fn read_data(&self, e: u32) -> Option<FlowData> {
+        let meta = self.word(e, W_META);
+        let ports = self.word(e, W_PORTS);
+        let ids = self.word(e, W_IDS);
+        let v6 = (meta >> 40) & 1 == 1;
+        let sa = |w: usize, p: u64| SocketAddr::new(bits_addr(self.addr(e, w), v6), p as u16);
+        Some(FlowData {
+            proto: Protocol::from_ip_proto((meta >> 32) as u8)?,
+            client: sa(W_CLIENT, ports),
+            vip: sa(W_VIP, ports >> 16),
+            backend: sa(W_BACKEND, ports >> 32),
+            snat: sa(W_SNAT, ports >> 48),
+            service_id: ids as u32,
+            backend_id: BackendId((ids >> 32) as u32),
+            snapshot_gen: meta as u32,
+            flags: (meta >> 48) as u8,
+        })
+    }
+
+    fn count(&self, backend: u32, state: FlowState, delta: i32) {
+        let Some(b) = self.backends.get(backend as usize) else {
+            return;
+        };
+        let c = if state.is_active() {
+            &b.active
+        } else {
+            &b.inactive
+        };
+        c.fetch_add(delta as u32, Ordering::Relaxed);
+    }
+
+    /// Insert a new flow in the state its first packet (`tcp_flags`, original direction) gives,
+    /// indexed by both tuples. Embryonic or expired flows recycled to make room are dropped
+    /// silently (see [`insert_with`](Self::insert_with)).
+    pub fn insert(
+        &self,
+        data: &FlowData,
+        tcp_flags: TcpFlags,
+        now: Instant,
+    ) -> Result<FlowHandle, InsertError> {
+        self.insert_with(data, tcp_flags, now, |_| {})
+    }
+
+    /// [`insert`](Self::insert), passing any flow recycled to make room to `on_evict` (so its
+    /// SNAT port can be released).
+    pub fn insert_with(
+        &self,
+        data: &FlowData,
+        tcp_flags: TcpFlags,
+        now: Instant,
+        on_evict: impl FnMut(ExpiredFlow),
+    ) -> Result<FlowHandle, InsertError> {
+        if !data.same_family() {
+            return Err(InsertError::Invalid("addresses of different families"));
+        }
+        if data.backend_id.0 as usize >= self.backends.len() {
+            return Err(InsertError::Invalid("backend id >= backends_max"));
+        }
+        let okey = data.original_key();
+        let rkey = data.reply_key();
+        if okey == rkey {
+            return Err(InsertError::Invalid("original and reply tuples are equal"));
+        }
+        let oh = self.hash(&okey);
+        // Common race loser fast path, and no slot churn for retransmitted SYNs.
+        if let Some((h, Direction::Original)) = self.lookup(&okey) {
+            self.counters.0.exists.fetch_add(1, Ordering::Relaxed);
+            return Err(InsertError::Exists(h));
+        }
+        let t = self.ticks(now);
+        let Some(e) = self.alloc(oh, t, on_evict) else {
+            self.counters.0.full.fetch_add(1, Ordering::Relaxed);
+            return Err(InsertError::Full);
+        };
+        let state = FlowState::initial(data.proto, tcp_flags);
+        let gen_ = self.write_entry(e, data, state, t);
+        self.count(data.backend_id.0, state, 1);
+        self.len.0.fetch_add(1, Ordering::Relaxed);
+        let handle = FlowHandle::new(e, gen_);
+
+        let oword = index::make_word(oh, false, e);
+        let conflict = match self.index.insert(oh, oword, |w| self.same_key(w, &okey)) {
+            Claim::Done => {
+                let rh = self.hash(&rkey);
+                let rword = index::make_word(rh, true, e);
+                match self.index.insert(rh, rword, |w| self.same_key(w, &rkey)) {
+                    Claim::Done => None,
+                    other => {
+                        self.index.remove(oh, oword);
+                        Some((other, true))
+                    }
+                }
+            }
+            other => Some((other, false)),
+        };
+        match conflict {
+            None => {
+                let entry = &self.entries[e as usize];
+                // Only our CASes and `on_packet`'s touch an INSERTING control word.
+                let mut c = entry.w[W_CTL].load(Ordering::Relaxed);
+                loop {
+                    let live = c & !(3 << 40) | ST_LIVE << 40;
+                    match entry.w[W_CTL].compare_exchange_weak(
+                        c,
+                        live,
+                        Ordering::Release,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => break,
+                        Err(a) => c = a,
+                    }
+                }
+                self.counters.0.inserted.fetch_add(1, Ordering::Relaxed);
+                Ok(handle)
+            }
+            Some((claim, reply)) => {
+                // Tear down our never-fully-published entry; nobody else may remove it.
+                let entry = &self.entries[e as usize];
+                let c = entry.w[W_CTL].fetch_or(ST_DYING << 40, Ordering::AcqRel);
+                self.count(data.backend_id.0, FlowState::from_u8(ctl_state(c)), -1);
+                self.release(e, ctl_gen(c));
+                let err = match claim {
+                    Claim::Conflict(oe, od) => {
+                        let g = ctl_gen(self.entries[oe as usize].w[W_CTL].load(Ordering::Relaxed));
+                        let h = FlowHandle::new(oe, g);
+                        debug_assert_eq!(od, reply);
+                        if reply {
+                            self.counters.0.reply_in_use.fetch_add(1, Ordering::Relaxed);
+                            InsertError::ReplyInUse(h)
+                        } else {
+                            self.counters.0.exists.fetch_add(1, Ordering::Relaxed);
+                            InsertError::Exists(h)
+                        }
+                    }
+                    _ => {
+                        self.counters.0.index_full.fetch_add(1, Ordering::Relaxed);
+                        InsertError::IndexFull
+                    }
+                };
+                Err(err)
+            }
+        }
+    }
+
+    fn same_key(&self, w: u64, key: &FlowKey) -> bool {
+        let (e, reply) = index::word_entry(w);
+        self.matches(e, reply, key).is_some()
+    }
+
+    /// Write a popped (exclusively owned, FREE) entry and make it INSERTING. Returns its gen.
+    fn write_entry(&self, e: u32, d: &FlowData, state: FlowState, t: u32) -> u64 {
+        let entry = &self.entries[e as usize];
+        let old = entry.w[W_CTL].load(Ordering::Relaxed);
+        let gen_ = (ctl_gen(old) + 1) & GEN_MASK;
+        // Pairs with readers' acquire fence: a reader that sees any of the stores below also
+        // sees the FREE/DYING control word stored before, so its validation fails.
+        fence(Ordering::Release);
+        let set = |w: usize, v: u64| entry.w[w].store(v, Ordering::Relaxed);
+        let mut v6 = false;
+        for (w, sa) in [
+            (W_CLIENT, d.client),
+            (W_VIP, d.vip),
+            (W_BACKEND, d.backend),
+            (W_SNAT, d.snat),
+        ] {
+            let (bits, is6) = crate::key::addr_bits(sa.ip());
+            v6 = is6;
+            set(w, bits as u64);
+            set(w + 1, (bits >> 64) as u64);
+        }
+        set(
+            W_PORTS,
+            u64::from(d.client.port())
+                | u64::from(d.vip.port()) << 16
+                | u64::from(d.backend.port()) << 32
+                | u64::from(d.snat.port()) << 48,
+        );
+        set(
+            W_IDS,
+            u64::from(d.service_id) | u64::from(d.backend_id.0) << 32,
+        );
+        set(
+            W_META,
+            u64::from(d.snapshot_gen)
+                | u64::from(d.proto as u8) << 32
+                | u64::from(v6) << 40
+                | u64::from(d.flags) << 48,
+        );
+        entry.w[W_CTL].store(ctl(gen_, ST_INSERTING, state.to_u8(), t), Ordering::Release);
+        gen_
+    }
+
+    /// Pop a free entry, or recycle an embryonic/expired one near `hash`.
+    fn alloc(&self, hash: u64, now_t: u32, mut on_evict: impl FnMut(ExpiredFlow)) -> Option<u32> {
+        if let Some(e) = self.pop_free() {
+            return Some(e);
+        }
+        let cap = self.entries.len();
+        // Low hash bits: independent of the index home (top bits), so recycled flows do not
+        // all land in one index region.
+        let start = (((hash & 0xffff_ffff) * cap as u64) >> 32) as usize;
+        for i in 0..VICTIM_PROBE.min(cap) {
+            let e = ((start + i) % cap) as u32;
+            let c = self.entries[e as usize].w[W_CTL].load(Ordering::Acquire);
+            if ctl_status(c) != ST_LIVE {
+                continue;
+            }
+            let state = FlowState::from_u8(ctl_state(c));
+            if !state.is_embryonic() && !self.expired(c, now_t) {
+                continue;
+            }
+            let victim = |c: u64| {
+                let s = FlowState::from_u8(ctl_state(c));
+                s.is_embryonic() || self.expired(c, now_t)
+            };
+            if let Some(f) = self.take(e, ctl_gen(c), victim, false) {
+                self.counters.0.recycled.fetch_add(1, Ordering::Relaxed);
+                on_evict(f);
+                return Some(e);
+            }
+        }
+        // A sweep may have freed something meanwhile.
+        self.pop_free()
+    }
+
+    fn pop_free(&self) -> Option<u32> {
+        let mut head = self.free.0.load(Ordering::Acquire);
+        loop {
+            let idx = head as u32;
+            if idx == 0 {
+                return None;
+            }
+            let e = idx - 1;
+            let next = self.entries[e as usize].w[W_IDS].load(Ordering::Relaxed) as u32;
+            let new = ((head >> 32) + 1) << 32 | u64::from(next);
+            match self
+                .free
+                .0
+                .compare_exchange_weak(head, new, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Some(e),
+                Err(h) => head = h,
+            }
+        }
+    }
+
+    fn push_free(&self, e: u32) {
+        let link = &self.entries[e as usize].w[W_IDS];
+        let mut head = self.free.0.load(Ordering::Relaxed);
+        loop {
+            link.store(head & 0xffff_ffff, Ordering::Relaxed);
+            let new = ((head >> 32) + 1) << 32 | (u64::from(e) + 1);
+            match self
+                .free
+                .0
+                .compare_exchange_weak(head, new, Ordering::Release, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(h) => head = h,
+            }
+        }
+    }
+
+    #[inline]
+    fn expired(&self, c: u64, now_t: u32) -> bool {
+        let idle = now_t.saturating_sub(ctl_ls(c));
+        idle >= self.timeout_ticks[usize::from(ctl_state(c)).min(STATE_CODES - 1)]
+    }
+
+    /// Take LIVE entry `e` of generation `gen_` out of the table if `cond(ctl)` holds: CAS it to
+    /// DYING (the one winner among removers), unindex both tuples, fix the counts, mark it FREE,
+    /// and (if `to_free_list`) return it to the free list.
+    fn take(
+        &self,
+        e: u32,
+        gen_: u64,
+        cond: impl Fn(u64) -> bool,
+        to_free_list: bool,
+    ) -> Option<ExpiredFlow> {
+        let entry = &self.entries[e as usize];
+        let mut c = entry.w[W_CTL].load(Ordering::Acquire);
+        loop {
+            if ctl_status(c) != ST_LIVE || ctl_gen(c) != gen_ || !cond(c) {
+                return None;
+            }
+            let dying = c & !(3 << 40) | ST_DYING << 40;
+            match entry.w[W_CTL].compare_exchange_weak(
+                c,
+                dying,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(a) => c = a,
+            }
+        }
+        // We own the entry now; its data words are stable.
+        let data = self.read_data(e).expect("live entry has a valid protocol");
+        let state = FlowState::from_u8(ctl_state(c));
+        let ok = data.original_key();
+        let rk = data.reply_key();
+        let oh = self.hash(&ok);
+        let rh = self.hash(&rk);
+        self.index.remove(oh, index::make_word(oh, false, e));
+        self.index.remove(rh, index::make_word(rh, true, e));
+        self.count(data.backend_id.0, state, -1);
+        let flow = ExpiredFlow {
+            handle: FlowHandle::new(e, gen_),
+            data,
+            state,
+            last_seen: self.instant(ctl_ls(c)),
+        };
+        if to_free_list {
+            self.release(e, gen_);
+        } else {
+            self.len.0.fetch_sub(1, Ordering::Relaxed);
+            entry.w[W_CTL].store(ctl(gen_, ST_FREE, 0, 0), Ordering::Release);
+        }
+        Some(flow)
+    }
+
+    /// Mark an owned entry FREE and push it on the free list.
+    fn release(&self, e: u32, gen_: u64) {
+        self.len.0.fetch_sub(1, Ordering::Relaxed);
+        self.entries[e as usize].w[W_CTL].store(ctl(gen_, ST_FREE, 0, 0), Ordering::Release);
+        self.push_free(e);
+    }
+
+    /// Account one packet of flow `h` travelling in `dir`: update the state from `tcp_flags`
+    /// (ignored for UDP/ICMP), the last-seen time and the backend's counts. Returns the new
+    /// state, or `None` if the handle is stale. Writes nothing when neither the state nor the
+    /// 100 ms time tick changes, so a busy flow's entry stays read-mostly.
+    #[inline]
+    pub fn on_packet(
+        &self,
+        h: FlowHandle,
+        dir: Direction,
+        tcp_flags: TcpFlags,
+        now: Instant,
+    ) -> Option<FlowState> {
+        let entry = self.entries.get(h.entry() as usize)?;
+        let t = self.ticks(now);
+        let mut c = entry.w[W_CTL].load(Ordering::Acquire);
+        let backend = (self.word(h.entry(), W_IDS) >> 32) as u32;
+        // Orders the read above before the CAS: if it saw a recycler's write, the CAS fails.
+        fence(Ordering::Acquire);
+        loop {
+            if !ctl_readable(c) || ctl_gen(c) != h.gen_() {
+                return None;
+            }
+            let old = FlowState::from_u8(ctl_state(c));
+            let new = old.next(dir, tcp_flags);
+            let ls = ctl_ls(c).max(t);
+            if new == old && ls == ctl_ls(c) {
+                return Some(old);
+            }
+            let nc =
+                c & !((0xff << 32) | 0xffff_ffff) | u64::from(new.to_u8()) << 32 | u64::from(ls);
+            match entry.w[W_CTL].compare_exchange_weak(c, nc, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    if old.is_active() != new.is_active() {
+                        self.count(backend, old, -1);
+                        self.count(backend, new, 1);
+                    }
+                    return Some(new);
+                }
+                Err(a) => c = a,
+            }
+        }
+    }
+
+    /// Remove flow `h` now (e.g. its backend was removed); returns it, or `None` if the handle
+    /// is stale or the flow is still being inserted.
+    pub fn remove(&self, h: FlowHandle) -> Option<ExpiredFlow> {
+        if h.entry() as usize >= self.entries.len() {
+            return None;
+        }
+        let f = self.take(h.entry(), h.gen_(), |_| true, true)?;
+        self.counters.0.removed.fetch_add(1, Ordering::Relaxed);
+        Some(f)
+    }
+
+    /// Examine the next `budget` entries (a chunk claimed from a shared cursor, so any number of
+    /// workers may sweep at once without overlapping) and expire the idle ones, passing each to
+    /// `out`. Also clears index tombstones in the matching share of the index. Call it every
+    /// batch with a small budget; a full round takes `capacity / budget` calls.
+    pub fn sweep(&self, now: Instant, budget: usize, out: impl FnMut(ExpiredFlow)) -> SweepStats {
+        let cap = self.entries.len();
+        let budget = budget.min(cap);
+        let start = self.sweep_cursor.0.fetch_add(budget, Ordering::Relaxed) % cap;
+        self.sweep_range(now, start, budget, out)
+    }
+
+    /// Sweep entries `start..start+len` (wrapping): for callers that shard the table between
+    /// workers themselves (e.g. worker `i` of `n` owns `i*cap/n..(i+1)*cap/n` with its own
+    /// cursor).
+    pub fn sweep_range(
+        &self,
+        now: Instant,
+        start: usize,
+        len: usize,
+        mut out: impl FnMut(ExpiredFlow),
+    ) -> SweepStats {
+        let cap = self.entries.len();
+        let len = len.min(cap);
+        let t = self.ticks(now);
+        let mut st = SweepStats {
+            visited: len,
+            ..SweepStats::default()
+        };
+        for i in 0..len {
+            let e = ((start + i) % cap) as u32;
+            let c = self.entries[e as usize].w[W_CTL].load(Ordering::Relaxed);
+            if ctl_status(c) == ST_LIVE
+                && self.expired(c, t)
+                && let Some(f) = self.take(e, ctl_gen(c), |c| self.expired(c, t), true)
+            {
+                st.expired += 1;
+                out(f);
+            }
+        }
+        self.counters
+            .0
+            .expired
+            .fetch_add(st.expired as u64, Ordering::Relaxed);
+        // The index share that corresponds to this entry range.
+        let n = self.index.len();
+        let istart = ((start % cap) as u128 * n as u128 / cap as u128) as usize;
+        let ilen = (len as u128 * n as u128).div_ceil(cap as u128) as usize;
+        st.tombs_cleared = self.index.cleanup(istart, ilen);
+        st
+    }
+
+    /// Visit every readable flow in entries `start..start+len` (wrapping), e.g. to find the
+    /// flows of a removed backend or to list flows. Bounded like a sweep; `f` sees copies.
+    pub fn scan(&self, start: usize, len: usize, mut f: impl FnMut(FlowView)) {
+        let cap = self.entries.len();
+        for i in 0..len.min(cap) {
+            let e = ((start + i) % cap) as u32;
+            let c = self.entries[e as usize].w[W_CTL].load(Ordering::Relaxed);
+            if ctl_readable(c)
+                && let Some(v) = self.get(FlowHandle::new(e, ctl_gen(c)))
+            {
+                f(v);
+            }
+        }
+    }
+}
+
+impl FlowTable {
+    /// Index census `(live, tombstones, empty, max displacement)`, for tests and diagnostics (racy while in use).
+    #[doc(hidden)]
+    pub fn index_census(&self) -> (usize, usize, usize, usize) {
+        let (mut live, mut tomb, mut empty, mut displacement) = (0, 0, 0, 0);
+        let n = self.index.len();
+        for (pos, s) in self.index.slots.iter().enumerate() {
+            match s.load(Ordering::Relaxed) {
+                index::EMPTY | index::FROZEN => empty += 1,
+                index::TOMB => tomb += 1,
+                w => {
+                    live += 1;
+                    let home = (((w >> 33) * n as u64) >> 31) as usize;
+                    displacement = displacement.max((pos + n - home) % n);
+                }
+            }
+        }
+        (live, tomb, empty, displacement)
+    }
+}
+
+impl ConnCounts for FlowTable {
+    fn active(&self, id: BackendId) -> u32 {
+        self.backends.get(id.0 as usize).map_or(0, |b| {
+            // Transiently below zero when a remover's decrement overtakes a state change's
+            // increment; report zero then.
+            (b.active.load(Ordering::Relaxed) as i32).max(0) as u32
+        })
+    }
+
+    fn inactive(&self, id: BackendId) -> u32 {
+        self.backends.get(id.0 as usize).map_or(0, |b| {
+            (b.inactive.load(Ordering::Relaxed) as i32).max(0) as u32
+        })
+    }
+}
