@@ -1,4 +1,7 @@
 //! The xvs fastpath: zero-copy wire views, the sans-IO per-packet pipeline, the immutable
 //! `Snapshot` it reads, and (later) the AF_XDP workers that drive it.
 
+pub mod pcap;
+pub mod pipeline;
+pub mod snapshot;
 pub mod wire;

@@ -1,0 +1,228 @@
+//! Stage 1: from raw bytes to a [`Packet`] summary (offsets, addresses, ports, flags), or an
+//! early verdict (malformed → drop, not IP → pass).
+//!
+//! Only reads the frame. Everything later stages index into the frame was bounds-checked here:
+//! `l4 + l4_len <= frame.len()`, and for a packet with an L4 header, the header's fixed part
+//! (ports, checksum) lies within `l4_len`.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use crate::wire::{self, IpProtocol, L3Info, checksum};
+
+use super::{DropReason, Verdict};
+
+/// IP protocol numbers the pipeline handles itself.
+pub(crate) const PROTO_ICMP: u8 = 1;
+pub(crate) const PROTO_TCP: u8 = 6;
+pub(crate) const PROTO_UDP: u8 = 17;
+pub(crate) const PROTO_ICMPV6: u8 = 58;
+pub(crate) const PROTO_SCTP: u8 = 132;
+
+/// Where this packet sits in a fragmented datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Frag {
+    /// Not fragmented.
+    No,
+    /// Offset 0 with more fragments: carries the L4 header.
+    First(u32),
+    /// Non-zero offset: no L4 header.
+    Later(u32),
+}
+
+/// What the later stages need to know about a frame.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Packet {
+    /// Offset of the IP header.
+    pub l3: usize,
+    /// Offset of the L4 header.
+    pub l4: usize,
+    /// L4 bytes (bounded by the IP length field, so Ethernet padding is excluded).
+    pub l4_len: usize,
+    /// IPv6?
+    pub v6: bool,
+    /// L4 protocol number.
+    pub proto: u8,
+    /// Source address.
+    pub src: IpAddr,
+    /// Destination address.
+    pub dst: IpAddr,
+    /// Source port (0 without an L4 header).
+    pub sport: u16,
+    /// Destination port (0 without an L4 header).
+    pub dport: u16,
+    /// TCP flags byte; for SCTP the flags the flow table's state machine takes
+    /// (INIT → SYN, ABORT → RST, SHUTDOWN* → FIN).
+    pub flags: u8,
+    /// TTL or hop limit.
+    pub ttl: u8,
+    /// Fragment position.
+    pub frag: Frag,
+}
+
+impl Packet {
+    /// Whether an L4 header is present (and its ports were read).
+    #[inline]
+    pub fn has_l4(&self) -> bool {
+        !matches!(self.frag, Frag::Later(_))
+    }
+}
+
+impl From<wire::Error> for DropReason {
+    fn from(e: wire::Error) -> Self {
+        match e {
+            wire::Error::Truncated => DropReason::Truncated,
+            wire::Error::BadIhl => DropReason::BadIhl,
+            wire::Error::BadLength => DropReason::BadLength,
+            wire::Error::BadVersion => DropReason::BadVersion,
+            wire::Error::BadDataOffset => DropReason::BadL4Header,
+            wire::Error::TooManyExtHeaders => DropReason::TooManyExtHeaders,
+            wire::Error::Malformed => DropReason::Malformed,
+        }
+    }
+}
+
+#[inline(always)]
+fn be16(d: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([d[at], d[at + 1]])
+}
+
+/// SCTP chunk type → the flow table's TCP-like event bits.
+#[inline]
+fn sctp_flags(chunk_type: u8) -> u8 {
+    match chunk_type {
+        1 => 0x02,          // INIT
+        6 => 0x04,          // ABORT
+        7 | 8 | 14 => 0x01, // SHUTDOWN, SHUTDOWN ACK, SHUTDOWN COMPLETE
+        _ => 0,
+    }
+}
+
+/// Parses `frame`; `Err` is the verdict for frames the pipeline does not go further with.
+#[inline]
+pub(crate) fn classify(frame: &[u8]) -> Result<Packet, Verdict> {
+    let info = wire::parse_frame(frame).map_err(|e| Verdict::Drop(e.into()))?;
+    let l3 = info.l3_offset;
+    let (v6, protocol, frag, src, dst, ttl) = match info.l3 {
+        L3Info::Ipv4 {
+            protocol,
+            fragment,
+            later_fragment,
+        } => {
+            // parse_frame checked 20 <= IHL*4 <= total length <= buffer.
+            let ihl = usize::from(frame[l3] & 0x0f) * 4;
+            if checksum::checksum(&frame[l3..l3 + ihl]) != 0 {
+                return Err(Verdict::Drop(DropReason::BadIpChecksum));
+            }
+            let id = u32::from(be16(frame, l3 + 4));
+            let frag = match (fragment, later_fragment) {
+                (false, _) => Frag::No,
+                (true, false) => Frag::First(id),
+                (true, true) => Frag::Later(id),
+            };
+            let src = Ipv4Addr::new(
+                frame[l3 + 12],
+                frame[l3 + 13],
+                frame[l3 + 14],
+                frame[l3 + 15],
+            );
+            let dst = Ipv4Addr::new(
+                frame[l3 + 16],
+                frame[l3 + 17],
+                frame[l3 + 18],
+                frame[l3 + 19],
+            );
+            (
+                false,
+                protocol,
+                frag,
+                IpAddr::V4(src),
+                IpAddr::V4(dst),
+                frame[l3 + 8],
+            )
+        }
+        L3Info::Ipv6 { protocol, fragment } => {
+            let frag = match fragment {
+                None => Frag::No,
+                Some(f) if f.offset == 0 && f.more_frags => Frag::First(f.ident),
+                // An atomic fragment (offset 0, no MF) is a whole datagram.
+                Some(f) if f.offset == 0 => Frag::No,
+                Some(f) => Frag::Later(f.ident),
+            };
+            let mut s = [0u8; 16];
+            let mut d = [0u8; 16];
+            s.copy_from_slice(&frame[l3 + 8..l3 + 24]);
+            d.copy_from_slice(&frame[l3 + 24..l3 + 40]);
+            let src = IpAddr::V6(Ipv6Addr::from(s));
+            let dst = IpAddr::V6(Ipv6Addr::from(d));
+            (true, protocol, frag, src, dst, frame[l3 + 7])
+        }
+        L3Info::Arp | L3Info::Other => return Err(Verdict::Pass),
+    };
+    let l4 = info.l4_offset;
+    let l4_len = info.l4_len;
+    if l4 + l4_len > frame.len() {
+        return Err(Verdict::Drop(DropReason::Truncated));
+    }
+    let proto = u8::from(protocol);
+    let mut p = Packet {
+        l3,
+        l4,
+        l4_len,
+        v6,
+        proto,
+        src,
+        dst,
+        sport: 0,
+        dport: 0,
+        flags: 0,
+        ttl,
+        frag,
+    };
+    if matches!(frag, Frag::Later(_)) {
+        return Ok(p);
+    }
+    let seg = &frame[l4..l4 + l4_len];
+    match protocol {
+        IpProtocol::Tcp => {
+            // Only the first fragment may be shorter than its header says; the fixed header
+            // must be there.
+            if seg.len() < wire::tcp::HEADER_LEN {
+                return Err(Verdict::Drop(DropReason::Truncated));
+            }
+            let off = usize::from(seg[12] >> 4) * 4;
+            if off < wire::tcp::HEADER_LEN || (frag == Frag::No && off > seg.len()) {
+                return Err(Verdict::Drop(DropReason::BadL4Header));
+            }
+            p.flags = seg[13];
+        }
+        IpProtocol::Udp => {
+            if seg.len() < wire::udp::HEADER_LEN {
+                return Err(Verdict::Drop(DropReason::Truncated));
+            }
+            let len = usize::from(be16(seg, 4));
+            if frag == Frag::No && (len < wire::udp::HEADER_LEN || len > seg.len()) {
+                return Err(Verdict::Drop(DropReason::BadLength));
+            }
+            if v6 && be16(seg, 6) == 0 {
+                // RFC 8200: a zero UDP checksum is invalid over IPv6.
+                return Err(Verdict::Drop(DropReason::UdpZeroChecksumV6));
+            }
+        }
+        IpProtocol::Sctp => {
+            if seg.len() < wire::sctp::HEADER_LEN + wire::sctp::CHUNK_HEADER_LEN {
+                return Err(Verdict::Drop(DropReason::Truncated));
+            }
+            p.flags = sctp_flags(seg[12]);
+        }
+        IpProtocol::Icmp | IpProtocol::Icmpv6 => {
+            if seg.len() < 8 {
+                return Err(Verdict::Drop(DropReason::Truncated));
+            }
+            return Ok(p);
+        }
+        _ => return Ok(p),
+    }
+    p.sport = be16(seg, 0);
+    p.dport = be16(seg, 2);
+    Ok(p)
+}

@@ -1,0 +1,592 @@
+//! The sans-IO per-packet pipeline: `process(frame, now) -> Verdict`.
+//!
+//! # Contract
+//!
+//! - [`Pipeline::process`] does no syscall, reads no clock, takes no lock, allocates nothing,
+//!   and never panics, whatever the bytes (proptest and a counting allocator check it). It
+//!   rewrites the frame in place when the verdict is [`Verdict::Tx`]; for every other verdict
+//!   the frame is left as it arrived.
+//! - One `Pipeline` per worker (interface, queue). It shares the [`FlowTable`] and the
+//!   [`AffinityTable`] with every other worker, and owns its SNAT port slice, its fragment
+//!   table and its counters. The snapshot is swapped in between batches with
+//!   [`Pipeline::set_snapshot`]; `process` only reads it.
+//!
+//! # Stages
+//!
+//! [`classify`] (parse, drop malformed, pass non-IP) → flow lookup by tuple → on a miss the
+//! frontend's service schedules a backend and the flow is inserted ([`Pipeline`] here) →
+//! [`nat`] rewrites L2/L3/L4 with incremental checksums. ICMP errors go to [`icmp`], later
+//! IPv4/IPv6 fragments to [`frag`]; fullnat source ports come from [`snat`].
+//!
+//! # Rules chosen
+//!
+//! - **Ports and MACs.** xvs is one-armed: a frame leaves by the port it came in on,
+//!   `Tx(config.port)`, with the source MAC `config.mac` (that port's MAC). The destination
+//!   MAC is the snapshot's neighbour entry for the *new destination address* (backends and
+//!   clients are on-link or behind a next hop the slowpath pinned under their address). No
+//!   entry → [`Verdict::Slow`] with the frame unmodified; for a new flow nothing is inserted
+//!   yet, so the slowpath may resolve the neighbour and re-inject the frame.
+//! - **TTL.** Checked before anything is created: TTL/hop limit ≤ 1 → `Drop(TtlExceeded)`
+//!   (no ICMP time-exceeded is generated). Forwarded frames leave with TTL − 1.
+//! - **ICMP echo** (and every other ICMP non-error) → [`Verdict::Pass`]: the kernel answers for
+//!   a VIP it holds, or ignores it. ICMP errors about a NATed flow are translated; other ICMP
+//!   errors are passed.
+//! - **New flows.** TCP needs SYN without ACK/RST, SCTP an INIT chunk; anything else without a
+//!   flow is `Drop(NoFlow)`, except for `mh` services which schedule it anyway (consistent
+//!   hashing picks the backend a peer or a restarted node picked). UDP always creates.
+//! - **SNAT ports** (fullnat): a per-worker cursor walks the worker's slice of
+//!   `snat_port_range`; the flow table's insert refuses a reply tuple already in use, and the
+//!   next port is tried (at most [`SNAT_TRIES`]). A port is therefore "released" as soon as
+//!   its flow leaves the table (expiry, removal, recycling): nothing to return.
+//! - **Fragments**: see [`frag`]. SCTP fragments are dropped (`SctpFragment`): the CRC32c
+//!   covers the whole datagram and cannot be fixed from the first fragment.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use config::{Config, Mode};
+use flowtable::{Direction, FlowData, FlowHandle, FlowKey, FlowTable, InsertError, Protocol};
+use lb_algos::{AffinityTable, FlowTuple, Scheduler};
+
+use crate::snapshot::{Frontend, Snapshot};
+
+pub(crate) mod classify;
+pub mod frag;
+pub(crate) mod icmp;
+pub(crate) mod nat;
+pub mod snat;
+
+use classify::{Frag, PROTO_ICMP, PROTO_ICMPV6, PROTO_SCTP, PROTO_TCP, PROTO_UDP, Packet};
+use nat::Endpoints;
+
+/// Ports tried for one new fullnat flow before giving up with `SnatPortsExhausted`.
+pub const SNAT_TRIES: usize = 16;
+
+/// What to do with a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Verdict {
+    /// Transmit the (rewritten) frame on this port.
+    Tx(u16),
+    /// Drop it, counting why.
+    Drop(DropReason),
+    /// Not ours: hand it to the kernel (XDP_PASS).
+    Pass,
+    /// Ours but needs the slowpath (unresolved next hop); frame unmodified.
+    Slow,
+}
+
+impl Verdict {
+    /// `"tx"`, `"drop"`, `"pass"` or `"slow"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Tx(_) => "tx",
+            Verdict::Drop(_) => "drop",
+            Verdict::Pass => "pass",
+            Verdict::Slow => "slow",
+        }
+    }
+}
+
+macro_rules! drop_reasons {
+    ($( $(#[doc = $doc:literal])* $variant:ident = $name:literal, )*) => {
+        /// Why a frame was dropped; indexes [`Counters::drops`].
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[repr(u8)]
+        pub enum DropReason {
+            $( $(#[doc = $doc])* $variant, )*
+        }
+
+        impl DropReason {
+            /// Every reason, in counter-index order.
+            pub const ALL: &'static [DropReason] = &[$(DropReason::$variant,)*];
+            /// Number of reasons (size of the counter array).
+            pub const COUNT: usize = Self::ALL.len();
+
+            /// A stable snake_case name (metrics label, pcap report).
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $( DropReason::$variant => $name, )*
+                }
+            }
+        }
+    };
+}
+
+drop_reasons! {
+    /// A header, or the frame, is shorter than its fields say.
+    Truncated = "truncated",
+    /// IPv4 IHL below 5.
+    BadIhl = "bad_ihl",
+    /// An IP or UDP length field is inconsistent.
+    BadLength = "bad_length",
+    /// The IP version nibble does not match the EtherType.
+    BadVersion = "bad_version",
+    /// The IPv4 header checksum is wrong.
+    BadIpChecksum = "bad_ip_checksum",
+    /// TCP data offset out of range.
+    BadL4Header = "bad_l4_header",
+    /// Too many IPv6 extension headers.
+    TooManyExtHeaders = "too_many_ext_headers",
+    /// Some other malformed header.
+    Malformed = "malformed",
+    /// UDP over IPv6 with a zero checksum (invalid, RFC 8200).
+    UdpZeroChecksumV6 = "udp_zero_checksum_v6",
+    /// TTL or hop limit would reach zero.
+    TtlExceeded = "ttl_exceeded",
+    /// A TCP non-SYN (SCTP non-INIT) for a frontend without a flow.
+    NoFlow = "no_flow",
+    /// The service has no backend that may take a new flow.
+    NoBackend = "no_backend",
+    /// The flow table refused the new flow (full, or its index cluster is).
+    FlowTableFull = "flow_table_full",
+    /// fullnat service but no SNAT address of the packet's family.
+    NoSnatAddress = "no_snat_address",
+    /// Every SNAT port tried was in use towards this backend.
+    SnatPortsExhausted = "snat_ports_exhausted",
+    /// nat mode: the reply tuple (backend → client) is used by another flow.
+    ReplyTupleInUse = "reply_tuple_in_use",
+    /// A later fragment whose first fragment was not seen (or expired).
+    FragmentNoMatch = "fragment_no_match",
+    /// A fragmented SCTP packet (its CRC32c cannot be fixed).
+    SctpFragment = "sctp_fragment",
+}
+
+/// Per-pipeline counters; the slowpath sums them over workers.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Drops, indexed by `DropReason as usize`.
+    pub drops: [u64; DropReason::COUNT],
+    /// Frames transmitted.
+    pub tx: u64,
+    /// Frames passed to the kernel.
+    pub pass: u64,
+    /// Frames sent to the slowpath.
+    pub slow: u64,
+    /// Flows this pipeline inserted.
+    pub new_flows: u64,
+    /// ICMP errors translated.
+    pub icmp_translated: u64,
+    /// Later fragments forwarded through the fragment table.
+    pub fragments_forwarded: u64,
+}
+
+impl Counters {
+    /// The drop count for one reason.
+    pub fn dropped(&self, reason: DropReason) -> u64 {
+        self.drops[reason as usize]
+    }
+
+    /// All drops.
+    pub fn drops_total(&self) -> u64 {
+        self.drops.iter().sum()
+    }
+}
+
+/// Per-worker settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PipelineConfig {
+    /// The port this worker receives on and transmits on (one-armed).
+    pub port: u16,
+    /// That port's MAC: the source MAC of every transmitted frame.
+    pub mac: [u8; 6],
+    /// fullnat source address for IPv4 flows.
+    pub snat_v4: Option<Ipv4Addr>,
+    /// fullnat source address for IPv6 flows.
+    pub snat_v6: Option<Ipv6Addr>,
+    /// This worker's SNAT ports, inclusive.
+    pub snat_ports: (u16, u16),
+    /// Fragment-table entries (rounded up to a power of two, at least [`frag::WAYS`]).
+    pub fragments_max: usize,
+    /// How long after its first fragment a datagram's later fragments are accepted.
+    pub fragment_timeout: Duration,
+}
+
+/// The source MAC the pcap replayer and tests use when none is configured.
+pub const DEFAULT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+
+impl PipelineConfig {
+    /// Settings of worker `worker` of `workers` from a config: the first SNAT address of each
+    /// family, an even split of `snat_port_range`, port 0 and [`DEFAULT_MAC`] (the AF_XDP
+    /// driver sets the real interface index and MAC).
+    pub fn from_config(c: &Config, worker: usize, workers: usize) -> Self {
+        let snat_v4 = c.dataplane.snat_addresses.iter().find_map(|a| match a {
+            IpAddr::V4(v4) => Some(*v4),
+            IpAddr::V6(_) => None,
+        });
+        let snat_v6 = c.dataplane.snat_addresses.iter().find_map(|a| match a {
+            IpAddr::V6(v6) => Some(*v6),
+            IpAddr::V4(_) => None,
+        });
+        let r = c.dataplane.snat_port_range;
+        PipelineConfig {
+            port: 0,
+            mac: DEFAULT_MAC,
+            snat_v4,
+            snat_v6,
+            snat_ports: snat::slice(r.first, r.last, worker, workers),
+            fragments_max: 1024,
+            fragment_timeout: c.timeouts.fragment.get(),
+        }
+    }
+}
+
+/// The flow table's settings from a config (capacity, backends, timeouts).
+pub fn flow_table_config(c: &Config) -> flowtable::FlowTableConfig {
+    let t = &c.timeouts;
+    let mut f = flowtable::FlowTableConfig::new(
+        c.flowtable.capacity as usize,
+        c.flowtable.backends_max as usize,
+    );
+    f.timeouts = flowtable::Timeouts {
+        tcp_established: t.tcp_established.get(),
+        tcp_syn_sent: t.tcp_syn.get(),
+        tcp_syn_recv: t.tcp_syn.get(),
+        tcp_fin_wait: t.tcp_fin_wait.get(),
+        tcp_close_wait: t.tcp_close_wait.get(),
+        tcp_last_ack: t.tcp_last_ack.get(),
+        tcp_time_wait: t.tcp_time_wait.get(),
+        tcp_close: t.tcp_close.get(),
+        udp: t.udp.get(),
+        icmp: t.icmp.get(),
+        sctp_established: t.sctp.get(),
+        sctp_closing: t.tcp_close.get(),
+    };
+    f
+}
+
+/// Bit in `FlowData::flags`: the flow is full-NAT.
+const FLAG_FULLNAT: u8 = 1;
+
+/// One worker's packet pipeline.
+pub struct Pipeline {
+    config: PipelineConfig,
+    flows: Arc<FlowTable>,
+    affinity: Arc<AffinityTable>,
+    snapshot: Arc<Snapshot>,
+    snat: snat::SnatPorts,
+    frags: frag::FragTable,
+    counters: Counters,
+}
+
+impl std::fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline")
+            .field("config", &self.config)
+            .field("generation", &self.snapshot.generation)
+            .field("counters", &self.counters)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pipeline {
+    /// A pipeline over the shared tables; allocates its fragment table now.
+    pub fn new(
+        config: PipelineConfig,
+        flows: Arc<FlowTable>,
+        affinity: Arc<AffinityTable>,
+        snapshot: Arc<Snapshot>,
+    ) -> Self {
+        let snat = snat::SnatPorts::new(config.snat_ports.0, config.snat_ports.1);
+        let frags = frag::FragTable::new(config.fragments_max, config.fragment_timeout);
+        Pipeline {
+            config,
+            flows,
+            affinity,
+            snapshot,
+            snat,
+            frags,
+            counters: Counters::default(),
+        }
+    }
+
+    /// Swaps in a new snapshot (once per batch). Existing flows keep their backends.
+    pub fn set_snapshot(&mut self, snapshot: Arc<Snapshot>) {
+        self.snapshot = snapshot;
+    }
+
+    /// The current snapshot.
+    pub fn snapshot(&self) -> &Arc<Snapshot> {
+        &self.snapshot
+    }
+
+    /// The shared flow table.
+    pub fn flows(&self) -> &Arc<FlowTable> {
+        &self.flows
+    }
+
+    /// This worker's settings.
+    pub fn config(&self) -> &PipelineConfig {
+        &self.config
+    }
+
+    /// Counters since creation.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Processes one frame in place. See the module docs for the rules.
+    #[inline]
+    pub fn process(&mut self, frame: &mut [u8], now: Instant) -> Verdict {
+        let v = self.run(frame, now);
+        match v {
+            Verdict::Tx(_) => self.counters.tx += 1,
+            Verdict::Drop(r) => self.counters.drops[r as usize] += 1,
+            Verdict::Pass => self.counters.pass += 1,
+            Verdict::Slow => self.counters.slow += 1,
+        }
+        v
+    }
+
+    #[inline]
+    fn run(&mut self, frame: &mut [u8], now: Instant) -> Verdict {
+        let p = match classify::classify(frame) {
+            Ok(p) => p,
+            Err(v) => return v,
+        };
+        match p.proto {
+            PROTO_TCP | PROTO_UDP | PROTO_SCTP => {}
+            PROTO_ICMP | PROTO_ICMPV6 if p.has_l4() => return self.icmp(frame, &p),
+            _ => return Verdict::Pass,
+        }
+        if let Frag::Later(id) = p.frag {
+            return self.later_fragment(frame, &p, id, now);
+        }
+        if p.proto == PROTO_SCTP && p.frag != Frag::No {
+            return Verdict::Drop(DropReason::SctpFragment);
+        }
+        let key = flow_key(&p);
+        if let Some((h, dir)) = self.flows.lookup(&key)
+            && let Some(view) = self.flows.get(h)
+        {
+            return self.forward(frame, &p, h, &view.data, dir, now);
+        }
+        self.new_flow(frame, &p, key, now)
+    }
+
+    /// A packet of a known flow.
+    #[inline]
+    fn forward(
+        &mut self,
+        frame: &mut [u8],
+        p: &Packet,
+        h: FlowHandle,
+        data: &FlowData,
+        dir: Direction,
+        now: Instant,
+    ) -> Verdict {
+        if p.ttl <= 1 {
+            return Verdict::Drop(DropReason::TtlExceeded);
+        }
+        let to = nat::after(data, dir);
+        let Some(dst_mac) = self.snapshot.neighbour(&to.dst.ip()) else {
+            return Verdict::Slow;
+        };
+        self.flows
+            .on_packet(h, dir, flowtable::TcpFlags(p.flags), now);
+        self.send(frame, p, &to, dst_mac, now)
+    }
+
+    /// Rewrites and records the first fragment's translation.
+    #[inline]
+    fn send(
+        &mut self,
+        frame: &mut [u8],
+        p: &Packet,
+        to: &Endpoints,
+        dst_mac: [u8; 6],
+        now: Instant,
+    ) -> Verdict {
+        nat::rewrite(frame, p, to, self.config.mac, dst_mac);
+        if let Frag::First(id) = p.frag {
+            self.frags
+                .insert(frag::FragKey::new(p, id), to.src.ip(), to.dst.ip(), now);
+        }
+        Verdict::Tx(self.config.port)
+    }
+
+    /// A packet that matched no flow: a new flow if it is for a frontend.
+    fn new_flow(&mut self, frame: &mut [u8], p: &Packet, key: FlowKey, now: Instant) -> Verdict {
+        let snapshot = Arc::clone(&self.snapshot);
+        let Some(protocol) = frontend_protocol(p.proto) else {
+            return Verdict::Pass;
+        };
+        let fe = Frontend {
+            vip: p.dst,
+            protocol,
+            port: p.dport,
+        };
+        let Some(svc) = snapshot.service_for(&fe) else {
+            return Verdict::Pass;
+        };
+        if p.ttl <= 1 {
+            return Verdict::Drop(DropReason::TtlExceeded);
+        }
+        let opens = match p.proto {
+            PROTO_TCP => p.flags & 0x16 == 0x02, // SYN, no ACK, no RST
+            PROTO_SCTP => p.flags == 0x02,       // INIT
+            _ => true,
+        };
+        if !opens && !matches!(svc.scheduler, Scheduler::Mh(_)) {
+            return Verdict::Drop(DropReason::NoFlow);
+        }
+        let tuple = FlowTuple {
+            src: p.src,
+            src_port: p.sport,
+            dst: p.dst,
+            dst_port: p.dport,
+        };
+        let Ok(i) = svc.schedule(&tuple, &*self.flows, &self.affinity, now) else {
+            return Verdict::Drop(DropReason::NoBackend);
+        };
+        let Some(b) = svc.backends.get(i) else {
+            return Verdict::Drop(DropReason::NoBackend);
+        };
+        if b.addr.is_ipv6() != p.v6 {
+            return Verdict::Drop(DropReason::NoBackend);
+        }
+        let Some(dst_mac) = snapshot.neighbour(&b.addr.ip()) else {
+            return Verdict::Slow;
+        };
+        let client = SocketAddr::new(p.src, p.sport);
+        let mut data = FlowData {
+            proto: key.proto(),
+            client,
+            vip: SocketAddr::new(p.dst, p.dport),
+            backend: b.addr,
+            snat: client,
+            service_id: svc.id,
+            backend_id: b.id,
+            snapshot_gen: snapshot.generation as u32,
+            flags: 0,
+        };
+        let flags = flowtable::TcpFlags(p.flags);
+        let inserted = if svc.mode == Mode::Fullnat {
+            data.flags = FLAG_FULLNAT;
+            let snat_ip = match p.src {
+                IpAddr::V4(_) => self.config.snat_v4.map(IpAddr::V4),
+                IpAddr::V6(_) => self.config.snat_v6.map(IpAddr::V6),
+            };
+            let Some(snat_ip) = snat_ip else {
+                return Verdict::Drop(DropReason::NoSnatAddress);
+            };
+            let mut result = Err(DropReason::SnatPortsExhausted);
+            for _ in 0..SNAT_TRIES.min(self.snat.len()) {
+                data.snat = SocketAddr::new(snat_ip, self.snat.next_port());
+                match self.flows.insert(&data, flags, now) {
+                    Err(InsertError::ReplyInUse(_)) => continue,
+                    r => {
+                        result = self.inserted(r, &mut data);
+                        break;
+                    }
+                }
+            }
+            result
+        } else {
+            match self.flows.insert(&data, flags, now) {
+                Err(InsertError::ReplyInUse(_)) => Err(DropReason::ReplyTupleInUse),
+                r => self.inserted(r, &mut data),
+            }
+        };
+        match inserted {
+            Ok(()) => {}
+            Err(r) => return Verdict::Drop(r),
+        }
+        let to = nat::after(&data, Direction::Original);
+        self.send(frame, p, &to, dst_mac, now)
+    }
+
+    /// Maps an insert result; on a lost race adopts the winner's flow.
+    fn inserted(
+        &mut self,
+        r: Result<FlowHandle, InsertError>,
+        data: &mut FlowData,
+    ) -> Result<(), DropReason> {
+        match r {
+            Ok(_) => {
+                self.counters.new_flows += 1;
+                Ok(())
+            }
+            Err(InsertError::Exists(h)) => match self.flows.get(h) {
+                Some(v) => {
+                    *data = v.data;
+                    Ok(())
+                }
+                None => Err(DropReason::FlowTableFull),
+            },
+            Err(InsertError::Full | InsertError::IndexFull) => Err(DropReason::FlowTableFull),
+            Err(InsertError::ReplyInUse(_)) => Err(DropReason::ReplyTupleInUse),
+            Err(InsertError::Invalid(_)) => Err(DropReason::NoBackend),
+        }
+    }
+
+    /// A non-first fragment: follows its first fragment's translation, or is dropped.
+    fn later_fragment(&mut self, frame: &mut [u8], p: &Packet, id: u32, now: Instant) -> Verdict {
+        let Some((src, dst)) = self.frags.lookup(&frag::FragKey::new(p, id), now) else {
+            return Verdict::Drop(DropReason::FragmentNoMatch);
+        };
+        if p.ttl <= 1 {
+            return Verdict::Drop(DropReason::TtlExceeded);
+        }
+        let Some(dst_mac) = self.snapshot.neighbour(&dst) else {
+            return Verdict::Slow;
+        };
+        let to = Endpoints {
+            src: SocketAddr::new(src, 0),
+            dst: SocketAddr::new(dst, 0),
+        };
+        nat::rewrite(frame, p, &to, self.config.mac, dst_mac);
+        self.counters.fragments_forwarded += 1;
+        Verdict::Tx(self.config.port)
+    }
+
+    fn icmp(&mut self, frame: &mut [u8], p: &Packet) -> Verdict {
+        let Some(m) = icmp::match_error(frame, p, &self.flows) else {
+            return Verdict::Pass;
+        };
+        if p.ttl <= 1 {
+            return Verdict::Drop(DropReason::TtlExceeded);
+        }
+        let Some(dst_mac) = self.snapshot.neighbour(&m.outer.dst.ip()) else {
+            return Verdict::Slow;
+        };
+        icmp::translate(frame, p, &m, self.config.mac, dst_mac);
+        self.counters.icmp_translated += 1;
+        Verdict::Tx(self.config.port)
+    }
+}
+
+/// The config protocol a frontend with this IP protocol number uses.
+#[inline]
+fn frontend_protocol(proto: u8) -> Option<config::Protocol> {
+    match proto {
+        PROTO_TCP => Some(config::Protocol::Tcp),
+        PROTO_UDP => Some(config::Protocol::Udp),
+        PROTO_SCTP => Some(config::Protocol::Sctp),
+        _ => None,
+    }
+}
+
+/// The packet's own tuple.
+#[inline]
+fn flow_key(p: &Packet) -> FlowKey {
+    let proto = match p.proto {
+        PROTO_TCP => Protocol::Tcp,
+        PROTO_UDP => Protocol::Udp,
+        _ => Protocol::Sctp,
+    };
+    key_of(proto, p.src, p.sport, p.dst, p.dport)
+}
+
+#[inline]
+pub(crate) fn key_of(proto: Protocol, src: IpAddr, sport: u16, dst: IpAddr, dport: u16) -> FlowKey {
+    match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => FlowKey::v4(proto, s, sport, d, dport),
+        (IpAddr::V6(s), IpAddr::V6(d)) => FlowKey::v6(proto, s, sport, d, dport),
+        // Not produced by classify (one header, one family); a key that matches nothing.
+        (s, _) => FlowKey::new(proto, SocketAddr::new(s, sport), SocketAddr::new(s, sport))
+            .unwrap_or_else(|| {
+                FlowKey::v4(proto, Ipv4Addr::UNSPECIFIED, 0, Ipv4Addr::UNSPECIFIED, 0)
+            }),
+    }
+}
