@@ -9,7 +9,9 @@ use clap::{Parser, Subcommand};
 use mimalloc::MiMalloc;
 
 mod check;
+mod pcap;
 mod run;
+mod sim;
 
 #[global_allocator]
 static GLOBAL: MiMalloc = MiMalloc;
@@ -35,6 +37,33 @@ enum Command {
         /// The config file.
         #[arg(long, short)]
         config: PathBuf,
+    },
+    /// Dry-run flows through the schedulers: where would each flow go?
+    Sim {
+        /// The config file.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Flows, one per line: proto,src_ip,src_port,dst_ip,dst_port[,open|close]; `-` for stdin.
+        #[arg(long)]
+        flows: PathBuf,
+        /// Print JSON lines instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Replay a capture through the pipeline: what would xvs transmit, and why did it drop?
+    Pcap {
+        /// The config file.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Input capture (pcap, Ethernet).
+        #[arg(long = "in")]
+        input: PathBuf,
+        /// Output capture: every frame xvs would transmit.
+        #[arg(long = "out")]
+        output: PathBuf,
+        /// JSON lines, one per input frame: its verdict and drop reason.
+        #[arg(long)]
+        report: Option<PathBuf>,
     },
     /// Run the load balancer (needs root and the configured interfaces).
     Run {
@@ -63,6 +92,17 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Check { config } => check::main(&config),
+        Command::Sim {
+            config,
+            flows,
+            json,
+        } => sim::main(&config, &flows, json),
+        Command::Pcap {
+            config,
+            input,
+            output,
+            report,
+        } => pcap::main(&config, &input, &output, report.as_deref()),
         Command::Run { config } => run::main(config.as_ref()),
     }
 }

@@ -1,0 +1,261 @@
+//! Black-box tests of `xvs sim` on config/examples/static-services.toml: each scheduler's
+//! behaviour seen from outside, as an operator would check new weights.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn static_services() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("config/examples/static-services.toml")
+}
+
+/// Runs `xvs sim` with `flows` on stdin.
+fn sim(flows: &str, extra: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_xvs"))
+        .args([
+            "sim",
+            "--config",
+            static_services().to_str().unwrap(),
+            "--flows",
+            "-",
+        ])
+        .args(extra)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run xvs");
+    // Feed stdin from a thread: xvs writes while it reads, and a full stdout pipe would
+    // otherwise block both sides.
+    let mut stdin = child.stdin.take().unwrap();
+    let input = flows.to_owned();
+    let feeder = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+    let out = child.wait_with_output().unwrap();
+    feeder.join().unwrap().unwrap();
+    out
+}
+
+/// The backend each flow line went to (`none (...)` included), in order.
+fn targets(o: &Output) -> Vec<String> {
+    assert!(
+        o.status.success(),
+        "xvs sim failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout.clone())
+        .unwrap()
+        .lines()
+        .take_while(|l| !l.is_empty())
+        .map(|l| {
+            l.split(" => ")
+                .nth(1)
+                .unwrap_or_else(|| panic!("bad line {l:?}"))
+                .to_owned()
+        })
+        .collect()
+}
+
+fn flows(proto: &str, vip: &str, port: u16, n: usize) -> String {
+    (0..n)
+        .map(|i| {
+            format!(
+                "{proto},198.18.0.{},{},{vip},{port}\n",
+                2 + i % 200,
+                10000 + i
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn rr_is_exactly_even_in_order() {
+    let t = targets(&sim(&flows("tcp", "198.18.100.1", 80, 9), &[]));
+    let want: Vec<&str> = ["198.18.1.1:8080", "198.18.1.2:8080", "198.18.1.3:8080"].repeat(3);
+    assert_eq!(t, want);
+}
+
+#[test]
+fn wrr_follows_ipvs_interleaved_sequence() {
+    // Weights 4,3,2 (a,b,c): Linux ip_vs_wrr gives a a b a b c a b c.
+    let t = targets(&sim(&flows("tcp", "198.18.100.2", 80, 18), &[]));
+    let (a, b, c) = ("198.18.1.1:8080", "198.18.1.2:8080", "198.18.1.3:8080");
+    let round = [a, a, b, a, b, c, a, b, c];
+    let want: Vec<&str> = round.iter().chain(round.iter()).copied().collect();
+    assert_eq!(t, want);
+}
+
+#[test]
+fn lc_follows_connection_counts_and_close() {
+    let (a, b) = ("198.18.1.1:8080", "198.18.1.2:8080");
+    let input = "\
+tcp,198.18.0.2,1000,198.18.100.3,80
+tcp,198.18.0.2,1001,198.18.100.3,80
+tcp,198.18.0.2,1002,198.18.100.3,80
+tcp,198.18.0.2,1001,198.18.100.3,80,close
+tcp,198.18.0.2,1003,198.18.100.3,80
+tcp,198.18.0.2,1000,198.18.100.3,80
+";
+    let t = targets(&sim(input, &[]));
+    // 1000 -> a, 1001 -> b, 1002 -> a (tie: first); closing 1001 leaves b idle so 1003 -> b;
+    // a repeated open of a still-open flow is the same connection.
+    assert_eq!(t[..3], [a, b, a]);
+    assert_eq!(t[3], format!("{b} (close)"));
+    assert_eq!(t[4], b);
+    assert_eq!(t[5], a);
+}
+
+#[test]
+fn wlc_and_sed_prefer_the_heavier_backend() {
+    // weights 3:1. With w=3 vs 1, wlc sends 3 of the first 4 connections to a.
+    let t = targets(&sim(&flows("tcp", "198.18.100.4", 80, 4), &[]));
+    assert_eq!(
+        t.iter().filter(|x| x.as_str() == "198.18.1.1:8080").count(),
+        3,
+        "{t:?}"
+    );
+    let t = targets(&sim(&flows("tcp", "198.18.100.5", 80, 4), &[]));
+    assert_eq!(
+        t.iter().filter(|x| x.as_str() == "198.18.1.1:8080").count(),
+        3,
+        "{t:?}"
+    );
+}
+
+#[test]
+fn nq_uses_an_idle_backend_first() {
+    let t = targets(&sim(&flows("tcp", "198.18.100.6", 80, 2), &[]));
+    let mut sorted = t.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["198.18.1.1:8080", "198.18.1.2:8080"], "{t:?}");
+}
+
+#[test]
+fn hashing_schedulers_are_sticky() {
+    for (vip, port) in [("198.18.100.7", 443), ("198.18.100.8", 80)] {
+        // Same client address and port, opened, closed, opened again: same backend.
+        let line = format!("tcp,198.18.0.9,4242,{vip},{port}");
+        let input = format!("{line}\n{line},close\n{line}\n");
+        let t = targets(&sim(&input, &[]));
+        assert_eq!(t[0], t[2], "{vip}: {t:?}");
+    }
+    // dh hashes the destination: every client of one VIP lands on one backend.
+    let t = targets(&sim(&flows("tcp", "198.18.100.9", 3128, 20), &[]));
+    assert!(t.iter().all(|x| *x == t[0]), "{t:?}");
+}
+
+#[test]
+fn maglev_respects_weights() {
+    // Weights 2:1:1 over many clients with mh-port: about half go to the first backend.
+    let t = targets(&sim(&flows("tcp", "198.18.100.7", 443, 4000), &[]));
+    let first = t.iter().filter(|x| x.as_str() == "198.18.1.1:8443").count();
+    assert!((1700..=2300).contains(&first), "{first} of 4000");
+}
+
+#[test]
+fn lblc_keeps_locality() {
+    // One destination sticks to one backend until it is overloaded (IPVS: more active
+    // connections than its weight while another backend is under half its weight).
+    let t = targets(&sim(&flows("tcp", "198.18.100.10", 3128, 3), &[]));
+    assert_eq!(t[0], t[1], "{t:?}");
+    assert_ne!(
+        t[2], t[0],
+        "overloaded backend keeps the destination: {t:?}"
+    );
+    let t = targets(&sim(&flows("tcp", "198.18.100.11", 3128, 2), &[]));
+    assert_eq!(t[0], t[1], "{t:?}");
+}
+
+#[test]
+fn affinity_drain_and_refusals() {
+    let input = "\
+udp,198.18.0.2,1000,198.18.100.53,53
+udp,198.18.0.2,1001,198.18.100.53,53
+udp,198.18.0.3,1000,198.18.100.53,53
+tcp,198.18.0.2,1000,198.18.100.99,80
+tcp,198.18.0.2,1000,198.18.100.200,80
+tcp,198.18.0.2,1000,198.18.100.53,53
+";
+    let t = targets(&sim(input, &[]));
+    // ClientIP affinity pins 198.18.0.2 to its first backend although rr moves on; the
+    // next client gets the next backend; the weight-0 backend gets nothing.
+    assert_eq!(t[..3], ["198.18.1.1:53", "198.18.1.1:53", "198.18.1.2:53"]);
+    assert_eq!(t[3], "none (no backends)");
+    assert_eq!(t[4], "none (no service)");
+    assert_eq!(t[5], "none (no service)", "udp service must not catch tcp");
+}
+
+#[test]
+fn distribution_table_and_json() {
+    let o = sim(&flows("tcp", "198.18.100.1", 80, 6), &[]);
+    let out = String::from_utf8(o.stdout).unwrap();
+    let rows: Vec<&str> = out.lines().filter(|l| l.starts_with("rr ")).collect();
+    assert_eq!(rows.len(), 3, "{out}");
+    assert!(
+        rows.iter()
+            .all(|r| r.contains(" 2 ") && r.contains("33.33%")),
+        "{out}"
+    );
+
+    let o = sim(
+        "tcp,2001:2::5,999,2001:2:0:100::1,3868\nsctp,2001:2::5,999,2001:2:0:100::1,3868\n",
+        &["--json"],
+    );
+    assert!(o.status.success());
+    let lines: Vec<serde_json::Value> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("every line is JSON"))
+        .collect();
+    assert_eq!(lines[0]["backend"], serde_json::Value::Null);
+    assert_eq!(lines[0]["reason"], "no service");
+    assert_eq!(lines[1]["service"], "sctp6");
+    assert_eq!(lines[1]["backend"], "[2001:2:0:1::1]:3868");
+    assert_eq!(lines[1]["frontend"], "[2001:2:0:100::1]:3868");
+    let dist: Vec<_> = lines
+        .iter()
+        .filter(|l| l.get("share_pct").is_some())
+        .collect();
+    assert_eq!(dist.len(), 2);
+    assert_eq!(dist[0]["flows"], 1);
+}
+
+#[test]
+fn bad_flow_line_names_the_line() {
+    let o = sim(
+        "tcp,198.18.0.2,1000,198.18.100.1,80\nudp,198.18.0.2,70000,198.18.100.1,80\n",
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("<stdin>:2:") && err.contains("src_port"),
+        "{err}"
+    );
+}
+
+#[test]
+fn flows_file_from_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("flows.csv");
+    std::fs::write(
+        &p,
+        "# a comment\n\ntcp,198.18.0.2,1000,198.18.100.1,80,open\n",
+    )
+    .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_xvs"))
+        .args([
+            "sim",
+            "--config",
+            static_services().to_str().unwrap(),
+            "--flows",
+            p.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let out = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        out.starts_with("tcp 198.18.0.2:1000 -> 198.18.100.1:80 => 198.18.1.1:8080\n"),
+        "{out}"
+    );
+}
