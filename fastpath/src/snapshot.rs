@@ -20,6 +20,73 @@ use lb_algos::{
     SchedulerKind,
 };
 
+/// Where a frame to some destination leaves: the fastpath port (index of the interface in
+/// `[dataplane] interfaces`) and the Ethernet addresses to write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NextHop {
+    /// Transmit port.
+    pub port: u16,
+    /// The next hop's MAC.
+    pub dst_mac: [u8; 6],
+    /// The transmit port's own MAC (`None`: the caller's default for that port).
+    pub src_mac: Option<[u8; 6]>,
+}
+
+/// A route: destinations inside `prefix` leave on `port`, through `gateway` (none: the
+/// destination is on the link).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Route {
+    /// Destination prefix.
+    pub prefix: config::Cidr,
+    /// Transmit port.
+    pub port: u16,
+    /// Next-hop router, when not directly connected.
+    pub gateway: Option<IpAddr>,
+}
+
+/// A resolved neighbour: `ip` has `mac`, on `port` when known (static `[[neighbours]]`
+/// entries do not say).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Neighbour {
+    /// Its address.
+    pub ip: IpAddr,
+    /// Its MAC.
+    pub mac: [u8; 6],
+    /// The port it was learnt on.
+    pub port: Option<u16>,
+}
+
+/// The kernel's view of the network that the fastpath needs: routes, neighbours and each
+/// port's own MAC. Empty for configs replayed offline (`xvs pcap`, tests): then every frame
+/// leaves on the port it came in on, towards the `[[neighbours]]` MAC of its destination.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct L2Table {
+    /// Routes, any order (the builder sorts them longest prefix first).
+    pub routes: Vec<Route>,
+    /// Neighbours.
+    pub neighbours: Vec<Neighbour>,
+    /// MAC of each port, by port index.
+    pub port_macs: Vec<[u8; 6]>,
+}
+
+impl L2Table {
+    /// The static `[[neighbours]]` of a config, with no routes and no port MACs.
+    pub fn from_config(c: &Config) -> L2Table {
+        L2Table {
+            neighbours: c
+                .neighbours
+                .iter()
+                .map(|n| Neighbour {
+                    ip: n.ip,
+                    mac: n.mac.0,
+                    port: None,
+                })
+                .collect(),
+            ..L2Table::default()
+        }
+    }
+}
+
 /// A frontend: what a client addresses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Frontend {
@@ -218,7 +285,10 @@ pub struct Snapshot {
     /// Services, indexed by `ServiceEntry::id`.
     pub services: Vec<ServiceEntry>,
     frontends: HashMap<Frontend, u32, ahash::RandomState>,
-    neighbours: HashMap<IpAddr, [u8; 6], ahash::RandomState>,
+    neighbours: HashMap<IpAddr, ([u8; 6], Option<u16>), ahash::RandomState>,
+    /// Longest prefix first.
+    routes: Vec<Route>,
+    port_macs: Vec<[u8; 6]>,
 }
 
 impl Snapshot {
@@ -229,10 +299,27 @@ impl Snapshot {
         self.services.get(id as usize)
     }
 
-    /// The next hop's MAC, when known.
+    /// The MAC of neighbour `ip`, when known.
     #[inline]
     pub fn neighbour(&self, ip: &IpAddr) -> Option<[u8; 6]> {
-        self.neighbours.get(ip).copied()
+        self.neighbours.get(ip).map(|n| n.0)
+    }
+
+    /// Where a frame to `dst` goes: the longest matching route picks the port and the
+    /// gateway; without a route, the frame goes straight to `dst` on the neighbour's port, or
+    /// back out of `rx_port` (one-arm). `None`: the next hop's MAC is unknown (the slowpath
+    /// resolves it).
+    #[inline]
+    pub fn next_hop(&self, dst: IpAddr, rx_port: u16) -> Option<NextHop> {
+        let route = self.routes.iter().find(|r| r.prefix.contains(dst));
+        let via = route.and_then(|r| r.gateway).unwrap_or(dst);
+        let (dst_mac, learnt_on) = *self.neighbours.get(&via)?;
+        let port = route.map(|r| r.port).or(learnt_on).unwrap_or(rx_port);
+        Some(NextHop {
+            port,
+            dst_mac,
+            src_mac: self.port_macs.get(usize::from(port)).copied(),
+        })
     }
 
     /// Whether any frontend uses `vip`.
@@ -271,11 +358,11 @@ impl SnapshotBuilder {
         Self::new(c.flowtable.backends_max, c.dataplane.mh_table_size)
     }
 
-    /// Builds the next snapshot from `services` and static `neighbours`.
+    /// Builds the next snapshot from `services` and the network view `l2`.
     pub fn build(
         &mut self,
         services: &[ServiceSpec],
-        neighbours: &[(IpAddr, [u8; 6])],
+        l2: &L2Table,
     ) -> Result<Snapshot, BuildError> {
         let mut frontends: HashMap<Frontend, u32, ahash::RandomState> = HashMap::default();
         for (i, s) in services.iter().enumerate() {
@@ -304,8 +391,13 @@ impl SnapshotBuilder {
         });
         let mut out = Vec::with_capacity(services.len());
         for (i, s) in services.iter().enumerate() {
-            let mut backends = Vec::with_capacity(s.backends.len());
+            let mut backends: Vec<BackendEntry> = Vec::with_capacity(s.backends.len());
             for b in &s.backends {
+                // A source may list an endpoint twice (two EndpointSlices); schedulers refuse
+                // duplicates, so the first listing wins.
+                if backends.iter().any(|e| e.addr == b.addr) {
+                    continue;
+                }
                 let id = match self.ids.get(&(s.name.clone(), b.addr)) {
                     Some(id) => *id,
                     None => {
@@ -369,15 +461,23 @@ impl SnapshotBuilder {
             generation: self.generation,
             services: out,
             frontends,
-            neighbours: neighbours.iter().copied().collect(),
+            neighbours: l2
+                .neighbours
+                .iter()
+                .map(|n| (n.ip, (n.mac, n.port)))
+                .collect(),
+            routes: {
+                let mut r = l2.routes.clone();
+                r.sort_by_key(|r| std::cmp::Reverse(r.prefix.prefix));
+                r
+            },
+            port_macs: l2.port_macs.clone(),
         })
     }
 
-    /// Builds a snapshot of a config's static services and neighbours.
+    /// Builds a snapshot of a config's static services and `[[neighbours]]` (no routes).
     pub fn build_config(&mut self, c: &Config) -> Result<Snapshot, BuildError> {
-        let neighbours: Vec<(IpAddr, [u8; 6])> =
-            c.neighbours.iter().map(|n| (n.ip, n.mac.0)).collect();
-        self.build(&ServiceSpec::from_config(c), &neighbours)
+        self.build(&ServiceSpec::from_config(c), &L2Table::from_config(c))
     }
 }
 
@@ -395,5 +495,144 @@ pub fn kind(name: SchedulerName) -> SchedulerKind {
         SchedulerName::Dh => SchedulerKind::Dh,
         SchedulerName::Lblc => SchedulerKind::Lblc,
         SchedulerName::Lblcr => SchedulerKind::Lblcr,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn snapshot(l2: &L2Table) -> Snapshot {
+        let cfg = config::parse(
+            "[dataplane]\nsnat_addresses = [\"198.18.1.254\"]\n[[services]]\nname = \"web\"\nvip = \"198.18.100.1\"\nport = 80\nprotocol = \"tcp\"\nbackends = [{ addr = \"198.18.1.1:8080\" }, { addr = \"198.18.1.2:8080\" }]\n",
+            "t.toml",
+        )
+        .unwrap();
+        SnapshotBuilder::from_config(&cfg)
+            .build(&ServiceSpec::from_config(&cfg), l2)
+            .unwrap()
+    }
+
+    #[test]
+    fn next_hop_follows_routes_gateways_and_port_macs() {
+        let (client_mac, backend_mac, gw_mac) =
+            ([2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 1, 1], [2, 0, 0, 0, 0, 9]);
+        let l2 = L2Table {
+            routes: vec![
+                Route {
+                    prefix: "0.0.0.0/0".parse().unwrap(),
+                    port: 0,
+                    gateway: Some(ip("198.18.0.9")),
+                },
+                Route {
+                    prefix: "198.18.0.0/24".parse().unwrap(),
+                    port: 0,
+                    gateway: None,
+                },
+                Route {
+                    prefix: "198.18.1.0/24".parse().unwrap(),
+                    port: 1,
+                    gateway: None,
+                },
+            ],
+            neighbours: vec![
+                Neighbour {
+                    ip: ip("198.18.0.2"),
+                    mac: client_mac,
+                    port: Some(0),
+                },
+                Neighbour {
+                    ip: ip("198.18.0.9"),
+                    mac: gw_mac,
+                    port: Some(0),
+                },
+                Neighbour {
+                    ip: ip("198.18.1.1"),
+                    mac: backend_mac,
+                    port: Some(1),
+                },
+            ],
+            port_macs: vec![[2, 0, 0, 0, 0xaa, 0], [2, 0, 0, 0, 0xaa, 1]],
+        };
+        let s = snapshot(&l2);
+        // On-link backend: port 1, its own MAC, port 1's MAC as source.
+        assert_eq!(
+            s.next_hop(ip("198.18.1.1"), 0),
+            Some(NextHop {
+                port: 1,
+                dst_mac: backend_mac,
+                src_mac: Some([2, 0, 0, 0, 0xaa, 1])
+            })
+        );
+        // On-link client on port 0.
+        assert_eq!(
+            s.next_hop(ip("198.18.0.2"), 1).map(|n| (n.port, n.dst_mac)),
+            Some((0, client_mac))
+        );
+        // Anything else goes to the default gateway's MAC on port 0.
+        assert_eq!(
+            s.next_hop(ip("203.0.113.7"), 1)
+                .map(|n| (n.port, n.dst_mac)),
+            Some((0, gw_mac))
+        );
+        // An on-link address without a neighbour entry is unresolved.
+        assert_eq!(s.next_hop(ip("198.18.1.2"), 0), None);
+    }
+
+    #[test]
+    fn without_routes_frames_leave_by_the_receiving_port() {
+        let l2 = L2Table {
+            neighbours: vec![Neighbour {
+                ip: ip("198.18.1.1"),
+                mac: [2, 0, 0, 0, 1, 1],
+                port: None,
+            }],
+            ..L2Table::default()
+        };
+        let s = snapshot(&l2);
+        assert_eq!(
+            s.next_hop(ip("198.18.1.1"), 3),
+            Some(NextHop {
+                port: 3,
+                dst_mac: [2, 0, 0, 0, 1, 1],
+                src_mac: None
+            })
+        );
+    }
+
+    #[test]
+    fn backend_ids_are_stable_and_recycled() {
+        let cfg = config::parse(
+            "[dataplane]\nsnat_addresses = [\"198.18.1.254\"]\n[[services]]\nname = \"web\"\nvip = \"198.18.100.1\"\nport = 80\nprotocol = \"tcp\"\nbackends = [{ addr = \"198.18.1.1:8080\" }, { addr = \"198.18.1.2:8080\" }]\n",
+            "t.toml",
+        )
+        .unwrap();
+        let mut b = SnapshotBuilder::from_config(&cfg);
+        let mut specs = ServiceSpec::from_config(&cfg);
+        let s1 = b.build(&specs, &L2Table::default()).unwrap();
+        let ids1: Vec<u32> = s1.services[0].backends.iter().map(|b| b.id.0).collect();
+        // Remove the first backend, add a third: the second keeps its id, the new one
+        // reuses the freed id, and the generation moves on.
+        specs[0].backends.remove(0);
+        specs[0].backends.push(BackendSpec {
+            addr: "198.18.1.3:8080".parse().unwrap(),
+            weight: 1,
+            usable: true,
+        });
+        let s2 = b.build(&specs, &L2Table::default()).unwrap();
+        let ids2: Vec<u32> = s2.services[0].backends.iter().map(|b| b.id.0).collect();
+        assert_eq!(ids2, [ids1[1], ids1[0]]);
+        assert_eq!(s2.generation, s1.generation + 1);
+        // Two services on one frontend are refused.
+        specs.push(specs[0].clone());
+        specs[1].name = "web-copy".into();
+        assert!(matches!(
+            b.build(&specs, &L2Table::default()),
+            Err(BuildError::DuplicateFrontend { .. })
+        ));
     }
 }

@@ -20,12 +20,13 @@
 //!
 //! # Rules chosen
 //!
-//! - **Ports and MACs.** xvs is one-armed: a frame leaves by the port it came in on,
-//!   `Tx(config.port)`, with the source MAC `config.mac` (that port's MAC). The destination
-//!   MAC is the snapshot's neighbour entry for the *new destination address* (backends and
-//!   clients are on-link or behind a next hop the slowpath pinned under their address). No
-//!   entry → [`Verdict::Slow`] with the frame unmodified; for a new flow nothing is inserted
-//!   yet, so the slowpath may resolve the neighbour and re-inject the frame.
+//! - **Ports and MACs.** [`Snapshot::next_hop`] decides, for the *new destination address*:
+//!   the longest matching route gives the transmit port and gateway, the neighbour table the
+//!   destination MAC, the port table the source MAC. Without routes (offline replays, tests)
+//!   a frame leaves by the port it came in on, `Tx(config.port)`, with source MAC
+//!   `config.mac`. An unknown next hop → [`Verdict::Slow`] with the frame unmodified; for a
+//!   new flow nothing is inserted yet, so the slowpath may resolve the neighbour and
+//!   re-inject the frame.
 //! - **TTL.** Checked before anything is created: TTL/hop limit ≤ 1 → `Drop(TtlExceeded)`
 //!   (no ICMP time-exceeded is generated). Forwarded frames leave with TTL − 1.
 //! - **ICMP echo** (and every other ICMP non-error) → [`Verdict::Pass`]: the kernel answers for
@@ -49,7 +50,7 @@ use config::{Config, Mode};
 use flowtable::{Direction, FlowData, FlowHandle, FlowKey, FlowTable, InsertError, Protocol};
 use lb_algos::{AffinityTable, FlowTuple, Scheduler};
 
-use crate::snapshot::{Frontend, Snapshot};
+use crate::snapshot::{Frontend, NextHop, Snapshot};
 
 pub(crate) mod classify;
 pub mod frag;
@@ -379,12 +380,12 @@ impl Pipeline {
             return Verdict::Drop(DropReason::TtlExceeded);
         }
         let to = nat::after(data, dir);
-        let Some(dst_mac) = self.snapshot.neighbour(&to.dst.ip()) else {
+        let Some(nh) = self.next_hop(to.dst.ip()) else {
             return Verdict::Slow;
         };
         self.flows
             .on_packet(h, dir, flowtable::TcpFlags(p.flags), now);
-        self.send(frame, p, &to, dst_mac, now)
+        self.send(frame, p, &to, nh, now)
     }
 
     /// Rewrites and records the first fragment's translation.
@@ -394,15 +395,28 @@ impl Pipeline {
         frame: &mut [u8],
         p: &Packet,
         to: &Endpoints,
-        dst_mac: [u8; 6],
+        nh: NextHop,
         now: Instant,
     ) -> Verdict {
-        nat::rewrite(frame, p, to, self.config.mac, dst_mac);
+        nat::rewrite(
+            frame,
+            p,
+            to,
+            nh.src_mac.unwrap_or(self.config.mac),
+            nh.dst_mac,
+        );
         if let Frag::First(id) = p.frag {
             self.frags
                 .insert(frag::FragKey::new(p, id), to.src.ip(), to.dst.ip(), now);
         }
-        Verdict::Tx(self.config.port)
+        Verdict::Tx(nh.port)
+    }
+
+    /// The next hop towards `dst` in the current snapshot (frames without a route leave on
+    /// this pipeline's own port).
+    #[inline]
+    fn next_hop(&self, dst: IpAddr) -> Option<NextHop> {
+        self.snapshot.next_hop(dst, self.config.port)
     }
 
     /// A packet that matched no flow: a new flow if it is for a frontend.
@@ -445,7 +459,7 @@ impl Pipeline {
         if b.addr.is_ipv6() != p.v6 {
             return Verdict::Drop(DropReason::NoBackend);
         }
-        let Some(dst_mac) = snapshot.neighbour(&b.addr.ip()) else {
+        let Some(nh) = snapshot.next_hop(b.addr.ip(), self.config.port) else {
             return Verdict::Slow;
         };
         let client = SocketAddr::new(p.src, p.sport);
@@ -493,7 +507,7 @@ impl Pipeline {
             Err(r) => return Verdict::Drop(r),
         }
         let to = nat::after(&data, Direction::Original);
-        self.send(frame, p, &to, dst_mac, now)
+        self.send(frame, p, &to, nh, now)
     }
 
     /// Maps an insert result; on a lost race adopts the winner's flow.
@@ -528,16 +542,22 @@ impl Pipeline {
         if p.ttl <= 1 {
             return Verdict::Drop(DropReason::TtlExceeded);
         }
-        let Some(dst_mac) = self.snapshot.neighbour(&dst) else {
+        let Some(nh) = self.next_hop(dst) else {
             return Verdict::Slow;
         };
         let to = Endpoints {
             src: SocketAddr::new(src, 0),
             dst: SocketAddr::new(dst, 0),
         };
-        nat::rewrite(frame, p, &to, self.config.mac, dst_mac);
+        nat::rewrite(
+            frame,
+            p,
+            &to,
+            nh.src_mac.unwrap_or(self.config.mac),
+            nh.dst_mac,
+        );
         self.counters.fragments_forwarded += 1;
-        Verdict::Tx(self.config.port)
+        Verdict::Tx(nh.port)
     }
 
     fn icmp(&mut self, frame: &mut [u8], p: &Packet) -> Verdict {
@@ -547,12 +567,18 @@ impl Pipeline {
         if p.ttl <= 1 {
             return Verdict::Drop(DropReason::TtlExceeded);
         }
-        let Some(dst_mac) = self.snapshot.neighbour(&m.outer.dst.ip()) else {
+        let Some(nh) = self.next_hop(m.outer.dst.ip()) else {
             return Verdict::Slow;
         };
-        icmp::translate(frame, p, &m, self.config.mac, dst_mac);
+        icmp::translate(
+            frame,
+            p,
+            &m,
+            nh.src_mac.unwrap_or(self.config.mac),
+            nh.dst_mac,
+        );
         self.counters.icmp_translated += 1;
-        Verdict::Tx(self.config.port)
+        Verdict::Tx(nh.port)
     }
 }
 
