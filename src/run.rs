@@ -1,8 +1,53 @@
-//! `xvs run`: start the daemon. Refuses clearly when it cannot work: a bad config (exit 2),
-//! not root, or a configured interface that does not exist (exit 1).
+//! `xvs run`: the daemon. Refuses clearly when it cannot work: a bad config (exit 2), not
+//! root, a configured interface that does not exist, or a full-NAT port range the kernel also
+//! uses (exit 1).
+//!
+//! Start-up order matters for "nothing is lost": the flow table, the first snapshot (static
+//! services + the kernel's routes and neighbours) and the AF_XDP sockets exist before the
+//! steering program redirects anything to them. Shutdown reverses it: the steering program
+//! is detached first (traffic falls back to the kernel), then the workers stop. The program
+//! is attached through a bpf_link, so even a crash leaves no XDP program behind.
+//!
+//! Signals: SIGTERM/SIGINT stop; SIGHUP reloads the file (services and neighbours; a file
+//! that does not validate is reported with key and line and the running config stays). On
+//! exit the final counters are printed to stdout as `key=value` lines.
 
+use std::collections::HashSet;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use arc_swap::ArcSwap;
+use config::{Config, Mode, Protocol};
+use fastpath::pipeline::{DropReason, Pipeline, PipelineConfig, flow_table_config};
+use fastpath::snapshot::{L2Table, Neighbour, ServiceSpec, Snapshot, SnapshotBuilder};
+use fastpath::steer::Steering;
+use fastpath::worker::{WorkerCounters, WorkerStats, spawn_worker, worker_specs};
+use fastpath::xsk::{XskSet, worker_count};
+use flowtable::FlowTable;
+use lb_algos::AffinityTable;
+use slowpath::neigh::{NeighbourWatcher, read_l2};
+
+/// ClientIP affinity entries shared by all workers.
+const AFFINITY_CAPACITY: usize = 1 << 16;
+/// How often the main loop looks at signals and unresolved next hops.
+const TICK: Duration = Duration::from_millis(100);
+
+static STOP: AtomicBool = AtomicBool::new(false);
+static RELOAD: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+extern "C" fn on_hup(_: libc::c_int) {
+    RELOAD.store(true, Ordering::SeqCst);
+}
 
 pub fn main(path: Option<&PathBuf>) -> ExitCode {
     let Some(cfg) = crate::load_config(path) else {
@@ -12,16 +57,18 @@ pub fn main(path: Option<&PathBuf>) -> ExitCode {
         eprintln!("xvs run: {why}");
         return ExitCode::FAILURE;
     }
-    eprintln!(
-        "xvs run: configuration valid ({} services, {} workers); the AF_XDP fastpath is not built yet, so nothing is forwarded",
-        cfg.services.len(),
-        cfg.dataplane.workers()
-    );
-    ExitCode::FAILURE
+    match daemon(cfg, path.map(PathBuf::as_path)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xvs run: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
-/// Checks that need the machine: root, and every configured interface present.
-fn preflight(cfg: &config::Config) -> Result<(), String> {
+/// Checks that need the machine: root, every configured interface present, and a full-NAT
+/// port range that the kernel does not also hand out on the same addresses.
+fn preflight(cfg: &Config) -> Result<(), String> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let euid = unsafe { libc::geteuid() };
     if euid != 0 {
@@ -33,13 +80,363 @@ fn preflight(cfg: &config::Config) -> Result<(), String> {
         return Err("no [dataplane] interfaces configured: nothing to forward on".into());
     }
     for ifc in &cfg.dataplane.interfaces {
-        let dev = Path::new("/sys/class/net").join(&ifc.name);
-        if !dev.exists() {
+        if !Path::new("/sys/class/net").join(&ifc.name).exists() {
             return Err(format!(
                 "interface {} (dataplane.interfaces) does not exist in this network namespace",
                 ifc.name
             ));
         }
     }
+    let local = local_addresses();
+    let snat_local = cfg
+        .dataplane
+        .snat_addresses
+        .iter()
+        .any(|a| local.contains(a));
+    if snat_local && let Some((lo, hi)) = kernel_port_range() {
+        let r = cfg.dataplane.snat_port_range;
+        if u32::from(r.first) <= hi && lo <= u32::from(r.last) {
+            return Err(format!(
+                "dataplane.snat_port_range {r} overlaps the kernel's ephemeral ports {lo}-{hi} on a SNAT address this node also uses: replies to the kernel's own connections would be taken by xvs; choose a range outside {lo}-{hi} (or set net.ipv4.ip_local_port_range)"
+            ));
+        }
+    }
     Ok(())
+}
+
+fn kernel_port_range() -> Option<(u32, u32)> {
+    let s = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    let mut it = s.split_whitespace().map(|x| x.parse::<u32>().ok());
+    Some((it.next()??, it.next()??))
+}
+
+/// The addresses configured on this namespace's interfaces (from /proc, no netlink needed).
+fn local_addresses() -> HashSet<IpAddr> {
+    let mut out = HashSet::new();
+    // SAFETY: getifaddrs fills a list we free with freeifaddrs; we only read it in between.
+    unsafe {
+        let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+        if libc::getifaddrs(&mut head) != 0 {
+            return out;
+        }
+        let mut cur = head;
+        while !cur.is_null() {
+            let sa = (*cur).ifa_addr;
+            if !sa.is_null() {
+                match i32::from((*sa).sa_family) {
+                    libc::AF_INET => {
+                        let sin = &*(sa as *const libc::sockaddr_in);
+                        out.insert(IpAddr::from(
+                            u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
+                        ));
+                    }
+                    libc::AF_INET6 => {
+                        let sin6 = &*(sa as *const libc::sockaddr_in6);
+                        out.insert(IpAddr::from(sin6.sin6_addr.s6_addr));
+                    }
+                    _ => {}
+                }
+            }
+            cur = (*cur).ifa_next;
+        }
+        libc::freeifaddrs(head);
+    }
+    out
+}
+
+/// The kernel's view merged with the config's pinned `[[neighbours]]`: a pin overrides the
+/// MAC the kernel has and keeps the port the kernel learnt it on.
+fn merge_pins(mut l2: L2Table, cfg: &Config) -> L2Table {
+    for pin in &cfg.neighbours {
+        match l2.neighbours.iter_mut().find(|n| n.ip == pin.ip) {
+            Some(n) => n.mac = pin.mac.0,
+            None => l2.neighbours.push(Neighbour {
+                ip: pin.ip,
+                mac: pin.mac.0,
+                port: None,
+            }),
+        }
+    }
+    l2
+}
+
+fn ip_proto(p: Protocol) -> u8 {
+    match p {
+        Protocol::Tcp => 6,
+        Protocol::Udp => 17,
+        Protocol::Sctp => 132,
+    }
+}
+
+/// Points every steering program at what `snap` owns.
+fn steer_to(steers: &mut [Steering], snap: &Snapshot, cfg: &Config) -> anyhow::Result<()> {
+    let mut frontends = Vec::new();
+    let mut backends = Vec::new();
+    for s in &snap.services {
+        for f in &s.frontends {
+            frontends.push((f.vip, ip_proto(f.protocol), f.port));
+            if s.mode == Mode::Nat {
+                for b in &s.backends {
+                    backends.push((b.addr.ip(), ip_proto(f.protocol), b.addr.port()));
+                }
+            }
+        }
+    }
+    frontends.sort_unstable();
+    frontends.dedup();
+    backends.sort_unstable();
+    backends.dedup();
+    let r = cfg.dataplane.snat_port_range;
+    for st in steers.iter_mut() {
+        st.set_frontends(&frontends)?;
+        st.set_backends(&backends)?;
+        st.set_snat(&cfg.dataplane.snat_addresses, (r.first, r.last))?;
+    }
+    Ok(())
+}
+
+/// Next hops the fastpath will need that the kernel has not resolved yet: every backend.
+fn unresolved(snap: &Snapshot) -> Vec<IpAddr> {
+    let mut v: Vec<IpAddr> = snap
+        .services
+        .iter()
+        .flat_map(|s| s.backends.iter().map(|b| b.addr.ip()))
+        .filter(|ip| snap.next_hop(*ip, 0).is_none())
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+struct Running {
+    builder: SnapshotBuilder,
+    specs: Vec<ServiceSpec>,
+    l2: L2Table,
+    current: Arc<ArcSwap<Snapshot>>,
+}
+
+impl Running {
+    fn publish(&mut self, cfg: &Config, steers: &mut [Steering]) -> anyhow::Result<()> {
+        let l2 = merge_pins(self.l2.clone(), cfg);
+        let snap = Arc::new(self.builder.build(&self.specs, &l2)?);
+        // New frontends are steered after the snapshot that knows them is published; gone
+        // ones stop being steered at the same moment (their flows would be refused anyway).
+        self.current.store(Arc::clone(&snap));
+        steer_to(steers, &snap, cfg)
+    }
+}
+
+fn daemon(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<()> {
+    // SAFETY: the handlers only store to atomics, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGTERM, on_stop as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGINT, on_stop as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGHUP, on_hup as *const () as libc::sighandler_t);
+    }
+    let epoch = Instant::now();
+    let flows = Arc::new(
+        FlowTable::new(flow_table_config(&cfg), epoch).context("allocating the flow table")?,
+    );
+    let affinity = Arc::new(AffinityTable::new(AFFINITY_CAPACITY, epoch));
+    let ifnames: Vec<String> = cfg
+        .dataplane
+        .interfaces
+        .iter()
+        .map(|i| i.name.clone())
+        .collect();
+    let l2 = read_l2(&ifnames).context("reading routes and neighbours")?;
+    let mut builder = SnapshotBuilder::from_config(&cfg);
+    let specs = ServiceSpec::from_config(&cfg);
+    let first = Arc::new(builder.build(&specs, &merge_pins(l2.clone(), &cfg))?);
+    let mut run = Running {
+        builder,
+        specs,
+        l2,
+        current: Arc::new(ArcSwap::new(Arc::clone(&first))),
+    };
+
+    // Sockets first, then the program that feeds them.
+    let workers = worker_count(&cfg.dataplane);
+    let mut sockets = Vec::with_capacity(workers);
+    for spec in worker_specs(&cfg.dataplane) {
+        let set = XskSet::open(&cfg.dataplane, spec.queue)
+            .with_context(|| format!("opening AF_XDP sockets for queue {}", spec.queue))?;
+        eprintln!(
+            "xvs: worker {} queue {}: AF_XDP {}",
+            spec.index,
+            spec.queue,
+            set.mode()
+        );
+        sockets.push((spec, set));
+    }
+    let mut steers = Vec::with_capacity(ifnames.len());
+    for name in &ifnames {
+        let st = Steering::attach(name, cfg.dataplane.xdp_mode)?;
+        eprintln!("xvs: {name}: XDP attached ({:?})", st.attached());
+        steers.push(st);
+    }
+    for (spec, set) in &sockets {
+        for (port, fd) in set.fds() {
+            steers[port].register_socket(spec.queue, fd)?;
+        }
+    }
+    steer_to(&mut steers, &first, &cfg)?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut handles = Vec::with_capacity(workers);
+    let mut stats: Vec<Arc<WorkerStats>> = Vec::with_capacity(workers);
+    for (spec, set) in sockets {
+        let pipeline = Pipeline::new(
+            PipelineConfig::from_config(&cfg, spec.index, workers),
+            Arc::clone(&flows),
+            Arc::clone(&affinity),
+            run.current.load_full(),
+        );
+        let (h, s) = spawn_worker(
+            spec,
+            set,
+            pipeline,
+            Arc::clone(&run.current),
+            Arc::clone(&stop),
+        )
+        .context("starting a worker thread")?;
+        handles.push(h);
+        stats.push(s);
+    }
+
+    let (l2_tx, l2_rx) = mpsc::channel();
+    let watcher = NeighbourWatcher::spawn(
+        ifnames.clone(),
+        NeighbourWatcher::DEFAULT_PERIOD,
+        move |l2| {
+            let _ = l2_tx.send(l2);
+        },
+    )
+    .context("starting the neighbour watcher")?;
+    eprintln!(
+        "xvs: ready: {} services, {} workers, interfaces {}",
+        first.services.len(),
+        workers,
+        ifnames.join(", ")
+    );
+
+    let mut last_solicit = Instant::now() - Duration::from_secs(10);
+    let result = loop {
+        if STOP.load(Ordering::SeqCst) {
+            break Ok(());
+        }
+        if handles.iter().any(|h| h.is_finished()) {
+            break Err(anyhow::anyhow!("a worker thread ended unexpectedly"));
+        }
+        let mut changed = false;
+        while let Ok(l2) = l2_rx.try_recv() {
+            run.l2 = l2;
+            changed = true;
+        }
+        if RELOAD.swap(false, Ordering::SeqCst) {
+            changed |= reload(&mut cfg, path, &mut run);
+        }
+        if changed && let Err(e) = run.publish(&cfg, &mut steers) {
+            eprintln!("xvs: publishing a new snapshot failed, keeping the old one: {e:#}");
+        }
+        if last_solicit.elapsed() >= Duration::from_secs(1) {
+            for ip in unresolved(&run.current.load()) {
+                watcher.request(ip);
+            }
+            last_solicit = Instant::now();
+        }
+        std::thread::sleep(TICK);
+    };
+
+    // Detach first: from here on the kernel sees every frame, then the workers stop.
+    let steer_counters: Vec<_> = steers
+        .iter()
+        .map(|s| (s.ifname().to_owned(), s.counters().ok()))
+        .collect();
+    for st in steers {
+        if let Err(e) = st.detach() {
+            eprintln!("xvs: {e}");
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    for h in handles {
+        let _ = h.join();
+    }
+    watcher.stop();
+    print_counters(&stats, &steer_counters, &flows);
+    eprintln!("xvs: stopped");
+    result
+}
+
+/// Re-reads the config file after SIGHUP. Only services and pinned neighbours change at
+/// run time; a changed `[dataplane]` needs a restart and is reported as such.
+fn reload(cfg: &mut Config, path: Option<&Path>, run: &mut Running) -> bool {
+    let Some(path) = path else {
+        eprintln!("xvs: SIGHUP: running on the embedded config, nothing to reload");
+        return false;
+    };
+    match config::load(path) {
+        Ok(new) => {
+            if format!("{:?}", new.dataplane) != format!("{:?}", cfg.dataplane) {
+                eprintln!("xvs: reload: [dataplane] changed; it takes effect at the next restart");
+            }
+            run.specs = ServiceSpec::from_config(&new);
+            let dataplane = cfg.dataplane.clone();
+            *cfg = new;
+            cfg.dataplane = dataplane;
+            eprintln!(
+                "xvs: reloaded {} ({} services)",
+                path.display(),
+                cfg.services.len()
+            );
+            true
+        }
+        Err(e) => {
+            eprintln!("xvs: reload rejected, the running config stays:\n{e}");
+            false
+        }
+    }
+}
+
+fn print_counters(
+    stats: &[Arc<WorkerStats>],
+    steer: &[(String, Option<fastpath::steer::SteerCounters>)],
+    flows: &FlowTable,
+) {
+    let mut total = WorkerCounters::default();
+    for s in stats {
+        let c = s.read();
+        total.rx += c.rx;
+        total.tx += c.tx;
+        total.tx_ring_full += c.tx_ring_full;
+        total.tx_no_port += c.tx_no_port;
+        total.pass += c.pass;
+        total.slow += c.slow;
+        total.new_flows += c.new_flows;
+        total.expired += c.expired;
+        for (t, d) in total.drops.iter_mut().zip(c.drops) {
+            *t += d;
+        }
+    }
+    println!("rx={}", total.rx);
+    println!("tx={}", total.tx);
+    println!("tx_ring_full={}", total.tx_ring_full);
+    println!("tx_no_port={}", total.tx_no_port);
+    println!("pass={}", total.pass);
+    println!("slow={}", total.slow);
+    println!("new_flows={}", total.new_flows);
+    println!("expired_flows={}", total.expired);
+    println!("flows_live={}", flows.len());
+    for r in DropReason::ALL {
+        let n = total.dropped(*r);
+        if n > 0 {
+            println!("drop_{}={n}", r.name());
+        }
+    }
+    for (name, c) in steer {
+        if let Some(c) = c {
+            println!("steer_{name}_redirected={}", c.redirected);
+            println!("steer_{name}_passed={}", c.passed());
+        }
+    }
 }

@@ -4,4 +4,7 @@
 pub mod pcap;
 pub mod pipeline;
 pub mod snapshot;
+pub mod steer;
 pub mod wire;
+pub mod worker;
+pub mod xsk;

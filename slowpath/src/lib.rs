@@ -1,1 +1,2 @@
 //! The xvs slowpath: state sources, the snapshot builder, health checks and admin HTTP.
+pub mod neigh;

@@ -1,0 +1,490 @@
+//! Fastpath workers: one pinned thread per queue index, busy-polling the AF_XDP rings of an
+//! [`XskSet`] and running the sans-IO [`Pipeline`] on every frame.
+//!
+//! # One poll (bounded work)
+//!
+//! 1. Load the published snapshot once; `set_snapshot` only when its generation changed.
+//! 2. Read the clock once (`Instant::now()`): every frame of the poll gets the same `now`.
+//! 3. Reclaim completed tx frames into the free stack (at most [`COMP_ROUNDS`] × batch per
+//!    socket).
+//! 4. For each socket: take at most `batch_size` frames from its rx ring and run `process`:
+//!    - `Tx(port)`: the descriptor is staged for `port`'s tx ring (shared UMEM: no copy);
+//!      after the batch the stage is produced in one go. Frames the tx ring has no room
+//!      for are counted (`tx_ring_full`) and recycled. A port this worker has no socket on
+//!      is counted (`tx_no_port`) and recycled.
+//!    - `Drop(reason)`: recycled; the pipeline counts the reason.
+//!    - `Pass`: the frame was for the kernel (the steering program should not have sent it,
+//!      or libxdp's default program sends everything). An AF_XDP socket cannot give a frame
+//!      back to the kernel stack; re-injecting through a TAP or raw socket is out of scope,
+//!      so it is counted and recycled.
+//!    - `Slow`: the next hop's MAC is unknown. Counted and recycled; the neighbour resolver
+//!      learns the MAC from the kernel and a later frame of the flow goes through. Nothing
+//!      is ever transmitted with a guessed MAC.
+//! 5. Kick (`sendto`) every tx ring that still holds frames the kernel has not taken, when
+//!    the ring asks for it (need_wakeup).
+//! 6. Refill every fill ring up to its depth from the free stack (kick when need_wakeup).
+//! 7. Sweep at most `sweep_budget` flow-table entries for expiry.
+//! 8. Publish counters ([`WorkerStats`], relaxed atomics) when the poll did anything.
+//! 9. After [`IDLE_POLLS`] empty polls in a row, sleep `idle_backoff` (when configured).
+//!
+//! # Ports
+//!
+//! A worker receives on every port of its [`XskSet`] but its [`Pipeline`] has one
+//! `PipelineConfig::port` (the "port it came in on" of the one-armed fallback). With two
+//! arms the transmit port must therefore come from the snapshot: a route, or the port a
+//! neighbour was learnt on (the slowpath's netlink reader fills both). Static
+//! `[[neighbours]]` without a port fall back to `PipelineConfig::port`.
+//!
+//! Every buffer the loop touches (rx, completion and tx staging arrays, the free stack) is
+//! allocated before the loop starts; the loop allocates nothing.
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use config::Dataplane;
+use xsk_rs::FrameDesc;
+
+use crate::pipeline::{Counters, DropReason, Pipeline, Verdict};
+use crate::snapshot::Snapshot;
+use crate::xsk::pool::FramePool;
+use crate::xsk::{XskSet, worker_count};
+
+/// Empty polls in a row before the worker sleeps `idle_backoff`.
+pub const IDLE_POLLS: u32 = 1024;
+/// Completion-ring reads of up to one batch each, per socket per poll.
+pub const COMP_ROUNDS: usize = 4;
+/// Default flow-table entries examined for expiry per poll.
+pub const SWEEP_BUDGET: usize = 64;
+/// Largest batch a worker accepts.
+pub const BATCH_MAX: usize = 4096;
+
+/// What a worker is: which queue, which core, which interfaces, how much work per poll.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerSpec {
+    /// Worker index (= the queue it serves).
+    pub index: usize,
+    /// Core to pin to (`None`: not pinned).
+    pub core: Option<usize>,
+    /// The queue served on every interface that has it.
+    pub queue: u32,
+    /// Interface names in port order (`[dataplane] interfaces`).
+    pub interfaces: Vec<String>,
+    /// Frames per rx batch.
+    pub batch_size: usize,
+    /// Sleep after [`IDLE_POLLS`] empty polls (`None`: busy-poll forever).
+    pub idle_backoff: Option<Duration>,
+    /// Flow-table entries swept per poll.
+    pub sweep_budget: usize,
+}
+
+impl WorkerSpec {
+    /// Worker `index` of `dp`: queue `index`, core `cores[index % len]`.
+    pub fn from_config(dp: &Dataplane, index: usize) -> WorkerSpec {
+        WorkerSpec {
+            index,
+            core: (!dp.cores.is_empty()).then(|| dp.cores[index % dp.cores.len()]),
+            queue: index as u32,
+            interfaces: dp.interfaces.iter().map(|i| i.name.clone()).collect(),
+            batch_size: (dp.batch_size as usize).clamp(1, BATCH_MAX),
+            idle_backoff: dp.idle_backoff.map(|d| d.get()),
+            sweep_budget: SWEEP_BUDGET,
+        }
+    }
+}
+
+/// Every worker of `dp` ([`worker_count`] of them).
+pub fn worker_specs(dp: &Dataplane) -> Vec<WorkerSpec> {
+    (0..worker_count(dp))
+        .map(|i| WorkerSpec::from_config(dp, i))
+        .collect()
+}
+
+/// A worker's counters, readable from any thread; the worker stores them (relaxed) at the
+/// end of every poll that did something. Totals since the worker started.
+#[derive(Debug, Default)]
+pub struct WorkerStats {
+    /// Frames received.
+    pub rx: AtomicU64,
+    /// Frames placed on a tx ring.
+    pub tx: AtomicU64,
+    /// `Tx` frames dropped because the tx ring was full.
+    pub tx_ring_full: AtomicU64,
+    /// `Tx` frames for a port this worker has no socket on.
+    pub tx_no_port: AtomicU64,
+    /// Failed tx/fill wake-ups (`sendto`/`recvfrom` errors other than busy).
+    pub wakeup_errors: AtomicU64,
+    /// `Pass` verdicts (counted and dropped: no re-injection into the kernel).
+    pub pass: AtomicU64,
+    /// `Slow` verdicts (counted and dropped until the neighbour is resolved).
+    pub slow: AtomicU64,
+    /// Drops by reason (`DropReason as usize`), from the pipeline.
+    pub drops: [AtomicU64; DropReason::COUNT],
+    /// Flows inserted by this worker.
+    pub new_flows: AtomicU64,
+    /// Flows this worker's sweeps expired.
+    pub expired: AtomicU64,
+    /// Generation of the snapshot in use.
+    pub generation: AtomicU64,
+    /// Polls run.
+    pub polls: AtomicU64,
+}
+
+/// A plain copy of [`WorkerStats`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkerCounters {
+    /// See [`WorkerStats::rx`].
+    pub rx: u64,
+    /// See [`WorkerStats::tx`].
+    pub tx: u64,
+    /// See [`WorkerStats::tx_ring_full`].
+    pub tx_ring_full: u64,
+    /// See [`WorkerStats::tx_no_port`].
+    pub tx_no_port: u64,
+    /// See [`WorkerStats::wakeup_errors`].
+    pub wakeup_errors: u64,
+    /// See [`WorkerStats::pass`].
+    pub pass: u64,
+    /// See [`WorkerStats::slow`].
+    pub slow: u64,
+    /// See [`WorkerStats::drops`].
+    pub drops: [u64; DropReason::COUNT],
+    /// See [`WorkerStats::new_flows`].
+    pub new_flows: u64,
+    /// See [`WorkerStats::expired`].
+    pub expired: u64,
+    /// See [`WorkerStats::generation`].
+    pub generation: u64,
+    /// See [`WorkerStats::polls`].
+    pub polls: u64,
+}
+
+impl WorkerCounters {
+    /// Drops for one reason.
+    pub fn dropped(&self, reason: DropReason) -> u64 {
+        self.drops[reason as usize]
+    }
+}
+
+impl WorkerStats {
+    /// A consistent-enough copy (each counter read once, relaxed).
+    pub fn read(&self) -> WorkerCounters {
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        WorkerCounters {
+            rx: r(&self.rx),
+            tx: r(&self.tx),
+            tx_ring_full: r(&self.tx_ring_full),
+            tx_no_port: r(&self.tx_no_port),
+            wakeup_errors: r(&self.wakeup_errors),
+            pass: r(&self.pass),
+            slow: r(&self.slow),
+            drops: std::array::from_fn(|i| r(&self.drops[i])),
+            new_flows: r(&self.new_flows),
+            expired: r(&self.expired),
+            generation: r(&self.generation),
+            polls: r(&self.polls),
+        }
+    }
+}
+
+/// Starts worker `spec` on its own thread (`xvs-w{index}`), pinned to `spec.core`, owning
+/// `sockets` and `pipeline`. It runs until `stop` is set, then closes its sockets.
+pub fn spawn_worker(
+    spec: WorkerSpec,
+    sockets: XskSet,
+    pipeline: Pipeline,
+    snapshot: Arc<ArcSwap<Snapshot>>,
+    stop: Arc<AtomicBool>,
+) -> io::Result<(JoinHandle<()>, Arc<WorkerStats>)> {
+    let stats = Arc::new(WorkerStats::default());
+    let mut worker = Worker::new(spec, sockets, pipeline, snapshot, stop, Arc::clone(&stats));
+    let handle = std::thread::Builder::new()
+        .name(format!("xvs-w{}", worker.spec.index))
+        .spawn(move || {
+            worker.pin();
+            worker.run();
+        })?;
+    Ok((handle, stats))
+}
+
+/// A worker's state; [`spawn_worker`] runs it on its own thread.
+#[derive(Debug)]
+pub struct Worker {
+    spec: WorkerSpec,
+    xsk: XskSet,
+    pipeline: Pipeline,
+    snapshot: Arc<ArcSwap<Snapshot>>,
+    stop: Arc<AtomicBool>,
+    stats: Arc<WorkerStats>,
+    pool: FramePool,
+    /// Scratch for one rx or completion read.
+    batch: Vec<FrameDesc>,
+    /// Per port: descriptors waiting for that port's tx ring (capacity `batch_size`).
+    stage: Vec<Vec<FrameDesc>>,
+    /// Per port: frames currently given to that socket's fill ring.
+    in_fill: Vec<u32>,
+    local: Local,
+}
+
+/// Counters the loop keeps to itself and publishes per poll.
+#[derive(Debug, Default)]
+struct Local {
+    rx: u64,
+    tx: u64,
+    tx_ring_full: u64,
+    tx_no_port: u64,
+    wakeup_errors: u64,
+    expired: u64,
+    polls: u64,
+}
+
+impl Worker {
+    /// Allocates everything the loop needs and fills the fill rings.
+    pub fn new(
+        spec: WorkerSpec,
+        mut xsk: XskSet,
+        pipeline: Pipeline,
+        snapshot: Arc<ArcSwap<Snapshot>>,
+        stop: Arc<AtomicBool>,
+        stats: Arc<WorkerStats>,
+    ) -> Worker {
+        let batch_size = spec.batch_size.clamp(1, BATCH_MAX);
+        let ports = xsk.ports.len();
+        let pool = FramePool::new(std::mem::take(&mut xsk.frames));
+        let mut w = Worker {
+            spec: WorkerSpec { batch_size, ..spec },
+            xsk,
+            pipeline,
+            snapshot,
+            stop,
+            stats,
+            pool,
+            batch: vec![FrameDesc::default(); batch_size],
+            stage: (0..ports).map(|_| Vec::with_capacity(batch_size)).collect(),
+            in_fill: vec![0; ports],
+            local: Local::default(),
+        };
+        // Fill now: the sockets take frames as soon as the steering program sends them.
+        w.refill();
+        w
+    }
+
+    /// Pins the calling thread to the configured core (logs when that fails).
+    pub fn pin(&self) {
+        let Some(id) = self.spec.core else { return };
+        if core_affinity::set_for_current(core_affinity::CoreId { id }) {
+            eprintln!("xvs: worker {} pinned to core {id}", self.spec.index);
+        } else {
+            eprintln!(
+                "xvs: worker {}: could not pin to core {id}; running unpinned",
+                self.spec.index
+            );
+        }
+    }
+
+    /// Polls until the stop flag is set.
+    pub fn run(&mut self) {
+        let mut idle = 0u32;
+        while !self.stop.load(Ordering::Relaxed) {
+            if self.poll() {
+                idle = 0;
+            } else {
+                idle = idle.saturating_add(1);
+                if idle >= IDLE_POLLS {
+                    if let Some(d) = self.spec.idle_backoff {
+                        std::thread::sleep(d);
+                    } else {
+                        std::hint::spin_loop();
+                    }
+                }
+            }
+        }
+        self.publish();
+    }
+
+    /// One poll; returns whether any frame moved.
+    pub fn poll(&mut self) -> bool {
+        {
+            let current = self.snapshot.load();
+            if current.generation != self.pipeline.snapshot().generation {
+                self.pipeline.set_snapshot(Arc::clone(&current));
+            }
+        }
+        let now = Instant::now();
+        self.local.polls += 1;
+        let mut moved = self.reclaim();
+        for port in 0..self.xsk.ports.len() {
+            moved |= self.receive(port, now);
+        }
+        self.kick();
+        self.refill();
+        let expired = &mut self.local.expired;
+        self.pipeline
+            .flows()
+            .sweep(now, self.spec.sweep_budget, |_| *expired += 1);
+        if moved {
+            self.publish();
+        }
+        moved
+    }
+
+    /// Completed tx frames back to the free stack.
+    fn reclaim(&mut self) -> bool {
+        let mut any = false;
+        for s in self.xsk.ports.iter_mut().flatten() {
+            for _ in 0..COMP_ROUNDS {
+                // SAFETY: the completion ring hands back frames of this UMEM that the kernel
+                // is done with.
+                let n = unsafe { s.comp.consume(&mut self.batch) };
+                for d in &self.batch[..n] {
+                    self.pool.put(*d);
+                }
+                any |= n > 0;
+                if n < self.batch.len() {
+                    break;
+                }
+            }
+        }
+        any
+    }
+
+    /// One rx batch of `port`, processed and transmitted.
+    fn receive(&mut self, port: usize, now: Instant) -> bool {
+        let Some(s) = self.xsk.ports[port].as_mut() else {
+            return false;
+        };
+        // SAFETY: the descriptors written are frames of this UMEM, now owned by us.
+        let n = unsafe { s.rx.consume(&mut self.batch) };
+        if n == 0 {
+            return false;
+        }
+        self.in_fill[port] = self.in_fill[port].saturating_sub(n as u32);
+        self.local.rx += n as u64;
+        for i in 0..n {
+            let mut desc = self.batch[i];
+            let verdict = {
+                // SAFETY: `desc` came off our rx ring: the frame is ours alone until it is
+                // given to a ring again, and it lies inside the UMEM.
+                let mut data = unsafe { self.xsk.umem.data_mut(&mut desc) };
+                self.pipeline.process(data.contents_mut(), now)
+            };
+            match verdict {
+                Verdict::Tx(p) => {
+                    let p = usize::from(p);
+                    if self.xsk.ports.get(p).is_some_and(Option::is_some) {
+                        self.stage[p].push(desc);
+                    } else {
+                        self.local.tx_no_port += 1;
+                        self.pool.put(desc);
+                    }
+                }
+                Verdict::Drop(_) | Verdict::Pass | Verdict::Slow => self.pool.put(desc),
+            }
+        }
+        self.transmit();
+        true
+    }
+
+    /// Produces every staged descriptor on its port's tx ring and kicks the kernel.
+    fn transmit(&mut self) {
+        for (port, stage) in self.stage.iter_mut().enumerate() {
+            if stage.is_empty() {
+                continue;
+            }
+            let Some(s) = self.xsk.ports[port].as_mut() else {
+                continue;
+            };
+            // SAFETY: staged descriptors are frames of this UMEM with their lengths set by
+            // the rx ring (the pipeline rewrites in place, lengths unchanged).
+            let done = unsafe { s.tx.produce(stage) };
+            for d in &stage[done..] {
+                self.local.tx_ring_full += 1;
+                self.pool.put(*d);
+            }
+            self.local.tx += done as u64;
+            stage.clear();
+        }
+    }
+
+    /// Kicks every tx ring the kernel has not drained. In copy mode one `sendto` sends at
+    /// most a small batch (32 frames on Linux), so a ring is kicked on every poll until the
+    /// kernel has taken all of it, not only when new frames were produced.
+    fn kick(&mut self) {
+        let size = self.xsk.tx_ring_size;
+        for s in self.xsk.ports.iter_mut().flatten() {
+            if s.tx.nb_free_exact() < size && s.tx.needs_wakeup() && s.tx.wakeup().is_err() {
+                self.local.wakeup_errors += 1;
+            }
+        }
+    }
+
+    /// Tops every fill ring up to its depth.
+    fn refill(&mut self) {
+        for (port, s) in self.xsk.ports.iter_mut().enumerate() {
+            let Some(s) = s else { continue };
+            let want = self.xsk.fill_target.saturating_sub(self.in_fill[port]);
+            if want == 0 {
+                continue;
+            }
+            // SAFETY: the pool holds frames of this UMEM; `s.fill` is a ring of it.
+            let done = unsafe { self.pool.fill(&mut s.fill, want as usize) };
+            self.in_fill[port] += done as u32;
+            if done > 0 && s.fill.needs_wakeup() && !wake_rx(s.fd()) {
+                self.local.wakeup_errors += 1;
+            }
+        }
+    }
+
+    /// Stores the counters for other threads.
+    fn publish(&self) {
+        let st = &self.stats;
+        let l = &self.local;
+        let c: &Counters = self.pipeline.counters();
+        let set = |a: &AtomicU64, v: u64| a.store(v, Ordering::Relaxed);
+        set(&st.rx, l.rx);
+        set(&st.tx, l.tx);
+        set(&st.tx_ring_full, l.tx_ring_full);
+        set(&st.tx_no_port, l.tx_no_port);
+        set(&st.wakeup_errors, l.wakeup_errors);
+        set(&st.expired, l.expired);
+        set(&st.polls, l.polls);
+        set(&st.pass, c.pass);
+        set(&st.slow, c.slow);
+        set(&st.new_flows, c.new_flows);
+        for (a, v) in st.drops.iter().zip(c.drops) {
+            set(a, v);
+        }
+        set(&st.generation, self.pipeline.snapshot().generation);
+    }
+
+    /// The worker's counters so far (also published in its [`WorkerStats`]).
+    pub fn stats(&self) -> &Arc<WorkerStats> {
+        &self.stats
+    }
+}
+
+/// Tells the kernel the fill ring has frames (need_wakeup): a non-blocking `recvfrom`, as
+/// libxdp's samples do. Returns false on an unexpected error.
+fn wake_rx(fd: std::os::fd::RawFd) -> bool {
+    // SAFETY: a zero-length receive with null buffers is valid on an AF_XDP socket.
+    let r = unsafe {
+        libc::recvfrom(
+            fd,
+            std::ptr::null_mut(),
+            0,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    };
+    r >= 0 || {
+        let e = io::Error::last_os_error().raw_os_error();
+        matches!(
+            e,
+            Some(libc::EAGAIN | libc::EBUSY | libc::ENOBUFS | libc::ENETDOWN)
+        )
+    }
+}

@@ -1,0 +1,450 @@
+//! AF_XDP sockets (xsk-rs over libxdp): the I/O half of a fastpath worker.
+//!
+//! # Model
+//!
+//! - **Worker q serves queue q of every interface.** An [`XskSet`] is the sockets of one
+//!   worker: one socket per interface of `[dataplane] interfaces` that has a queue `q`,
+//!   indexed by *port* (the interface's index in that list, the number in
+//!   [`Verdict::Tx`](crate::pipeline::Verdict::Tx)). So there are [`worker_count`] = *max*
+//!   queues workers, not `Dataplane::workers()` (the sum): with the lab's two single-queue
+//!   interfaces (client side, backend side) ONE worker owns both sockets. A worker's
+//!   `PipelineConfig::from_config(c, q, worker_count)` slices the SNAT ports accordingly.
+//! - **One UMEM per worker, shared by its sockets** (`XDP_SHARED_UMEM` across interfaces).
+//!   A frame received on port 0 and transmitted on port 1 moves as a descriptor from socket 0's
+//!   rx ring to socket 1's tx ring: no copy. Each socket has its own fill and completion rings
+//!   (the kernel wants one pair per (device, queue)); all of them draw on and return to one
+//!   free-frame stack ([`pool::FramePool`]). The UMEM holds `umem_frames` frames *per socket*
+//!   (the config's unit), each `frame_size` bytes; fill rings have `rx_ring_size` entries and
+//!   are kept at most half the frames deep, so the rest can be in flight on rx and tx.
+//!   Completed tx frames go back to the free stack and from there to a fill ring; xsk-rs'
+//!   `CompQueue::consume` zeroes their lengths, which only matters to whoever resubmits a
+//!   completed frame to a *tx* ring (it must set the length first): the fill ring ignores it.
+//! - **Bind mode** per `[dataplane] zero_copy`: `auto` tries `XDP_ZEROCOPY` for the whole set
+//!   and falls back to `XDP_COPY`, `on` fails with [`XskError::ZeroCopyUnavailable`], `off`
+//!   binds copy mode. Sockets sharing a UMEM inherit its mode, so the choice is per worker.
+//!   Every socket uses `XDP_USE_NEED_WAKEUP`. The choice is logged on stderr.
+//! - **No libxdp program.** With [`Program::Steering`] (what xvs runs) libxdp's default XDP
+//!   program is inhibited: the steering program (`fastpath::steer`) redirects VIP and SNAT
+//!   traffic into its XSKMAP, where the caller registers [`XskSet::fds`] *before* the worker
+//!   starts. [`Program::LibxdpDefault`] lets libxdp attach its own program, which sends every
+//!   frame of the queue to the socket: for an interface dedicated to xvs, and for tests.
+//!
+//! Everything here runs at start-up; the per-packet loop is in [`crate::worker`].
+
+use std::ffi::CString;
+use std::fmt;
+use std::num::NonZeroU32;
+use std::os::fd::{AsRawFd, RawFd};
+
+use config::{Dataplane, XdpMode, ZeroCopy};
+use xsk_rs::config::{
+    BindFlags, FrameSize, Interface, LibxdpFlags, QueueSize, SocketConfig, UmemConfig, XdpFlags,
+};
+use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue, Umem};
+
+pub mod pool;
+
+/// Which XDP program feeds the sockets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Program {
+    /// xvs' steering program, attached separately; libxdp loads nothing
+    /// (`XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD`).
+    #[default]
+    Steering,
+    /// libxdp's default program (every frame of the queue to the socket), attached in
+    /// `[dataplane] xdp_mode` and removed when the last socket closes.
+    LibxdpDefault,
+}
+
+/// How the sockets of a set are bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BindMode {
+    /// `XDP_ZEROCOPY`: the NIC DMAs into the UMEM.
+    ZeroCopy,
+    /// `XDP_COPY`: the kernel copies between skbs or driver buffers and the UMEM.
+    Copy,
+}
+
+impl BindMode {
+    /// `"zero-copy"` or `"copy"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            BindMode::ZeroCopy => "zero-copy",
+            BindMode::Copy => "copy",
+        }
+    }
+
+    fn flags(self) -> BindFlags {
+        let mode = match self {
+            BindMode::ZeroCopy => BindFlags::XDP_ZEROCOPY,
+            BindMode::Copy => BindFlags::XDP_COPY,
+        };
+        mode | BindFlags::XDP_USE_NEED_WAKEUP
+    }
+}
+
+impl fmt::Display for BindMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why an [`XskSet`] could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum XskError {
+    /// A `[dataplane]` size that AF_XDP cannot use.
+    #[error("[dataplane] {key} = {value}: {why}")]
+    Config {
+        /// The key.
+        key: &'static str,
+        /// Its value.
+        value: u64,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// No interface has this queue.
+    #[error("no interface in [dataplane] interfaces has queue {queue}")]
+    NoInterface {
+        /// The queue.
+        queue: u32,
+    },
+    /// An interface name that cannot be passed to the kernel.
+    #[error("interface name {name:?} contains a NUL byte")]
+    BadName {
+        /// The name.
+        name: String,
+    },
+    /// The UMEM could not be created (memory, `RLIMIT_MEMLOCK`, no AF_XDP support).
+    #[error("UMEM of {frames} frames of {frame_size} bytes: {detail}")]
+    Umem {
+        /// Frames asked for.
+        frames: u32,
+        /// Frame size.
+        frame_size: u32,
+        /// The error, with its OS cause.
+        detail: String,
+    },
+    /// A socket could not be created or bound.
+    #[error("AF_XDP socket on {ifname} queue {queue} ({mode} mode): {detail}")]
+    Socket {
+        /// Interface.
+        ifname: String,
+        /// Queue.
+        queue: u32,
+        /// The mode tried.
+        mode: BindMode,
+        /// The error, with its OS cause.
+        detail: String,
+    },
+    /// `zero_copy = "on"` but binding in zero-copy mode failed (the driver lacks it?).
+    #[error(
+        "[dataplane] zero_copy = \"on\" but {ifname} queue {queue} cannot bind in zero-copy \
+         mode ({detail}); set zero_copy = \"auto\" or \"off\" to use copy mode"
+    )]
+    ZeroCopyUnavailable {
+        /// Interface.
+        ifname: String,
+        /// Queue.
+        queue: u32,
+        /// The bind error.
+        detail: String,
+    },
+}
+
+/// One socket of a set: its four rings.
+#[derive(Debug)]
+pub struct PortSocket {
+    /// Interface name.
+    pub ifname: String,
+    pub(crate) rx: RxQueue,
+    pub(crate) tx: TxQueue,
+    pub(crate) fill: FillQueue,
+    pub(crate) comp: CompQueue,
+    fd: RawFd,
+}
+
+impl PortSocket {
+    /// The socket's file descriptor (for the steering program's XSKMAP).
+    pub fn fd(&self) -> RawFd {
+        self.fd
+    }
+}
+
+/// The AF_XDP sockets of one worker: one per interface that has the worker's queue, on one
+/// shared UMEM. Created before the worker thread so that the fds can be registered in the
+/// steering XSKMAP; then moved into the worker.
+#[derive(Debug)]
+pub struct XskSet {
+    queue: u32,
+    mode: BindMode,
+    // Field order is drop order: sockets (and their rings) before the UMEM.
+    pub(crate) ports: Vec<Option<PortSocket>>,
+    pub(crate) umem: Umem,
+    pub(crate) frames: Vec<FrameDesc>,
+    /// Fill-ring depth kept per socket.
+    pub(crate) fill_target: u32,
+    /// Entries of each tx ring.
+    pub(crate) tx_ring_size: u32,
+}
+
+/// Workers needed for `dp`: the most queues of any interface (worker q serves queue q of
+/// every interface that has it).
+pub fn worker_count(dp: &Dataplane) -> usize {
+    dp.interfaces
+        .iter()
+        .map(|i| usize::from(i.queues))
+        .max()
+        .unwrap_or(0)
+}
+
+impl XskSet {
+    /// Opens queue `queue` of every interface of `dp` that has it, for xvs' steering program
+    /// (libxdp loads no program).
+    pub fn open(dp: &Dataplane, queue: u32) -> Result<XskSet, XskError> {
+        XskSet::open_with(dp, queue, Program::Steering)
+    }
+
+    /// [`XskSet::open`] with a choice of XDP program.
+    pub fn open_with(dp: &Dataplane, queue: u32, program: Program) -> Result<XskSet, XskError> {
+        let names: Vec<Option<&str>> = dp
+            .interfaces
+            .iter()
+            .map(|i| (queue < u32::from(i.queues)).then_some(i.name.as_str()))
+            .collect();
+        let sockets = names.iter().flatten().count() as u32;
+        if sockets == 0 {
+            return Err(XskError::NoInterface { queue });
+        }
+        let sizes = Sizes::check(dp, sockets)?;
+        let mut tries: &[BindMode] = match dp.zero_copy {
+            ZeroCopy::Auto => &[BindMode::ZeroCopy, BindMode::Copy],
+            ZeroCopy::On => &[BindMode::ZeroCopy],
+            ZeroCopy::Off => &[BindMode::Copy],
+        };
+        loop {
+            let mode = tries[0];
+            tries = &tries[1..];
+            match XskSet::try_open(dp, &names, queue, program, &sizes, mode) {
+                Ok(set) => {
+                    let ifs: Vec<&str> = names.iter().flatten().copied().collect();
+                    eprintln!(
+                        "xvs: AF_XDP queue {queue} of {ifs}: {mode} mode (zero_copy = {zc:?}), \
+                         need_wakeup, one UMEM of {frames} x {size} B shared by {sockets} \
+                         socket(s), fill depth {fill}",
+                        ifs = ifs.join(", "),
+                        zc = dp.zero_copy,
+                        frames = sizes.frames,
+                        size = dp.frame_size,
+                        fill = set.fill_target,
+                    );
+                    return Ok(set);
+                }
+                Err(e) if !tries.is_empty() => {
+                    eprintln!("xvs: AF_XDP queue {queue}: {e}; falling back to copy mode");
+                }
+                Err(XskError::Socket {
+                    ifname,
+                    queue,
+                    mode: BindMode::ZeroCopy,
+                    detail,
+                }) => {
+                    return Err(XskError::ZeroCopyUnavailable {
+                        ifname,
+                        queue,
+                        detail,
+                    });
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn try_open(
+        dp: &Dataplane,
+        names: &[Option<&str>],
+        queue: u32,
+        program: Program,
+        sizes: &Sizes,
+        mode: BindMode,
+    ) -> Result<XskSet, XskError> {
+        let (umem, frames) =
+            Umem::new(sizes.umem, sizes.frames_nz, false).map_err(|e| XskError::Umem {
+                frames: sizes.frames,
+                frame_size: dp.frame_size,
+                detail: with_source(&e),
+            })?;
+        let libxdp = match program {
+            Program::Steering => LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD,
+            Program::LibxdpDefault => LibxdpFlags::empty(),
+        };
+        let xdp = match dp.xdp_mode {
+            XdpMode::Auto => XdpFlags::empty(),
+            XdpMode::Native => XdpFlags::XDP_FLAGS_DRV_MODE,
+            XdpMode::Generic => XdpFlags::XDP_FLAGS_SKB_MODE,
+        };
+        let socket_config = SocketConfig::builder()
+            .rx_queue_size(sizes.rx)
+            .tx_queue_size(sizes.tx)
+            .libxdp_flags(libxdp)
+            .xdp_flags(xdp)
+            .bind_flags(mode.flags())
+            .build();
+        let mut ports = Vec::with_capacity(names.len());
+        for name in names {
+            let Some(name) = name else {
+                ports.push(None);
+                continue;
+            };
+            let ifname = Interface::new(CString::new(*name).map_err(|_| XskError::BadName {
+                name: (*name).to_owned(),
+            })?);
+            // SAFETY: the UMEM outlives the socket (xsk-rs keeps it alive through the
+            // rings), and every socket of the set is created with its own fill/comp rings.
+            let made = unsafe { Socket::new(socket_config, &umem, &ifname, queue) };
+            let (tx, rx, rings) = made.map_err(|e| XskError::Socket {
+                ifname: (*name).to_owned(),
+                queue,
+                mode,
+                detail: with_source(&e),
+            })?;
+            let Some((fill, comp)) = rings else {
+                // xsk-rs only omits them for a second socket on the same (device, queue).
+                return Err(XskError::Socket {
+                    ifname: (*name).to_owned(),
+                    queue,
+                    mode,
+                    detail: "no fill/completion rings (interface listed twice?)".into(),
+                });
+            };
+            let fd = rx.fd().as_raw_fd();
+            ports.push(Some(PortSocket {
+                ifname: (*name).to_owned(),
+                rx,
+                tx,
+                fill,
+                comp,
+                fd,
+            }));
+        }
+        Ok(XskSet {
+            queue,
+            mode,
+            ports,
+            umem,
+            frames,
+            fill_target: sizes.fill_target,
+            tx_ring_size: sizes.tx.get(),
+        })
+    }
+
+    /// `(port, fd)` of every socket, for `Steering::register_socket(queue, fd)` on that
+    /// port's interface.
+    pub fn fds(&self) -> Vec<(usize, RawFd)> {
+        self.ports
+            .iter()
+            .enumerate()
+            .filter_map(|(port, s)| s.as_ref().map(|s| (port, s.fd)))
+            .collect()
+    }
+
+    /// The sockets by port (`None`: that interface has no such queue).
+    pub fn ports(&self) -> &[Option<PortSocket>] {
+        &self.ports
+    }
+
+    /// The queue these sockets serve.
+    pub fn queue(&self) -> u32 {
+        self.queue
+    }
+
+    /// The bind mode chosen.
+    pub fn bind_mode(&self) -> BindMode {
+        self.mode
+    }
+
+    /// `"zero-copy"` or `"copy"`.
+    pub fn mode(&self) -> &str {
+        self.mode.name()
+    }
+
+    /// Frames in the shared UMEM.
+    pub fn frames(&self) -> usize {
+        self.frames.len()
+    }
+}
+
+/// The sizes of a set, checked.
+struct Sizes {
+    umem: UmemConfig,
+    rx: QueueSize,
+    tx: QueueSize,
+    frames: u32,
+    frames_nz: NonZeroU32,
+    fill_target: u32,
+}
+
+impl Sizes {
+    fn check(dp: &Dataplane, sockets: u32) -> Result<Sizes, XskError> {
+        let pow2 = |key: &'static str, value: u32| {
+            if value.is_power_of_two() {
+                Ok(value)
+            } else {
+                Err(XskError::Config {
+                    key,
+                    value: u64::from(value),
+                    why: "must be a power of two",
+                })
+            }
+        };
+        let rx = QueueSize::new(pow2("rx_ring_size", dp.rx_ring_size)?).expect("power of two");
+        let tx = QueueSize::new(pow2("tx_ring_size", dp.tx_ring_size)?).expect("power of two");
+        pow2("umem_frames", dp.umem_frames)?;
+        pow2("frame_size", dp.frame_size)?;
+        if dp.umem_frames < 2 * dp.batch_size.max(1) {
+            return Err(XskError::Config {
+                key: "umem_frames",
+                value: u64::from(dp.umem_frames),
+                why: "must be at least twice batch_size",
+            });
+        }
+        let frame_size = FrameSize::new(dp.frame_size).map_err(|_| XskError::Config {
+            key: "frame_size",
+            value: u64::from(dp.frame_size),
+            why: "must be at least 2048",
+        })?;
+        let umem = UmemConfig::builder()
+            .frame_size(frame_size)
+            .fill_queue_size(rx)
+            .comp_queue_size(tx)
+            .build()
+            .map_err(|_| XskError::Config {
+                key: "frame_size",
+                value: u64::from(dp.frame_size),
+                why: "leaves no room for data after the XDP headroom",
+            })?;
+        let frames = dp
+            .umem_frames
+            .checked_mul(sockets)
+            .ok_or(XskError::Config {
+                key: "umem_frames",
+                value: u64::from(dp.umem_frames),
+                why: "times the number of interfaces overflows",
+            })?;
+        Ok(Sizes {
+            umem,
+            rx,
+            tx,
+            frames,
+            frames_nz: NonZeroU32::new(frames).expect("checked above"),
+            fill_target: dp.rx_ring_size.min(dp.umem_frames / 2),
+        })
+    }
+}
+
+/// An error and its cause (xsk-rs' errors keep the OS error as `source`).
+fn with_source(e: &dyn std::error::Error) -> String {
+    match e.source() {
+        Some(s) => format!("{e}: {s}"),
+        None => e.to_string(),
+    }
+}
