@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use config::{Config, Mode, Protocol, SchedFlag, SchedulerName};
@@ -283,7 +284,10 @@ pub struct Snapshot {
     /// Increases by one per build.
     pub generation: u64,
     /// Services, indexed by `ServiceEntry::id`.
-    pub services: Vec<ServiceEntry>,
+    /// Services, indexed by `ServiceEntry::id`. An entry whose spec did not change is shared
+    /// with the previous snapshot, scheduler state included (rr/wrr position, lblc tables,
+    /// Maglev table), as IPVS keeps a service's state across edits of other services.
+    pub services: Vec<Arc<ServiceEntry>>,
     frontends: HashMap<Frontend, u32, ahash::RandomState>,
     neighbours: HashMap<IpAddr, ([u8; 6], Option<u16>), ahash::RandomState>,
     /// Longest prefix first.
@@ -296,7 +300,7 @@ impl Snapshot {
     #[inline]
     pub fn service_for(&self, frontend: &Frontend) -> Option<&ServiceEntry> {
         let id = *self.frontends.get(frontend)?;
-        self.services.get(id as usize)
+        self.services.get(id as usize).map(|s| &**s)
     }
 
     /// The MAC of neighbour `ip`, when known.
@@ -337,6 +341,8 @@ pub struct SnapshotBuilder {
     ids: HashMap<(String, SocketAddr), BackendId>,
     free: Vec<BackendId>,
     next: u32,
+    /// The specs of the last build and the entries built from them, by index.
+    last: Vec<(ServiceSpec, Arc<ServiceEntry>)>,
 }
 
 impl SnapshotBuilder {
@@ -350,6 +356,7 @@ impl SnapshotBuilder {
             ids: HashMap::new(),
             free: Vec::new(),
             next: 0,
+            last: Vec::new(),
         }
     }
 
@@ -389,8 +396,14 @@ impl SnapshotBuilder {
             }
             keep
         });
-        let mut out = Vec::with_capacity(services.len());
+        let mut out: Vec<Arc<ServiceEntry>> = Vec::with_capacity(services.len());
         for (i, s) in services.iter().enumerate() {
+            if let Some((spec, entry)) = self.last.get(i)
+                && spec == s
+            {
+                out.push(Arc::clone(entry));
+                continue;
+            }
             let mut backends: Vec<BackendEntry> = Vec::with_capacity(s.backends.len());
             for b in &s.backends {
                 // A source may list an endpoint twice (two EndpointSlices); schedulers refuse
@@ -446,7 +459,7 @@ impl SnapshotBuilder {
                     source,
                 },
             )?;
-            out.push(ServiceEntry {
+            out.push(Arc::new(ServiceEntry {
                 id: i as u32,
                 name: s.name.clone(),
                 frontends: s.frontends.clone(),
@@ -454,8 +467,9 @@ impl SnapshotBuilder {
                 affinity_timeout: s.affinity_timeout,
                 backends,
                 scheduler,
-            });
+            }));
         }
+        self.last = services.iter().cloned().zip(out.iter().cloned()).collect();
         self.generation += 1;
         Ok(Snapshot {
             generation: self.generation,
@@ -634,5 +648,61 @@ mod tests {
             b.build(&specs, &L2Table::default()),
             Err(BuildError::DuplicateFrontend { .. })
         ));
+    }
+
+    struct NoCounts;
+    impl ConnCounts for NoCounts {
+        fn active(&self, _: BackendId) -> u32 {
+            0
+        }
+        fn inactive(&self, _: BackendId) -> u32 {
+            0
+        }
+    }
+
+    #[test]
+    fn unchanged_services_keep_their_scheduler_state_across_builds() {
+        let cfg = config::parse(
+            "[dataplane]\nmode = \"nat\"\n[[services]]\nname = \"a\"\nvip = \"198.18.100.1\"\nport = 80\nprotocol = \"tcp\"\nbackends = [{ addr = \"198.18.1.1:80\" }, { addr = \"198.18.1.2:80\" }, { addr = \"198.18.1.3:80\" }]\n[[services]]\nname = \"b\"\nvip = \"198.18.100.2\"\nport = 80\nprotocol = \"tcp\"\nbackends = [{ addr = \"198.18.1.1:80\" }, { addr = \"198.18.1.2:80\" }]\n",
+            "t.toml",
+        )
+        .unwrap();
+        let epoch = Instant::now();
+        let affinity = AffinityTable::new(16, epoch);
+        let flow = FlowTuple {
+            src: ip("198.18.0.2"),
+            src_port: 1000,
+            dst: ip("198.18.100.1"),
+            dst_port: 80,
+        };
+        let pick = |s: &Snapshot, svc: usize| {
+            s.services[svc]
+                .schedule(&flow, &NoCounts, &affinity, epoch)
+                .unwrap()
+        };
+        let mut b = SnapshotBuilder::from_config(&cfg);
+        let mut specs = ServiceSpec::from_config(&cfg);
+        let s1 = b.build(&specs, &L2Table::default()).unwrap();
+        assert_eq!((pick(&s1, 0), pick(&s1, 0)), (0, 1));
+        assert_eq!(pick(&s1, 1), 0);
+        // A new neighbour only: rr goes on where it was (a fresh scheduler would restart at 0).
+        let l2 = L2Table {
+            neighbours: vec![Neighbour {
+                ip: ip("198.18.1.1"),
+                mac: [2, 0, 0, 0, 1, 1],
+                port: None,
+            }],
+            ..L2Table::default()
+        };
+        let s2 = b.build(&specs, &l2).unwrap();
+        assert!(Arc::ptr_eq(&s1.services[0], &s2.services[0]));
+        assert_eq!(pick(&s2, 0), 2);
+        // Editing service b rebuilds b only.
+        specs[1].backends.pop();
+        let s3 = b.build(&specs, &l2).unwrap();
+        assert!(Arc::ptr_eq(&s2.services[0], &s3.services[0]));
+        assert!(!Arc::ptr_eq(&s2.services[1], &s3.services[1]));
+        assert_eq!(pick(&s3, 0), 0);
+        assert_eq!(s3.services[1].backends.len(), 1);
     }
 }
