@@ -195,12 +195,15 @@ fn steer_to(steers: &mut [Steering], snap: &Snapshot, cfg: &Config) -> anyhow::R
     Ok(())
 }
 
-/// Next hops the fastpath will need that the kernel has not resolved yet: every backend.
-fn unresolved(snap: &Snapshot) -> Vec<IpAddr> {
+/// Next hops the fastpath will need that the kernel has not resolved yet: every backend and
+/// every gateway of the configured interfaces' routes (clients off-link are behind one).
+fn unresolved(snap: &Snapshot, l2: &L2Table) -> Vec<IpAddr> {
+    let gateways = l2.routes.iter().filter_map(|r| r.gateway);
     let mut v: Vec<IpAddr> = snap
         .services
         .iter()
         .flat_map(|s| s.backends.iter().map(|b| b.addr.ip()))
+        .chain(gateways)
         .filter(|ip| snap.next_hop(*ip, 0).is_none())
         .collect();
     v.sort_unstable();
@@ -340,7 +343,7 @@ fn daemon(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<()> {
             eprintln!("xvs: publishing a new snapshot failed, keeping the old one: {e:#}");
         }
         if last_solicit.elapsed() >= Duration::from_secs(1) {
-            for ip in unresolved(&run.current.load()) {
+            for ip in unresolved(&run.current.load(), &run.l2) {
                 watcher.request(ip);
             }
             last_solicit = Instant::now();

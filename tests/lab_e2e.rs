@@ -338,6 +338,39 @@ fn the_node_keeps_its_own_traffic() {
 }
 
 #[test]
+fn a_crash_leaves_the_node_working_and_xvs_restarts() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut lab = Lab::up();
+    lab.start_xvs(&lab_config());
+    assert_eq!(
+        String::from_utf8(lab.curl("http://198.18.100.1/", &[]))
+            .unwrap()
+            .trim(),
+        "backend-1"
+    );
+    let mut child = lab.xvs.take().unwrap();
+    child.kill().unwrap(); // SIGKILL: no clean-up code runs
+    child.wait().unwrap();
+    // The XDP program went with the process (bpf_link), so the node answers as before.
+    let links = lab.exec("x", &["ip", "-d", "link", "show"]);
+    assert!(
+        !String::from_utf8_lossy(&links.stdout).contains("prog/xdp"),
+        "XDP program left attached"
+    );
+    let ping = lab.exec("c", &["ping", "-c", "1", "-W", "2", "198.18.0.1"]);
+    assert!(ping.status.success());
+    // And the next start forwards again.
+    lab.start_xvs(&lab_config());
+    let bodies = http_round(&lab, "http://198.18.100.1/", 3);
+    assert_eq!(bodies.len(), 3);
+    assert!(
+        bodies.iter().all(|b| b.starts_with("backend-")),
+        "{bodies:?}"
+    );
+    lab.stop_xvs();
+}
+
+#[test]
 fn lab_script_cleans_up() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let lab = Lab::up();
