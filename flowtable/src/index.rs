@@ -122,6 +122,18 @@ impl Index {
         None
     }
 
+    /// The word in `hash`'s home slot (a hint for prefetching: may be anything).
+    #[inline]
+    pub(crate) fn home_word(&self, hash: u64) -> u64 {
+        self.slots[self.home(hash)].load(Ordering::Relaxed)
+    }
+
+    /// Asks the CPU to fetch `hash`'s home slot.
+    #[inline]
+    pub(crate) fn prefetch(&self, hash: u64) {
+        crate::sync::prefetch(&self.slots[self.home(hash)]);
+    }
+
     /// Publish `word` for a key with `hash`. `same_key(w)` says whether the live word `w` (not
     /// our own) indexes another live entry with the same key.
     ///

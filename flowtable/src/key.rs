@@ -47,7 +47,7 @@ pub enum Direction {
     Reply,
 }
 
-const V4_MAPPED: u128 = 0xffff << 32;
+pub(crate) const V4_MAPPED: u128 = 0xffff << 32;
 
 pub(crate) fn addr_bits(a: IpAddr) -> (u128, bool) {
     match a {

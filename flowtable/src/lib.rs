@@ -39,14 +39,20 @@
 //!
 //! # Memory layout
 //!
-//! - **Entries**: a slab of `capacity` entries of 96 bytes (`#[repr(C, align(32))]`, twelve
-//!   `AtomicU64`): a control word `gen:22 | status:2 | state:8 | last_seen:32`, four 128-bit
-//!   addresses (IPv4 v4-mapped), one word of four ports, one of service/backend id, one of
-//!   snapshot generation / protocol / family / flags.
+//! - **Entries**: two slabs of `capacity` entries. The hot line (64 bytes, cache-line aligned,
+//!   eight `AtomicU64`): a control word `gen:22 | status:2 | state:8 | last_seen:32`, one word
+//!   of four ports, one of service/backend id, one of snapshot generation / protocol / family /
+//!   flags, and four address words: an IPv4 flow's four addresses (two per word), or an IPv6
+//!   flow's client and VIP. The cold half-line (32 bytes) holds an IPv6 flow's backend and SNAT
+//!   addresses. So an IPv4 lookup, and its rewrite ([`FlowTable::lookup_hit`]), touch one
+//!   entry line.
 //! - **Index**: `3.2 × capacity` `u64` words (two tuples per flow, load factor ≤ 0.625), linear
 //!   probing with a fast-range home slot. A word is `tag:31 | dir:1 | entry+1:32`; tuples are
 //!   not stored twice, candidates are confirmed against the entry's fields.
 //! - About 122 bytes per flow in all ([`FlowTable::bytes_per_flow`]).
+//! - Per packet, workers use [`FlowTable::lookup_hit`] (a small `Copy` [`FlowHit`] with the
+//!   translated endpoints) and [`FlowTable::touch`]; [`FlowTable::lookup_batch`] overlaps the
+//!   cache misses of a whole receive batch.
 //!
 //! # Concurrency protocol
 //!
@@ -104,6 +110,6 @@ pub use key::{Direction, FlowData, FlowKey, Protocol};
 pub use lb_algos::{BackendId, ConnCounts};
 pub use state::{FlowState, SctpState, TcpFlags, TcpState, Timeouts};
 pub use table::{
-    CAPACITY_MAX, Error, ExpiredFlow, FlowHandle, FlowTable, FlowTableConfig, FlowTableStats,
-    FlowView, InsertError, SweepStats,
+    CAPACITY_MAX, Error, ExpiredFlow, FlowHandle, FlowHit, FlowTable, FlowTableConfig,
+    FlowTableStats, FlowView, InsertError, SweepStats, Tick,
 };

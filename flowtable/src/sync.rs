@@ -21,3 +21,18 @@ pub(crate) fn spin() {
 #[repr(align(128))]
 #[derive(Default)]
 pub(crate) struct Padded<T>(pub T);
+
+/// Asks the CPU to bring `t`'s cache line into L1 (a hint: no effect on semantics).
+#[inline(always)]
+pub(crate) fn prefetch<T>(t: &T) {
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    // SAFETY: a prefetch never faults and has no architectural effect.
+    #[allow(unused_unsafe)]
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
+            (t as *const T).cast::<i8>(),
+        );
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+    let _ = t;
+}

@@ -1,6 +1,6 @@
 //! The flow table: an entry slab, a free list, the shared index, counters and the sweep.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use lb_algos::{BackendId, ConnCounts};
@@ -28,30 +28,47 @@ const INDEX_PAD: usize = 16;
 #[cfg(loom)]
 const INDEX_PAD: usize = 1;
 
-// Entry words. Addresses are u128 split in (lo, hi) words.
+// Entry words: 0..8 in the hot line (`Entry`), 8..12 in the cold half-line (`Cold`).
 const W_CTL: usize = 0;
-const W_CLIENT: usize = 1;
-const W_VIP: usize = 3;
-const W_BACKEND: usize = 5;
-const W_SNAT: usize = 7;
 /// client port | vip port << 16 | backend port << 32 | snat port << 48.
-const W_PORTS: usize = 9;
+const W_PORTS: usize = 1;
 /// service id | backend id << 32; while the entry is free: the free-list link (entry + 1).
-const W_IDS: usize = 10;
+const W_IDS: usize = 2;
 /// snapshot gen | proto << 32 | v6 << 40 | flags << 48.
-const W_META: usize = 11;
-const WORDS: usize = 12;
+const W_META: usize = 3;
+/// Addresses. IPv4: word 4 = client | vip << 32, word 5 = backend | snat << 32 (so an IPv4
+/// flow lives in one cache line). IPv6: client (4, 5), vip (6, 7), backend (8, 9), snat
+/// (10, 11), each (lo, hi).
+const W_ADDR: usize = 4;
+const W_COLD: usize = 8;
+const HOT_WORDS: usize = 8;
+const COLD_WORDS: usize = 4;
 
-/// One flow: 12 atomic words, 96 bytes. Word 0 is the control word
-/// `gen:22 | status:2 | state:8 | last_seen:32`; the rest are immutable while the entry is
-/// INSERTING or LIVE. Atomics (not plain fields) so readers may race with a recycler without UB:
-/// they validate with the control word instead.
-#[repr(C, align(32))]
+/// Address slots, in word order.
+const A_CLIENT: usize = 0;
+const A_VIP: usize = 1;
+const A_BACKEND: usize = 2;
+const A_SNAT: usize = 3;
+
+/// One flow's hot line: 8 atomic words, 64 bytes, cache-line aligned: the control word
+/// `gen:22 | status:2 | state:8 | last_seen:32`, ports, ids, meta and the addresses (all of
+/// them for IPv4, client and VIP for IPv6). The rest are immutable while the entry is
+/// INSERTING or LIVE. Atomics (not plain fields) so readers may race with a recycler without
+/// UB: they validate with the control word instead.
+#[repr(C, align(64))]
 struct Entry {
-    w: [AtomicU64; WORDS],
+    w: [AtomicU64; HOT_WORDS],
 }
 
-const _: () = assert!(std::mem::size_of::<Entry>() == 96 || cfg!(loom));
+/// The IPv6 backend and SNAT addresses of a flow (unused for IPv4): 32 bytes.
+#[repr(C, align(32))]
+struct Cold {
+    w: [AtomicU64; COLD_WORDS],
+}
+
+const _: () = assert!(
+    (std::mem::size_of::<Entry>() == 64 && std::mem::size_of::<Cold>() == 32) || cfg!(loom)
+);
 
 const ST_FREE: u64 = 0;
 const ST_INSERTING: u64 = 1;
@@ -83,6 +100,75 @@ fn ctl_ls(c: u64) -> u32 {
 #[inline]
 fn ctl_readable(c: u64) -> bool {
     matches!(ctl_status(c), ST_INSERTING | ST_LIVE)
+}
+
+/// The two IPv4 addresses of an address word, `(high half, low half)`, as key bits.
+#[inline(always)]
+fn v4_halves(w: u64) -> (u128, u128) {
+    let m = |x: u64| crate::key::V4_MAPPED | u128::from(x as u32);
+    (m(w >> 32), m(w))
+}
+
+/// A time in the table's unit (100 ms ticks since the epoch), from [`FlowTable::tick`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Tick(u32);
+
+/// What a packet of a known flow needs, from [`FlowTable::lookup_hit`]: 48 bytes, `Copy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowHit {
+    /// The flow.
+    pub handle: FlowHandle,
+    /// Which tuple the packet matched.
+    pub dir: Direction,
+    /// New source port.
+    pub src_port: u16,
+    /// New destination port.
+    pub dst_port: u16,
+    /// The flow's pipeline flags byte ([`FlowData::flags`]).
+    pub flags: u8,
+    v6: bool,
+    src: u128,
+    dst: u128,
+    ctl: u64,
+    backend: u32,
+}
+
+impl FlowHit {
+    /// Whether the flow is IPv6.
+    #[inline]
+    pub fn is_ipv6(&self) -> bool {
+        self.v6
+    }
+
+    /// New source address.
+    #[inline]
+    pub fn src_ip(&self) -> IpAddr {
+        bits_addr(self.src, self.v6)
+    }
+
+    /// New destination address.
+    #[inline]
+    pub fn dst_ip(&self) -> IpAddr {
+        bits_addr(self.dst, self.v6)
+    }
+
+    /// New source address bits: the IPv6 address, or the IPv4 one in the low 32 bits.
+    #[inline]
+    pub fn src_bits(&self) -> u128 {
+        self.src
+    }
+
+    /// New destination address bits (like [`src_bits`](Self::src_bits)).
+    #[inline]
+    pub fn dst_bits(&self) -> u128 {
+        self.dst
+    }
+
+    /// The backend the flow was scheduled to.
+    #[inline]
+    pub fn backend_id(&self) -> BackendId {
+        BackendId(self.backend)
+    }
 }
 
 /// Identifies one incarnation of one entry. A handle to a removed or recycled flow is detected
@@ -249,6 +335,7 @@ pub struct SweepStats {
 /// method takes `&self`. See the crate docs for the concurrency protocol.
 pub struct FlowTable {
     entries: Box<[Entry]>,
+    cold: Box<[Cold]>,
     index: Index,
     /// Free-list head: `tag:32 | entry+1:32` (0 in the low half = empty). The tag defeats ABA.
     free: Padded<AtomicU64>,
@@ -295,6 +382,11 @@ impl FlowTable {
         if config.backends_max == 0 || config.backends_max as u64 > 1 << 32 {
             return Err(Error::BackendsMax(config.backends_max));
         }
+        let cold: Box<[Cold]> = (0..cap)
+            .map(|_| Cold {
+                w: std::array::from_fn(|_| AtomicU64::new(0)),
+            })
+            .collect();
         let entries: Box<[Entry]> = (0..cap)
             .map(|i| {
                 let e = Entry {
@@ -315,6 +407,7 @@ impl FlowTable {
         let seeds = std::array::from_fn(|_| splitmix(&mut s) | 1);
         Ok(FlowTable {
             entries,
+            cold,
             index: Index::new(index_len),
             free: Padded(AtomicU64::new(1)),
             len: Padded(AtomicUsize::new(0)),
@@ -348,6 +441,11 @@ impl FlowTable {
         self.len() == 0
     }
 
+    /// The `epoch` given at `new`.
+    pub fn epoch(&self) -> Instant {
+        self.epoch
+    }
+
     /// The timeouts given at `new`.
     pub fn timeouts(&self) -> &Timeouts {
         &self.timeouts
@@ -356,6 +454,7 @@ impl FlowTable {
     /// Memory of the entries, the index and the backend counts, divided by the capacity.
     pub fn bytes_per_flow(&self) -> f64 {
         let bytes = std::mem::size_of_val(&*self.entries)
+            + std::mem::size_of_val(&*self.cold)
             + self.index.len() * 8
             + std::mem::size_of_val(&*self.backends)
             + std::mem::size_of::<Self>();
@@ -399,14 +498,46 @@ impl FlowTable {
         fold_mul(a ^ b.rotate_left(29) ^ s[4], k.misc() ^ s[5])
     }
 
-    #[inline]
+    #[inline(always)]
     fn word(&self, e: u32, w: usize) -> u64 {
-        self.entries[e as usize].w[w].load(Ordering::Relaxed)
+        if w < W_COLD {
+            self.entries[e as usize].w[w].load(Ordering::Relaxed)
+        } else {
+            self.cold[e as usize].w[w - W_COLD].load(Ordering::Relaxed)
+        }
     }
 
-    #[inline]
-    fn addr(&self, e: u32, w: usize) -> u128 {
-        u128::from(self.word(e, w)) | u128::from(self.word(e, w + 1)) << 64
+    #[inline(always)]
+    fn set_word(&self, e: u32, w: usize, v: u64) {
+        if w < W_COLD {
+            self.entries[e as usize].w[w].store(v, Ordering::Relaxed)
+        } else {
+            self.cold[e as usize].w[w - W_COLD].store(v, Ordering::Relaxed)
+        }
+    }
+
+    /// Address `slot` (`A_*`) of entry `e`, as the key stores it (IPv4 v4-mapped).
+    #[inline(always)]
+    fn addr(&self, e: u32, slot: usize, v6: bool) -> u128 {
+        if v6 {
+            let w = W_ADDR + 2 * slot;
+            u128::from(self.word(e, w)) | u128::from(self.word(e, w + 1)) << 64
+        } else {
+            let w = self.word(e, W_ADDR + slot / 2);
+            crate::key::V4_MAPPED | u128::from((w >> (32 * (slot % 2))) as u32)
+        }
+    }
+
+    /// Whether entry `e`'s addresses for the pair (`slot`, `slot + 1`) are `src`, `dst`.
+    #[inline(always)]
+    fn addrs_match(&self, e: u32, slot: usize, key: &FlowKey) -> bool {
+        if key.v6 {
+            self.addr(e, slot, true) == key.src && self.addr(e, slot + 1, true) == key.dst
+        } else {
+            // Both IPv4 addresses of the pair share one word.
+            self.word(e, W_ADDR + slot / 2)
+                == u64::from(key.src as u32) | u64::from(key.dst as u32) << 32
+        }
     }
 
     /// Compare `key` with entry `e`'s tuple for direction `reply`, validated against recycling.
@@ -420,16 +551,15 @@ impl FlowTable {
         }
         let meta = self.word(e, W_META);
         let ports = self.word(e, W_PORTS);
-        let (src_w, dst_w, ports) = if reply {
-            (W_BACKEND, W_SNAT, ports >> 32)
+        let (slot, ports) = if reply {
+            (A_BACKEND, ports >> 32)
         } else {
-            (W_CLIENT, W_VIP, ports)
+            (A_CLIENT, ports)
         };
         let misc = key.misc();
         let hit = (meta >> 32) & 0xffff == misc >> 32
             && ports as u32 == misc as u32
-            && self.addr(e, src_w) == key.src
-            && self.addr(e, dst_w) == key.dst;
+            && self.addrs_match(e, slot, key);
         fence(Ordering::Acquire);
         let c2 = entry.w[W_CTL].load(Ordering::Relaxed);
         (hit && ctl_readable(c2) && ctl_gen(c2) == ctl_gen(c1)).then_some(ctl_gen(c1))
@@ -439,7 +569,47 @@ impl FlowTable {
     /// `MAX_PROBE` index words and one entry comparison per tag match.
     #[inline]
     pub fn lookup(&self, key: &FlowKey) -> Option<(FlowHandle, Direction)> {
-        let h = self.hash(key);
+        self.lookup_hashed(key, self.hash(key))
+    }
+
+    /// [`lookup`](Self::lookup) for many keys, with the memory accesses of the whole batch
+    /// overlapped: first every key's index slot is prefetched, then every candidate entry,
+    /// then the lookups run (on warm lines). `out[i]` is the answer for `keys[i]`; `out` must
+    /// be at least as long as `keys`. Same results as calling `lookup` per key.
+    pub fn lookup_batch(&self, keys: &[FlowKey], out: &mut [Option<(FlowHandle, Direction)>]) {
+        const CHUNK: usize = 16;
+        assert!(
+            out.len() >= keys.len(),
+            "lookup_batch: out shorter than keys"
+        );
+        for (keys, out) in keys.chunks(CHUNK).zip(out.chunks_mut(CHUNK)) {
+            let mut hashes = [0u64; CHUNK];
+            for (h, k) in hashes.iter_mut().zip(keys) {
+                *h = self.hash(k);
+                self.index.prefetch(*h);
+            }
+            for &h in &hashes[..keys.len()] {
+                self.prefetch_entry(self.index.home_word(h));
+            }
+            for ((o, k), &h) in out.iter_mut().zip(keys).zip(&hashes) {
+                *o = self.lookup_hashed(k, h);
+            }
+        }
+    }
+
+    /// Prefetch the entry an index word points to, if it is a live word.
+    #[inline]
+    fn prefetch_entry(&self, w: u64) {
+        if w != index::EMPTY && w != index::TOMB && w != index::FROZEN {
+            let (e, _) = index::word_entry(w);
+            if let Some(entry) = self.entries.get(e as usize) {
+                crate::sync::prefetch(entry);
+            }
+        }
+    }
+
+    #[inline]
+    fn lookup_hashed(&self, key: &FlowKey, h: u64) -> Option<(FlowHandle, Direction)> {
         self.index.probe(h, |w| {
             let (e, reply) = index::word_entry(w);
             let g = self.matches(e, reply, key)?;
@@ -450,6 +620,122 @@ impl FlowTable {
             };
             Some((FlowHandle::new(e, g), dir))
         })
+    }
+
+    /// The per-packet lookup: finds `key`'s flow and returns only what a packet of it needs
+    /// (handle, direction, the translated endpoints, the state word for [`touch`](Self::touch)),
+    /// read from the entry's hot line in the same validated pass as the key comparison. No
+    /// `FlowData`/`SocketAddr` is built. Wait-free like [`lookup`](Self::lookup).
+    #[inline]
+    pub fn lookup_hit(&self, key: &FlowKey) -> Option<FlowHit> {
+        let h = self.hash(key);
+        self.index.probe(h, |w| {
+            let (e, reply) = index::word_entry(w);
+            self.hit(e, reply, key)
+        })
+    }
+
+    /// [`matches`](Self::matches), reading the outgoing endpoints too.
+    #[inline(always)]
+    fn hit(&self, e: u32, reply: bool, key: &FlowKey) -> Option<FlowHit> {
+        let entry = self.entries.get(e as usize)?;
+        let c1 = entry.w[W_CTL].load(Ordering::Acquire);
+        if !ctl_readable(c1) {
+            return None;
+        }
+        let meta = self.word(e, W_META);
+        let ports = self.word(e, W_PORTS);
+        let ids = self.word(e, W_IDS);
+        let (slot, key_ports) = if reply {
+            (A_BACKEND, ports >> 32)
+        } else {
+            (A_CLIENT, ports)
+        };
+        let misc = key.misc();
+        if !((meta >> 32) & 0xffff == misc >> 32
+            && key_ports as u32 == misc as u32
+            && self.addrs_match(e, slot, key))
+        {
+            return None;
+        }
+        // Original: leaves as snat -> backend; reply: as vip -> client.
+        let (src, dst, src_port, dst_port) = if reply {
+            let (s, d) = if key.v6 {
+                (self.addr(e, A_VIP, true), self.addr(e, A_CLIENT, true))
+            } else {
+                v4_halves(self.word(e, W_ADDR))
+            };
+            (s, d, (ports >> 16) as u16, ports as u16)
+        } else {
+            let (s, d) = if key.v6 {
+                (self.addr(e, A_SNAT, true), self.addr(e, A_BACKEND, true))
+            } else {
+                v4_halves(self.word(e, W_ADDR + 1))
+            };
+            (s, d, (ports >> 48) as u16, (ports >> 32) as u16)
+        };
+        fence(Ordering::Acquire);
+        let c2 = entry.w[W_CTL].load(Ordering::Relaxed);
+        if !(ctl_readable(c2) && ctl_gen(c2) == ctl_gen(c1)) {
+            return None;
+        }
+        Some(FlowHit {
+            handle: FlowHandle::new(e, ctl_gen(c1)),
+            dir: if reply {
+                Direction::Reply
+            } else {
+                Direction::Original
+            },
+            src,
+            dst,
+            src_port,
+            dst_port,
+            v6: key.v6,
+            flags: (meta >> 48) as u8,
+            ctl: c2,
+            backend: (ids >> 32) as u32,
+        })
+    }
+
+    /// `now` in the table's compact time unit, for [`touch`](Self::touch). A worker computes
+    /// it once per batch.
+    #[inline]
+    pub fn tick(&self, now: Instant) -> Tick {
+        Tick(self.ticks(now))
+    }
+
+    /// [`on_packet`](Self::on_packet) for a flow just found by [`lookup_hit`](Self::lookup_hit):
+    /// starts from the state word the lookup read, so a packet that changes neither the state
+    /// nor the 100 ms tick costs no memory access at all. Same result as `on_packet` at the
+    /// time of the lookup (call it right after: a hit held across batches may be stale, and
+    /// then only a packet that needs a write notices, by returning `None`).
+    #[inline]
+    pub fn touch(&self, hit: &FlowHit, tcp_flags: TcpFlags, now: Tick) -> Option<FlowState> {
+        let entry = self.entries.get(hit.handle.entry() as usize)?;
+        let mut c = hit.ctl;
+        loop {
+            if !ctl_readable(c) || ctl_gen(c) != hit.handle.gen_() {
+                return None;
+            }
+            let old = FlowState::from_u8(ctl_state(c));
+            let new = old.next(hit.dir, tcp_flags);
+            let ls = ctl_ls(c).max(now.0);
+            if new == old && ls == ctl_ls(c) {
+                return Some(old);
+            }
+            let nc =
+                c & !((0xff << 32) | 0xffff_ffff) | u64::from(new.to_u8()) << 32 | u64::from(ls);
+            match entry.w[W_CTL].compare_exchange_weak(c, nc, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    if old.is_active() != new.is_active() {
+                        self.count(hit.backend, old, -1);
+                        self.count(hit.backend, new, 1);
+                    }
+                    return Some(new);
+                }
+                Err(a) => c = a,
+            }
+        }
     }
 
     /// [`lookup`](Self::lookup) and [`get`](Self::get) in one call.
@@ -488,13 +774,13 @@ impl FlowTable {
         let ports = self.word(e, W_PORTS);
         let ids = self.word(e, W_IDS);
         let v6 = (meta >> 40) & 1 == 1;
-        let sa = |w: usize, p: u64| SocketAddr::new(bits_addr(self.addr(e, w), v6), p as u16);
+        let sa = |a: usize, p: u64| SocketAddr::new(bits_addr(self.addr(e, a, v6), v6), p as u16);
         Some(FlowData {
             proto: Protocol::from_ip_proto((meta >> 32) as u8)?,
-            client: sa(W_CLIENT, ports),
-            vip: sa(W_VIP, ports >> 16),
-            backend: sa(W_BACKEND, ports >> 32),
-            snat: sa(W_SNAT, ports >> 48),
+            client: sa(A_CLIENT, ports),
+            vip: sa(A_VIP, ports >> 16),
+            backend: sa(A_BACKEND, ports >> 32),
+            snat: sa(A_SNAT, ports >> 48),
             service_id: ids as u32,
             backend_id: BackendId((ids >> 32) as u32),
             snapshot_gen: meta as u32,
@@ -640,18 +926,18 @@ impl FlowTable {
         // Pairs with readers' acquire fence: a reader that sees any of the stores below also
         // sees the FREE/DYING control word stored before, so its validation fails.
         fence(Ordering::Release);
-        let set = |w: usize, v: u64| entry.w[w].store(v, Ordering::Relaxed);
-        let mut v6 = false;
-        for (w, sa) in [
-            (W_CLIENT, d.client),
-            (W_VIP, d.vip),
-            (W_BACKEND, d.backend),
-            (W_SNAT, d.snat),
-        ] {
-            let (bits, is6) = crate::key::addr_bits(sa.ip());
-            v6 = is6;
-            set(w, bits as u64);
-            set(w + 1, (bits >> 64) as u64);
+        let set = |w: usize, v: u64| self.set_word(e, w, v);
+        let v6 = d.client.is_ipv6();
+        let bits = [d.client, d.vip, d.backend, d.snat].map(|sa| crate::key::addr_bits(sa.ip()).0);
+        if v6 {
+            for (slot, b) in bits.iter().enumerate() {
+                set(W_ADDR + 2 * slot, *b as u64);
+                set(W_ADDR + 2 * slot + 1, (*b >> 64) as u64);
+            }
+        } else {
+            let pair = |a: u128, b: u128| u64::from(a as u32) | u64::from(b as u32) << 32;
+            set(W_ADDR, pair(bits[A_CLIENT], bits[A_VIP]));
+            set(W_ADDR + 1, pair(bits[A_BACKEND], bits[A_SNAT]));
         }
         set(
             W_PORTS,
@@ -966,5 +1252,18 @@ impl ConnCounts for FlowTable {
         self.backends.get(id.0 as usize).map_or(0, |b| {
             (b.inactive.load(Ordering::Relaxed) as i32).max(0) as u32
         })
+    }
+
+    #[inline]
+    fn counts_run(&self, first: BackendId, out: &mut [[u32; 2]]) -> bool {
+        let start = first.0 as usize;
+        let Some(src) = self.backends.get(start..start + out.len()) else {
+            return false;
+        };
+        let clamp = |a: &AtomicU32| (a.load(Ordering::Relaxed) as i32).max(0) as u32;
+        for (o, b) in out.iter_mut().zip(src) {
+            *o = [clamp(&b.active), clamp(&b.inactive)];
+        }
+        true
     }
 }

@@ -497,3 +497,52 @@ fn bytes_per_flow_target() {
     assert!(FlowTable::new(FlowTableConfig::new(0, 1), Instant::now()).is_err());
     assert!(FlowTable::new(FlowTableConfig::new(1, 0), Instant::now()).is_err());
 }
+
+#[test]
+fn lookup_hit_gives_the_translated_endpoints_and_touch_agrees_with_on_packet() {
+    let (t, epoch) = table(64);
+    let d4 = flow(Protocol::Tcp, 3, 2);
+    let d6 = FlowData {
+        client: v6(1, 40000),
+        vip: v6(2, 80),
+        backend: v6(3, 8080),
+        snat: v6(4, 20001),
+        ..flow(Protocol::Udp, 4, 5)
+    };
+    for d in [d4, d6] {
+        let h = t.insert(&d, TcpFlags::SYN, epoch).unwrap();
+        let o = t.lookup_hit(&d.original_key()).unwrap();
+        assert_eq!((o.handle, o.dir), (h, Direction::Original));
+        assert_eq!(SocketAddr::new(o.src_ip(), o.src_port), d.snat);
+        assert_eq!(SocketAddr::new(o.dst_ip(), o.dst_port), d.backend);
+        assert_eq!(
+            (o.flags, o.backend_id(), o.is_ipv6()),
+            (1, d.backend_id, d.client.is_ipv6())
+        );
+        let r = t.lookup_hit(&d.reply_key()).unwrap();
+        assert_eq!((r.handle, r.dir), (h, Direction::Reply));
+        assert_eq!(SocketAddr::new(r.src_ip(), r.src_port), d.vip);
+        assert_eq!(SocketAddr::new(r.dst_ip(), r.dst_port), d.client);
+        // SYN-ACK from the backend, then the client's ACK: same states as on_packet gives.
+        let now = epoch + Duration::from_secs(1);
+        let s1 = t.touch(&r, TcpFlags(0x12), t.tick(now));
+        let o2 = t.lookup_hit(&d.original_key()).unwrap();
+        let s2 = t.touch(&o2, TcpFlags::ACK, t.tick(now));
+        assert_eq!(t.get(h).unwrap().state, s2.unwrap());
+        assert!(s1.is_some());
+        // The batch lookup answers like the single one, misses included.
+        let keys = [
+            d.original_key(),
+            d.reply_key(),
+            flow(Protocol::Tcp, 9, 1).original_key(),
+        ];
+        let mut out = [None; 3];
+        t.lookup_batch(&keys, &mut out);
+        assert_eq!(out, keys.map(|k| t.lookup(&k)));
+        // A removed flow is gone; a stale hit cannot change it (a write would need the CAS).
+        t.remove(h).unwrap();
+        assert_eq!(t.lookup_hit(&d.original_key()), None);
+        let later = now + Duration::from_secs(5);
+        assert_eq!(t.touch(&o2, TcpFlags::ACK, t.tick(later)), None);
+    }
+}

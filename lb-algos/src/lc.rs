@@ -8,19 +8,28 @@ use crate::{Backend, ConnCounts, Dest, dests};
 #[derive(Debug)]
 pub struct Lc {
     dests: Box<[Dest]>,
+    /// Bulk fast path when the ids are contiguous (see [`crate::run`]).
+    run: Option<crate::run::Run>,
 }
 
 impl Lc {
     /// Builds over `backends`.
     pub fn build(backends: &[Backend]) -> Lc {
+        let dests = dests(backends);
         Lc {
-            dests: dests(backends),
+            run: crate::run::Run::new(&dests),
+            dests,
         }
     }
 
     /// The least-loaded backend with weight > 0.
     #[inline]
     pub fn pick<C: ConnCounts + ?Sized>(&self, counts: &C) -> Option<usize> {
+        if let Some(run) = &self.run
+            && let Some(r) = run.least_overhead(counts)
+        {
+            return r;
+        }
         let mut least: Option<(usize, u64)> = None;
         for (i, d) in self.dests.iter().enumerate() {
             if d.weight == 0 {

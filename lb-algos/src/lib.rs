@@ -34,6 +34,7 @@ mod locality;
 pub mod mh;
 pub mod nq;
 pub mod rr;
+mod run;
 pub mod sed;
 mod seqlock;
 pub mod sh;
@@ -58,6 +59,15 @@ pub trait ConnCounts {
     /// IPVS's overhead: `active * 256 + inactive` (`ip_vs_dest_conn_overhead`).
     fn overhead(&self, id: BackendId) -> u64 {
         u64::from(self.active(id)) * 256 + u64::from(self.inactive(id))
+    }
+    /// Bulk access for the least-connection family: copies `[active, inactive]` of the
+    /// backends with ids `first, first + 1, ...` into `out` (one per element) and returns
+    /// `true`, or returns `false` (the default) when not supported or out of range; the
+    /// schedulers then fall back to [`active`](Self::active)/[`inactive`](Self::inactive).
+    /// Must agree with those two methods.
+    fn counts_run(&self, first: BackendId, out: &mut [[u32; 2]]) -> bool {
+        let _ = (first, out);
+        false
     }
 }
 

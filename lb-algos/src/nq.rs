@@ -8,19 +8,28 @@ use crate::{Backend, ConnCounts, Dest, dests, heavier};
 #[derive(Debug)]
 pub struct Nq {
     dests: Box<[Dest]>,
+    /// Bulk fast path when the ids are contiguous (see [`crate::run`]).
+    run: Option<crate::run::Run>,
 }
 
 impl Nq {
     /// Builds over `backends`.
     pub fn build(backends: &[Backend]) -> Nq {
+        let dests = dests(backends);
         Nq {
-            dests: dests(backends),
+            run: crate::run::Run::new(&dests),
+            dests,
         }
     }
 
     /// An idle backend if there is one, else the sed choice.
     #[inline]
     pub fn pick<C: ConnCounts + ?Sized>(&self, counts: &C) -> Option<usize> {
+        if let Some(run) = &self.run
+            && let Some(r) = run.never_queue(counts)
+        {
+            return r;
+        }
         let mut least: Option<(usize, u32, u64)> = None;
         for (i, d) in self.dests.iter().enumerate() {
             if d.weight == 0 {

@@ -10,19 +10,28 @@ use crate::{Backend, ConnCounts, Dest, dests};
 #[derive(Debug)]
 pub struct Sed {
     dests: Box<[Dest]>,
+    /// Bulk fast path when the ids are contiguous (see [`crate::run`]).
+    run: Option<crate::run::Run>,
 }
 
 impl Sed {
     /// Builds over `backends`.
     pub fn build(backends: &[Backend]) -> Sed {
+        let dests = dests(backends);
         Sed {
-            dests: dests(backends),
+            run: crate::run::Run::new(&dests),
+            dests,
         }
     }
 
     /// The backend with the least `(active + 1) / weight`.
     #[inline]
     pub fn pick<C: ConnCounts + ?Sized>(&self, counts: &C) -> Option<usize> {
+        if let Some(run) = &self.run
+            && let Some(r) = run.weighted_least(counts, |c| u64::from(c[0]) + 1)
+        {
+            return r;
+        }
         weighted_least(&self.dests, counts, |c, id| u64::from(c.active(id)) + 1)
     }
 }

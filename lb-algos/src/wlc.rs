@@ -10,19 +10,28 @@ use crate::{Backend, BackendId, ConnCounts, Dest, dests, heavier};
 #[derive(Debug)]
 pub struct Wlc {
     dests: Box<[Dest]>,
+    /// Bulk fast path when the ids are contiguous (see [`crate::run`]).
+    run: Option<crate::run::Run>,
 }
 
 impl Wlc {
     /// Builds over `backends`.
     pub fn build(backends: &[Backend]) -> Wlc {
+        let dests = dests(backends);
         Wlc {
-            dests: dests(backends),
+            run: crate::run::Run::new(&dests),
+            dests,
         }
     }
 
     /// The backend with the least overhead per unit of weight.
     #[inline]
     pub fn pick<C: ConnCounts + ?Sized>(&self, counts: &C) -> Option<usize> {
+        if let Some(run) = &self.run
+            && let Some(r) = run.weighted_least(counts, |c| u64::from(c[0]) * 256 + u64::from(c[1]))
+        {
+            return r;
+        }
         weighted_least(&self.dests, counts, |c, id| c.overhead(id))
     }
 }

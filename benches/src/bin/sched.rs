@@ -34,6 +34,16 @@ impl ConnCounts for Counts {
     fn inactive(&self, id: BackendId) -> u32 {
         self.0[id.0 as usize].1
     }
+    #[inline]
+    fn counts_run(&self, first: BackendId, out: &mut [[u32; 2]]) -> bool {
+        let Some(src) = self.0.get(first.0 as usize..first.0 as usize + out.len()) else {
+            return false;
+        };
+        for (o, &(a, i)) in out.iter_mut().zip(src) {
+            *o = [a, i];
+        }
+        true
+    }
 }
 
 fn backends(n: usize, weighted: bool) -> Vec<Backend> {

@@ -47,7 +47,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use config::{Config, Mode};
-use flowtable::{Direction, FlowData, FlowHandle, FlowKey, FlowTable, InsertError, Protocol};
+use flowtable::{
+    Direction, FlowData, FlowHandle, FlowHit, FlowKey, FlowTable, InsertError, Protocol, Tick,
+};
 use lb_algos::{AffinityTable, FlowTuple, Scheduler};
 
 use crate::snapshot::{Frontend, NextHop, Snapshot};
@@ -259,6 +261,19 @@ pub fn flow_table_config(c: &Config) -> flowtable::FlowTableConfig {
 /// Bit in `FlowData::flags`: the flow is full-NAT.
 const FLAG_FULLNAT: u8 = 1;
 
+/// Slots of the per-pipeline next-hop cache (direct-mapped by destination address).
+const NH_CACHE_SLOTS: usize = 256;
+const _: () = assert!(NH_CACHE_SLOTS.is_power_of_two());
+
+/// One next-hop cache slot: [`Snapshot::next_hop`]'s answer for `dst` while the pipeline's
+/// snapshot epoch is `epoch` (0: empty).
+#[derive(Clone, Copy)]
+struct NhSlot {
+    dst: IpAddr,
+    epoch: u32,
+    nh: NextHop,
+}
+
 /// One worker's packet pipeline.
 pub struct Pipeline {
     config: PipelineConfig,
@@ -268,6 +283,14 @@ pub struct Pipeline {
     snat: snat::SnatPorts,
     frags: frag::FragTable,
     counters: Counters,
+    /// Bumped whenever a different snapshot is set: invalidates `nh_cache`.
+    epoch: u32,
+    /// Resolved next hops of the current snapshot (routes + neighbour hash lookups cost more
+    /// than the rest of an established packet). Only hits are cached.
+    nh_cache: Box<[NhSlot]>,
+    /// The last `now` seen and its flow-table tick (the clock is the same for a whole batch).
+    tick_now: Instant,
+    tick: Tick,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -290,6 +313,17 @@ impl Pipeline {
     ) -> Self {
         let snat = snat::SnatPorts::new(config.snat_ports.0, config.snat_ports.1);
         let frags = frag::FragTable::new(config.fragments_max, config.fragment_timeout);
+        let tick_now = flows.epoch();
+        let tick = flows.tick(tick_now);
+        let empty = NhSlot {
+            dst: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            epoch: 0,
+            nh: NextHop {
+                port: 0,
+                dst_mac: [0; 6],
+                src_mac: None,
+            },
+        };
         Pipeline {
             config,
             flows,
@@ -298,11 +332,23 @@ impl Pipeline {
             snat,
             frags,
             counters: Counters::default(),
+            epoch: 1,
+            nh_cache: vec![empty; NH_CACHE_SLOTS].into_boxed_slice(),
+            tick_now,
+            tick,
         }
     }
 
     /// Swaps in a new snapshot (once per batch). Existing flows keep their backends.
     pub fn set_snapshot(&mut self, snapshot: Arc<Snapshot>) {
+        if !Arc::ptr_eq(&self.snapshot, &snapshot) {
+            self.epoch = self.epoch.wrapping_add(1);
+            if self.epoch == 0 {
+                // Wrapped: slots of epoch 1 could look current again.
+                self.nh_cache.iter_mut().for_each(|s| s.epoch = 0);
+                self.epoch = 1;
+            }
+        }
         self.snapshot = snapshot;
     }
 
@@ -357,34 +403,48 @@ impl Pipeline {
             return Verdict::Drop(DropReason::SctpFragment);
         }
         let key = flow_key(&p);
-        if let Some((h, dir)) = self.flows.lookup(&key)
-            && let Some(view) = self.flows.get(h)
-        {
-            return self.forward(frame, &p, h, &view.data, dir, now);
+        if let Some(hit) = self.flows.lookup_hit(&key) {
+            return self.forward(frame, &p, &hit, now);
         }
         self.new_flow(frame, &p, key, now)
     }
 
     /// A packet of a known flow.
     #[inline]
-    fn forward(
-        &mut self,
-        frame: &mut [u8],
-        p: &Packet,
-        h: FlowHandle,
-        data: &FlowData,
-        dir: Direction,
-        now: Instant,
-    ) -> Verdict {
+    fn forward(&mut self, frame: &mut [u8], p: &Packet, hit: &FlowHit, now: Instant) -> Verdict {
         if p.ttl <= 1 {
             return Verdict::Drop(DropReason::TtlExceeded);
         }
-        let to = nat::after(data, dir);
-        let Some(nh) = self.next_hop(to.dst.ip()) else {
+        let dst = hit.dst_ip();
+        let Some(nh) = self.next_hop(dst) else {
             return Verdict::Slow;
         };
+        if now != self.tick_now {
+            self.tick_now = now;
+            self.tick = self.flows.tick(now);
+        }
         self.flows
-            .on_packet(h, dir, flowtable::TcpFlags(p.flags), now);
+            .touch(hit, flowtable::TcpFlags(p.flags), self.tick);
+        let src_mac = nh.src_mac.unwrap_or(self.config.mac);
+        if let (IpAddr::V4(old_src), IpAddr::V4(old_dst), Frag::No, PROTO_TCP | PROTO_UDP) =
+            (p.src, p.dst, p.frag, p.proto)
+        {
+            nat::rewrite_v4(
+                frame,
+                p,
+                old_src.to_bits(),
+                old_dst.to_bits(),
+                (hit.src_bits() as u32, hit.src_port),
+                (hit.dst_bits() as u32, hit.dst_port),
+                src_mac,
+                nh.dst_mac,
+            );
+            return Verdict::Tx(nh.port);
+        }
+        let to = Endpoints {
+            src: SocketAddr::new(hit.src_ip(), hit.src_port),
+            dst: SocketAddr::new(dst, hit.dst_port),
+        };
         self.send(frame, p, &to, nh, now)
     }
 
@@ -413,15 +473,32 @@ impl Pipeline {
     }
 
     /// The next hop towards `dst` in the current snapshot (frames without a route leave on
-    /// this pipeline's own port).
+    /// this pipeline's own port), through the next-hop cache.
     #[inline]
-    fn next_hop(&self, dst: IpAddr) -> Option<NextHop> {
-        self.snapshot.next_hop(dst, self.config.port)
+    fn next_hop(&mut self, dst: IpAddr) -> Option<NextHop> {
+        let h = match dst {
+            IpAddr::V4(a) => u64::from(a.to_bits()),
+            IpAddr::V6(a) => {
+                let b = a.to_bits();
+                (b as u64) ^ (b >> 64) as u64
+            }
+        };
+        let i = (h.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize & (NH_CACHE_SLOTS - 1);
+        let slot = &mut self.nh_cache[i];
+        if slot.epoch == self.epoch && slot.dst == dst {
+            return Some(slot.nh);
+        }
+        let nh = self.snapshot.next_hop(dst, self.config.port)?;
+        *slot = NhSlot {
+            dst,
+            epoch: self.epoch,
+            nh,
+        };
+        Some(nh)
     }
 
     /// A packet that matched no flow: a new flow if it is for a frontend.
     fn new_flow(&mut self, frame: &mut [u8], p: &Packet, key: FlowKey, now: Instant) -> Verdict {
-        let snapshot = Arc::clone(&self.snapshot);
         let Some(protocol) = frontend_protocol(p.proto) else {
             return Verdict::Pass;
         };
@@ -430,6 +507,8 @@ impl Pipeline {
             protocol,
             port: p.dport,
         };
+        // Borrow the snapshot (no refcount traffic) for as long as the service is needed.
+        let snapshot = &*self.snapshot;
         let Some(svc) = snapshot.service_for(&fe) else {
             return Verdict::Pass;
         };
@@ -459,7 +538,9 @@ impl Pipeline {
         if b.addr.is_ipv6() != p.v6 {
             return Verdict::Drop(DropReason::NoBackend);
         }
-        let Some(nh) = snapshot.next_hop(b.addr.ip(), self.config.port) else {
+        let (backend, backend_id, service_id, mode) = (b.addr, b.id, svc.id, svc.mode);
+        let snapshot_gen = snapshot.generation as u32;
+        let Some(nh) = self.next_hop(backend.ip()) else {
             return Verdict::Slow;
         };
         let client = SocketAddr::new(p.src, p.sport);
@@ -467,15 +548,15 @@ impl Pipeline {
             proto: key.proto(),
             client,
             vip: SocketAddr::new(p.dst, p.dport),
-            backend: b.addr,
+            backend,
             snat: client,
-            service_id: svc.id,
-            backend_id: b.id,
-            snapshot_gen: snapshot.generation as u32,
+            service_id,
+            backend_id,
+            snapshot_gen,
             flags: 0,
         };
         let flags = flowtable::TcpFlags(p.flags);
-        let inserted = if svc.mode == Mode::Fullnat {
+        let inserted = if mode == Mode::Fullnat {
             data.flags = FLAG_FULLNAT;
             let snat_ip = match p.src {
                 IpAddr::V4(_) => self.config.snat_v4.map(IpAddr::V4),

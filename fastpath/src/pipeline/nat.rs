@@ -212,3 +212,71 @@ pub(crate) fn rewrite(
     };
     put16(frame, csum_at, new);
 }
+
+/// [`rewrite`] for the common case, an unfragmented IPv4 TCP or UDP packet (`p.v6` false,
+/// `p.frag == Frag::No`, `p.proto` TCP or UDP), from raw IPv4 addresses. Byte for byte the
+/// same result as `rewrite` (the same words enter the same checksum sums), without building
+/// `IpAddr`s.
+#[inline]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn rewrite_v4(
+    frame: &mut [u8],
+    p: &Packet,
+    old_src: u32,
+    old_dst: u32,
+    (src, sport): (u32, u16),
+    (dst, dport): (u32, u16),
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+) {
+    debug_assert!(!p.v6 && p.frag == Frag::No && (p.proto == PROTO_TCP || p.proto == PROTO_UDP));
+    frame[0..6].copy_from_slice(&dst_mac);
+    frame[6..12].copy_from_slice(&src_mac);
+    let l3 = p.l3;
+    let src_changed = old_src != src;
+    let dst_changed = old_dst != dst;
+    // The address words both checksums take.
+    let mut addrs = Delta::new();
+    if src_changed {
+        addrs.word((old_src >> 16) as u16, (src >> 16) as u16);
+        addrs.word(old_src as u16, src as u16);
+    }
+    if dst_changed {
+        addrs.word((old_dst >> 16) as u16, (dst >> 16) as u16);
+        addrs.word(old_dst as u16, dst as u16);
+    }
+    let mut ip = addrs;
+    let old_word = be16(frame, l3 + 8);
+    frame[l3 + 8] = p.ttl - 1;
+    ip.word(old_word, be16(frame, l3 + 8));
+    let c = ip.apply(be16(frame, l3 + 10));
+    put16(frame, l3 + 10, c);
+    if src_changed {
+        frame[l3 + 12..l3 + 16].copy_from_slice(&src.to_be_bytes());
+    }
+    if dst_changed {
+        frame[l3 + 16..l3 + 20].copy_from_slice(&dst.to_be_bytes());
+    }
+    let l4 = p.l4;
+    let csum_at = if p.proto == PROTO_TCP {
+        l4 + 16
+    } else {
+        l4 + 6
+    };
+    let mut d = addrs;
+    d.word(p.sport, sport);
+    d.word(p.dport, dport);
+    put16(frame, l4, sport);
+    put16(frame, l4 + 2, dport);
+    let old = be16(frame, csum_at);
+    let new = if p.proto == PROTO_UDP {
+        if old == 0 {
+            0
+        } else {
+            checksum::udp_nonzero(d.apply(old))
+        }
+    } else {
+        d.apply(old)
+    };
+    put16(frame, csum_at, new);
+}
