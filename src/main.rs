@@ -8,10 +8,12 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use mimalloc::MiMalloc;
 
+mod admin_source;
 mod check;
 mod pcap;
 mod run;
 mod sim;
+mod status;
 
 #[global_allocator]
 static GLOBAL: MiMalloc = MiMalloc;
@@ -65,12 +67,41 @@ enum Command {
         #[arg(long)]
         report: Option<PathBuf>,
     },
+    /// Health, counters and sync state of a running xvs (from its admin API).
+    Status {
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Services, frontends and backends of a running xvs, with health and connections.
+    Services {
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Flows in a running xvs's flow table.
+    Flows {
+        #[command(flatten)]
+        admin: AdminArgs,
+        /// At most this many flows.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
     /// Run the load balancer (needs root and the configured interfaces).
     Run {
         /// The config file (default: the embedded lab config, config/examples/lab.toml).
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
+}
+
+/// Where a running xvs answers, and how to print it.
+#[derive(clap::Args)]
+struct AdminArgs {
+    /// The admin API address (`[admin] listen` of the running xvs).
+    #[arg(long, default_value = "127.0.0.1:10256")]
+    admin: std::net::SocketAddr,
+    /// Print the API's JSON instead of tables.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Loads a config file, or prints its problems; `None` means exit with `EXIT_BAD_CONFIG`.
@@ -103,6 +134,15 @@ fn main() -> ExitCode {
             output,
             report,
         } => pcap::main(&config, &input, &output, report.as_deref()),
+        Command::Status { admin } => {
+            status::main(status::StatusCmd::Status, admin.admin, admin.json)
+        }
+        Command::Services { admin } => {
+            status::main(status::StatusCmd::Services, admin.admin, admin.json)
+        }
+        Command::Flows { admin, limit } => {
+            status::main(status::StatusCmd::Flows { limit }, admin.admin, admin.json)
+        }
         Command::Run { config } => run::main(config.as_ref()),
     }
 }

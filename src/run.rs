@@ -13,12 +13,12 @@
 //! exit the final counters are printed to stdout as `key=value` lines.
 
 use std::collections::HashSet;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -31,12 +31,17 @@ use fastpath::worker::{WorkerCounters, WorkerStats, spawn_worker, worker_specs};
 use fastpath::xsk::{XskSet, worker_count};
 use flowtable::FlowTable;
 use lb_algos::AffinityTable;
+use slowpath::health::HealthChecker;
 use slowpath::neigh::{NeighbourWatcher, read_l2};
+
+use crate::admin_source::{DaemonState, SyncStats};
 
 /// ClientIP affinity entries shared by all workers.
 const AFFINITY_CAPACITY: usize = 1 << 16;
 /// How often the main loop looks at signals and unresolved next hops.
 const TICK: Duration = Duration::from_millis(100);
+/// Periodic resync of the static source (kube-proxy's default `--sync-period`).
+const DEFAULT_SYNC_PERIOD: Duration = Duration::from_secs(30);
 
 static STOP: AtomicBool = AtomicBool::new(false);
 static RELOAD: AtomicBool = AtomicBool::new(false);
@@ -213,20 +218,47 @@ fn unresolved(snap: &Snapshot, l2: &L2Table) -> Vec<IpAddr> {
 
 struct Running {
     builder: SnapshotBuilder,
+    /// Services as the source describes them, before health is applied.
     specs: Vec<ServiceSpec>,
+    /// Backends the health checker has marked down.
+    down: HashSet<SocketAddr>,
     l2: L2Table,
     current: Arc<ArcSwap<Snapshot>>,
 }
 
 impl Running {
-    fn publish(&mut self, cfg: &Config, steers: &mut [Steering]) -> anyhow::Result<()> {
+    /// Builds and publishes a snapshot of the current specs, health and neighbours.
+    fn publish(
+        &mut self,
+        cfg: &Config,
+        steers: &mut [Steering],
+        sync: &SyncStats,
+    ) -> anyhow::Result<()> {
+        let t0 = Instant::now();
+        let mut specs = self.specs.clone();
+        for b in specs.iter_mut().flat_map(|s| s.backends.iter_mut()) {
+            b.usable = !self.down.contains(&b.addr);
+        }
         let l2 = merge_pins(self.l2.clone(), cfg);
-        let snap = Arc::new(self.builder.build(&self.specs, &l2)?);
+        let snap = Arc::new(self.builder.build(&specs, &l2)?);
         // New frontends are steered after the snapshot that knows them is published; gone
         // ones stop being steered at the same moment (their flows would be refused anyway).
         self.current.store(Arc::clone(&snap));
-        steer_to(steers, &snap, cfg)
+        steer_to(steers, &snap, cfg)?;
+        sync.synced(t0.elapsed());
+        Ok(())
     }
+}
+
+/// Every static backend address, for the health checker.
+fn health_targets(specs: &[ServiceSpec]) -> Vec<SocketAddr> {
+    let mut v: Vec<SocketAddr> = specs
+        .iter()
+        .flat_map(|s| s.backends.iter().map(|b| b.addr))
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
 }
 
 fn daemon(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<()> {
@@ -248,16 +280,14 @@ fn daemon(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<()> {
         .map(|i| i.name.clone())
         .collect();
     let l2 = read_l2(&ifnames).context("reading routes and neighbours")?;
-    let mut builder = SnapshotBuilder::from_config(&cfg);
-    let specs = ServiceSpec::from_config(&cfg);
-    let first = Arc::new(builder.build(&specs, &merge_pins(l2.clone(), &cfg))?);
     let mut run = Running {
-        builder,
-        specs,
+        builder: SnapshotBuilder::from_config(&cfg),
+        specs: ServiceSpec::from_config(&cfg),
+        down: HashSet::new(),
         l2,
-        current: Arc::new(ArcSwap::new(Arc::clone(&first))),
+        current: Arc::new(ArcSwap::from_pointee(empty_snapshot(&cfg)?)),
     };
-
+    let sync_stats = SyncStats::default();
     // Sockets first, then the program that feeds them.
     let workers = worker_count(&cfg.dataplane);
     let mut sockets = Vec::with_capacity(workers);
@@ -283,7 +313,7 @@ fn daemon(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<()> {
             steers[port].register_socket(spec.queue, fd)?;
         }
     }
-    steer_to(&mut steers, &first, &cfg)?;
+    run.publish(&cfg, &mut steers, &sync_stats)?;
 
     let stop = Arc::new(AtomicBool::new(false));
     let mut handles = Vec::with_capacity(workers);
@@ -307,6 +337,38 @@ fn daemon(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<()> {
         stats.push(s);
     }
 
+    let sync_period = cfg
+        .kubernetes
+        .as_ref()
+        .map_or(DEFAULT_SYNC_PERIOD, |k| k.sync_period.get());
+    let state = Arc::new(DaemonState {
+        snapshot: Arc::clone(&run.current),
+        flows: Arc::clone(&flows),
+        workers: stats.clone(),
+        steer: Mutex::new(Vec::new()),
+        sync: sync_stats,
+        fastpath_running: AtomicBool::new(true),
+        healthz_timeout: 2 * sync_period,
+    });
+    let admin = slowpath::admin::serve(
+        cfg.admin.listen,
+        Arc::clone(&state) as Arc<dyn slowpath::admin::AdminSource>,
+        cfg.admin.enable_control,
+    )
+    .with_context(|| {
+        format!(
+            "binding the admin API at {} ([admin] listen)",
+            cfg.admin.listen
+        )
+    })?;
+
+    let (health_tx, health_rx) = mpsc::channel();
+    let health = HealthChecker::spawn(&cfg.health, move |states| {
+        let _ = health_tx.send(states);
+    })
+    .context("starting the health checker")?;
+    health.set_targets(health_targets(&run.specs));
+
     let (l2_tx, l2_rx) = mpsc::channel();
     let watcher = NeighbourWatcher::spawn(
         ifnames.clone(),
@@ -317,18 +379,21 @@ fn daemon(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<()> {
     )
     .context("starting the neighbour watcher")?;
     eprintln!(
-        "xvs: ready: {} services, {} workers, interfaces {}",
-        first.services.len(),
+        "xvs: ready: {} services, {} workers, interfaces {}, admin http://{}",
+        run.current.load().services.len(),
         workers,
-        ifnames.join(", ")
+        ifnames.join(", "),
+        admin.local_addr()
     );
 
     let mut last_solicit = Instant::now() - Duration::from_secs(10);
+    let mut last_resync = Instant::now();
     let result = loop {
         if STOP.load(Ordering::SeqCst) {
             break Ok(());
         }
         if handles.iter().any(|h| h.is_finished()) {
+            state.fastpath_running.store(false, Ordering::Relaxed);
             break Err(anyhow::anyhow!("a worker thread ended unexpectedly"));
         }
         let mut changed = false;
@@ -336,15 +401,43 @@ fn daemon(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<()> {
             run.l2 = l2;
             changed = true;
         }
-        if RELOAD.swap(false, Ordering::SeqCst) {
-            changed |= reload(&mut cfg, path, &mut run);
+        while let Ok(states) = health_rx.try_recv() {
+            run.down = states
+                .into_iter()
+                .filter(|(_, up)| !up)
+                .map(|(a, _)| a)
+                .collect();
+            changed = true;
         }
-        if changed && let Err(e) = run.publish(&cfg, &mut steers) {
-            eprintln!("xvs: publishing a new snapshot failed, keeping the old one: {e:#}");
+        if RELOAD.swap(false, Ordering::SeqCst) {
+            if reload(&mut cfg, path, &mut run) {
+                state.sync.reloads_ok.fetch_add(1, Ordering::Relaxed);
+                health.set_targets(health_targets(&run.specs));
+                changed = true;
+            } else {
+                state.sync.reloads_failed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if changed {
+            if let Err(e) = run.publish(&cfg, &mut steers, &state.sync) {
+                eprintln!("xvs: publishing a new snapshot failed, keeping the old one: {e:#}");
+            }
+            last_resync = Instant::now();
+        } else if last_resync.elapsed() >= sync_period {
+            // A periodic pass that finds nothing to publish still counts as a sync
+            // (kube-proxy's lastUpdated), so an idle node stays healthy.
+            state.sync.synced(Duration::ZERO);
+            last_resync = Instant::now();
         }
         if last_solicit.elapsed() >= Duration::from_secs(1) {
             for ip in unresolved(&run.current.load(), &run.l2) {
                 watcher.request(ip);
+            }
+            if let Ok(mut s) = state.steer.lock() {
+                *s = steers
+                    .iter()
+                    .filter_map(|st| Some((st.ifname().to_owned(), st.counters().ok()?)))
+                    .collect();
             }
             last_solicit = Instant::now();
         }
@@ -365,10 +458,18 @@ fn daemon(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<()> {
     for h in handles {
         let _ = h.join();
     }
+    state.fastpath_running.store(false, Ordering::Relaxed);
+    admin.stop();
+    health.stop();
     watcher.stop();
     print_counters(&stats, &steer_counters, &flows);
     eprintln!("xvs: stopped");
     result
+}
+
+/// An empty snapshot to hold the place until the first real one is published.
+fn empty_snapshot(cfg: &Config) -> anyhow::Result<Snapshot> {
+    Ok(SnapshotBuilder::from_config(cfg).build(&[], &L2Table::default())?)
 }
 
 /// Re-reads the config file after SIGHUP. Only services and pinned neighbours change at

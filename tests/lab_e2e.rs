@@ -370,6 +370,178 @@ fn a_crash_leaves_the_node_working_and_xvs_restarts() {
     lab.stop_xvs();
 }
 
+/// `xvs status|services|flows` and `/metrics` against the running daemon.
+#[test]
+fn admin_api_and_status_commands() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut lab = Lab::up();
+    lab.start_xvs(&lab_config());
+    http_round(&lab, "http://198.18.100.1/", 3);
+    let xvs = env!("CARGO_BIN_EXE_xvs");
+    let o = lab.exec("x", &[xvs, "services", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let web = v["services"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "web")
+        .unwrap();
+    assert_eq!(web["backends"].as_array().unwrap().len(), 3);
+    assert_eq!(web["scheduler"], "rr");
+    let o = lab.exec("x", &[xvs, "flows", "--json", "--limit", "50"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["flows"].as_array().unwrap().len() >= 3, "{v}");
+    let o = lab.exec("x", &[xvs, "status"]);
+    assert!(
+        o.status.success(),
+        "status: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let o = lab.exec(
+        "x",
+        &[
+            "curl",
+            "-sS",
+            "--max-time",
+            "3",
+            "http://127.0.0.1:10256/metrics",
+        ],
+    );
+    let metrics = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        metrics.contains("xvs_drops_total{reason=\"no_flow\"}"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("xvs_backend_connections{"), "{metrics}");
+    let o = lab.exec(
+        "x",
+        &[
+            "curl",
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "http://127.0.0.1:10256/healthz",
+        ],
+    );
+    assert_eq!(o.stdout, b"200");
+    lab.stop_xvs();
+}
+
+/// SIGHUP applies a new config without dropping established flows; a bad file is refused
+/// and the running config stays.
+#[test]
+fn hot_reload_keeps_flows_and_refuses_bad_files() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut lab = Lab::up();
+    lab.start_xvs(&lab_config());
+    let pid = lab.xvs.as_ref().unwrap().id() as i32;
+    // A long download is in flight while the config changes under it.
+    let ns = lab.ns("c");
+    let download = std::thread::spawn(move || {
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &ns,
+                "curl",
+                "-sS",
+                "--fail",
+                "--max-time",
+                "20",
+                "--limit-rate",
+                "2M",
+            ])
+            .arg(format!("http://198.18.100.1/bytes/{}", 4 << 20))
+            .output()
+            .unwrap()
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    // Drain backend 1 (weight 0) and add a service on a new port.
+    let new = lab_config().replacen(
+        "{ addr = \"198.18.1.1:8080\" }",
+        "{ addr = \"198.18.1.1:8080\", weight = 0 }",
+        1,
+    ) + "\n[[services]]\nname = \"web8080\"\nvip = \"198.18.100.2\"\nport = 8080\nprotocol = \"tcp\"\nbackends = [{ addr = \"198.18.1.3:8080\" }]\n";
+    std::fs::write(lab.dir.path().join("xvs.toml"), new).unwrap();
+    unsafe { libc::kill(pid, libc::SIGHUP) };
+    let mut ok = false;
+    for _ in 0..50 {
+        let o = lab.exec(
+            "c",
+            &[
+                "curl",
+                "-sS",
+                "--max-time",
+                "1",
+                "http://198.18.100.2:8080/",
+            ],
+        );
+        if o.status.success() && o.stdout == b"backend-3\n" {
+            ok = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(ok, "the new service never answered");
+    let bodies = http_round(&lab, "http://198.18.100.1/", 6);
+    assert_eq!(
+        count(&bodies, "backend-1"),
+        0,
+        "drained backend got new flows: {bodies:?}"
+    );
+    // A broken file: refused, and the running config still serves.
+    std::fs::write(
+        lab.dir.path().join("xvs.toml"),
+        "[dataplane]\nbatch_size = 3\n",
+    )
+    .unwrap();
+    unsafe { libc::kill(pid, libc::SIGHUP) };
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        String::from_utf8(lab.curl("http://198.18.100.2:8080/", &[])).unwrap(),
+        "backend-3\n"
+    );
+    let out = download.join().unwrap();
+    assert!(
+        out.status.success(),
+        "download broken by the reload: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout.len(), 4 << 20);
+    let o = lab.exec("x", &[env!("CARGO_BIN_EXE_xvs"), "status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["stats"]["sync"]["reloads_ok"], 1, "{v}");
+    assert_eq!(v["stats"]["sync"]["reloads_failed"], 1, "{v}");
+    lab.stop_xvs();
+}
+
+/// Active HTTP health checks: a backend whose server dies gets no new flows.
+#[test]
+fn unhealthy_backend_gets_no_new_flows() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut lab = Lab::up();
+    let config = lab_config()
+        + "\n[health]\nprobe = \"http\"\ninterval = \"200ms\"\ntimeout = \"100ms\"\nrise = 1\nfall = 2\n";
+    lab.start_xvs(&config);
+    check_rr(&lab, "http://198.18.100.1/");
+    // Stop backend 2's servers.
+    let pids = lab.exec("b2", &["ip", "netns", "pids", &lab.ns("b2")]);
+    for pid in String::from_utf8_lossy(&pids.stdout).split_whitespace() {
+        let _ = Command::new("kill").arg(pid).stderr(Stdio::null()).status();
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let bodies = http_round(&lab, "http://198.18.100.1/", 8);
+    assert_eq!(
+        count(&bodies, "backend-1") + count(&bodies, "backend-3"),
+        8,
+        "{bodies:?}"
+    );
+    lab.stop_xvs();
+}
+
 #[test]
 fn lab_script_cleans_up() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

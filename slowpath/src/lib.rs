@@ -1,2 +1,4 @@
 //! The xvs slowpath: state sources, the snapshot builder, health checks and admin HTTP.
+pub mod admin;
+pub mod health;
 pub mod neigh;

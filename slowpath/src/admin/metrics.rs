@@ -1,0 +1,367 @@
+//! `/metrics`: Prometheus text exposition format 0.0.4.
+//!
+//! Every family is written once with its `# HELP` and `# TYPE` lines, then its samples;
+//! label values are escaped (`\\`, `\"`, `\n`). Counters end in `_total`. Families whose
+//! source is empty (no workers yet) still get their HELP/TYPE lines.
+
+use std::fmt::Write;
+
+use super::views::{ServiceView, StatsView};
+
+/// Counts of `/healthz` and `/livez` answers, like kube-proxy's `proxy_healthz_total` and
+/// `proxy_livez_total`.
+#[derive(Debug, Default)]
+pub struct ProbeCounts {
+    /// `/healthz` answered 200.
+    pub healthz_ok: u64,
+    /// `/healthz` answered 503.
+    pub healthz_fail: u64,
+    /// `/livez` answered 200.
+    pub livez_ok: u64,
+    /// `/livez` answered 503.
+    pub livez_fail: u64,
+}
+
+/// Escapes a label value.
+pub fn escape_label(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+struct Out(String);
+
+impl Out {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.0, "# HELP {name} {help}");
+        let _ = writeln!(self.0, "# TYPE {name} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl Into<f64>) {
+        self.0.push_str(name);
+        if !labels.is_empty() {
+            self.0.push('{');
+            for (i, (k, v)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.0.push(',');
+                }
+                let _ = write!(self.0, "{k}=\"{}\"", escape_label(v));
+            }
+            self.0.push('}');
+        }
+        let v: f64 = value.into();
+        if v.is_nan() {
+            self.0.push_str(" NaN\n");
+        } else if v.is_infinite() {
+            self.0.push_str(if v > 0.0 { " +Inf\n" } else { " -Inf\n" });
+        } else {
+            let _ = writeln!(self.0, " {v}");
+        }
+    }
+
+    /// One family with one unlabelled sample.
+    fn single(&mut self, name: &str, kind: &str, help: &str, value: impl Into<f64>) {
+        self.family(name, kind, help);
+        self.sample(name, &[], value);
+    }
+}
+
+/// u64 counters as f64 samples (exact below 2^53).
+fn f(v: u64) -> f64 {
+    v as f64
+}
+
+/// Renders every metric.
+pub fn render(stats: &StatsView, services: &[ServiceView], probes: &ProbeCounts) -> String {
+    let mut o = Out(String::with_capacity(8192));
+
+    // Fastpath workers.
+    o.family(
+        "xvs_drops_total",
+        "counter",
+        "Frames dropped by the fastpath, by reason (summed over workers).",
+    );
+    let mut drops: std::collections::BTreeMap<&str, u64> = Default::default();
+    for w in &stats.workers {
+        for (reason, n) in &w.drops {
+            *drops.entry(reason).or_default() += n;
+        }
+    }
+    for (reason, n) in &drops {
+        o.sample("xvs_drops_total", &[("reason", reason)], f(*n));
+    }
+    type Field = fn(&super::views::WorkerView) -> u64;
+    let per_worker: [(&str, &str, Field); 8] = [
+        (
+            "xvs_rx_packets_total",
+            "Frames received, per worker.",
+            |w| w.rx,
+        ),
+        (
+            "xvs_tx_packets_total",
+            "Frames transmitted, per worker.",
+            |w| w.tx,
+        ),
+        (
+            "xvs_tx_ring_full_total",
+            "Frames dropped because the TX ring was full, per worker.",
+            |w| w.tx_ring_full,
+        ),
+        (
+            "xvs_tx_no_port_total",
+            "Frames dropped because their transmit port has no socket on the worker.",
+            |w| w.tx_no_port,
+        ),
+        (
+            "xvs_pass_packets_total",
+            "Frames handed back to the kernel, per worker.",
+            |w| w.pass,
+        ),
+        (
+            "xvs_slow_packets_total",
+            "Frames sent to the slowpath, per worker.",
+            |w| w.slow,
+        ),
+        ("xvs_new_flows_total", "Flows created, per worker.", |w| {
+            w.new_flows
+        }),
+        (
+            "xvs_expired_flows_total",
+            "Flows expired by the worker's sweeps.",
+            |w| w.expired_flows,
+        ),
+    ];
+    for (name, help, get) in per_worker {
+        o.family(name, "counter", help);
+        for w in &stats.workers {
+            let idx = w.index.to_string();
+            o.sample(name, &[("worker", &idx)], f(get(w)));
+        }
+    }
+    o.family(
+        "xvs_worker_snapshot_generation",
+        "gauge",
+        "Snapshot generation each worker last loaded.",
+    );
+    for w in &stats.workers {
+        let idx = w.index.to_string();
+        o.sample(
+            "xvs_worker_snapshot_generation",
+            &[("worker", &idx)],
+            f(w.generation),
+        );
+    }
+
+    // Services and backends.
+    o.family(
+        "xvs_backend_connections",
+        "gauge",
+        "Live flows per backend: active = TCP ESTABLISHED, inactive = every other state.",
+    );
+    for s in services {
+        for b in &s.backends {
+            let addr = b.addr.to_string();
+            for (state, n) in [("active", b.active), ("inactive", b.inactive)] {
+                o.sample(
+                    "xvs_backend_connections",
+                    &[("service", &s.name), ("backend", &addr), ("state", state)],
+                    n,
+                );
+            }
+        }
+    }
+    o.family(
+        "xvs_backend_usable",
+        "gauge",
+        "1 when the backend takes new flows (ready and healthy), else 0.",
+    );
+    for s in services {
+        for b in &s.backends {
+            let addr = b.addr.to_string();
+            o.sample(
+                "xvs_backend_usable",
+                &[("service", &s.name), ("backend", &addr)],
+                u8::from(b.usable),
+            );
+        }
+    }
+    o.family(
+        "xvs_backend_weight",
+        "gauge",
+        "Configured backend weight (0: draining).",
+    );
+    for s in services {
+        for b in &s.backends {
+            let addr = b.addr.to_string();
+            o.sample(
+                "xvs_backend_weight",
+                &[("service", &s.name), ("backend", &addr)],
+                b.weight,
+            );
+        }
+    }
+    o.single(
+        "xvs_services",
+        "gauge",
+        "Services in the published snapshot.",
+        f(services.len() as u64),
+    );
+
+    // Flow table.
+    let t = &stats.flowtable;
+    o.single("xvs_flowtable_flows", "gauge", "Live flows.", f(t.flows));
+    o.single(
+        "xvs_flowtable_capacity",
+        "gauge",
+        "Most flows the table holds.",
+        f(t.capacity),
+    );
+    o.single(
+        "xvs_flowtable_bytes_per_flow",
+        "gauge",
+        "Memory per flow slot (entry and index), bytes.",
+        t.bytes_per_flow,
+    );
+    o.single(
+        "xvs_flowtable_inserts_total",
+        "counter",
+        "Flows inserted.",
+        f(t.inserted),
+    );
+    o.family(
+        "xvs_flowtable_insert_failures_total",
+        "counter",
+        "Inserts refused, by reason.",
+    );
+    for (reason, n) in [
+        ("full", t.full),
+        ("exists", t.exists),
+        ("reply_in_use", t.reply_in_use),
+        ("index_full", t.index_full),
+    ] {
+        o.sample(
+            "xvs_flowtable_insert_failures_total",
+            &[("reason", reason)],
+            f(n),
+        );
+    }
+    o.single(
+        "xvs_flowtable_recycled_total",
+        "counter",
+        "Embryonic or expired flows recycled by inserts into a full table.",
+        f(t.recycled),
+    );
+    o.single(
+        "xvs_flowtable_expired_total",
+        "counter",
+        "Flows expired by sweeps.",
+        f(t.expired),
+    );
+    o.single(
+        "xvs_flowtable_removed_total",
+        "counter",
+        "Flows removed explicitly.",
+        f(t.removed),
+    );
+
+    // Steering.
+    o.family(
+        "xvs_steer_frames_total",
+        "counter",
+        "Frames seen by the XDP steering program, by interface and class.",
+    );
+    for s in &stats.steering {
+        for (class, n) in &s.counters {
+            o.sample(
+                "xvs_steer_frames_total",
+                &[("interface", &s.interface), ("class", class)],
+                f(*n),
+            );
+        }
+    }
+    o.family(
+        "xvs_steer_redirected_total",
+        "counter",
+        "Frames the steering program handed to an AF_XDP socket.",
+    );
+    for s in &stats.steering {
+        o.sample(
+            "xvs_steer_redirected_total",
+            &[("interface", &s.interface)],
+            f(s.redirected),
+        );
+    }
+
+    // Sync loop.
+    o.single(
+        "xvs_snapshot_generation",
+        "gauge",
+        "Generation of the published snapshot.",
+        f(stats.generation),
+    );
+    o.single(
+        "xvs_sync_duration_seconds",
+        "gauge",
+        "Duration of the last sync (snapshot build and publish).",
+        stats.sync.last_duration_s,
+    );
+    o.single(
+        "xvs_last_sync_timestamp_seconds",
+        "gauge",
+        "Unix time of the last successful sync (0 before the first).",
+        stats.sync.last_sync_unix_s.unwrap_or(0.0),
+    );
+    o.single(
+        "xvs_syncs_total",
+        "counter",
+        "Snapshots published.",
+        f(stats.sync.syncs),
+    );
+    o.family(
+        "xvs_config_reloads_total",
+        "counter",
+        "Config reloads, by result (failed: the running config stayed).",
+    );
+    o.sample(
+        "xvs_config_reloads_total",
+        &[("result", "ok")],
+        f(stats.sync.reloads_ok),
+    );
+    o.sample(
+        "xvs_config_reloads_total",
+        &[("result", "failed")],
+        f(stats.sync.reloads_failed),
+    );
+
+    // The health endpoints themselves, like kube-proxy's proxy_healthz_total.
+    o.family(
+        "xvs_healthz_total",
+        "counter",
+        "/healthz answers, by HTTP code.",
+    );
+    o.sample(
+        "xvs_healthz_total",
+        &[("code", "200")],
+        f(probes.healthz_ok),
+    );
+    o.sample(
+        "xvs_healthz_total",
+        &[("code", "503")],
+        f(probes.healthz_fail),
+    );
+    o.family(
+        "xvs_livez_total",
+        "counter",
+        "/livez answers, by HTTP code.",
+    );
+    o.sample("xvs_livez_total", &[("code", "200")], f(probes.livez_ok));
+    o.sample("xvs_livez_total", &[("code", "503")], f(probes.livez_fail));
+    o.0
+}

@@ -1,0 +1,424 @@
+//! The JSON API's types. Field names and meanings are stable: `xvs status` and outside tools
+//! parse them. Add fields, never rename or repurpose one; every new field is
+//! `#[serde(default)]` so an older daemon's answers still parse.
+//!
+//! The `from_*` helpers build views from the daemon's own types, so the daemon's
+//! [`AdminSource`](super::AdminSource) is a few lines of glue.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant, SystemTime};
+
+use fastpath::pipeline::DropReason;
+use fastpath::snapshot::{ServiceEntry, Snapshot};
+use fastpath::steer::SteerCounters;
+use fastpath::worker::WorkerCounters;
+use flowtable::{FlowState, FlowTable, FlowTableStats, FlowView};
+use lb_algos::ConnCounts;
+use serde::{Deserialize, Serialize};
+
+/// `GET /v1/services`: `{"services": [ServiceView...]}`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServicesResponse {
+    /// Every service of the current snapshot, in snapshot order.
+    pub services: Vec<ServiceView>,
+}
+
+/// One service of the current snapshot.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServiceView {
+    /// Unique name (`namespace/name:port` for Kubernetes services).
+    pub name: String,
+    /// Every address:port/protocol that reaches this service.
+    pub frontends: Vec<FrontendView>,
+    /// Scheduler name as in the config (`rr`, `wrr`, `mh`...).
+    pub scheduler: String,
+    /// Forwarding mode: `nat` or `fullnat`.
+    pub mode: String,
+    /// ClientIP session affinity timeout in seconds; absent without affinity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity_timeout_s: Option<u64>,
+    /// Backends, in the source's order.
+    pub backends: Vec<BackendView>,
+}
+
+/// A frontend: what clients address.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FrontendView {
+    /// Virtual IP.
+    pub vip: IpAddr,
+    /// Port.
+    pub port: u16,
+    /// `tcp`, `udp` or `sctp`.
+    pub protocol: String,
+}
+
+/// A backend of a service, with its connection counts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackendView {
+    /// Address and port.
+    pub addr: SocketAddr,
+    /// Configured weight (0: draining).
+    pub weight: u32,
+    /// Whether it takes new flows: ready and passing health checks.
+    pub usable: bool,
+    /// TCP connections in ESTABLISHED.
+    pub active: u32,
+    /// Every other live flow (handshake, closing, UDP, SCTP...).
+    pub inactive: u32,
+}
+
+impl ServiceView {
+    /// The view of one snapshot service, with connection counts from `counts` (the flow table).
+    pub fn from_entry(s: &ServiceEntry, counts: &dyn ConnCounts) -> ServiceView {
+        ServiceView {
+            name: s.name.clone(),
+            frontends: s
+                .frontends
+                .iter()
+                .map(|f| FrontendView {
+                    vip: f.vip,
+                    port: f.port,
+                    protocol: f.protocol.name().to_owned(),
+                })
+                .collect(),
+            scheduler: s.scheduler.kind().name().to_owned(),
+            mode: s.mode.name().to_owned(),
+            affinity_timeout_s: s.affinity_timeout.map(|d| d.as_secs()),
+            backends: s
+                .backends
+                .iter()
+                .map(|b| BackendView {
+                    addr: b.addr,
+                    weight: b.weight,
+                    usable: b.usable,
+                    active: counts.active(b.id),
+                    inactive: counts.inactive(b.id),
+                })
+                .collect(),
+        }
+    }
+
+    /// Every service of `snap`.
+    pub fn from_snapshot(snap: &Snapshot, counts: &dyn ConnCounts) -> Vec<ServiceView> {
+        snap.services
+            .iter()
+            .map(|s| ServiceView::from_entry(s, counts))
+            .collect()
+    }
+}
+
+/// `GET /v1/flows?limit=N`: `{"limit": N, "flows": [FlowViewJson...]}`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlowsResponse {
+    /// The limit applied (the request's, clamped to 1..=10000).
+    pub limit: usize,
+    /// At most `limit` flows, in table order (not sorted).
+    pub flows: Vec<FlowViewJson>,
+}
+
+/// One flow of the flow table.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FlowViewJson {
+    /// `tcp`, `udp`, `icmp` or `sctp`.
+    pub protocol: String,
+    /// Client address (source of the original direction).
+    pub client: SocketAddr,
+    /// The VIP and port the client addressed.
+    pub vip: SocketAddr,
+    /// The backend the flow goes to.
+    pub backend: SocketAddr,
+    /// The source the backend sees: the SNAT address (fullnat) or the client (nat).
+    pub snat: SocketAddr,
+    /// The service's name; empty when the service is no longer in the snapshot.
+    pub service: String,
+    /// Protocol state, IPVS style: `ESTABLISHED`, `SYN_RECV`, `TIME_WAIT`..., `UDP`, `ICMP`,
+    /// `SCTP_ESTABLISHED`...
+    pub state: String,
+    /// Seconds since the flow's last packet (100 ms resolution).
+    pub idle_s: f64,
+}
+
+impl FlowViewJson {
+    /// The view of one flow; `service` is the name of its service, when known.
+    pub fn from_view(v: &FlowView, now: Instant, service: Option<&str>) -> FlowViewJson {
+        let d = &v.data;
+        FlowViewJson {
+            protocol: format!("{:?}", d.proto).to_lowercase(),
+            client: d.client,
+            vip: d.vip,
+            backend: d.backend,
+            snat: d.snat,
+            service: service.unwrap_or_default().to_owned(),
+            state: state_name(v.state),
+            idle_s: now.saturating_duration_since(v.last_seen).as_secs_f64(),
+        }
+    }
+
+    /// Up to `limit` flows of `table`, named after `snap`'s services. Reads the table in
+    /// bounded chunks and stops once `limit` flows are found (at worst one pass).
+    pub fn collect(
+        table: &FlowTable,
+        snap: &Snapshot,
+        limit: usize,
+        now: Instant,
+    ) -> Vec<FlowViewJson> {
+        const CHUNK: usize = 4096;
+        let mut out = Vec::with_capacity(limit.min(1024));
+        let cap = table.capacity();
+        let mut start = 0;
+        while start < cap && out.len() < limit {
+            table.scan(start, CHUNK.min(cap - start), |v| {
+                if out.len() < limit {
+                    let name = snap
+                        .services
+                        .get(v.data.service_id as usize)
+                        .map(|s| s.name.as_str());
+                    out.push(FlowViewJson::from_view(&v, now, name));
+                }
+            });
+            start += CHUNK;
+        }
+        out
+    }
+}
+
+/// `FlowState` as IPVS prints it (`ESTABLISHED`, `SYN_RECV`...).
+fn state_name(s: FlowState) -> String {
+    let screaming = |camel: String| {
+        let mut out = String::with_capacity(camel.len() + 4);
+        for (i, c) in camel.chars().enumerate() {
+            if c.is_ascii_uppercase() && i > 0 {
+                out.push('_');
+            }
+            out.push(c.to_ascii_uppercase());
+        }
+        out
+    };
+    match s {
+        FlowState::Tcp(t) => screaming(format!("{t:?}")),
+        FlowState::Sctp(t) => format!("SCTP_{}", screaming(format!("{t:?}"))),
+        other => screaming(format!("{other:?}")),
+    }
+}
+
+/// `GET /v1/stats`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StatsView {
+    /// Generation of the published snapshot.
+    pub generation: u64,
+    /// One entry per fastpath worker, by index.
+    pub workers: Vec<WorkerView>,
+    /// The flow table.
+    pub flowtable: FlowTableView,
+    /// The XDP steering program, per interface.
+    pub steering: Vec<SteerView>,
+    /// The slowpath's sync loop.
+    pub sync: SyncView,
+}
+
+/// Counters of one fastpath worker since start-up.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerView {
+    /// Worker index.
+    pub index: usize,
+    /// Frames received.
+    pub rx: u64,
+    /// Frames transmitted.
+    pub tx: u64,
+    /// Frames dropped because the TX ring was full.
+    pub tx_ring_full: u64,
+    /// Frames dropped because their transmit port has no socket on this worker.
+    pub tx_no_port: u64,
+    /// Frames handed back to the kernel.
+    pub pass: u64,
+    /// Frames sent to the slowpath.
+    pub slow: u64,
+    /// Flows created.
+    pub new_flows: u64,
+    /// Flows expired by this worker's sweeps.
+    pub expired_flows: u64,
+    /// The snapshot generation the worker last loaded.
+    pub generation: u64,
+    /// Drops by reason (`DropReason::name()`), every reason present.
+    pub drops: BTreeMap<String, u64>,
+}
+
+impl WorkerView {
+    /// The view of one worker's counters.
+    pub fn from_counters(index: usize, c: &WorkerCounters) -> WorkerView {
+        WorkerView {
+            index,
+            rx: c.rx,
+            tx: c.tx,
+            tx_ring_full: c.tx_ring_full,
+            tx_no_port: c.tx_no_port,
+            pass: c.pass,
+            slow: c.slow,
+            new_flows: c.new_flows,
+            expired_flows: c.expired,
+            generation: c.generation,
+            drops: DropReason::ALL
+                .iter()
+                .map(|r| (r.name().to_owned(), c.dropped(*r)))
+                .collect(),
+        }
+    }
+}
+
+/// Flow table use and counters since start-up.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlowTableView {
+    /// Live flows.
+    pub flows: u64,
+    /// Most flows.
+    pub capacity: u64,
+    /// Memory per flow slot (entry + index), bytes.
+    pub bytes_per_flow: f64,
+    /// Flows inserted.
+    pub inserted: u64,
+    /// Inserts refused: table full.
+    pub full: u64,
+    /// Inserts that found the flow already there (two workers racing).
+    pub exists: u64,
+    /// Inserts refused: reply tuple in use.
+    pub reply_in_use: u64,
+    /// Inserts refused: no index slot.
+    pub index_full: u64,
+    /// Embryonic or expired flows recycled by inserts into a full table.
+    pub recycled: u64,
+    /// Flows expired by sweeps.
+    pub expired: u64,
+    /// Flows removed explicitly.
+    pub removed: u64,
+}
+
+impl FlowTableView {
+    /// The view of a flow table.
+    pub fn from_table(t: &FlowTable) -> FlowTableView {
+        FlowTableView::from_stats(&t.stats(), t.bytes_per_flow())
+    }
+
+    /// The view of a flow table's stats.
+    pub fn from_stats(s: &FlowTableStats, bytes_per_flow: f64) -> FlowTableView {
+        FlowTableView {
+            flows: s.len as u64,
+            capacity: s.capacity as u64,
+            bytes_per_flow,
+            inserted: s.inserted,
+            full: s.full,
+            exists: s.exists,
+            reply_in_use: s.reply_in_use,
+            index_full: s.index_full,
+            recycled: s.recycled,
+            expired: s.expired,
+            removed: s.removed,
+        }
+    }
+}
+
+/// The steering program's counters on one interface.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SteerView {
+    /// Interface name.
+    pub interface: String,
+    /// Frames handed to an AF_XDP socket.
+    pub redirected: u64,
+    /// Frames left to the kernel, every reason.
+    pub passed: u64,
+    /// Frame counts by class: `pass_not_ip`, `pass_malformed`, `pass_not_ours`, `pass_icmp`,
+    /// `match_frontend`, `match_snat`, `match_backend`, `match_fragment`, `match_icmp_error`,
+    /// `match_ipv6_ext`, `no_socket`.
+    pub counters: BTreeMap<String, u64>,
+}
+
+impl SteerView {
+    /// The view of one interface's steering counters.
+    pub fn from_counters(interface: &str, c: &SteerCounters) -> SteerView {
+        let counters = [
+            ("pass_not_ip", c.pass_not_ip),
+            ("pass_malformed", c.pass_malformed),
+            ("pass_not_ours", c.pass_not_ours),
+            ("pass_icmp", c.pass_icmp),
+            ("match_frontend", c.match_frontend),
+            ("match_snat", c.match_snat),
+            ("match_backend", c.match_backend),
+            ("match_fragment", c.match_fragment),
+            ("match_icmp_error", c.match_icmp_error),
+            ("match_ipv6_ext", c.match_ipv6_ext),
+            ("no_socket", c.no_socket),
+        ];
+        SteerView {
+            interface: interface.to_owned(),
+            redirected: c.redirected,
+            passed: c.passed(),
+            counters: counters
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect(),
+        }
+    }
+}
+
+/// The slowpath's sync loop: how fresh the published state is.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SyncView {
+    /// Unix time (seconds) of the last successful sync; absent before the first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sync_unix_s: Option<f64>,
+    /// How long the last sync took (build + publish), seconds.
+    pub last_duration_s: f64,
+    /// Snapshots published since start-up.
+    #[serde(default)]
+    pub syncs: u64,
+    /// Config reloads (SIGHUP) applied.
+    pub reloads_ok: u64,
+    /// Config reloads rejected (the running config stayed).
+    pub reloads_failed: u64,
+}
+
+/// `SystemTime` as Unix seconds (0 before the epoch).
+pub fn unix_s(t: SystemTime) -> f64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_secs_f64()
+}
+
+/// What `/healthz` and `/livez` decide from. Not part of the JSON API (the endpoints answer
+/// with [`HealthzBody`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HealthView {
+    /// When the slowpath last completed a sync: published a snapshot, or found nothing to
+    /// publish on a periodic pass (kube-proxy's `lastUpdated`). `None` before the first.
+    pub last_updated: Option<SystemTime>,
+    /// When the oldest change not yet published was queued (kube-proxy's
+    /// `oldestPendingQueued`); `None` when everything is published.
+    pub oldest_pending: Option<SystemTime>,
+    /// How stale `last_updated` (or a pending change) may be: kube-proxy uses
+    /// 2 × `syncPeriod`.
+    pub timeout: Duration,
+    /// Every fastpath worker thread is running.
+    pub fastpath_running: bool,
+    /// False while the Node is being deleted: `/healthz` fails so that load balancers drain
+    /// this node; `/livez` ignores it.
+    pub node_eligible: bool,
+}
+
+/// The body of `/healthz` and `/livez`, as kube-proxy answers (same field names).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthzBody {
+    /// RFC 3339 time of the last sync (`""` before the first).
+    pub last_updated: String,
+    /// RFC 3339 time of this answer.
+    pub current_time: String,
+    /// Whether the node may take load-balancer traffic (`/healthz` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_eligible: Option<bool>,
+    /// Whether the fastpath workers are running (xvs addition).
+    #[serde(default)]
+    pub fastpath_running: bool,
+    /// Why the answer is 503; absent on 200 (xvs addition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}

@@ -1,0 +1,634 @@
+//! `xvs status`, `xvs services`, `xvs flows`: read a running xvs through its admin API
+//! (`[admin] listen`, default 127.0.0.1:10256) and print tables, or the raw JSON with `--json`.
+//!
+//! Exit codes: 0 when the API answered (and, for `status`, xvs is healthy); 1 when xvs cannot
+//! be reached, answers something unexpected, or (`status`) reports itself unhealthy.
+
+use std::fmt::Write as _;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use slowpath::admin::{FlowsResponse, HealthzBody, ServicesResponse, StatsView};
+
+/// Connect timeout.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Read/write timeout once connected.
+const IO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest response accepted (10 000 flows are a few MiB).
+const RESPONSE_MAX: u64 = 64 << 20;
+
+/// What to show.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatusCmd {
+    /// Health, sync state, counters.
+    Status,
+    /// Services and backends with connection counts.
+    Services,
+    /// Flows of the flow table.
+    Flows {
+        /// At most this many (the server clamps to 1..=10000).
+        limit: usize,
+    },
+}
+
+pub fn main(cmd: StatusCmd, admin: SocketAddr, json: bool) -> ExitCode {
+    match run(cmd, admin, json) {
+        Ok((out, healthy)) => {
+            print!("{out}");
+            let _ = io::stdout().flush();
+            if healthy {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("xvs: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The text to print and whether the exit code is 0.
+fn run(cmd: StatusCmd, admin: SocketAddr, json: bool) -> Result<(String, bool), String> {
+    match cmd {
+        StatusCmd::Status => {
+            let (hcode, hbody) = get(admin, "/healthz")?;
+            let (scode, sbody) = get(admin, "/v1/stats")?;
+            expect_ok(admin, "/v1/stats", scode, &sbody)?;
+            let healthy = hcode == 200;
+            if json {
+                let h: serde_json::Value = parse(admin, "/healthz", &hbody)?;
+                let s: serde_json::Value = parse(admin, "/v1/stats", &sbody)?;
+                let v =
+                    serde_json::json!({ "healthz": { "status": hcode, "body": h }, "stats": s });
+                return Ok((pretty(&v), healthy));
+            }
+            let h: HealthzBody = parse(admin, "/healthz", &hbody)?;
+            let s: StatsView = parse(admin, "/v1/stats", &sbody)?;
+            Ok((
+                render_status(admin, hcode, &h, &s, SystemTime::now()),
+                healthy,
+            ))
+        }
+        StatusCmd::Services => {
+            let (code, body) = get(admin, "/v1/services")?;
+            expect_ok(admin, "/v1/services", code, &body)?;
+            let r: ServicesResponse = parse(admin, "/v1/services", &body)?;
+            if json {
+                return Ok((body, true));
+            }
+            Ok((render_services(&r), true))
+        }
+        StatusCmd::Flows { limit } => {
+            let path = format!("/v1/flows?limit={limit}");
+            let (code, body) = get(admin, &path)?;
+            expect_ok(admin, &path, code, &body)?;
+            let r: FlowsResponse = parse(admin, &path, &body)?;
+            if json {
+                return Ok((body, true));
+            }
+            Ok((render_flows(&r), true))
+        }
+    }
+}
+
+fn pretty(v: &serde_json::Value) -> String {
+    let mut s = serde_json::to_string_pretty(v).unwrap_or_default();
+    s.push('\n');
+    s
+}
+
+fn expect_ok(admin: SocketAddr, path: &str, code: u16, body: &str) -> Result<(), String> {
+    if code == 200 {
+        return Ok(());
+    }
+    let detail = serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
+        .unwrap_or_else(|| body.trim().chars().take(200).collect());
+    Err(format!(
+        "the xvs admin API at {admin} answered {code} to GET {path}: {detail}"
+    ))
+}
+
+fn parse<T: serde::de::DeserializeOwned>(
+    admin: SocketAddr,
+    path: &str,
+    body: &str,
+) -> Result<T, String> {
+    serde_json::from_str(body).map_err(|e| {
+        format!("unexpected answer from the xvs admin API at {admin} to GET {path}: {e}")
+    })
+}
+
+/// One GET: the status code and the body.
+fn get(admin: SocketAddr, path: &str) -> Result<(u16, String), String> {
+    let unreachable = |e: io::Error| {
+        let why = match e.kind() {
+            io::ErrorKind::ConnectionRefused => "connection refused".to_owned(),
+            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => "timed out".to_owned(),
+            _ => e.to_string(),
+        };
+        format!(
+            "cannot reach the xvs admin API at {admin}: {why} — is xvs running? (its [admin] listen address)"
+        )
+    };
+    let mut conn = TcpStream::connect_timeout(&admin, CONNECT_TIMEOUT).map_err(unreachable)?;
+    let io_err = |e: io::Error| format!("reading from the xvs admin API at {admin}: {e}");
+    conn.set_read_timeout(Some(IO_TIMEOUT)).map_err(io_err)?;
+    conn.set_write_timeout(Some(IO_TIMEOUT)).map_err(io_err)?;
+    write!(
+        conn,
+        "GET {path} HTTP/1.1\r\nHost: {admin}\r\nUser-Agent: xvs-cli\r\nAccept: application/json\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(io_err)?;
+    let mut raw = Vec::new();
+    conn.take(RESPONSE_MAX)
+        .read_to_end(&mut raw)
+        .map_err(io_err)?;
+    parse_response(&raw)
+        .ok_or_else(|| format!("malformed HTTP response from {admin} to GET {path}"))
+}
+
+/// Splits an HTTP/1.x response into status and body (honouring Content-Length when present).
+fn parse_response(raw: &[u8]) -> Option<(u16, String)> {
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&raw[..split]).ok()?;
+    let mut body = &raw[split + 4..];
+    let mut lines = head.split("\r\n");
+    let status = lines.next()?;
+    if !status.starts_with("HTTP/1.") {
+        return None;
+    }
+    let code = status.split(' ').nth(1)?.parse().ok()?;
+    for l in lines {
+        if let Some((k, v)) = l.split_once(':')
+            && k.trim().eq_ignore_ascii_case("content-length")
+        {
+            let n: usize = v.trim().parse().ok()?;
+            body = body.get(..n)?;
+        }
+    }
+    Some((code, String::from_utf8_lossy(body).into_owned()))
+}
+
+/// Left-aligned columns, two spaces apart, each line indented by `indent`.
+fn table(indent: &str, header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut width: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (w, c) in width.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut l = String::from(indent);
+        for (i, (c, w)) in cells.zip(&width).enumerate() {
+            if i + 1 == width.len() {
+                l.push_str(c);
+            } else {
+                let _ = write!(l, "{c:<w$}  ");
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(&mut header.iter().copied());
+    for r in rows {
+        line(&mut r.iter().map(String::as_str));
+    }
+    out
+}
+
+fn render_status(
+    admin: SocketAddr,
+    code: u16,
+    h: &HealthzBody,
+    s: &StatsView,
+    now: SystemTime,
+) -> String {
+    let mut o = String::new();
+    let state = if code == 200 {
+        "healthy".to_owned()
+    } else {
+        format!(
+            "UNHEALTHY ({code}): {}",
+            h.reason.as_deref().unwrap_or("no reason given")
+        )
+    };
+    let _ = writeln!(o, "xvs at {admin}: {state}");
+    let fastpath = if h.fastpath_running {
+        "running"
+    } else {
+        "NOT running"
+    };
+    let _ = writeln!(o, "fastpath:   {fastpath}, {} workers", s.workers.len());
+    let last = match s.sync.last_sync_unix_s {
+        Some(t) => {
+            let now_s = slowpath::admin::unix_s(now);
+            format!(
+                "last {} ({:.1}s ago), took {:.1} ms",
+                if h.last_updated.is_empty() {
+                    "?"
+                } else {
+                    &h.last_updated
+                },
+                (now_s - t).max(0.0),
+                s.sync.last_duration_s * 1e3
+            )
+        }
+        None => "never".to_owned(),
+    };
+    let _ = writeln!(
+        o,
+        "sync:       generation {}, {last}; {} syncs; reloads {} ok, {} failed",
+        s.generation, s.sync.syncs, s.sync.reloads_ok, s.sync.reloads_failed
+    );
+    let t = &s.flowtable;
+    let pct = if t.capacity == 0 {
+        0.0
+    } else {
+        t.flows as f64 * 100.0 / t.capacity as f64
+    };
+    let _ = writeln!(
+        o,
+        "flow table: {} / {} flows ({pct:.1}%), {:.0} bytes per flow; inserted {}, refused full {}, recycled {}, expired {}",
+        t.flows, t.capacity, t.bytes_per_flow, t.inserted, t.full, t.recycled, t.expired
+    );
+    if !s.workers.is_empty() {
+        o.push_str("\nworkers:\n");
+        let rows: Vec<Vec<String>> = s
+            .workers
+            .iter()
+            .map(|w| {
+                vec![
+                    w.index.to_string(),
+                    w.rx.to_string(),
+                    w.tx.to_string(),
+                    w.pass.to_string(),
+                    w.slow.to_string(),
+                    w.drops.values().sum::<u64>().to_string(),
+                    w.new_flows.to_string(),
+                    w.generation.to_string(),
+                ]
+            })
+            .collect();
+        o.push_str(&table(
+            "  ",
+            &[
+                "WORKER",
+                "RX",
+                "TX",
+                "PASS",
+                "SLOW",
+                "DROPS",
+                "NEW_FLOWS",
+                "GEN",
+            ],
+            &rows,
+        ));
+    }
+    let mut drops: std::collections::BTreeMap<&str, u64> = Default::default();
+    for w in &s.workers {
+        for (r, n) in &w.drops {
+            *drops.entry(r).or_default() += n;
+        }
+    }
+    let nonzero: Vec<Vec<String>> = drops
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(r, n)| vec![(*r).to_owned(), n.to_string()])
+        .collect();
+    if !nonzero.is_empty() {
+        o.push_str("\ndrops:\n");
+        o.push_str(&table("  ", &["REASON", "FRAMES"], &nonzero));
+    }
+    if !s.steering.is_empty() {
+        o.push_str("\nsteering:\n");
+        let rows: Vec<Vec<String>> = s
+            .steering
+            .iter()
+            .map(|x| {
+                vec![
+                    x.interface.clone(),
+                    x.redirected.to_string(),
+                    x.passed.to_string(),
+                ]
+            })
+            .collect();
+        o.push_str(&table("  ", &["INTERFACE", "REDIRECTED", "PASSED"], &rows));
+    }
+    o
+}
+
+fn render_services(r: &ServicesResponse) -> String {
+    if r.services.is_empty() {
+        return "no services\n".to_owned();
+    }
+    let mut o = String::new();
+    for (i, s) in r.services.iter().enumerate() {
+        if i > 0 {
+            o.push('\n');
+        }
+        let frontends: Vec<String> = s
+            .frontends
+            .iter()
+            .map(|f| {
+                let ip = match f.vip {
+                    std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+                    v4 => v4.to_string(),
+                };
+                format!("{ip}:{}/{}", f.port, f.protocol)
+            })
+            .collect();
+        let _ = write!(
+            o,
+            "{}  {}  {} {}",
+            s.name,
+            frontends.join(" "),
+            s.scheduler,
+            s.mode
+        );
+        if let Some(t) = s.affinity_timeout_s {
+            let _ = write!(o, "  affinity {t}s");
+        }
+        o.push('\n');
+        if s.backends.is_empty() {
+            o.push_str("  (no backends)\n");
+            continue;
+        }
+        let rows: Vec<Vec<String>> = s
+            .backends
+            .iter()
+            .map(|b| {
+                vec![
+                    b.addr.to_string(),
+                    b.weight.to_string(),
+                    if b.usable { "yes" } else { "no" }.to_owned(),
+                    b.active.to_string(),
+                    b.inactive.to_string(),
+                ]
+            })
+            .collect();
+        o.push_str(&table(
+            "  ",
+            &["BACKEND", "WEIGHT", "USABLE", "ACTIVE", "INACTIVE"],
+            &rows,
+        ));
+    }
+    o
+}
+
+fn render_flows(r: &FlowsResponse) -> String {
+    let rows: Vec<Vec<String>> = r
+        .flows
+        .iter()
+        .map(|f| {
+            vec![
+                f.protocol.clone(),
+                f.client.to_string(),
+                f.vip.to_string(),
+                f.backend.to_string(),
+                f.snat.to_string(),
+                f.state.clone(),
+                format!("{:.1}s", f.idle_s),
+                f.service.clone(),
+            ]
+        })
+        .collect();
+    let mut o = table(
+        "",
+        &[
+            "PROTO", "CLIENT", "VIP", "BACKEND", "SNAT", "STATE", "IDLE", "SERVICE",
+        ],
+        &rows,
+    );
+    let _ = writeln!(
+        o,
+        "{} flows shown (limit {}{})",
+        r.flows.len(),
+        r.limit,
+        if r.flows.len() >= r.limit {
+            "; there may be more"
+        } else {
+            ""
+        }
+    );
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::thread::JoinHandle;
+
+    use slowpath::admin::{BackendView, FlowViewJson, FrontendView, ServiceView, WorkerView};
+
+    /// Serves `n` connections: each gets `(status, body)` of the first route whose path
+    /// prefix matches the request target, 404 otherwise. Returns the address.
+    fn server(routes: Vec<(&'static str, u16, String)>, n: usize) -> (SocketAddr, JoinHandle<()>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let t = std::thread::spawn(move || {
+            for conn in l.incoming().take(n) {
+                let mut conn = conn.unwrap();
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 1024];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let k = conn.read(&mut chunk).unwrap();
+                    if k == 0 {
+                        break;
+                    }
+                    buf.extend_from_slice(&chunk[..k]);
+                }
+                let head = String::from_utf8_lossy(&buf);
+                let target = head.split(' ').nth(1).unwrap_or("").to_owned();
+                let (code, body) = routes
+                    .iter()
+                    .find(|(p, _, _)| target.starts_with(p))
+                    .map(|(_, c, b)| (*c, b.clone()))
+                    .unwrap_or((404, "{\"error\":\"no such endpoint\"}".into()));
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        (addr, t)
+    }
+
+    fn services() -> ServicesResponse {
+        ServicesResponse {
+            services: vec![ServiceView {
+                name: "web".into(),
+                frontends: vec![FrontendView {
+                    vip: [198, 18, 100, 1].into(),
+                    port: 80,
+                    protocol: "tcp".into(),
+                }],
+                scheduler: "wrr".into(),
+                mode: "fullnat".into(),
+                affinity_timeout_s: Some(10800),
+                backends: vec![BackendView {
+                    addr: "198.18.1.1:8080".parse().unwrap(),
+                    weight: 4,
+                    usable: true,
+                    active: 12,
+                    inactive: 3,
+                }],
+            }],
+        }
+    }
+
+    #[test]
+    fn unreachable_is_a_clear_error() {
+        let addr = {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap()
+        };
+        let e = run(StatusCmd::Status, addr, false).unwrap_err();
+        assert_eq!(
+            e,
+            format!(
+                "cannot reach the xvs admin API at {addr}: connection refused — is xvs running? (its [admin] listen address)"
+            )
+        );
+        assert_eq!(main(StatusCmd::Services, addr, false), ExitCode::FAILURE);
+    }
+
+    #[test]
+    fn services_table_and_json() {
+        let body = serde_json::to_string(&services()).unwrap();
+        let (addr, t) = server(vec![("/v1/services", 200, body.clone())], 2);
+        let (out, ok) = run(StatusCmd::Services, addr, false).unwrap();
+        assert!(ok);
+        assert!(
+            out.starts_with("web  198.18.100.1:80/tcp  wrr fullnat  affinity 10800s\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("  BACKEND          WEIGHT  USABLE  ACTIVE  INACTIVE\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("  198.18.1.1:8080  4       yes     12      3\n"),
+            "{out}"
+        );
+        let (raw, _) = run(StatusCmd::Services, addr, true).unwrap();
+        assert_eq!(raw, body);
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn flows_table() {
+        let flows = FlowsResponse {
+            limit: 1,
+            flows: vec![FlowViewJson {
+                protocol: "udp".into(),
+                client: "198.18.0.1:5353".parse().unwrap(),
+                vip: "198.18.100.1:53".parse().unwrap(),
+                backend: "198.18.1.1:53".parse().unwrap(),
+                snat: "198.18.0.254:20001".parse().unwrap(),
+                service: "dns".into(),
+                state: "UDP".into(),
+                idle_s: 1.25,
+            }],
+        };
+        let (addr, t) = server(
+            vec![(
+                "/v1/flows?limit=1",
+                200,
+                serde_json::to_string(&flows).unwrap(),
+            )],
+            1,
+        );
+        let (out, _) = run(StatusCmd::Flows { limit: 1 }, addr, false).unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines[0].starts_with("PROTO  CLIENT"), "{out}");
+        assert!(lines[1].starts_with("udp    198.18.0.1:5353"), "{out}");
+        assert!(lines[1].ends_with("UDP    1.2s  dns"), "{out}");
+        assert_eq!(lines[2], "1 flows shown (limit 1; there may be more)");
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn status_reports_health_and_counters() {
+        let stats = StatsView {
+            generation: 7,
+            workers: vec![WorkerView {
+                index: 0,
+                rx: 1000,
+                tx: 990,
+                drops: [
+                    ("no_service".to_owned(), 10),
+                    ("bad_checksum".to_owned(), 0),
+                ]
+                .into_iter()
+                .collect(),
+                ..WorkerView::default()
+            }],
+            ..StatsView::default()
+        };
+        let healthy = r#"{"lastUpdated":"2024-05-01T12:34:56.789Z","currentTime":"2024-05-01T12:34:57.000Z","nodeEligible":true,"fastpathRunning":true}"#;
+        let sick = r#"{"lastUpdated":"","currentTime":"2024-05-01T12:34:57.000Z","nodeEligible":true,"fastpathRunning":false,"reason":"fastpath workers are not running"}"#;
+        let s = serde_json::to_string(&stats).unwrap();
+        let (addr, t) = server(
+            vec![
+                ("/healthz", 200, healthy.into()),
+                ("/v1/stats", 200, s.clone()),
+            ],
+            4,
+        );
+        let (out, ok) = run(StatusCmd::Status, addr, false).unwrap();
+        assert!(ok);
+        assert!(
+            out.starts_with(&format!("xvs at {addr}: healthy\n")),
+            "{out}"
+        );
+        assert!(out.contains("generation 7"), "{out}");
+        assert!(out.contains("  0       1000  990"), "{out}");
+        assert!(out.contains("  no_service  10\n"), "{out}");
+        assert!(
+            !out.contains("bad_checksum"),
+            "zero drops are not listed: {out}"
+        );
+        let (raw, _) = run(StatusCmd::Status, addr, true).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&raw).unwrap();
+        assert_eq!(v["healthz"]["status"], 200);
+        assert_eq!(v["stats"]["generation"], 7);
+        t.join().unwrap();
+
+        let (addr, t) = server(
+            vec![("/healthz", 503, sick.into()), ("/v1/stats", 200, s)],
+            2,
+        );
+        let (out, ok) = run(StatusCmd::Status, addr, false).unwrap();
+        assert!(!ok, "unhealthy: exit 1");
+        assert!(
+            out.contains("UNHEALTHY (503): fastpath workers are not running"),
+            "{out}"
+        );
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn error_answers_are_reported() {
+        let (addr, t) = server(vec![], 1);
+        let e = run(StatusCmd::Services, addr, false).unwrap_err();
+        assert!(
+            e.contains("answered 404 to GET /v1/services: no such endpoint"),
+            "{e}"
+        );
+        t.join().unwrap();
+        assert_eq!(
+            parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}xx"),
+            Some((200, "{}".to_owned()))
+        );
+        assert_eq!(parse_response(b"garbage"), None);
+    }
+}
