@@ -1,0 +1,258 @@
+//! The healthCheckNodePort server of `externalTrafficPolicy: Local` LoadBalancer Services:
+//! cloud load balancers probe `http://NODE:PORT/` and send traffic only to nodes that answer
+//! 200, i.e. nodes with at least one ready local endpoint. Like kube-proxy, any path answers;
+//! the body is JSON:
+//! `{"service":{"namespace":"ns","name":"web"},"localEndpoints":2,"serviceProxyHealthy":true}`,
+//! with status 200 when `localEndpoints > 0` and 503 otherwise.
+//!
+//! One listener per port, each its own task on the caller's tokio runtime. A connection
+//! reads at most one request head (bounded in size and time) and gets one response.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+use super::HealthCheckNodePort;
+
+/// Largest request head read; longer requests are answered anyway.
+const REQUEST_HEAD_MAX: usize = 4096;
+/// A client that sends no complete request head in this time is answered anyway.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What one health-check port reports; shared between the listener and the updater.
+#[derive(Debug)]
+pub struct HcState {
+    service: Mutex<String>,
+    local_endpoints: AtomicU32,
+}
+
+impl HcState {
+    /// State for `service` (`ns/name`) with `local_endpoints` local endpoints.
+    pub fn new(service: &str, local_endpoints: u32) -> Arc<HcState> {
+        Arc::new(HcState {
+            service: Mutex::new(service.to_owned()),
+            local_endpoints: AtomicU32::new(local_endpoints),
+        })
+    }
+
+    /// Updates the reported service and count.
+    pub fn set(&self, service: &str, local_endpoints: u32) {
+        if let Ok(mut s) = self.service.lock()
+            && *s != service
+        {
+            *s = service.to_owned();
+        }
+        self.local_endpoints
+            .store(local_endpoints, Ordering::Relaxed);
+    }
+
+    /// The status code and body a probe gets now.
+    pub fn response(&self) -> (u16, String) {
+        let service = self.service.lock().map(|s| s.clone()).unwrap_or_default();
+        let (ns, name) = service.split_once('/').unwrap_or(("", &service));
+        let n = self.local_endpoints.load(Ordering::Relaxed);
+        let body = format!(
+            "{{\"service\":{{\"namespace\":{},\"name\":{}}},\"localEndpoints\":{n},\"serviceProxyHealthy\":true}}",
+            json_string(ns),
+            json_string(name)
+        );
+        (if n > 0 { 200 } else { 503 }, body)
+    }
+}
+
+fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Serves health checks on `listener` until the task is aborted.
+pub async fn serve(listener: TcpListener, state: Arc<HcState>) {
+    loop {
+        let Ok((conn, _)) = listener.accept().await else {
+            // Out of descriptors and the like: back off instead of spinning.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let state = state.clone();
+        tokio::spawn(async move {
+            let _ = answer(conn, &state).await;
+        });
+    }
+}
+
+async fn answer(mut conn: TcpStream, state: &HcState) -> io::Result<()> {
+    let mut head = Vec::with_capacity(512);
+    let mut buf = [0u8; 512];
+    let read_head = async {
+        while head.len() < REQUEST_HEAD_MAX && !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = conn.read(&mut buf).await?;
+            if n == 0 {
+                break;
+            }
+            head.extend_from_slice(&buf[..n]);
+        }
+        io::Result::Ok(())
+    };
+    let _ = tokio::time::timeout(REQUEST_TIMEOUT, read_head).await;
+    let (code, body) = state.response();
+    let reason = if code == 200 {
+        "OK"
+    } else {
+        "Service Unavailable"
+    };
+    let response = format!(
+        "HTTP/1.1 {code} {reason}\r\nContent-Type: application/json\r\nX-Content-Type-Options: nosniff\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(response.as_bytes()).await?;
+    conn.shutdown().await
+}
+
+/// The set of health-check listeners, kept in line with the model's
+/// [`HealthCheckNodePort`]s. Must be used inside a tokio runtime.
+#[derive(Debug)]
+pub struct HealthCheckServers {
+    bind: IpAddr,
+    servers: HashMap<u16, (Arc<HcState>, SocketAddr, JoinHandle<()>)>,
+}
+
+impl HealthCheckServers {
+    /// Listeners will bind `bind` (usually `0.0.0.0` or a node address).
+    pub fn new(bind: IpAddr) -> Self {
+        HealthCheckServers {
+            bind,
+            servers: HashMap::new(),
+        }
+    }
+
+    /// Opens listeners for new ports, updates the counts of existing ones and closes the
+    /// ones no longer listed. Returns the ports that could not be bound (retried next time).
+    pub async fn update(&mut self, ports: &[HealthCheckNodePort]) -> Vec<(u16, io::Error)> {
+        let mut failed = Vec::new();
+        let wanted: HashMap<u16, &HealthCheckNodePort> =
+            ports.iter().map(|p| (p.port, p)).collect();
+        self.servers.retain(|port, (_, _, task)| {
+            let keep = wanted.contains_key(port);
+            if !keep {
+                task.abort();
+            }
+            keep
+        });
+        for (port, hc) in wanted {
+            if let Some((state, _, _)) = self.servers.get(&port) {
+                state.set(&hc.service, hc.local_endpoints);
+                continue;
+            }
+            match TcpListener::bind(SocketAddr::new(self.bind, port)).await {
+                Ok(listener) => {
+                    let addr = listener
+                        .local_addr()
+                        .unwrap_or(SocketAddr::new(self.bind, port));
+                    let state = HcState::new(&hc.service, hc.local_endpoints);
+                    let task = tokio::spawn(serve(listener, state.clone()));
+                    self.servers.insert(port, (state, addr, task));
+                }
+                Err(e) => failed.push((port, e)),
+            }
+        }
+        failed
+    }
+
+    /// The ports served now, sorted.
+    pub fn ports(&self) -> Vec<u16> {
+        let mut p: Vec<u16> = self.servers.keys().copied().collect();
+        p.sort_unstable();
+        p
+    }
+}
+
+impl Drop for HealthCheckServers {
+    fn drop(&mut self) {
+        for (_, _, task) in self.servers.values() {
+            task.abort();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn get(addr: SocketAddr) -> String {
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = String::new();
+        c.read_to_string(&mut out).await.unwrap();
+        out
+    }
+
+    #[tokio::test]
+    async fn answers_200_with_local_endpoints_and_503_without() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let state = HcState::new("prod/web", 2);
+        let task = tokio::spawn(serve(listener, state.clone()));
+        let r = get(addr).await;
+        assert!(r.starts_with("HTTP/1.1 200 OK\r\n"), "{r}");
+        assert!(r.contains("Content-Type: application/json"), "{r}");
+        assert!(
+            r.ends_with(
+                "{\"service\":{\"namespace\":\"prod\",\"name\":\"web\"},\"localEndpoints\":2,\"serviceProxyHealthy\":true}"
+            ),
+            "{r}"
+        );
+        state.set("prod/web", 0);
+        let r = get(addr).await;
+        assert!(r.starts_with("HTTP/1.1 503 Service Unavailable\r\n"), "{r}");
+        assert!(r.contains("\"localEndpoints\":0"), "{r}");
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn servers_follow_the_model() {
+        // Find a free port, then let the server set bind it.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut servers = HealthCheckServers::new(IpAddr::from([127, 0, 0, 1]));
+        let hc = |n| HealthCheckNodePort {
+            port,
+            service: "ns/a".to_owned(),
+            local_endpoints: n,
+        };
+        assert!(servers.update(&[hc(1)]).await.is_empty());
+        assert_eq!(servers.ports(), vec![port]);
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        assert!(get(addr).await.starts_with("HTTP/1.1 200"));
+        assert!(servers.update(&[hc(0)]).await.is_empty());
+        assert!(get(addr).await.starts_with("HTTP/1.1 503"));
+        assert!(servers.update(&[]).await.is_empty());
+        assert!(servers.ports().is_empty());
+    }
+
+    #[test]
+    fn json_strings_are_escaped() {
+        assert_eq!(json_string("a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
+    }
+}

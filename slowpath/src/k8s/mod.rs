@@ -1,0 +1,121 @@
+//! The Kubernetes source: watches Services, EndpointSlices (discovery.k8s.io/v1) and this
+//! node's Node object, and translates them into the source-agnostic model
+//! ([`fastpath::snapshot::ServiceSpec`]) that the static source produces too.
+//!
+//! Two halves:
+//! - [`build_model`] / [`build_specs`]: a pure function from API objects to a [`K8sModel`]. It
+//!   does no I/O and reads no clock. Objects it cannot use are skipped and reported as a
+//!   [`Problem`], never fatal: one bad Service must not take the others down.
+//! - [`spawn`]: a thread with its own tokio runtime running kube-rs watchers and reflector
+//!   stores, batching changes by `[kubernetes] min_sync_period`, rebuilding everything every
+//!   `sync_period`, and handing each whole model to a callback. Nothing is published until
+//!   every watcher has finished its initial list, and an API server outage never publishes an
+//!   empty model: the stores keep the last state while the watchers reconnect with backoff
+//!   (and relist on 410 Gone).
+//!
+//! Semantics follow kube-proxy (see `shared/seeds/virtual-ips-and-service-proxies.md`); the
+//! rules are listed on [`build_model`].
+
+mod endpoints;
+pub mod hcnp;
+mod source;
+mod translate;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::fmt;
+
+use fastpath::snapshot::ServiceSpec;
+
+pub use source::{SourceHandle, SourceStats, spawn};
+pub use translate::{NodeInfo, build_model, build_specs};
+
+/// Label on Services (and mirrored on their EndpointSlices) naming the proxy that owns them.
+pub const LABEL_SERVICE_PROXY_NAME: &str = "service.kubernetes.io/service-proxy-name";
+/// Label on EndpointSlices naming their Service.
+pub const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";
+/// Label on the Endpoints/EndpointSlices of headless Services.
+pub const LABEL_HEADLESS: &str = "service.kubernetes.io/headless";
+/// Node label holding the node's zone.
+pub const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
+/// Annotation: the scheduler of every spec of the Service (`rr`, `wrr`, `mh`...).
+pub const ANN_SCHEDULER: &str = "xvs.io/scheduler";
+/// Annotation: scheduler flags, comma-separated (`mh-port,mh-fallback`).
+pub const ANN_SCHEDULER_FLAGS: &str = "xvs.io/scheduler-flags";
+/// Annotation: forwarding mode, `nat` or `fullnat`.
+pub const ANN_MODE: &str = "xvs.io/mode";
+/// Annotation: per-endpoint weights, `IP=WEIGHT` comma-separated (`10.0.0.5=3,fd00::7=2`);
+/// endpoints not listed weigh 1, weight 0 drains.
+pub const ANN_WEIGHTS: &str = "xvs.io/weights";
+/// Legacy annotation carrying load-balancer source ranges when the field is empty.
+pub const ANN_LB_SOURCE_RANGES: &str = "service.beta.kubernetes.io/load-balancer-source-ranges";
+
+/// An object (or part of one) that was ignored, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Problem {
+    /// The object: `Service ns/name` or `EndpointSlice ns/name`.
+    pub object: String,
+    /// What was wrong and what was done about it, as a phrase.
+    pub reason: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.object, self.reason)
+    }
+}
+
+/// A `healthCheckNodePort` of an `externalTrafficPolicy: Local` LoadBalancer Service: load
+/// balancers probe it to learn whether this node has local endpoints (see [`hcnp`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HealthCheckNodePort {
+    /// The port to listen on.
+    pub port: u16,
+    /// The Service, `ns/name`.
+    pub service: String,
+    /// Distinct ready endpoint addresses on this node (0 → the probe answers 503).
+    pub local_endpoints: u32,
+}
+
+/// Everything one translation produced.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct K8sModel {
+    /// The services, sorted by name.
+    pub specs: Vec<ServiceSpec>,
+    /// `loadBalancerSourceRanges` by spec name. Only the `/lb` specs appear here: a Service
+    /// that restricts sources gets its load-balancer ingress frontends in a spec of their
+    /// own, because kube-proxy applies the ranges to those frontends only (not to NodePorts
+    /// or externalIPs). Enforcement is the caller's.
+    pub source_ranges: HashMap<String, Vec<config::Cidr>>,
+    /// Health-check node ports to serve, sorted by port.
+    pub health_check_node_ports: Vec<HealthCheckNodePort>,
+    /// What was ignored.
+    pub problems: Vec<Problem>,
+}
+
+/// Why the Kubernetes source could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum K8sError {
+    /// The configuration has no `[kubernetes]` table.
+    #[error("the configuration has no [kubernetes] table")]
+    NotConfigured,
+    /// The kubeconfig file could not be read or used.
+    #[error("kubeconfig {path}: {source}")]
+    Kubeconfig {
+        /// The file.
+        path: String,
+        /// kube's error.
+        source: kube::config::KubeconfigError,
+    },
+    /// No kubeconfig was given and the in-cluster configuration is missing.
+    #[error("in-cluster configuration: {0}")]
+    InCluster(#[from] kube::config::InClusterError),
+    /// The client could not be built from the configuration.
+    #[error("kubernetes client: {0}")]
+    Client(#[from] kube::Error),
+    /// The runtime or its thread could not be started.
+    #[error("cannot start the kubernetes source thread: {0}")]
+    Runtime(#[from] std::io::Error),
+}

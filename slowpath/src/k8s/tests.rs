@@ -1,0 +1,937 @@
+//! Unit tests of the translation: one or more per rule of `build_model`.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use config::{Cidr, Config, Dur, Kubernetes, Mode, Protocol, SchedFlag, SchedulerName};
+use fastpath::snapshot::{BackendSpec, Frontend, ServiceSpec};
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::k8s::source::label_selector;
+use crate::k8s::translate::parse_weights;
+
+fn cfg() -> Config {
+    Config {
+        kubernetes: Some(Kubernetes {
+            kubeconfig: None,
+            service_proxy_name: None,
+            min_sync_period: Dur(Duration::from_millis(100)),
+            sync_period: Dur(Duration::from_secs(30)),
+            default_scheduler: SchedulerName::Rr,
+            external_ip_cidrs: vec!["198.18.200.0/24".parse().unwrap()],
+        }),
+        ..Config::default()
+    }
+}
+
+fn node() -> NodeInfo {
+    NodeInfo {
+        name: "node-a".to_owned(),
+        zone: Some("zone-a".to_owned()),
+        addresses: vec![ip("198.18.0.10"), ip("2001:2::10")],
+    }
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn sa(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+/// A ClusterIP Service `ns/web` on 198.18.100.1, port "http" 80 → named target port.
+fn web(extra_spec: Value) -> Service {
+    let mut v = json!({
+        "metadata": {"namespace": "ns", "name": "web"},
+        "spec": {
+            "type": "ClusterIP",
+            "clusterIP": "198.18.100.1",
+            "clusterIPs": ["198.18.100.1"],
+            "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": "web"}],
+        },
+    });
+    merge(&mut v["spec"], extra_spec);
+    serde_json::from_value(v).unwrap()
+}
+
+fn service(v: Value) -> Service {
+    serde_json::from_value(v).unwrap()
+}
+
+fn merge(into: &mut Value, from: Value) {
+    if let (Some(a), Value::Object(b)) = (into.as_object_mut(), from) {
+        for (k, v) in b {
+            a.insert(k, v);
+        }
+    }
+}
+
+/// An endpoint: (address, node, zone hint) ready unless `conditions` say otherwise.
+fn ep(addr: &str, node: &str, conditions: Value) -> Value {
+    json!({"addresses": [addr], "nodeName": node, "conditions": conditions})
+}
+
+fn ready() -> Value {
+    json!({"ready": true, "serving": true, "terminating": false})
+}
+
+fn slice(name: &str, family: &str, port: u16, endpoints: Vec<Value>) -> EndpointSlice {
+    serde_json::from_value(json!({
+        "metadata": {"namespace": "ns", "name": name,
+                     "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": family,
+        "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
+        "endpoints": endpoints,
+    }))
+    .unwrap()
+}
+
+fn spec<'m>(m: &'m K8sModel, name: &str) -> &'m ServiceSpec {
+    m.specs
+        .iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("no spec {name} in {:?}", names(m)))
+}
+
+fn names(m: &K8sModel) -> Vec<&str> {
+    m.specs.iter().map(|s| s.name.as_str()).collect()
+}
+
+fn usable(s: &ServiceSpec) -> Vec<SocketAddr> {
+    s.backends
+        .iter()
+        .filter(|b| b.usable)
+        .map(|b| b.addr)
+        .collect()
+}
+
+fn fe(vip: &str, port: u16) -> Frontend {
+    Frontend {
+        vip: ip(vip),
+        protocol: Protocol::Tcp,
+        port,
+    }
+}
+
+fn model(services: &[Service], slices: &[EndpointSlice]) -> K8sModel {
+    build_model(services, slices, &node(), &cfg())
+}
+
+#[test]
+fn cluster_ip_service_gets_its_ready_endpoints() {
+    let s = slice(
+        "web-1",
+        "IPv4",
+        8080,
+        vec![
+            ep("10.0.0.1", "node-b", ready()),
+            ep("10.0.0.2", "node-a", ready()),
+        ],
+    );
+    let m = model(&[web(json!({}))], &[s]);
+    assert_eq!(m.problems, vec![]);
+    assert_eq!(
+        m.specs,
+        vec![ServiceSpec {
+            name: "ns/web:http".to_owned(),
+            frontends: vec![fe("198.18.100.1", 80)],
+            scheduler: SchedulerName::Rr,
+            flags: vec![],
+            mode: Mode::Fullnat,
+            affinity_timeout: None,
+            backends: vec![
+                BackendSpec {
+                    addr: sa("10.0.0.1:8080"),
+                    weight: 1,
+                    usable: true
+                },
+                BackendSpec {
+                    addr: sa("10.0.0.2:8080"),
+                    weight: 1,
+                    usable: true
+                },
+            ],
+        }]
+    );
+    let (specs, problems) = build_specs(&[web(json!({}))], &[], &node(), &cfg());
+    assert_eq!(specs.len(), 1);
+    assert!(specs[0].backends.is_empty(), "no slice, no backends");
+    assert!(problems.is_empty());
+}
+
+#[test]
+fn unnamed_port_is_named_by_number_and_not_ready_endpoints_are_left_out() {
+    let svc = service(json!({
+        "metadata": {"namespace": "ns", "name": "web"},
+        "spec": {"clusterIP": "198.18.100.1", "ports": [{"port": 53, "protocol": "UDP"}]},
+    }));
+    let s: EndpointSlice = serde_json::from_value(json!({
+        "metadata": {"namespace": "ns", "name": "web-x", "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4",
+        "ports": [{"port": 5353, "protocol": "UDP"}],
+        "endpoints": [
+            {"addresses": ["10.0.0.1"]},
+            {"addresses": ["10.0.0.2"], "conditions": {"ready": false, "serving": false}},
+        ],
+    }))
+    .unwrap();
+    let m = model(&[svc], &[s]);
+    let sp = spec(&m, "ns/web:53");
+    assert_eq!(sp.frontends[0].protocol, Protocol::Udp);
+    assert_eq!(
+        usable(sp),
+        vec![sa("10.0.0.1:5353")],
+        "nil conditions mean ready"
+    );
+    assert_eq!(sp.backends.len(), 1);
+}
+
+#[test]
+fn dual_stack_gives_one_spec_per_family() {
+    let svc = web(json!({
+        "clusterIPs": ["198.18.100.1", "2001:2::100"],
+        "ipFamilies": ["IPv4", "IPv6"],
+    }));
+    let v4 = slice(
+        "web-4",
+        "IPv4",
+        8080,
+        vec![ep("10.0.0.1", "node-b", ready())],
+    );
+    let v6 = slice(
+        "web-6",
+        "IPv6",
+        8080,
+        vec![ep("fd00::1", "node-b", ready())],
+    );
+    let m = model(&[svc], &[v4, v6]);
+    assert_eq!(names(&m), vec!["ns/web:http", "ns/web:http/v6"]);
+    assert_eq!(
+        spec(&m, "ns/web:http").frontends,
+        vec![fe("198.18.100.1", 80)]
+    );
+    assert_eq!(usable(spec(&m, "ns/web:http")), vec![sa("10.0.0.1:8080")]);
+    assert_eq!(
+        spec(&m, "ns/web:http/v6").frontends,
+        vec![fe("2001:2::100", 80)]
+    );
+    assert_eq!(
+        usable(spec(&m, "ns/web:http/v6")),
+        vec![sa("[fd00::1]:8080")]
+    );
+}
+
+#[test]
+fn node_port_listens_on_node_addresses_of_the_service_family() {
+    let svc = web(json!({"type": "NodePort",
+        "ports": [{"name": "http", "port": 80, "nodePort": 30080, "targetPort": 8080}]}));
+    let s = slice(
+        "web-1",
+        "IPv4",
+        8080,
+        vec![ep("10.0.0.1", "node-b", ready())],
+    );
+    let m = model(&[svc], &[s]);
+    assert_eq!(names(&m), vec!["ns/web:http", "ns/web:http/ext"]);
+    let ext = spec(&m, "ns/web:http/ext");
+    assert_eq!(
+        ext.frontends,
+        vec![fe("198.18.0.10", 30080)],
+        "no IPv6 NodePort on a v4 Service"
+    );
+    assert_eq!(usable(ext), vec![sa("10.0.0.1:8080")]);
+}
+
+#[test]
+fn load_balancer_ingress_and_external_ips_are_external_frontends() {
+    let mut svc = web(json!({
+        "type": "LoadBalancer",
+        "ports": [{"name": "http", "port": 80, "nodePort": 30080}],
+        "externalIPs": ["198.18.200.7", "198.18.201.7", "bogus"],
+    }));
+    svc.status = serde_json::from_value(json!({"loadBalancer": {"ingress": [
+        {"ip": "198.18.210.1"},
+        {"ip": "198.18.210.2", "ipMode": "Proxy"},
+        {"hostname": "lb.example"},
+    ]}}))
+    .unwrap();
+    let m = model(&[svc], &[]);
+    let ext = spec(&m, "ns/web:http/ext");
+    assert_eq!(
+        ext.frontends,
+        vec![
+            fe("198.18.0.10", 30080),
+            fe("198.18.200.7", 80),
+            fe("198.18.210.1", 80)
+        ]
+    );
+    let reasons: Vec<&str> = m.problems.iter().map(|p| p.reason.as_str()).collect();
+    assert_eq!(m.problems.len(), 2, "{reasons:?}");
+    assert!(reasons[0].contains("198.18.201.7") && reasons[0].contains("external_ip_cidrs"));
+    assert!(reasons[1].contains("\"bogus\""));
+    assert!(m.problems.iter().all(|p| p.object == "Service ns/web"));
+}
+
+#[test]
+fn headless_and_external_name_services_are_skipped_quietly() {
+    let headless = web(json!({"clusterIP": "None", "clusterIPs": ["None"]}));
+    let ext_name = service(json!({
+        "metadata": {"namespace": "ns", "name": "db"},
+        "spec": {"type": "ExternalName", "externalName": "db.example.com"},
+    }));
+    let m = model(&[headless, ext_name], &[]);
+    assert!(m.specs.is_empty());
+    assert!(m.problems.is_empty());
+}
+
+fn mixed_slice() -> EndpointSlice {
+    slice(
+        "web-1",
+        "IPv4",
+        8080,
+        vec![
+            ep("10.0.0.1", "node-a", ready()),
+            ep("10.0.0.2", "node-b", ready()),
+            ep(
+                "10.0.0.3",
+                "node-a",
+                json!({"ready": false, "serving": true, "terminating": true}),
+            ),
+        ],
+    )
+}
+
+#[test]
+fn internal_traffic_policy_local_keeps_node_local_endpoints() {
+    let m = model(
+        &[web(json!({"internalTrafficPolicy": "Local"}))],
+        &[mixed_slice()],
+    );
+    let sp = spec(&m, "ns/web:http");
+    assert_eq!(usable(sp), vec![sa("10.0.0.1:8080")]);
+    // The local terminating endpoint drains (weight 0), the remote one is not there.
+    assert_eq!(sp.backends.len(), 2);
+    assert!(!sp.backends[1].usable);
+}
+
+#[test]
+fn external_traffic_policy_local_applies_to_external_frontends_only() {
+    let svc = web(json!({"type": "NodePort", "externalTrafficPolicy": "Local",
+        "ports": [{"name": "http", "port": 80, "nodePort": 30080}]}));
+    let m = model(&[svc], &[mixed_slice()]);
+    assert_eq!(
+        usable(spec(&m, "ns/web:http")),
+        vec![sa("10.0.0.1:8080"), sa("10.0.0.2:8080")]
+    );
+    assert_eq!(
+        usable(spec(&m, "ns/web:http/ext")),
+        vec![sa("10.0.0.1:8080")]
+    );
+}
+
+#[test]
+fn local_policy_without_local_endpoints_drops_traffic() {
+    let svc = web(json!({"type": "NodePort", "externalTrafficPolicy": "Local",
+        "ports": [{"name": "http", "port": 80, "nodePort": 30080}]}));
+    let s = slice(
+        "web-1",
+        "IPv4",
+        8080,
+        vec![ep("10.0.0.2", "node-b", ready())],
+    );
+    let m = model(&[svc], &[s]);
+    assert!(spec(&m, "ns/web:http/ext").backends.is_empty());
+    assert_eq!(usable(spec(&m, "ns/web:http")), vec![sa("10.0.0.2:8080")]);
+}
+
+#[test]
+fn local_policy_falls_back_to_local_terminating_endpoints() {
+    let svc = web(json!({"internalTrafficPolicy": "Local"}));
+    let term = json!({"ready": false, "serving": true, "terminating": true});
+    let s = slice(
+        "web-1",
+        "IPv4",
+        8080,
+        vec![
+            ep("10.0.0.2", "node-b", ready()),
+            ep("10.0.0.3", "node-a", term),
+        ],
+    );
+    let m = model(&[svc], &[s]);
+    assert_eq!(usable(spec(&m, "ns/web:http")), vec![sa("10.0.0.3:8080")]);
+}
+
+#[test]
+fn terminating_fallback_when_no_endpoint_is_ready() {
+    let term = json!({"ready": false, "serving": true, "terminating": true});
+    let gone = json!({"ready": false, "serving": false, "terminating": true});
+    let s = slice(
+        "web-1",
+        "IPv4",
+        8080,
+        vec![
+            ep("10.0.0.1", "node-b", term.clone()),
+            ep("10.0.0.2", "node-b", gone),
+        ],
+    );
+    let m = model(&[web(json!({}))], &[s]);
+    let sp = spec(&m, "ns/web:http");
+    assert_eq!(usable(sp), vec![sa("10.0.0.1:8080")]);
+    assert_eq!(sp.backends.len(), 1, "not serving: left out");
+
+    // With a ready endpoint, the terminating one only drains.
+    let s = slice(
+        "web-1",
+        "IPv4",
+        8080,
+        vec![
+            ep("10.0.0.1", "node-b", term),
+            ep("10.0.0.4", "node-b", ready()),
+        ],
+    );
+    let m = model(&[web(json!({}))], &[s]);
+    let sp = spec(&m, "ns/web:http");
+    assert_eq!(usable(sp), vec![sa("10.0.0.4:8080")]);
+    assert_eq!(
+        sp.backends[0],
+        BackendSpec {
+            addr: sa("10.0.0.1:8080"),
+            weight: 1,
+            usable: false
+        }
+    );
+}
+
+fn zoned(addr: &str, node: &str, zone: Option<&str>) -> Value {
+    let mut v = ep(addr, node, ready());
+    if let Some(z) = zone {
+        v["hints"] = json!({"forZones": [{"name": z}]});
+    }
+    v
+}
+
+#[test]
+fn prefer_same_zone_uses_zone_hints() {
+    let svc = web(json!({"trafficDistribution": "PreferSameZone"}));
+    let hinted = |b| {
+        slice(
+            "web-1",
+            "IPv4",
+            8080,
+            vec![
+                zoned("10.0.0.1", "node-b", Some("zone-a")),
+                zoned("10.0.0.2", "node-c", b),
+            ],
+        )
+    };
+    let m = model(std::slice::from_ref(&svc), &[hinted(Some("zone-b"))]);
+    assert_eq!(usable(spec(&m, "ns/web:http")), vec![sa("10.0.0.1:8080")]);
+    // One endpoint without hints: hints are ignored.
+    let m = model(std::slice::from_ref(&svc), &[hinted(None)]);
+    assert_eq!(usable(spec(&m, "ns/web:http")).len(), 2);
+    // No endpoint for this zone: cluster-wide.
+    let s = slice(
+        "web-1",
+        "IPv4",
+        8080,
+        vec![
+            zoned("10.0.0.1", "node-b", Some("zone-b")),
+            zoned("10.0.0.2", "node-c", Some("zone-c")),
+        ],
+    );
+    let m = model(std::slice::from_ref(&svc), &[s]);
+    assert_eq!(usable(spec(&m, "ns/web:http")).len(), 2);
+    // PreferClose is the old name; without trafficDistribution hints are not used.
+    let m = model(
+        &[web(json!({"trafficDistribution": "PreferClose"}))],
+        &[hinted(Some("zone-b"))],
+    );
+    assert_eq!(usable(spec(&m, "ns/web:http")), vec![sa("10.0.0.1:8080")]);
+    let m = model(&[web(json!({}))], &[hinted(Some("zone-b"))]);
+    assert_eq!(usable(spec(&m, "ns/web:http")).len(), 2);
+}
+
+#[test]
+fn prefer_same_node_then_same_zone_then_cluster() {
+    let svc = web(json!({"trafficDistribution": "PreferSameNode"}));
+    let eps = |first_node| {
+        slice(
+            "web-1",
+            "IPv4",
+            8080,
+            vec![
+                zoned("10.0.0.1", first_node, Some("zone-a")),
+                zoned("10.0.0.2", "node-c", Some("zone-a")),
+                zoned("10.0.0.3", "node-d", Some("zone-b")),
+            ],
+        )
+    };
+    let m = model(std::slice::from_ref(&svc), &[eps("node-a")]);
+    assert_eq!(usable(spec(&m, "ns/web:http")), vec![sa("10.0.0.1:8080")]);
+    let m = model(std::slice::from_ref(&svc), &[eps("node-b")]);
+    assert_eq!(
+        usable(spec(&m, "ns/web:http")),
+        vec![sa("10.0.0.1:8080"), sa("10.0.0.2:8080")]
+    );
+    // Node hints, when every endpoint has them, decide instead of nodeName.
+    let mut s = eps("node-b");
+    for (e, n) in s
+        .endpoints
+        .as_mut()
+        .unwrap()
+        .iter_mut()
+        .zip(["node-b", "node-a", "node-d"])
+    {
+        e.hints.as_mut().unwrap().for_nodes =
+            Some(vec![k8s_openapi::api::discovery::v1::ForNode {
+                name: n.to_owned(),
+            }]);
+    }
+    let m = model(std::slice::from_ref(&svc), &[s]);
+    assert_eq!(usable(spec(&m, "ns/web:http")), vec![sa("10.0.0.2:8080")]);
+}
+
+#[test]
+fn traffic_policy_local_takes_precedence_over_distribution() {
+    let svc =
+        web(json!({"trafficDistribution": "PreferSameZone", "internalTrafficPolicy": "Local"}));
+    let s = slice(
+        "web-1",
+        "IPv4",
+        8080,
+        vec![
+            zoned("10.0.0.1", "node-a", Some("zone-b")),
+            zoned("10.0.0.2", "node-c", Some("zone-a")),
+        ],
+    );
+    let m = model(&[svc], &[s]);
+    assert_eq!(usable(spec(&m, "ns/web:http")), vec![sa("10.0.0.1:8080")]);
+}
+
+#[test]
+fn named_target_ports_are_resolved_per_slice_and_duplicates_merged() {
+    let a = slice(
+        "web-a",
+        "IPv4",
+        8080,
+        vec![ep("10.0.0.1", "node-b", ready())],
+    );
+    let b = slice(
+        "web-b",
+        "IPv4",
+        9090,
+        vec![
+            ep("10.0.0.2", "node-b", ready()),
+            ep(
+                "10.0.0.3",
+                "node-b",
+                json!({"ready": false, "serving": true, "terminating": true}),
+            ),
+        ],
+    );
+    // The same endpoint, ready, listed again by a slice in transition.
+    let c = slice(
+        "web-c",
+        "IPv4",
+        9090,
+        vec![ep("10.0.0.3", "node-b", ready())],
+    );
+    // A slice of another Service and one with another port name are not used.
+    let mut other = slice(
+        "other",
+        "IPv4",
+        7070,
+        vec![ep("10.0.0.9", "node-b", ready())],
+    );
+    other.metadata.labels =
+        Some([("kubernetes.io/service-name".to_owned(), "db".to_owned())].into());
+    let mut grpc = slice(
+        "web-g",
+        "IPv4",
+        6060,
+        vec![ep("10.0.0.8", "node-b", ready())],
+    );
+    grpc.ports.as_mut().unwrap()[0].name = Some("grpc".to_owned());
+    let m = model(&[web(json!({}))], &[a, b, c, other, grpc]);
+    let sp = spec(&m, "ns/web:http");
+    assert_eq!(
+        usable(sp),
+        vec![
+            sa("10.0.0.1:8080"),
+            sa("10.0.0.2:9090"),
+            sa("10.0.0.3:9090")
+        ]
+    );
+    assert_eq!(sp.backends.len(), 3);
+}
+
+#[test]
+fn session_affinity_client_ip_sets_the_timeout() {
+    let m = model(&[web(json!({"sessionAffinity": "ClientIP"}))], &[]);
+    assert_eq!(
+        spec(&m, "ns/web:http").affinity_timeout,
+        Some(Duration::from_secs(10800))
+    );
+    let svc = web(json!({"sessionAffinity": "ClientIP",
+        "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 60}}}));
+    let m = model(&[svc], &[]);
+    assert_eq!(
+        spec(&m, "ns/web:http").affinity_timeout,
+        Some(Duration::from_secs(60))
+    );
+    let m = model(&[web(json!({"sessionAffinity": "None"}))], &[]);
+    assert_eq!(spec(&m, "ns/web:http").affinity_timeout, None);
+}
+
+#[test]
+fn protocols_and_malformed_ports() {
+    let svc = web(json!({"ports": [
+        {"name": "dns", "port": 53, "protocol": "UDP"},
+        {"name": "dns-tcp", "port": 53, "protocol": "TCP"},
+        {"name": "sig", "port": 3868, "protocol": "SCTP"},
+        {"name": "bad", "port": 70000, "protocol": "TCP"},
+        {"name": "icmp", "port": 1, "protocol": "ICMP"},
+    ]}));
+    let m = model(&[svc], &[]);
+    assert_eq!(
+        names(&m),
+        vec!["ns/web:dns", "ns/web:dns-tcp", "ns/web:sig"]
+    );
+    assert_eq!(spec(&m, "ns/web:dns").frontends[0].protocol, Protocol::Udp);
+    assert_eq!(
+        spec(&m, "ns/web:dns-tcp").frontends[0].protocol,
+        Protocol::Tcp
+    );
+    assert_eq!(spec(&m, "ns/web:sig").frontends[0].protocol, Protocol::Sctp);
+    assert_eq!(m.problems.len(), 2, "{:?}", m.problems);
+    assert!(m.problems[0].reason.contains("70000"));
+    assert!(m.problems[1].reason.contains("ICMP"));
+}
+
+#[test]
+fn slice_ports_match_by_protocol_too() {
+    let svc = web(json!({"ports": [
+        {"name": "dns", "port": 53, "protocol": "UDP"},
+        {"name": "dns-tcp", "port": 53, "protocol": "TCP"},
+    ]}));
+    let s: EndpointSlice = serde_json::from_value(json!({
+        "metadata": {"namespace": "ns", "name": "web-1", "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4",
+        "ports": [{"name": "dns", "port": 5353, "protocol": "UDP"}, {"name": "dns-tcp", "port": 5354}],
+        "endpoints": [{"addresses": ["10.0.0.1"]}],
+    }))
+    .unwrap();
+    let m = model(&[svc], &[s]);
+    assert_eq!(usable(spec(&m, "ns/web:dns")), vec![sa("10.0.0.1:5353")]);
+    assert_eq!(
+        usable(spec(&m, "ns/web:dns-tcp")),
+        vec![sa("10.0.0.1:5354")]
+    );
+}
+
+fn annotated(annotations: Value) -> Service {
+    let mut s = web(json!({}));
+    s.metadata.annotations = serde_json::from_value(annotations).unwrap();
+    s
+}
+
+#[test]
+fn annotations_set_scheduler_flags_mode_and_weights() {
+    let svc = annotated(json!({
+        "xvs.io/scheduler": "mh",
+        "xvs.io/scheduler-flags": "mh-port, mh-fallback",
+        "xvs.io/mode": "nat",
+        "xvs.io/weights": "10.0.0.1=3, 10.0.0.2=0",
+    }));
+    let s = slice(
+        "web-1",
+        "IPv4",
+        8080,
+        vec![
+            ep("10.0.0.1", "node-b", ready()),
+            ep("10.0.0.2", "node-b", ready()),
+            ep("10.0.0.3", "node-b", ready()),
+        ],
+    );
+    let m = model(&[svc], &[s]);
+    assert!(m.problems.is_empty(), "{:?}", m.problems);
+    let sp = spec(&m, "ns/web:http");
+    assert_eq!(sp.scheduler, SchedulerName::Mh);
+    assert_eq!(sp.flags, vec![SchedFlag::MhPort, SchedFlag::MhFallback]);
+    assert_eq!(sp.mode, Mode::Nat);
+    let w: Vec<u32> = sp.backends.iter().map(|b| b.weight).collect();
+    assert_eq!(w, vec![3, 0, 1]);
+}
+
+#[test]
+fn invalid_annotations_fall_back_to_defaults_with_problems() {
+    let svc = annotated(json!({
+        "xvs.io/scheduler": "fastest",
+        "xvs.io/mode": "dsr",
+        "xvs.io/weights": "10.0.0.1=heavy",
+        "xvs.io/scheduler-flags": "turbo",
+    }));
+    let mut c = cfg();
+    c.kubernetes.as_mut().unwrap().default_scheduler = SchedulerName::Wlc;
+    c.dataplane.mode = Mode::Nat;
+    let m = build_model(&[svc], &[], &node(), &c);
+    let sp = spec(&m, "ns/web:http");
+    assert_eq!(sp.scheduler, SchedulerName::Wlc);
+    assert_eq!(sp.mode, Mode::Nat);
+    assert!(sp.flags.is_empty());
+    assert_eq!(m.problems.len(), 4, "{:?}", m.problems);
+}
+
+#[test]
+fn weights_format() {
+    let w = parse_weights("10.0.0.5=3,fd00::7=2 , ").unwrap();
+    assert_eq!(w[&ip("10.0.0.5")], 3);
+    assert_eq!(w[&ip("fd00::7")], 2);
+    assert!(parse_weights("10.0.0.5").is_err());
+    assert!(parse_weights("10.0.0.5=-1").is_err());
+}
+
+#[test]
+fn source_ranges_split_load_balancer_frontends_into_their_own_spec() {
+    let mut svc = web(json!({
+        "type": "LoadBalancer",
+        "ports": [{"name": "http", "port": 80, "nodePort": 30080}],
+        "loadBalancerSourceRanges": ["192.0.2.0/24", " 203.0.113.9/16 ", "nope"],
+    }));
+    svc.status =
+        serde_json::from_value(json!({"loadBalancer": {"ingress": [{"ip": "198.18.210.1"}]}}))
+            .unwrap();
+    let m = model(&[svc], &[]);
+    assert_eq!(
+        names(&m),
+        vec!["ns/web:http", "ns/web:http/ext", "ns/web:http/lb"]
+    );
+    assert_eq!(
+        spec(&m, "ns/web:http/ext").frontends,
+        vec![fe("198.18.0.10", 30080)]
+    );
+    assert_eq!(
+        spec(&m, "ns/web:http/lb").frontends,
+        vec![fe("198.18.210.1", 80)]
+    );
+    let want: Vec<Cidr> = vec![
+        "192.0.2.0/24".parse().unwrap(),
+        "203.0.0.0/16".parse().unwrap(),
+    ];
+    assert_eq!(m.source_ranges.len(), 1);
+    assert_eq!(m.source_ranges["ns/web:http/lb"], want);
+    assert_eq!(m.problems.len(), 1);
+}
+
+#[test]
+fn health_check_node_port_counts_local_ready_endpoints() {
+    let svc = web(json!({
+        "type": "LoadBalancer",
+        "externalTrafficPolicy": "Local",
+        "healthCheckNodePort": 32000,
+        "ports": [{"name": "http", "port": 80, "nodePort": 30080}],
+    }));
+    let m = model(std::slice::from_ref(&svc), &[mixed_slice()]);
+    assert_eq!(
+        m.health_check_node_ports,
+        vec![HealthCheckNodePort {
+            port: 32000,
+            service: "ns/web".to_owned(),
+            local_endpoints: 1
+        }]
+    );
+    let m = model(&[svc], &[]);
+    assert_eq!(m.health_check_node_ports[0].local_endpoints, 0);
+    let cluster = web(json!({"type": "LoadBalancer", "healthCheckNodePort": 32000}));
+    assert!(model(&[cluster], &[]).health_check_node_ports.is_empty());
+}
+
+#[test]
+fn service_proxy_name_selects_services() {
+    let mut mine = web(json!({}));
+    mine.metadata.labels = Some([(LABEL_SERVICE_PROXY_NAME.to_owned(), "xvs".to_owned())].into());
+    let mut other = web(json!({"clusterIP": "198.18.100.2", "clusterIPs": ["198.18.100.2"]}));
+    other.metadata.name = Some("other".to_owned());
+    let m = model(&[mine.clone(), other.clone()], &[]);
+    assert_eq!(
+        names(&m),
+        vec!["ns/other:http"],
+        "labelled Services are someone else's"
+    );
+    let mut c = cfg();
+    c.kubernetes.as_mut().unwrap().service_proxy_name = Some("xvs".to_owned());
+    let m = build_model(&[mine, other], &[], &node(), &c);
+    assert_eq!(names(&m), vec!["ns/web:http"]);
+    assert_eq!(
+        label_selector(None),
+        "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless"
+    );
+    assert_eq!(
+        label_selector(Some("xvs")),
+        "service.kubernetes.io/service-proxy-name=xvs,!service.kubernetes.io/headless"
+    );
+}
+
+#[test]
+fn a_frontend_claimed_twice_goes_to_the_older_service() {
+    let mut old = web(json!({"externalIPs": ["198.18.200.7"]}));
+    old.metadata.creation_timestamp =
+        serde_json::from_value(json!("2024-01-01T00:00:00Z")).unwrap();
+    let mut new = web(
+        json!({"clusterIP": "198.18.100.2", "clusterIPs": ["198.18.100.2"],
+        "externalIPs": ["198.18.200.7"]}),
+    );
+    new.metadata.name = Some("aaa".to_owned());
+    new.metadata.creation_timestamp =
+        serde_json::from_value(json!("2025-01-01T00:00:00Z")).unwrap();
+    let m = model(&[new, old], &[]);
+    assert_eq!(
+        names(&m),
+        vec!["ns/aaa:http", "ns/web:http", "ns/web:http/ext"]
+    );
+    assert_eq!(m.problems.len(), 1);
+    assert_eq!(m.problems[0].object, "Service ns/aaa");
+    assert!(
+        m.problems[0].reason.contains("ns/web:http/ext"),
+        "{}",
+        m.problems[0]
+    );
+}
+
+#[test]
+fn bad_objects_are_problems_not_failures() {
+    let svc = service(json!({"metadata": {"namespace": "ns", "name": "nospec"}}));
+    let bad_ip = web(json!({"clusterIP": "300.1.1.1", "clusterIPs": ["300.1.1.1"]}));
+    let good = {
+        let mut s = web(json!({"clusterIP": "198.18.100.3", "clusterIPs": ["198.18.100.3"]}));
+        s.metadata.name = Some("good".to_owned());
+        s
+    };
+    let mut bad_slice = slice(
+        "web-1",
+        "IPv4",
+        8080,
+        vec![ep("not-an-ip", "node-b", ready())],
+    );
+    bad_slice.metadata.labels =
+        Some([("kubernetes.io/service-name".to_owned(), "good".to_owned())].into());
+    let m = model(&[svc, bad_ip, good], &[bad_slice]);
+    assert_eq!(names(&m), vec!["ns/good:http"]);
+    let objects: Vec<&str> = m.problems.iter().map(|p| p.object.as_str()).collect();
+    assert_eq!(
+        objects,
+        vec![
+            "EndpointSlice ns/web-1",
+            "Service ns/nospec",
+            "Service ns/web"
+        ]
+    );
+}
+
+#[test]
+fn node_info_resolves_zone_and_addresses_from_the_node() {
+    let n: Node = serde_json::from_value(json!({
+        "metadata": {"name": "node-a", "labels": {"topology.kubernetes.io/zone": "zone-z"}},
+        "status": {"addresses": [
+            {"type": "InternalIP", "address": "198.18.0.5"},
+            {"type": "Hostname", "address": "node-a"},
+        ]},
+    }))
+    .unwrap();
+    let c = Config::default();
+    let info = NodeInfo::resolve(&c, "node-a", Some(&n));
+    assert_eq!(info.zone.as_deref(), Some("zone-z"));
+    assert_eq!(info.addresses, vec![ip("198.18.0.5")]);
+    let mut c = Config::default();
+    c.node.zone = Some("zone-c".to_owned());
+    c.node.addresses = vec![ip("198.18.0.9")];
+    let info = NodeInfo::resolve(&c, "node-a", Some(&n));
+    assert_eq!(info.zone.as_deref(), Some("zone-c"));
+    assert_eq!(info.addresses, vec![ip("198.18.0.9")]);
+    assert_eq!(NodeInfo::resolve(&c, "x", None).name, "x");
+}
+
+/// 10k Services × 10 endpoints: prints the time (a benchmark's job to judge it), asserts
+/// the output.
+#[test]
+fn many_services_translate() {
+    let n = 10_000;
+    let mut services = Vec::with_capacity(n);
+    let mut slices = Vec::with_capacity(n);
+    for i in 0..n {
+        let name = format!("svc-{i}");
+        let vip = format!("198.18.{}.{}", 100 + i / 250, i % 250 + 1);
+        services.push(service(json!({
+            "metadata": {"namespace": "ns", "name": name},
+            "spec": {"clusterIP": vip, "ports": [{"name": "http", "port": 80}]},
+        })));
+        let eps: Vec<Value> = (0..10)
+            .map(|j| {
+                ep(
+                    &format!("10.{}.{}.{j}", i / 250, i % 250),
+                    "node-b",
+                    ready(),
+                )
+            })
+            .collect();
+        let mut s = slice(&format!("{name}-1"), "IPv4", 8080, eps);
+        s.metadata.labels = Some([("kubernetes.io/service-name".to_owned(), name)].into());
+        slices.push(s);
+    }
+    let t0 = std::time::Instant::now();
+    let m = model(&services, &slices);
+    eprintln!(
+        "build_model: {n} services x 10 endpoints in {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(m.specs.len(), n);
+    assert!(m.specs.iter().all(|s| s.backends.len() == 10));
+    assert!(m.problems.is_empty());
+}
+
+/// The model feeds the snapshot builder as is: dual-stack, every frontend kind, a frontend
+/// conflict and annotations together still build (no duplicate frontend reaches it).
+#[test]
+fn the_model_builds_a_snapshot() {
+    let mut lb = web(json!({
+        "type": "LoadBalancer",
+        "clusterIPs": ["198.18.100.1", "2001:2::100"],
+        "ipFamilies": ["IPv4", "IPv6"],
+        "externalIPs": ["198.18.200.7"],
+        "ports": [{"name": "http", "port": 80, "nodePort": 30080}],
+        "loadBalancerSourceRanges": ["192.0.2.0/24"],
+    }));
+    lb.status =
+        serde_json::from_value(json!({"loadBalancer": {"ingress": [{"ip": "198.18.210.1"}]}}))
+            .unwrap();
+    lb.metadata.annotations = Some([(ANN_SCHEDULER.to_owned(), "mh".to_owned())].into());
+    let mut clash = web(
+        json!({"clusterIP": "198.18.100.2", "clusterIPs": ["198.18.100.2"],
+        "externalIPs": ["198.18.200.7"]}),
+    );
+    clash.metadata.name = Some("zzz".to_owned());
+    let v4 = slice(
+        "web-4",
+        "IPv4",
+        8080,
+        vec![ep("10.0.0.1", "node-b", ready())],
+    );
+    let v6 = slice(
+        "web-6",
+        "IPv6",
+        8080,
+        vec![ep("fd00::1", "node-b", ready())],
+    );
+    let m = model(&[lb, clash], &[v4, v6]);
+    let mut builder = fastpath::snapshot::SnapshotBuilder::new(1024, 251);
+    let snap = builder
+        .build(&m.specs, &fastpath::snapshot::L2Table::default())
+        .unwrap();
+    assert_eq!(snap.services.len(), m.specs.len());
+    assert!(snap.is_vip(ip("2001:2::100")));
+    assert!(snap.is_vip(ip("198.18.210.1")));
+}

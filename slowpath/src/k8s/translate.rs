@@ -1,0 +1,723 @@
+//! The pure translation from Kubernetes objects to [`ServiceSpec`]s. See [`build_model`].
+
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use config::{Cidr, Config, Mode, Protocol, SchedFlag, SchedulerName};
+use fastpath::snapshot::{BackendSpec, Frontend, ServiceSpec};
+use k8s_openapi::api::core::v1::{Node, Service, ServicePort, ServiceSpec as K8sServiceSpec};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+use super::endpoints::{self, Ep, Policy, Topology};
+use super::{
+    ANN_LB_SOURCE_RANGES, ANN_MODE, ANN_SCHEDULER, ANN_SCHEDULER_FLAGS, ANN_WEIGHTS,
+    HealthCheckNodePort, K8sModel, LABEL_SERVICE_NAME, LABEL_SERVICE_PROXY_NAME, LABEL_ZONE,
+    Problem,
+};
+
+/// The session affinity timeout when a ClientIP Service does not set one (3 hours).
+pub const DEFAULT_AFFINITY_TIMEOUT_S: u64 = 10800;
+
+/// This node, as the translation needs it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeInfo {
+    /// Node name, matched against endpoints' `nodeName` (`Local` policies, PreferSameNode).
+    pub name: String,
+    /// Zone, matched against `hints.forZones` (PreferSameZone); None disables zone hints.
+    pub zone: Option<String>,
+    /// Addresses NodePort frontends listen on.
+    pub addresses: Vec<IpAddr>,
+}
+
+impl NodeInfo {
+    /// Resolves this node from the configuration and, when it exists, the Node object:
+    /// `[node] zone` else the Node's `topology.kubernetes.io/zone` label; `[node] addresses`
+    /// else the Node's InternalIP and ExternalIP addresses.
+    pub fn resolve(cfg: &Config, name: &str, node: Option<&Node>) -> NodeInfo {
+        let zone = cfg.node.zone.clone().or_else(|| {
+            node.and_then(|n| n.metadata.labels.as_ref())
+                .and_then(|l| l.get(LABEL_ZONE))
+                .cloned()
+        });
+        let mut addresses = cfg.node.addresses.clone();
+        if addresses.is_empty() {
+            let status = node.and_then(|n| n.status.as_ref());
+            for a in status
+                .and_then(|s| s.addresses.as_ref())
+                .into_iter()
+                .flatten()
+            {
+                if matches!(a.type_.as_str(), "InternalIP" | "ExternalIP")
+                    && let Ok(ip) = a.address.parse::<IpAddr>()
+                    && !addresses.contains(&ip)
+                {
+                    addresses.push(ip);
+                }
+            }
+        }
+        NodeInfo {
+            name: name.to_owned(),
+            zone,
+            addresses,
+        }
+    }
+}
+
+/// [`build_model`], keeping only the specs and the problems.
+pub fn build_specs(
+    services: &[Service],
+    slices: &[EndpointSlice],
+    node: &NodeInfo,
+    cfg: &Config,
+) -> (Vec<ServiceSpec>, Vec<Problem>) {
+    let m = build_model(services, slices, node, cfg);
+    (m.specs, m.problems)
+}
+
+/// Translates Services and EndpointSlices into a model. Pure: no I/O, no clock.
+///
+/// Rules (kube-proxy's unless said otherwise):
+/// - Ownership: with `[kubernetes] service_proxy_name`, only Services whose
+///   `service.kubernetes.io/service-proxy-name` label equals it; without, only Services
+///   without that label. Headless (`clusterIP: None`) and ExternalName Services are skipped.
+/// - Specs: one per (Service, port, frontend group, address family), named
+///   `ns/name:PORT` (PORT = the port's name, or its number when unnamed), plus `/ext` for the
+///   external group, `/lb` for load-balancer ingress IPs of a Service with source ranges,
+///   and `/v6` for IPv6. A spec always has one address family, frontends and backends alike.
+/// - Internal group: every `clusterIPs` entry, policy `internalTrafficPolicy`.
+/// - External group, policy `externalTrafficPolicy`: NodePorts (on every node address of the
+///   Service's families), `status.loadBalancer.ingress[].ip` (except `ipMode: Proxy`), and
+///   `externalIPs` inside `external_ip_cidrs` (others are a [`Problem`]: CVE-2020-8554).
+/// - Endpoints: from the slices labelled `kubernetes.io/service-name`, matched by port name
+///   and protocol, the number taken from each slice (named targetPorts), one address family
+///   per spec; selection as described in `endpoints`.
+/// - `sessionAffinity: ClientIP` → `affinity_timeout` (`timeoutSeconds`, default 10800).
+/// - Annotations: `xvs.io/scheduler`, `xvs.io/scheduler-flags`, `xvs.io/mode`,
+///   `xvs.io/weights` (`IP=WEIGHT,...`); an invalid one falls back to the default with a
+///   [`Problem`].
+/// - A frontend claimed by two Services goes to the older one (creation time, then name);
+///   the other loses that frontend, with a [`Problem`].
+/// - `healthCheckNodePort` of `externalTrafficPolicy: Local` Services is listed with its
+///   count of local ready endpoints.
+pub fn build_model(
+    services: &[Service],
+    slices: &[EndpointSlice],
+    node: &NodeInfo,
+    cfg: &Config,
+) -> K8sModel {
+    let services: Vec<&Service> = services.iter().collect();
+    let slices: Vec<&EndpointSlice> = slices.iter().collect();
+    build_model_refs(&services, &slices, node, cfg)
+}
+
+/// [`build_model`] over borrowed objects (the reflector stores hand out `Arc`s).
+pub(crate) fn build_model_refs(
+    services: &[&Service],
+    slices: &[&EndpointSlice],
+    node: &NodeInfo,
+    cfg: &Config,
+) -> K8sModel {
+    let mut by_service: HashMap<(&str, &str), Vec<&EndpointSlice>> = HashMap::new();
+    for s in slices {
+        let labels = s.metadata.labels.as_ref();
+        let Some(svc) = labels.and_then(|l| l.get(LABEL_SERVICE_NAME)) else {
+            continue;
+        };
+        if s.address_type != "IPv4" && s.address_type != "IPv6" {
+            continue;
+        }
+        let ns = s.metadata.namespace.as_deref().unwrap_or("default");
+        by_service.entry((ns, svc.as_str())).or_default().push(*s);
+    }
+
+    let mut order: Vec<&Service> = services.to_vec();
+    order.sort_by(|a, b| {
+        let key = |s: &Service| {
+            (
+                s.metadata.creation_timestamp.clone(),
+                s.metadata.namespace.clone(),
+                s.metadata.name.clone(),
+            )
+        };
+        key(a).cmp(&key(b))
+    });
+
+    let mut out = Out {
+        model: K8sModel::default(),
+        claimed: HashMap::new(),
+    };
+    for svc in order {
+        let ns = svc.metadata.namespace.as_deref().unwrap_or("default");
+        let name = svc.metadata.name.as_deref().unwrap_or("");
+        let no_slices = Vec::new();
+        let slices = by_service.get(&(ns, name)).unwrap_or(&no_slices);
+        translate_service(svc, slices, node, cfg, &mut out);
+    }
+    let mut model = out.model;
+    model.specs.sort_by(|a, b| a.name.cmp(&b.name));
+    model.health_check_node_ports.sort_by_key(|h| h.port);
+    model
+}
+
+struct Out {
+    model: K8sModel,
+    /// Frontend → the spec that claimed it first.
+    claimed: HashMap<Frontend, String>,
+}
+
+impl Out {
+    fn problem(&mut self, object: &str, reason: String) {
+        self.model.problems.push(Problem {
+            object: object.to_owned(),
+            reason,
+        });
+    }
+
+    /// Adds a spec after removing the frontends already claimed by another spec; a spec left
+    /// without frontends is dropped (returns false).
+    fn push(&mut self, object: &str, mut spec: ServiceSpec) -> bool {
+        spec.frontends.sort_unstable();
+        spec.frontends.dedup();
+        let mut lost = Vec::new();
+        spec.frontends.retain(|f| match self.claimed.get(f) {
+            Some(owner) => {
+                lost.push(format!(
+                    "frontend {} {}/{} is already used by {owner}; ignored",
+                    fmt_ip_port(f.vip, f.port),
+                    f.protocol.name(),
+                    spec.name
+                ));
+                false
+            }
+            None => true,
+        });
+        for reason in lost {
+            self.problem(object, reason);
+        }
+        if spec.frontends.is_empty() {
+            return false;
+        }
+        for f in &spec.frontends {
+            self.claimed.insert(*f, spec.name.clone());
+        }
+        self.model.specs.push(spec);
+        true
+    }
+}
+
+fn fmt_ip_port(ip: IpAddr, port: u16) -> String {
+    SocketAddr::new(ip, port).to_string()
+}
+
+/// Settings shared by every spec of one Service.
+struct Common {
+    scheduler: SchedulerName,
+    flags: Vec<SchedFlag>,
+    mode: Mode,
+    affinity_timeout: Option<Duration>,
+    weights: HashMap<IpAddr, u32>,
+}
+
+fn translate_service(
+    svc: &Service,
+    slices: &[&EndpointSlice],
+    node: &NodeInfo,
+    cfg: &Config,
+    out: &mut Out,
+) {
+    let ns = svc.metadata.namespace.as_deref().unwrap_or("default");
+    let Some(name) = svc.metadata.name.as_deref() else {
+        out.problem("Service ?", "no metadata.name; ignored".to_owned());
+        return;
+    };
+    let id = format!("{ns}/{name}");
+    let object = format!("Service {id}");
+    let k8s = cfg.kubernetes.as_ref();
+    let proxy_label = svc
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_SERVICE_PROXY_NAME));
+    if proxy_label != k8s.and_then(|k| k.service_proxy_name.as_ref()) {
+        return;
+    }
+    let Some(spec) = svc.spec.as_ref() else {
+        out.problem(&object, "no spec; ignored".to_owned());
+        return;
+    };
+    if spec.type_.as_deref() == Some("ExternalName") || spec.cluster_ip.as_deref() == Some("None") {
+        return;
+    }
+    let common = common(svc, spec, cfg, &object, out);
+
+    let mut cluster_ips = Vec::new();
+    let ips = match spec.cluster_ips.as_deref() {
+        Some(ips) if !ips.is_empty() => ips,
+        _ => spec.cluster_ip.as_slice(),
+    };
+    for s in ips {
+        match s.parse::<IpAddr>() {
+            Ok(ip) => cluster_ips.push(ip),
+            Err(_) if s.is_empty() => {}
+            Err(_) => out.problem(&object, format!("clusterIP {s:?} is not an IP; ignored")),
+        }
+    }
+    let mut families: Vec<bool> = cluster_ips.iter().map(IpAddr::is_ipv6).collect();
+    for f in spec.ip_families.iter().flatten() {
+        families.push(f == "IPv6");
+    }
+
+    let mut lb_ips = Vec::new();
+    let ingress = svc
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|l| l.ingress.as_ref());
+    for ing in ingress.into_iter().flatten() {
+        // ipMode Proxy: the load balancer delivers to the node itself, not to the VIP.
+        if ing.ip_mode.as_deref() == Some("Proxy") {
+            continue;
+        }
+        match ing.ip.as_deref().map(str::parse::<IpAddr>) {
+            Some(Ok(ip)) => lb_ips.push(ip),
+            Some(Err(_)) => out.problem(
+                &object,
+                "a load-balancer ingress ip is not an IP; ignored".to_owned(),
+            ),
+            None => {}
+        }
+    }
+    let allowed: &[Cidr] = k8s.map(|k| k.external_ip_cidrs.as_slice()).unwrap_or(&[]);
+    let mut external_ips = Vec::new();
+    for s in spec.external_ips.iter().flatten() {
+        match s.parse::<IpAddr>() {
+            Ok(ip) if allowed.iter().any(|c| c.contains(ip)) => external_ips.push(ip),
+            Ok(_) => out.problem(
+                &object,
+                format!("externalIP {s} is outside [kubernetes] external_ip_cidrs; ignored"),
+            ),
+            Err(_) => out.problem(&object, format!("externalIP {s:?} is not an IP; ignored")),
+        }
+    }
+    let source_ranges = source_ranges(svc, spec, &object, out);
+
+    let local = |p: Option<&String>| p.map(String::as_str) == Some("Local");
+    let topology = topology(svc, spec);
+    let itp = if local(spec.internal_traffic_policy.as_ref()) {
+        Policy::Local
+    } else {
+        Policy::Cluster(topology)
+    };
+    let etp_local = local(spec.external_traffic_policy.as_ref());
+    let etp = if etp_local {
+        Policy::Local
+    } else {
+        Policy::Cluster(topology)
+    };
+    let node_ports_apply = matches!(spec.type_.as_deref(), Some("NodePort" | "LoadBalancer"));
+
+    let mut local_ips: HashSet<IpAddr> = HashSet::new();
+    for port in spec.ports.iter().flatten() {
+        let Some((protocol, port_no, node_port)) = check_port(port, &object, out) else {
+            continue;
+        };
+        let port_name = port.name.as_deref().unwrap_or("");
+        let mut eps = collect_endpoints(slices, port_name, protocol, ns, out);
+        endpoints::dedup(&mut eps);
+        for e in &eps {
+            if e.ready && e.node == Some(node.name.as_str()) {
+                local_ips.insert(e.addr.ip());
+            }
+        }
+        let label = if port_name.is_empty() {
+            port_no.to_string()
+        } else {
+            port_name.to_owned()
+        };
+        for v6 in [false, true] {
+            let fam = |ip: &&IpAddr| ip.is_ipv6() == v6;
+            let suffix = if v6 { "/v6" } else { "" };
+            let fe = |ip: &IpAddr, port: u16| Frontend {
+                vip: *ip,
+                protocol,
+                port,
+            };
+            let internal: Vec<Frontend> = cluster_ips
+                .iter()
+                .filter(fam)
+                .map(|ip| fe(ip, port_no))
+                .collect();
+            let mut external: Vec<Frontend> = external_ips
+                .iter()
+                .filter(fam)
+                .map(|ip| fe(ip, port_no))
+                .collect();
+            if node_ports_apply
+                && families.contains(&v6)
+                && let Some(np) = node_port
+            {
+                external.extend(node.addresses.iter().filter(fam).map(|ip| fe(ip, np)));
+            }
+            let lb: Vec<Frontend> = lb_ips
+                .iter()
+                .filter(fam)
+                .map(|ip| fe(ip, port_no))
+                .collect();
+            let ranges: Vec<Cidr> = source_ranges
+                .iter()
+                .filter(|c| c.addr.is_ipv6() == v6)
+                .copied()
+                .collect();
+            let base = format!("{id}:{label}");
+            let family_eps: Vec<Ep<'_>> = eps
+                .iter()
+                .filter(|e| e.addr.is_ipv6() == v6)
+                .copied()
+                .collect();
+            let mut group = |name: String, frontends: Vec<Frontend>, policy: Policy| {
+                if frontends.is_empty() {
+                    return None;
+                }
+                let backends = endpoints::select(&family_eps, policy, node)
+                    .into_iter()
+                    .map(|(addr, usable)| BackendSpec {
+                        addr,
+                        weight: common.weights.get(&addr.ip()).copied().unwrap_or(1),
+                        usable,
+                    })
+                    .collect();
+                let spec = ServiceSpec {
+                    name: name.clone(),
+                    frontends,
+                    scheduler: common.scheduler,
+                    flags: common.flags.clone(),
+                    mode: common.mode,
+                    affinity_timeout: common.affinity_timeout,
+                    backends,
+                };
+                out.push(&object, spec).then_some(name)
+            };
+            group(format!("{base}{suffix}"), internal, itp);
+            if source_ranges.is_empty() {
+                external.extend(lb);
+                group(format!("{base}/ext{suffix}"), external, etp);
+            } else {
+                group(format!("{base}/ext{suffix}"), external, etp);
+                if let Some(name) = group(format!("{base}/lb{suffix}"), lb, etp) {
+                    out.model.source_ranges.insert(name, ranges);
+                }
+            }
+        }
+    }
+
+    if etp_local && let Some(hc) = spec.health_check_node_port.filter(|p| *p != 0) {
+        match u16::try_from(hc) {
+            Ok(port) if port != 0 => out.model.health_check_node_ports.push(HealthCheckNodePort {
+                port,
+                service: id.clone(),
+                local_endpoints: u32::try_from(local_ips.len()).unwrap_or(u32::MAX),
+            }),
+            _ => out.problem(
+                &object,
+                format!("healthCheckNodePort {hc} is not a port; ignored"),
+            ),
+        }
+    }
+}
+
+/// Protocol, port and node port of a Service port, or None (with a problem) when malformed.
+fn check_port(
+    p: &ServicePort,
+    object: &str,
+    out: &mut Out,
+) -> Option<(Protocol, u16, Option<u16>)> {
+    let name = p.name.as_deref().unwrap_or("");
+    let protocol = match parse_protocol(p.protocol.as_deref()) {
+        Some(proto) => proto,
+        None => {
+            out.problem(
+                object,
+                format!(
+                    "port {name:?}: unsupported protocol {:?}; port ignored",
+                    p.protocol.as_deref().unwrap_or("")
+                ),
+            );
+            return None;
+        }
+    };
+    let Some(port) = u16::try_from(p.port).ok().filter(|p| *p != 0) else {
+        out.problem(
+            object,
+            format!(
+                "port {name:?}: {} is not a port number; port ignored",
+                p.port
+            ),
+        );
+        return None;
+    };
+    let node_port = match p.node_port {
+        None | Some(0) => None,
+        Some(n) => match u16::try_from(n) {
+            Ok(n) => Some(n),
+            Err(_) => {
+                out.problem(
+                    object,
+                    format!("port {name:?}: nodePort {n} is not a port number; port ignored"),
+                );
+                return None;
+            }
+        },
+    };
+    Some((protocol, port, node_port))
+}
+
+fn parse_protocol(p: Option<&str>) -> Option<Protocol> {
+    match p.unwrap_or("TCP") {
+        "TCP" => Some(Protocol::Tcp),
+        "UDP" => Some(Protocol::Udp),
+        "SCTP" => Some(Protocol::Sctp),
+        _ => None,
+    }
+}
+
+/// The endpoints of one Service port across its slices: the number comes from each slice's
+/// port of the same name and protocol (so named targetPorts may differ between slices).
+fn collect_endpoints<'a>(
+    slices: &[&'a EndpointSlice],
+    port_name: &str,
+    protocol: Protocol,
+    ns: &str,
+    out: &mut Out,
+) -> Vec<Ep<'a>> {
+    let mut eps = Vec::new();
+    for s in slices {
+        let Some(sp) = s.ports.iter().flatten().find(|sp| {
+            sp.name.as_deref().unwrap_or("") == port_name
+                && parse_protocol(sp.protocol.as_deref()) == Some(protocol)
+        }) else {
+            continue;
+        };
+        let Some(port) = sp
+            .port
+            .and_then(|p| u16::try_from(p).ok())
+            .filter(|p| *p != 0)
+        else {
+            let sname = s.metadata.name.as_deref().unwrap_or("?");
+            out.problem(
+                &format!("EndpointSlice {ns}/{sname}"),
+                format!("port {port_name:?} has no valid number; slice ignored for it"),
+            );
+            continue;
+        };
+        let v6 = s.address_type == "IPv6";
+        for e in s.endpoints.iter().flatten() {
+            // kube-proxy uses the first address only: the others are the same Pod.
+            let Some(ip) = e.addresses.first().and_then(|a| a.parse::<IpAddr>().ok()) else {
+                let sname = s.metadata.name.as_deref().unwrap_or("?");
+                out.problem(
+                    &format!("EndpointSlice {ns}/{sname}"),
+                    format!(
+                        "endpoint address {:?} is not an IP; endpoint ignored",
+                        e.addresses.first()
+                    ),
+                );
+                continue;
+            };
+            if ip.is_ipv6() != v6 {
+                continue;
+            }
+            let c = e.conditions.as_ref();
+            let hints = e.hints.as_ref();
+            eps.push(Ep {
+                addr: SocketAddr::new(ip, port),
+                ready: c.and_then(|c| c.ready).unwrap_or(true),
+                serving: c.and_then(|c| c.serving).unwrap_or(true),
+                terminating: c.and_then(|c| c.terminating).unwrap_or(false),
+                node: e.node_name.as_deref(),
+                zone_hints: hints.and_then(|h| h.for_zones.as_deref()).unwrap_or(&[]),
+                node_hints: hints.and_then(|h| h.for_nodes.as_deref()).unwrap_or(&[]),
+            });
+        }
+    }
+    eps
+}
+
+fn topology(svc: &Service, spec: &K8sServiceSpec) -> Topology {
+    match spec.traffic_distribution.as_deref() {
+        Some("PreferSameNode") => return Topology::SameNode,
+        Some("PreferSameZone" | "PreferClose") => return Topology::SameZone,
+        _ => {}
+    }
+    let annotations = svc.metadata.annotations.as_ref();
+    let mode = annotations.and_then(|a| {
+        a.get("service.kubernetes.io/topology-mode")
+            .or_else(|| a.get("service.kubernetes.io/topology-aware-hints"))
+    });
+    match mode.map(String::as_str) {
+        Some("Auto" | "auto") => Topology::SameZone,
+        _ => Topology::Any,
+    }
+}
+
+fn common(
+    svc: &Service,
+    spec: &K8sServiceSpec,
+    cfg: &Config,
+    object: &str,
+    out: &mut Out,
+) -> Common {
+    let k8s = cfg.kubernetes.as_ref();
+    let ann = |k: &str| {
+        svc.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(k))
+            .map(|v| v.trim())
+    };
+    let default_scheduler = k8s.map(|k| k.default_scheduler).unwrap_or_default();
+    let scheduler = match ann(ANN_SCHEDULER) {
+        None => default_scheduler,
+        Some(v) => match SchedulerName::ALL.iter().find(|s| s.name() == v) {
+            Some(s) => *s,
+            None => {
+                out.problem(
+                    object,
+                    format!(
+                        "{ANN_SCHEDULER}: unknown scheduler {v:?}; using {}",
+                        default_scheduler.name()
+                    ),
+                );
+                default_scheduler
+            }
+        },
+    };
+    let mut flags = Vec::new();
+    for f in ann(ANN_SCHEDULER_FLAGS)
+        .into_iter()
+        .flat_map(|v| v.split(','))
+    {
+        match f.trim() {
+            "" => {}
+            "mh-port" => flags.push(SchedFlag::MhPort),
+            "mh-fallback" => flags.push(SchedFlag::MhFallback),
+            other => out.problem(
+                object,
+                format!("{ANN_SCHEDULER_FLAGS}: unknown flag {other:?}; ignored"),
+            ),
+        }
+    }
+    let mode = match ann(ANN_MODE) {
+        None => cfg.dataplane.mode,
+        Some("nat") => Mode::Nat,
+        Some("fullnat") => Mode::Fullnat,
+        Some(v) => {
+            out.problem(
+                object,
+                format!(
+                    "{ANN_MODE}: unknown mode {v:?}; using {}",
+                    cfg.dataplane.mode.name()
+                ),
+            );
+            cfg.dataplane.mode
+        }
+    };
+    let affinity_timeout = (spec.session_affinity.as_deref() == Some("ClientIP")).then(|| {
+        let t = spec
+            .session_affinity_config
+            .as_ref()
+            .and_then(|c| c.client_ip.as_ref())
+            .and_then(|c| c.timeout_seconds)
+            .and_then(|t| u64::try_from(t).ok())
+            .filter(|t| *t > 0)
+            .unwrap_or(DEFAULT_AFFINITY_TIMEOUT_S);
+        Duration::from_secs(t)
+    });
+    let mut weights = HashMap::new();
+    if let Some(v) = ann(ANN_WEIGHTS) {
+        match parse_weights(v) {
+            Ok(w) => weights = w,
+            Err(e) => out.problem(
+                object,
+                format!("{ANN_WEIGHTS}: {e}; every endpoint weighs 1"),
+            ),
+        }
+    }
+    Common {
+        scheduler,
+        flags,
+        mode,
+        affinity_timeout,
+        weights,
+    }
+}
+
+/// Parses `IP=WEIGHT,IP=WEIGHT` (whitespace allowed around items).
+pub(crate) fn parse_weights(v: &str) -> Result<HashMap<IpAddr, u32>, String> {
+    let mut out = HashMap::new();
+    for item in v.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (ip, w) = item
+            .rsplit_once('=')
+            .ok_or_else(|| format!("{item:?} is not IP=WEIGHT"))?;
+        let ip: IpAddr = ip
+            .trim()
+            .parse()
+            .map_err(|_| format!("{item:?}: not an IP"))?;
+        let w: u32 = w
+            .trim()
+            .parse()
+            .map_err(|_| format!("{item:?}: weight is not a number"))?;
+        out.insert(ip, w);
+    }
+    Ok(out)
+}
+
+/// `loadBalancerSourceRanges` (or the legacy annotation when the field is empty), with host
+/// bits cleared as kube-proxy's sloppy parser does.
+fn source_ranges(svc: &Service, spec: &K8sServiceSpec, object: &str, out: &mut Out) -> Vec<Cidr> {
+    let from_field: Vec<&str> = spec
+        .load_balancer_source_ranges
+        .iter()
+        .flatten()
+        .map(String::as_str)
+        .collect();
+    let items: Vec<&str> = if from_field.is_empty() {
+        svc.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANN_LB_SOURCE_RANGES))
+            .map(|v| v.split(',').collect())
+            .unwrap_or_default()
+    } else {
+        from_field
+    };
+    let mut ranges = Vec::new();
+    for item in items.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        match parse_cidr_sloppy(item) {
+            Some(c) => ranges.push(c),
+            None => out.problem(
+                object,
+                format!("loadBalancerSourceRange {item:?} is not a CIDR; ignored"),
+            ),
+        }
+    }
+    ranges
+}
+
+fn parse_cidr_sloppy(s: &str) -> Option<Cidr> {
+    let (a, p) = s.split_once('/')?;
+    let addr: IpAddr = a.parse().ok()?;
+    let prefix: u8 = p.parse().ok()?;
+    let addr = match addr {
+        IpAddr::V4(v4) if prefix <= 32 => {
+            let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+            IpAddr::from((u32::from(v4) & mask).to_be_bytes())
+        }
+        IpAddr::V6(v6) if prefix <= 128 => {
+            let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+            IpAddr::from((u128::from(v6) & mask).to_be_bytes())
+        }
+        _ => return None,
+    };
+    Some(Cidr { addr, prefix })
+}
