@@ -1,0 +1,674 @@
+//! `perf-lab run`: one scenario against one target on a fresh rig, measured; the NDR search;
+//! the JSON result.
+//!
+//! Measures (generator mode): offered rate = packets the generator handed to the kernel per
+//! second of sending; forwarded rate = distinct packets the sinks received per second of
+//! sending; loss = sent - distinct received; latency = sink receive time - payload send time.
+//!
+//! CPU per packet (`cpu_ns_per_pkt`) = (LB process CPU time, utime+stime of all its threads
+//! from /proc/PID/stat, for xvs and l2fwd) + (irq+softirq time of the LB core from /proc/stat)
+//! over the sending window, divided by the packets forwarded in it. Tick resolution is
+//! 1/CLK_TCK (10 ms), so short runs are coarse. A busy-polling LB (xvs, l2fwd) burns its
+//! core whatever the load: its ns/packet is wall time / packets and only means "cost" at
+//! saturation. On veth, the receive side's XDP (xvs' steering program, the copy into the
+//! UMEM) runs in the *sender's* softirq, i.e. on the generator core, and is not counted;
+//! the kernel targets' forwarding is moved to the LB core with RPS and is counted.
+//!
+//! Saturation mode: the reflector (`bpf/reflect.c`) replaces the sinks; a burst is injected
+//! once, circulates client -> LB -> backend -> LB..., and the forwarded rate is the reflectors'
+//! count per second over the run (no loss or latency: there is no sequence to check).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use crate::generator::{self, GenSpec, Kind, Size};
+use crate::reflect::Reflector;
+use crate::rig::{Rig, RigGuard, VIP};
+use crate::sink::{self, SeqBitmap};
+use crate::sys::{core_times, mono_ns, proc_cpu_ns, sh_in};
+use crate::target::{Placement, Running, Services, Target};
+
+/// Loss allowed at the no-drop rate (RFC 2544 uses 0; veth copy mode never quite gets there).
+pub const NDR_LOSS_MAX: f64 = 0.001;
+
+/// A benchmark scenario.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scenario {
+    /// 1 UDP service, 3 backends, 1,000 flows.
+    OneService,
+    /// 1 service, 1,000,000 flows (DNAT only: SNAT ports would run out).
+    Flows1m,
+    /// TCP SYN flood: every packet a SYN of a new flow (1M flows).
+    SynFlood,
+    /// 10,000 UDP services, one flow each.
+    Services10k,
+    /// one-service, and halfway through the run the service set is rewritten (xvs: new
+    /// config + SIGHUP; kernel targets: atomic rule-set replacement).
+    ChangeUnderLoad,
+}
+
+impl Scenario {
+    /// Name as on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::OneService => "one-service",
+            Scenario::Flows1m => "flows-1m",
+            Scenario::SynFlood => "syn-flood",
+            Scenario::Services10k => "services-10k",
+            Scenario::ChangeUnderLoad => "change-under-load",
+        }
+    }
+
+    /// (services, flows, kind, snat)
+    fn shape(self) -> (u32, u32, Kind, bool) {
+        match self {
+            Scenario::OneService | Scenario::ChangeUnderLoad => (1, 1000, Kind::Udp, true),
+            Scenario::Flows1m => (1, 1_000_000, Kind::Udp, false),
+            Scenario::SynFlood => (1, 1_000_000, Kind::Syn, false),
+            Scenario::Services10k => (10_000, 10_000, Kind::Udp, true),
+        }
+    }
+}
+
+/// Generator-limited or saturation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// The generator offers a rate; sinks measure.
+    Generator,
+    /// A burst circulates through reflectors; the LB is the only bottleneck.
+    Saturation,
+}
+
+/// Everything `perf-lab run` takes.
+#[derive(Clone, Debug)]
+pub struct RunOpts {
+    /// Scenario.
+    pub scenario: Scenario,
+    /// Target.
+    pub target: Target,
+    /// Mode.
+    pub mode: Mode,
+    /// Seconds of traffic.
+    pub duration_s: f64,
+    /// Offered rate (0 = as fast as the generator goes).
+    pub rate_pps: u64,
+    /// Run the NDR search after the main run.
+    pub ndr: bool,
+    /// NDR trials (bounded).
+    pub ndr_trials: u32,
+    /// Seconds per NDR trial.
+    pub ndr_trial_s: f64,
+    /// Override the scenario's flows.
+    pub flows: Option<u32>,
+    /// Override the scenario's kind.
+    pub kind: Option<Kind>,
+    /// Frame size.
+    pub size: Size,
+    /// Saturation burst.
+    pub burst: u64,
+    /// Verify checksums at the sinks.
+    pub verify: bool,
+    /// Rig prefix, backends, queues.
+    pub prefix: String,
+    /// Backends.
+    pub backends: u16,
+    /// Queues.
+    pub queues: u16,
+    /// Cores and paths.
+    pub placement: Placement,
+}
+
+/// Latency percentiles, µs.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Latency {
+    /// Median.
+    pub p50: Option<f64>,
+    /// 99th percentile.
+    pub p99: Option<f64>,
+    /// 99.9th percentile.
+    pub p999: Option<f64>,
+    /// Maximum.
+    pub max: Option<f64>,
+}
+
+/// One NDR trial.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NdrTrial {
+    /// Rate asked.
+    pub rate_pps: u64,
+    /// Rate offered.
+    pub offered_pps: f64,
+    /// Rate forwarded.
+    pub forwarded_pps: f64,
+    /// Loss ratio.
+    pub loss_ratio: f64,
+}
+
+/// Loss around a configuration change.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Swap {
+    /// Packets missing from 100 ms before the change to 1 s after it.
+    pub loss_pkts: u64,
+    /// Packets sent in that window.
+    pub window_pkts: u64,
+    /// Seconds into the run the change was made.
+    pub at_s: f64,
+}
+
+/// The JSON result of one `perf-lab run`. Every key is always present (null when it does not
+/// apply).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunResult {
+    /// Scenario.
+    pub scenario: Scenario,
+    /// Target.
+    pub target: Target,
+    /// Mode.
+    pub mode: Mode,
+    /// Seconds of traffic.
+    pub duration_s: f64,
+    /// Traffic kind.
+    pub kind: Kind,
+    /// Frame size.
+    pub size: String,
+    /// Flows.
+    pub flows: u32,
+    /// Services.
+    pub services: u32,
+    /// Backends.
+    pub backends: u16,
+    /// Queues per veth.
+    pub queues: u16,
+    /// Rate asked (0 = unlimited).
+    pub rate_pps: u64,
+    /// Rate offered (generator mode).
+    pub offered_pps: Option<f64>,
+    /// Rate forwarded.
+    pub forwarded_pps: f64,
+    /// Packets sent (generator mode) or injected (saturation).
+    pub sent: u64,
+    /// Packets received (distinct) or reflected.
+    pub received: u64,
+    /// Packets lost (generator mode).
+    pub lost: Option<u64>,
+    /// Loss ratio (generator mode).
+    pub loss_ratio: Option<f64>,
+    /// Duplicates seen.
+    pub duplicates: u64,
+    /// Non-perf-lab frames at the sinks.
+    pub other_frames: u64,
+    /// Frames whose checksums failed (with --verify).
+    pub bad_checksums: u64,
+    /// Packets per backend.
+    pub per_backend: Vec<u64>,
+    /// One-way latency.
+    pub latency_us: Latency,
+    /// CPU ns per forwarded packet (see the method).
+    pub cpu_ns_per_pkt: Option<f64>,
+    /// LB process CPU over the window, ns.
+    pub lb_process_cpu_ns: Option<u64>,
+    /// LB core irq+softirq over the window, ns.
+    pub lb_core_softirq_ns: u64,
+    /// LB core busy share over the window.
+    pub lb_core_busy_ratio: f64,
+    /// How CPU was measured.
+    pub cpu_method: String,
+    /// No-drop rate (loss <= 0.1%).
+    pub ndr_pps: Option<f64>,
+    /// The NDR trials.
+    pub ndr_trials: Vec<NdrTrial>,
+    /// Loss around the configuration change (change-under-load).
+    pub swap: Option<Swap>,
+    /// The target's own counters at exit.
+    pub target_counters: BTreeMap<String, u64>,
+    /// Caveats.
+    pub notes: Vec<String>,
+}
+
+/// What one generator-mode trial measured.
+struct Trial {
+    sent: u64,
+    offered_pps: f64,
+    unique: u64,
+    forwarded_pps: f64,
+    duplicates: u64,
+    other: u64,
+    bad: u64,
+    per_backend: Vec<u64>,
+    hist: Histogram<u64>,
+    proc_ns: Option<u64>,
+    irq_ns: u64,
+    busy_ratio: f64,
+    swap: Option<Swap>,
+}
+
+impl Trial {
+    fn loss_ratio(&self) -> f64 {
+        if self.sent == 0 {
+            0.0
+        } else {
+            self.sent.saturating_sub(self.unique) as f64 / self.sent as f64
+        }
+    }
+}
+
+struct Ctx<'a> {
+    opts: &'a RunOpts,
+    rig: &'a Rig,
+    svc: Services,
+    gspec: GenSpec,
+    seq: u32,
+}
+
+const CPU_METHOD: &str = "(LB process utime+stime from /proc/PID/stat) + (irq+softirq of the LB \
+    core from /proc/stat) over the sending window, / packets forwarded; 10 ms tick resolution; \
+    busy-polling targets (xvs, l2fwd) count their whole core";
+
+fn svc_for(opts: &RunOpts) -> (Services, GenSpec) {
+    let (services, flows, kind, snat) = opts.scenario.shape();
+    let flows = opts.flows.unwrap_or(flows).max(services);
+    let kind = opts.kind.unwrap_or(kind);
+    let protos = match kind {
+        Kind::Udp => vec!["udp"],
+        Kind::Syn | Kind::Ack => vec!["tcp"],
+        Kind::Mix => vec!["udp", "tcp"],
+    };
+    let svc = Services {
+        count: services,
+        base_port: 1000,
+        protos,
+        backends: opts.backends,
+        snat,
+        flows,
+        scheduler: "rr",
+        extra: 0,
+    };
+    let gspec = GenSpec {
+        ns: String::new(),
+        queues: opts.queues,
+        core: opts.placement.gen_core,
+        rate_pps: opts.rate_pps,
+        flows,
+        services,
+        base_port: 1000,
+        vip: VIP,
+        size: opts.size,
+        kind,
+        // Conntrack marks an ACK after a SYN it saw no answer to as invalid; with loose
+        // pick-up (the default) an ACK-only stream is tracked. xvs needs the SYN.
+        syn_first: opts.target == Target::Xvs,
+        duration: Duration::from_secs_f64(opts.duration_s),
+        count: None,
+        seq_start: 0,
+    };
+    (svc, gspec)
+}
+
+/// Runs one scenario against one target on a fresh rig (torn down on every exit path).
+pub fn run(opts: &RunOpts) -> anyhow::Result<RunResult> {
+    let rig = Rig::new(&opts.prefix, opts.backends, opts.queues)?;
+    rig.up().context("bringing the rig up")?;
+    let _guard = RigGuard(rig.clone());
+    // Bridge and backend work off the LB core: up0's receive goes to the generator core.
+    sh_in(
+        &rig.ns_switch(),
+        &format!(
+            "for f in /sys/class/net/up0/queues/rx-*/rps_cpus; do echo {:x} > $f; done",
+            1u64 << opts.placement.gen_core
+        ),
+    )?;
+    let (svc, mut gspec) = svc_for(opts);
+    gspec.ns = rig.ns_client();
+    let mut target = Running::start(opts.target, &rig, &svc, &opts.placement)
+        .with_context(|| format!("starting target {}", opts.target.name()))?;
+    let mut ctx = Ctx {
+        opts,
+        rig: &rig,
+        svc,
+        gspec,
+        seq: 0,
+    };
+    let mut notes =
+        vec!["veth copy-mode AF_XDP on a shared 2-core machine; numbers are noisy".to_owned()];
+    let mut result = match opts.mode {
+        Mode::Generator => {
+            let t = trial(&mut ctx, &mut target, opts.rate_pps, opts.duration_s, true)?;
+            result_from(opts, &ctx, &t)
+        }
+        Mode::Saturation => saturation(&mut ctx, &target)?,
+    };
+    if opts.ndr && opts.mode == Mode::Generator {
+        let (ndr, trials) = ndr(&mut ctx, &mut target, result.offered_pps.unwrap_or(0.0))?;
+        result.ndr_pps = ndr;
+        result.ndr_trials = trials;
+    } else if opts.ndr {
+        notes.push("--ndr applies to generator mode only".into());
+    }
+    if opts.target == Target::Xvs && ctx.gspec.kind != Kind::Udp {
+        notes.push("xvs: a SYN is sent first on each TCP flow".into());
+    }
+    result.target_counters = target.stop();
+    result.notes = notes;
+    Ok(result)
+}
+
+fn result_from(opts: &RunOpts, ctx: &Ctx<'_>, t: &Trial) -> RunResult {
+    let us = |q: f64| (!t.hist.is_empty()).then(|| t.hist.value_at_quantile(q) as f64 / 1000.0);
+    let forwarded = t.unique;
+    RunResult {
+        scenario: opts.scenario,
+        target: opts.target,
+        mode: opts.mode,
+        duration_s: opts.duration_s,
+        kind: ctx.gspec.kind,
+        size: opts.size.to_string(),
+        flows: ctx.gspec.flows,
+        services: ctx.svc.count,
+        backends: opts.backends,
+        queues: opts.queues,
+        rate_pps: opts.rate_pps,
+        offered_pps: Some(t.offered_pps),
+        forwarded_pps: t.forwarded_pps,
+        sent: t.sent,
+        received: forwarded,
+        lost: Some(t.sent.saturating_sub(forwarded)),
+        loss_ratio: Some(t.loss_ratio()),
+        duplicates: t.duplicates,
+        other_frames: t.other,
+        bad_checksums: t.bad,
+        per_backend: t.per_backend.clone(),
+        latency_us: Latency {
+            p50: us(0.5),
+            p99: us(0.99),
+            p999: us(0.999),
+            max: (!t.hist.is_empty()).then(|| t.hist.max() as f64 / 1000.0),
+        },
+        cpu_ns_per_pkt: cpu_per_pkt(t.proc_ns, t.irq_ns, forwarded),
+        lb_process_cpu_ns: t.proc_ns,
+        lb_core_softirq_ns: t.irq_ns,
+        lb_core_busy_ratio: t.busy_ratio,
+        cpu_method: CPU_METHOD.into(),
+        ndr_pps: None,
+        ndr_trials: Vec::new(),
+        swap: t.swap.clone(),
+        target_counters: BTreeMap::new(),
+        notes: Vec::new(),
+    }
+}
+
+fn cpu_per_pkt(proc_ns: Option<u64>, irq_ns: u64, pkts: u64) -> Option<f64> {
+    (pkts > 0).then(|| (proc_ns.unwrap_or(0) + irq_ns) as f64 / pkts as f64)
+}
+
+fn trial(
+    ctx: &mut Ctx<'_>,
+    target: &mut Running,
+    rate: u64,
+    secs: f64,
+    main: bool,
+) -> anyhow::Result<Trial> {
+    let opts = ctx.opts;
+    let mut gspec = ctx.gspec.clone();
+    gspec.rate_pps = rate;
+    gspec.duration = Duration::from_secs_f64(secs);
+    gspec.seq_start = ctx.seq;
+    // Sized for what the generator can send (~2 Mpps here) when the rate is unlimited.
+    let expect = (if rate == 0 { 3_000_000 } else { rate } as f64 * secs * 1.2) as u64;
+    let bitmap = Arc::new(SeqBitmap::new(expect, ctx.seq));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut sinks = Vec::new();
+    let mut counts = Vec::new();
+    for i in 1..=ctx.rig.backends {
+        let c = Arc::new(AtomicU64::new(0));
+        counts.push(Arc::clone(&c));
+        sinks.push(sink::spawn(
+            ctx.rig.ns_backend(i),
+            ctx.rig.queues,
+            opts.placement.gen_core,
+            opts.verify,
+            Arc::clone(&bitmap),
+            Arc::clone(&stop),
+            c,
+        )?);
+    }
+    let gen_stop = Arc::new(AtomicBool::new(false));
+    let progress = Arc::new(AtomicU64::new(0));
+    let pid = target.pid();
+    let proc0 = pid.and_then(proc_cpu_ns);
+    let core0 = core_times(opts.placement.lb_core);
+    let h = generator::spawn(gspec, Arc::clone(&gen_stop), Arc::clone(&progress))?;
+    let mut swap_at = None;
+    if main && opts.scenario == Scenario::ChangeUnderLoad {
+        std::thread::sleep(Duration::from_secs_f64(secs / 2.0));
+        let seq_at = progress.load(Ordering::Relaxed);
+        let t = mono_ns();
+        let mut svc = ctx.svc.clone();
+        svc.extra = 1000;
+        target.reload(ctx.rig, &svc, &opts.placement)?;
+        swap_at = Some((seq_at, t));
+    }
+    let g = h
+        .join()
+        .map_err(|_| anyhow::anyhow!("generator panicked"))??;
+    let proc1 = pid.and_then(proc_cpu_ns);
+    let core1 = core_times(opts.placement.lb_core);
+    // In-flight packets land.
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    let mut per_backend = Vec::new();
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("bounds");
+    let (mut received, mut dups, mut other, mut bad) = (0, 0, 0, 0);
+    for s in sinks {
+        let st = s.join().map_err(|_| anyhow::anyhow!("sink panicked"))??;
+        per_backend.push(st.received - st.duplicates);
+        received += st.received;
+        dups += st.duplicates;
+        other += st.other;
+        bad += st.bad_checksum;
+        hist.add(&st.latency_ns).expect("same bounds");
+    }
+    ctx.seq = ctx.seq.wrapping_add(g.sent as u32);
+    let unique = received - dups;
+    let elapsed_s = g.elapsed_ns as f64 / 1e9;
+    let swap = swap_at.map(|(seq_at, t)| {
+        let pps = g.pps();
+        let from = seq_at.saturating_sub((pps * 0.1) as u64);
+        let n = ((pps * 1.1) as u64).min(g.sent.saturating_sub(from));
+        Swap {
+            loss_pkts: bitmap.missing(from, n),
+            window_pkts: n,
+            at_s: (t - g.start_ns) as f64 / 1e9,
+        }
+    });
+    let window = core1.total_ns.saturating_sub(core0.total_ns).max(1);
+    Ok(Trial {
+        sent: g.sent,
+        offered_pps: g.pps(),
+        unique,
+        forwarded_pps: if elapsed_s > 0.0 {
+            unique as f64 / elapsed_s
+        } else {
+            0.0
+        },
+        duplicates: dups,
+        other,
+        bad,
+        per_backend,
+        hist,
+        proc_ns: match (proc0, proc1) {
+            (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+            _ => None,
+        },
+        irq_ns: core1.irq_ns.saturating_sub(core0.irq_ns),
+        busy_ratio: core1.busy_ns.saturating_sub(core0.busy_ns) as f64 / window as f64,
+        swap,
+    })
+}
+
+fn ndr(
+    ctx: &mut Ctx<'_>,
+    target: &mut Running,
+    max_offered: f64,
+) -> anyhow::Result<(Option<f64>, Vec<NdrTrial>)> {
+    let opts = ctx.opts;
+    let mut trials = Vec::new();
+    let mut hi = if opts.rate_pps > 0 {
+        opts.rate_pps
+    } else {
+        max_offered as u64
+    };
+    let mut lo = 0u64;
+    let mut best: Option<f64> = None;
+    for k in 0..opts.ndr_trials.max(1) {
+        let rate = if k == 0 { hi } else { (lo + hi) / 2 };
+        if rate < 1000 {
+            break;
+        }
+        let t = trial(ctx, target, rate, opts.ndr_trial_s, false)?;
+        let ok = t.loss_ratio() <= NDR_LOSS_MAX;
+        eprintln!(
+            "perf-lab: NDR trial {k}: {rate} pps asked, {:.0} offered, {:.0} forwarded, loss {:.4}% -> {}",
+            t.offered_pps,
+            t.forwarded_pps,
+            t.loss_ratio() * 100.0,
+            if ok { "pass" } else { "fail" }
+        );
+        trials.push(NdrTrial {
+            rate_pps: rate,
+            offered_pps: t.offered_pps,
+            forwarded_pps: t.forwarded_pps,
+            loss_ratio: t.loss_ratio(),
+        });
+        if ok {
+            best = Some(best.unwrap_or(0.0).max(t.offered_pps));
+            lo = rate;
+            if k == 0 {
+                break;
+            }
+        } else {
+            hi = rate;
+        }
+    }
+    Ok((best, trials))
+}
+
+fn saturation(ctx: &mut Ctx<'_>, target: &Running) -> anyhow::Result<RunResult> {
+    let opts = ctx.opts;
+    let mut reflectors = Vec::new();
+    let mut passes = Vec::new();
+    for i in 1..=ctx.rig.backends {
+        passes.push(Reflector::attach_pass(
+            &ctx.rig.ns_switch(),
+            &format!("p{i}"),
+        )?);
+        reflectors.push(Reflector::attach(&ctx.rig.ns_backend(i), VIP)?);
+    }
+    let mut gspec = ctx.gspec.clone();
+    gspec.rate_pps = 0;
+    gspec.count = Some(opts.burst);
+    gspec.duration = Duration::from_secs(5);
+    let h = generator::spawn(
+        gspec,
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    )?;
+    let g = h
+        .join()
+        .map_err(|_| anyhow::anyhow!("generator panicked"))??;
+    // Let the burst settle into the loop, then measure.
+    std::thread::sleep(Duration::from_millis(300));
+    let total = |r: &[Reflector]| r.iter().map(Reflector::reflected).sum::<u64>();
+    let pid = target.pid();
+    let r0 = total(&reflectors);
+    let passed: u64 = reflectors.iter().map(Reflector::passed).sum();
+    eprintln!(
+        "perf-lab: saturation: {} injected, {r0} reflected and {passed} passed before measuring",
+        g.sent
+    );
+    let per0: Vec<u64> = reflectors.iter().map(Reflector::reflected).collect();
+    let proc0 = pid.and_then(proc_cpu_ns);
+    let core0 = core_times(opts.placement.lb_core);
+    let t0 = mono_ns();
+    std::thread::sleep(Duration::from_secs_f64(opts.duration_s));
+    let r1 = total(&reflectors);
+    let t1 = mono_ns();
+    let proc1 = pid.and_then(proc_cpu_ns);
+    let core1 = core_times(opts.placement.lb_core);
+    let per: Vec<u64> = reflectors
+        .iter()
+        .zip(&per0)
+        .map(|(r, p0)| r.reflected() - p0)
+        .collect();
+    let fwd = r1 - r0;
+    let proc_ns = match (proc0, proc1) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+        _ => None,
+    };
+    let irq_ns = core1.irq_ns.saturating_sub(core0.irq_ns);
+    let window = core1.total_ns.saturating_sub(core0.total_ns).max(1);
+    drop(reflectors);
+    drop(passes);
+    Ok(RunResult {
+        scenario: opts.scenario,
+        target: opts.target,
+        mode: Mode::Saturation,
+        duration_s: opts.duration_s,
+        kind: ctx.gspec.kind,
+        size: opts.size.to_string(),
+        flows: ctx.gspec.flows,
+        services: ctx.svc.count,
+        backends: opts.backends,
+        queues: opts.queues,
+        rate_pps: 0,
+        offered_pps: None,
+        forwarded_pps: fwd as f64 * 1e9 / (t1 - t0).max(1) as f64,
+        sent: g.sent,
+        received: fwd,
+        lost: None,
+        loss_ratio: None,
+        duplicates: 0,
+        other_frames: 0,
+        bad_checksums: 0,
+        per_backend: per,
+        latency_us: Latency::default(),
+        cpu_ns_per_pkt: cpu_per_pkt(proc_ns, irq_ns, fwd),
+        lb_process_cpu_ns: proc_ns,
+        lb_core_softirq_ns: irq_ns,
+        lb_core_busy_ratio: core1.busy_ns.saturating_sub(core0.busy_ns) as f64 / window as f64,
+        cpu_method: CPU_METHOD.into(),
+        ndr_pps: None,
+        ndr_trials: Vec::new(),
+        swap: None,
+        target_counters: BTreeMap::new(),
+        notes: Vec::new(),
+    })
+}
+
+/// Writes `r` as pretty JSON to `path`.
+pub fn write_json(r: &RunResult, path: &Path) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(path, serde_json::to_string_pretty(r)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// The xvs binary next to the workspace's target directory: release, else debug.
+pub fn default_xvs() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let release = root.join("target/release/xvs");
+    if release.exists() {
+        release
+    } else {
+        root.join("target/debug/xvs")
+    }
+}

@@ -1,0 +1,215 @@
+//! `perf-lab`: the xvs benchmark rig. See the crate docs and perf-lab/README.md.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use perf_lab::bench::{self, Mode, RunOpts, Scenario};
+use perf_lab::generator::{Kind, Size};
+use perf_lab::rig::Rig;
+use perf_lab::target::{Placement, Target};
+
+#[derive(Parser)]
+#[command(
+    name = "perf-lab",
+    about = "xvs benchmark rig: netns lab, AF_XDP generator and sink, baselines, reports"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Args, Clone)]
+struct RigArgs {
+    /// Namespace name prefix (namespaces PREFIX-c, -x, -s, -b1..N).
+    #[arg(long, default_value = "plab")]
+    prefix: String,
+    /// Backends (sinks).
+    #[arg(long, default_value_t = 3)]
+    backends: u16,
+    /// Queues per veth (numtxqueues/numrxqueues).
+    #[arg(long, default_value_t = 1)]
+    queues: u16,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Create the rig (removing any leftover of the same prefix first).
+    Up(RigArgs),
+    /// Remove the rig (idempotent).
+    Down(RigArgs),
+    /// Run one scenario against one target on a fresh rig and write the JSON result.
+    Run(RunArgs),
+    /// Markdown tables and SVG plots from JSON results.
+    Report {
+        /// JSON results of `perf-lab run`.
+        #[arg(required = true)]
+        results: Vec<PathBuf>,
+        /// Output directory.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// The AF_XDP forwarder target (started by `run --target l2fwd` inside the LB namespace).
+    #[command(hide = true)]
+    L2fwd {
+        #[arg(long = "in")]
+        in_if: String,
+        #[arg(long = "out")]
+        out_if: String,
+        #[arg(long, default_value_t = 1)]
+        queues: u16,
+        #[arg(long, default_value_t = 3)]
+        backends: u16,
+        #[arg(long, default_value_t = 1)]
+        core: usize,
+    },
+}
+
+#[derive(Args)]
+struct RunArgs {
+    #[command(flatten)]
+    rig: RigArgs,
+    /// Scenario.
+    #[arg(long, value_enum)]
+    scenario: Scenario,
+    /// Target.
+    #[arg(long, value_enum)]
+    target: Target,
+    /// generator (offered rate, sinks measure) or saturation (reflectors, burst circulates).
+    #[arg(long, value_enum, default_value = "generator")]
+    mode: Mode,
+    /// Seconds of traffic.
+    #[arg(long, default_value_t = 5.0)]
+    duration: f64,
+    /// Where to write the JSON result.
+    #[arg(long)]
+    json: PathBuf,
+    /// Offered rate in packets/s (0 = as fast as the generator can).
+    #[arg(long, default_value_t = 0)]
+    rate: u64,
+    /// Also search the no-drop rate (loss <= 0.1%), binary search.
+    #[arg(long)]
+    ndr: bool,
+    /// NDR trials at most.
+    #[arg(long, default_value_t = 7)]
+    ndr_trials: u32,
+    /// Seconds per NDR trial.
+    #[arg(long, default_value_t = 2.0)]
+    ndr_trial_secs: f64,
+    /// Flows (default: the scenario's).
+    #[arg(long)]
+    flows: Option<u32>,
+    /// Traffic kind (default: the scenario's).
+    #[arg(long, value_enum)]
+    kind: Option<Kind>,
+    /// Frame size 64..1500 or imix.
+    #[arg(long, default_value = "64")]
+    size: Size,
+    /// Saturation: packets injected.
+    #[arg(long, default_value_t = 2048)]
+    burst: u64,
+    /// Verify IPv4/L4 checksums at the sinks.
+    #[arg(long)]
+    verify: bool,
+    /// The xvs binary (default: target/release/xvs, else target/debug/xvs).
+    #[arg(long)]
+    xvs: Option<PathBuf>,
+    /// Core for the LB under test.
+    #[arg(long, default_value_t = 1)]
+    lb_core: usize,
+    /// Core for the generator and sinks.
+    #[arg(long, default_value_t = 0)]
+    gen_core: usize,
+    /// Scratch directory for configs and logs (default: next to --json).
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+}
+
+fn main() {
+    if let Err(e) = real_main() {
+        eprintln!("perf-lab: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn real_main() -> anyhow::Result<()> {
+    match Cli::parse().cmd {
+        Cmd::Up(a) => {
+            let rig = Rig::new(&a.prefix, a.backends, a.queues)?;
+            rig.up()?;
+            eprintln!(
+                "perf-lab: rig {} up: {}",
+                a.prefix,
+                rig.namespaces().join(" ")
+            );
+        }
+        Cmd::Down(a) => {
+            Rig::new(&a.prefix, a.backends, a.queues)?.down()?;
+        }
+        Cmd::Report { results, out } => {
+            let w = perf_lab::report::report(&results, &out)?;
+            println!("{}", w.markdown.display());
+            for s in w.svgs {
+                println!("{}", s.display());
+            }
+        }
+        Cmd::L2fwd {
+            in_if,
+            out_if,
+            queues,
+            backends,
+            core,
+        } => perf_lab::l2fwd::run(&in_if, &out_if, queues, backends, core)?,
+        Cmd::Run(a) => {
+            let dir = a.work_dir.clone().unwrap_or_else(|| {
+                let stem = a
+                    .json
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                a.json.with_file_name(format!("{stem}.work"))
+            });
+            let opts = RunOpts {
+                scenario: a.scenario,
+                target: a.target,
+                mode: a.mode,
+                duration_s: a.duration,
+                rate_pps: a.rate,
+                ndr: a.ndr,
+                ndr_trials: a.ndr_trials,
+                ndr_trial_s: a.ndr_trial_secs,
+                flows: a.flows,
+                kind: a.kind,
+                size: a.size,
+                burst: a.burst,
+                verify: a.verify,
+                prefix: a.rig.prefix,
+                backends: a.rig.backends,
+                queues: a.rig.queues,
+                placement: Placement {
+                    lb_core: a.lb_core,
+                    gen_core: a.gen_core,
+                    xvs: a.xvs.unwrap_or_else(bench::default_xvs),
+                    dir,
+                },
+            };
+            let r = bench::run(&opts)?;
+            bench::write_json(&r, &a.json)?;
+            eprintln!(
+                "perf-lab: {} {} {:?}: offered {} pps, forwarded {:.0} pps, loss {}, p50/p99/p99.9 {:?}/{:?}/{:?} µs, {:?} ns/pkt, NDR {:?}",
+                r.scenario.name(),
+                r.target.name(),
+                r.mode,
+                r.offered_pps.map_or("-".into(), |v| format!("{v:.0}")),
+                r.forwarded_pps,
+                r.loss_ratio
+                    .map_or("-".into(), |v| format!("{:.3}%", v * 100.0)),
+                r.latency_us.p50,
+                r.latency_us.p99,
+                r.latency_us.p999,
+                r.cpu_ns_per_pkt.map(|v| v.round()),
+                r.ndr_pps.map(|v| v.round()),
+            );
+        }
+    }
+    Ok(())
+}

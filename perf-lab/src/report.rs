@@ -1,0 +1,368 @@
+//! `perf-lab report`: JSON results -> `report.md` (one table per scenario and mode, targets
+//! as rows, with xvs/nft and xvs/l2fwd ratios) and hand-written SVG plots per scenario:
+//! `<scenario>-<mode>-rate.svg` (forwarded vs offered rate per target, from the main run and
+//! the NDR trials) and `<scenario>-<mode>-latency.svg` (p50/p99/p99.9 bars per target).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+use crate::bench::{Mode, RunResult};
+use crate::target::Target;
+
+/// Files written.
+#[derive(Debug, Default)]
+pub struct Written {
+    /// The Markdown file.
+    pub markdown: PathBuf,
+    /// The SVG files.
+    pub svgs: Vec<PathBuf>,
+}
+
+/// Reads the results and writes the report into `out`.
+pub fn report(inputs: &[PathBuf], out: &Path) -> anyhow::Result<Written> {
+    let mut results = Vec::new();
+    for p in inputs {
+        let text =
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        let r: RunResult =
+            serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))?;
+        results.push(r);
+    }
+    std::fs::create_dir_all(out)?;
+    let mut groups: BTreeMap<(String, &'static str), Vec<&RunResult>> = BTreeMap::new();
+    for r in &results {
+        let mode = match r.mode {
+            Mode::Generator => "generator",
+            Mode::Saturation => "saturation",
+        };
+        groups
+            .entry((serde_plain(&r.scenario), mode))
+            .or_default()
+            .push(r);
+    }
+    let mut md = String::from(
+        "# perf-lab results\n\nRates in packets/s, latency one-way in µs, CPU in ns per forwarded \
+         packet (LB process time + LB core irq/softirq; busy-polling targets count their whole \
+         core). Loss ratio in %. NDR: highest offered rate with loss ≤ 0.1%.\n",
+    );
+    let mut written = Written::default();
+    for ((scenario, mode), mut rs) in groups {
+        rs.sort_by_key(|r| r.target);
+        let _ = writeln!(md, "\n## {scenario} ({mode} mode)\n");
+        let first = rs[0];
+        let _ = writeln!(
+            md,
+            "{} flows, {} services, {} backends, {} queue(s), kind {}, size {}, {} s.\n",
+            first.flows,
+            first.services,
+            first.backends,
+            first.queues,
+            serde_plain(&first.kind),
+            first.size,
+            first.duration_s
+        );
+        md.push_str("| target | offered pps | forwarded pps | loss % | p50 µs | p99 µs | p99.9 µs | ns/pkt | NDR pps |\n");
+        md.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        for r in &rs {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                r.target.name(),
+                opt(r.offered_pps, 0),
+                num(r.forwarded_pps, 0),
+                opt(r.loss_ratio.map(|l| l * 100.0), 3),
+                opt(r.latency_us.p50, 1),
+                opt(r.latency_us.p99, 1),
+                opt(r.latency_us.p999, 1),
+                opt(r.cpu_ns_per_pkt, 0),
+                opt(r.ndr_pps, 0),
+            );
+        }
+        let get = |t: Target| rs.iter().find(|r| r.target == t);
+        if let Some(x) = get(Target::Xvs) {
+            for (other, name) in [(Target::Nft, "nft"), (Target::L2fwd, "l2fwd")] {
+                if let Some(o) = get(other) {
+                    let _ = writeln!(
+                        md,
+                        "\nxvs/{name}: forwarded ×{}, ns/pkt ×{}, NDR ×{}",
+                        ratio(Some(x.forwarded_pps), Some(o.forwarded_pps)),
+                        ratio(x.cpu_ns_per_pkt, o.cpu_ns_per_pkt),
+                        ratio(x.ndr_pps, o.ndr_pps),
+                    );
+                }
+            }
+        }
+        for r in &rs {
+            if let Some(s) = &r.swap {
+                let _ = writeln!(
+                    md,
+                    "\n{}: change at {:.2} s lost {} of {} packets in the window (-100 ms..+1 s).",
+                    r.target.name(),
+                    s.at_s,
+                    s.loss_pkts,
+                    s.window_pkts
+                );
+            }
+        }
+        let stem = format!("{scenario}-{mode}");
+        let rate = out.join(format!("{stem}-rate.svg"));
+        std::fs::write(&rate, rate_svg(&format!("{scenario} ({mode})"), &rs))?;
+        let lat = out.join(format!("{stem}-latency.svg"));
+        std::fs::write(&lat, latency_svg(&format!("{scenario} ({mode})"), &rs))?;
+        let _ = writeln!(
+            md,
+            "\n![rate]({stem}-rate.svg) ![latency]({stem}-latency.svg)"
+        );
+        written.svgs.push(rate);
+        written.svgs.push(lat);
+    }
+    let md_path = out.join("report.md");
+    std::fs::write(&md_path, md)?;
+    written.markdown = md_path;
+    Ok(written)
+}
+
+fn serde_plain<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+fn num(v: f64, digits: usize) -> String {
+    format!("{v:.digits$}")
+}
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or_else(|| "–".to_owned(), |v| num(v, digits))
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+        _ => "–".to_owned(),
+    }
+}
+
+const COLORS: [&str; 6] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
+];
+const W: f64 = 640.0;
+const H: f64 = 400.0;
+const L: f64 = 70.0;
+const R: f64 = 150.0;
+const T: f64 = 40.0;
+const B: f64 = 50.0;
+
+fn svg_open(title: &str) -> String {
+    format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\" \
+         font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"{}\" y=\"22\" text-anchor=\"middle\" font-size=\"14\">{}</text>\n",
+        W / 2.0,
+        esc(title)
+    )
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+fn nice_max(v: f64) -> f64 {
+    if v <= 0.0 {
+        return 1.0;
+    }
+    let p = 10f64.powf(v.log10().floor());
+    for m in [1.0, 2.0, 2.5, 5.0, 10.0] {
+        if v <= m * p {
+            return m * p;
+        }
+    }
+    10.0 * p
+}
+
+fn axes(s: &mut String, xmax: f64, ymax: f64, xlabel: &str, ylabel: &str, xticks: bool) {
+    let (x0, y0, x1, y1) = (L, H - B, W - R, T);
+    let _ = writeln!(
+        s,
+        "<line x1=\"{x0}\" y1=\"{y0}\" x2=\"{x1}\" y2=\"{y0}\" stroke=\"black\"/>"
+    );
+    let _ = writeln!(
+        s,
+        "<line x1=\"{x0}\" y1=\"{y0}\" x2=\"{x0}\" y2=\"{y1}\" stroke=\"black\"/>"
+    );
+    for i in 0..=5 {
+        let f = f64::from(i) / 5.0;
+        let y = y0 - f * (y0 - y1);
+        let _ = writeln!(
+            s,
+            "<line x1=\"{x0}\" y1=\"{y}\" x2=\"{x1}\" y2=\"{y}\" stroke=\"#ddd\"/><text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>",
+            x0 - 4.0,
+            y + 4.0,
+            short(ymax * f)
+        );
+        if xticks {
+            let x = x0 + f * (x1 - x0);
+            let _ = writeln!(
+                s,
+                "<text x=\"{x}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+                y0 + 16.0,
+                short(xmax * f)
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+        (x0 + x1) / 2.0,
+        H - 12.0,
+        esc(xlabel)
+    );
+    let _ = writeln!(
+        s,
+        "<text x=\"16\" y=\"{}\" text-anchor=\"middle\" transform=\"rotate(-90 16 {})\">{}</text>",
+        (y0 + y1) / 2.0,
+        (y0 + y1) / 2.0,
+        esc(ylabel)
+    );
+}
+
+fn short(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{:.2}M", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.0}k", v / 1e3)
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+fn legend(s: &mut String, i: usize, name: &str) {
+    let y = T + 10.0 + 18.0 * i as f64;
+    let x = W - R + 15.0;
+    let _ = writeln!(
+        s,
+        "<rect x=\"{x}\" y=\"{}\" width=\"12\" height=\"12\" fill=\"{}\"/><text x=\"{}\" y=\"{}\">{}</text>",
+        y - 10.0,
+        COLORS[i % COLORS.len()],
+        x + 18.0,
+        y,
+        esc(name)
+    );
+}
+
+/// Forwarded vs offered rate, one series per target (the main run and its NDR trials;
+/// saturation runs, which have no offered rate, are drawn at x = forwarded).
+pub fn rate_svg(title: &str, rs: &[&RunResult]) -> String {
+    let series: Vec<(String, Vec<(f64, f64)>)> = rs
+        .iter()
+        .map(|r| {
+            let mut pts: Vec<(f64, f64)> = r
+                .ndr_trials
+                .iter()
+                .map(|t| (t.offered_pps, t.forwarded_pps))
+                .collect();
+            pts.push((r.offered_pps.unwrap_or(r.forwarded_pps), r.forwarded_pps));
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            (r.target.name().to_owned(), pts)
+        })
+        .collect();
+    let m = series
+        .iter()
+        .flat_map(|(_, p)| p.iter().flat_map(|&(a, b)| [a, b]))
+        .fold(0.0, f64::max);
+    let m = nice_max(m);
+    let mut s = svg_open(title);
+    axes(&mut s, m, m, "offered (pps)", "forwarded (pps)", true);
+    let px = |v: f64| L + v / m * (W - R - L);
+    let py = |v: f64| H - B - v / m * (H - B - T);
+    let _ = writeln!(
+        s,
+        "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#999\" stroke-dasharray=\"4 4\"/>",
+        px(0.0),
+        py(0.0),
+        px(m),
+        py(m)
+    );
+    for (i, (name, pts)) in series.iter().enumerate() {
+        let c = COLORS[i % COLORS.len()];
+        let path: Vec<String> = pts
+            .iter()
+            .map(|&(x, y)| format!("{:.1},{:.1}", px(x), py(y)))
+            .collect();
+        let _ = writeln!(
+            s,
+            "<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"2\" points=\"{}\"/>",
+            path.join(" ")
+        );
+        for &(x, y) in pts {
+            let _ = writeln!(
+                s,
+                "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"4\" fill=\"{c}\"/>",
+                px(x),
+                py(y)
+            );
+        }
+        legend(&mut s, i, name);
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+/// p50/p99/p99.9 bars per target.
+pub fn latency_svg(title: &str, rs: &[&RunResult]) -> String {
+    let vals: Vec<(String, [f64; 3])> = rs
+        .iter()
+        .map(|r| {
+            let l = &r.latency_us;
+            (
+                r.target.name().to_owned(),
+                [
+                    l.p50.unwrap_or(0.0),
+                    l.p99.unwrap_or(0.0),
+                    l.p999.unwrap_or(0.0),
+                ],
+            )
+        })
+        .collect();
+    let m = nice_max(vals.iter().flat_map(|(_, v)| *v).fold(0.0, f64::max));
+    let mut s = svg_open(title);
+    axes(&mut s, 0.0, m, "target", "latency (µs)", false);
+    let groups = vals.len().max(1) as f64;
+    let gw = (W - R - L) / groups;
+    let bw = gw / 4.0;
+    let py = |v: f64| H - B - v / m * (H - B - T);
+    for (g, (name, v)) in vals.iter().enumerate() {
+        let gx = L + gw * g as f64;
+        for (k, val) in v.iter().enumerate() {
+            let x = gx + bw * (k as f64 + 0.5);
+            let y = py(*val);
+            let _ = writeln!(
+                s,
+                "<rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{}\"><title>{} {}: {val:.1} µs</title></rect>",
+                bw * 0.9,
+                (H - B - y).max(0.0),
+                COLORS[k],
+                esc(name),
+                ["p50", "p99", "p99.9"][k]
+            );
+        }
+        let _ = writeln!(
+            s,
+            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+            gx + gw / 2.0,
+            H - B + 16.0,
+            esc(name)
+        );
+    }
+    for (k, n) in ["p50", "p99", "p99.9"].iter().enumerate() {
+        legend(&mut s, k, n);
+    }
+    s.push_str("</svg>\n");
+    s
+}

@@ -1,0 +1,141 @@
+//! Process plumbing: commands, network namespaces, clocks, CPU accounting.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+/// Runs `argv`, failing with its stderr when it exits non-zero.
+pub fn run(argv: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new(argv[0])
+        .args(&argv[1..])
+        .output()
+        .with_context(|| format!("running {}", argv.join(" ")))?;
+    if !out.status.success() {
+        bail!(
+            "`{}` failed ({}): {}",
+            argv.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Runs a shell line (`sh -c`), failing when it exits non-zero.
+pub fn sh(line: &str) -> anyhow::Result<String> {
+    run(&["sh", "-c", line])
+}
+
+/// Runs a shell line inside namespace `ns` (`ip netns exec`, which also mounts that
+/// namespace's /sys).
+pub fn sh_in(ns: &str, line: &str) -> anyhow::Result<String> {
+    run(&["ip", "netns", "exec", ns, "sh", "-c", line])
+}
+
+/// Moves the calling thread into network namespace `ns` (other threads stay where they are).
+pub fn enter_netns(ns: &str) -> anyhow::Result<()> {
+    let file =
+        File::open(format!("/run/netns/{ns}")).with_context(|| format!("opening netns {ns}"))?;
+    // SAFETY: setns on a valid namespace fd; CLONE_NEWNET affects only the calling thread.
+    let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+    if r != 0 {
+        bail!("setns({ns}): {}", std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Pins the calling thread to `core` (best effort: a missing core is reported, not fatal).
+pub fn pin(core: usize) {
+    if !core_affinity::set_for_current(core_affinity::CoreId { id: core }) {
+        eprintln!("perf-lab: cannot pin a thread to core {core}");
+    }
+}
+
+/// CLOCK_MONOTONIC in ns: the clock of the send timestamps (generator and sinks share it).
+pub fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn tick_ns() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    1_000_000_000 / hz.max(1) as u64
+}
+
+/// CPU time of process `pid` (utime + stime of all its threads), ns, from /proc/PID/stat.
+pub fn proc_cpu_ns(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may contain spaces) start at state (field 3).
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = f.get(11)?.parse().ok()?;
+    let stime: u64 = f.get(12)?.parse().ok()?;
+    Some((utime + stime) * tick_ns())
+}
+
+/// Time CPU `core` spent in (irq, softirq) and its busy (non-idle) time, ns, from /proc/stat.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CoreTimes {
+    /// irq + softirq.
+    pub irq_ns: u64,
+    /// Everything but idle and iowait.
+    pub busy_ns: u64,
+    /// All columns.
+    pub total_ns: u64,
+}
+
+/// [`CoreTimes`] of `core` now.
+pub fn core_times(core: usize) -> CoreTimes {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let name = format!("cpu{core}");
+    let t = tick_ns();
+    for line in stat.lines() {
+        let mut it = line.split_whitespace();
+        if it.next() != Some(name.as_str()) {
+            continue;
+        }
+        // user nice system idle iowait irq softirq steal guest guest_nice
+        let v: Vec<u64> = it.map(|x| x.parse().unwrap_or(0)).collect();
+        let get = |i: usize| v.get(i).copied().unwrap_or(0);
+        let total: u64 = v.iter().take(8).sum();
+        return CoreTimes {
+            irq_ns: (get(5) + get(6)) * t,
+            busy_ns: (total - get(3) - get(4)) * t,
+            total_ns: total * t,
+        };
+    }
+    CoreTimes::default()
+}
+
+/// Runs `ip -n NS -batch -` with `lines` (one `ip` command per line, without the `ip`).
+pub fn ip_batch(ns: &str, lines: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new("ip")
+        .args(["-n", ns, "-batch", "-"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("running ip -batch")?;
+    child
+        .stdin
+        .take()
+        .expect("piped")
+        .write_all(lines.as_bytes())?;
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!(
+            "ip -n {ns} -batch failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,490 @@
+//! The load balancers under test, set up in the rig's LB namespace.
+//!
+//! - `xvs`: the real binary, `xvs run --config` with a config generated for the rig (worker
+//!   pinned to the LB core, slowpath on the generator core); ready when it prints
+//!   `xvs: ready`; stopped with SIGTERM, its `key=value` counters kept.
+//! - `nft`: nftables DNAT + conntrack, shaped like kube-proxy's nftables mode: a
+//!   `service-ips` verdict map keyed on `ip daddr . meta l4proto . th dport` jumping to
+//!   per-service chains that pick an endpoint with `numgen random mod N` into per-endpoint
+//!   DNAT chains; with SNAT (like xvs' full-NAT) marked packets are masqueraded.
+//! - `iptables`: kube-proxy's iptables mode: KUBE-SERVICES -> KUBE-SVC-* (`-m statistic
+//!   --mode random --probability`) -> KUBE-SEP-* DNAT; KUBE-MARK-MASQ / KUBE-POSTROUTING.
+//! - `l2fwd`: `perf-lab l2fwd` (see [`crate::l2fwd`]) pinned to the LB core.
+//!
+//! Kernel targets turn on `ip_forward` and steer the LB veths' receive processing to the LB
+//! core with RPS (`rps_cpus`), so all their work lands on that core.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+use crate::rig::{
+    self, BACKEND_PORT, CLIENT_IP, IF_LB_BACKEND, IF_LB_CLIENT, LB_BACKEND_IP, LB_CLIENT_IP, Rig,
+    VIP,
+};
+use crate::sys::{run, sh_in};
+
+/// A load balancer under test.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Target {
+    /// xvs (AF_XDP userspace).
+    Xvs,
+    /// nftables DNAT + conntrack (kube-proxy nftables mode).
+    Nft,
+    /// iptables DNAT + conntrack (kube-proxy iptables mode).
+    Iptables,
+    /// AF_XDP MAC-rewrite forwarder (ceiling).
+    L2fwd,
+}
+
+impl Target {
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Xvs => "xvs",
+            Target::Nft => "nft",
+            Target::Iptables => "iptables",
+            Target::L2fwd => "l2fwd",
+        }
+    }
+
+    /// Every target.
+    pub const ALL: [Target; 4] = [Target::Xvs, Target::Nft, Target::Iptables, Target::L2fwd];
+}
+
+/// The services a target must serve.
+#[derive(Clone, Debug)]
+pub struct Services {
+    /// Services per protocol (ports `base_port..base_port+count`).
+    pub count: u32,
+    /// First port.
+    pub base_port: u16,
+    /// Protocols ("udp", "tcp").
+    pub protos: Vec<&'static str>,
+    /// Backends of every service (1..=n of the rig).
+    pub backends: u16,
+    /// Source NAT too (xvs full-NAT, kernel masquerade).
+    pub snat: bool,
+    /// Flows expected (sizes the xvs flow table).
+    pub flows: u32,
+    /// xvs scheduler.
+    pub scheduler: &'static str,
+    /// Extra services (change-under-load adds some).
+    pub extra: u32,
+}
+
+/// Where and how the targets run.
+#[derive(Clone, Debug)]
+pub struct Placement {
+    /// Core for the LB's work.
+    pub lb_core: usize,
+    /// Core for the generator, sinks and slowpaths.
+    pub gen_core: usize,
+    /// The xvs binary.
+    pub xvs: PathBuf,
+    /// Scratch directory (configs, logs).
+    pub dir: PathBuf,
+}
+
+/// A started target.
+pub struct Running {
+    /// Which.
+    pub target: Target,
+    child: Option<Child>,
+    stdout: Option<std::process::ChildStdout>,
+    config: PathBuf,
+    rig: Rig,
+}
+
+fn mask(core: usize) -> String {
+    format!("{:x}", 1u64 << core)
+}
+
+impl Running {
+    /// Sets up `target` on `rig` for `svc`.
+    pub fn start(
+        target: Target,
+        rig: &Rig,
+        svc: &Services,
+        at: &Placement,
+    ) -> anyhow::Result<Running> {
+        std::fs::create_dir_all(&at.dir)?;
+        let ns = rig.ns_lb();
+        let config = at.dir.join(format!("{}.conf", target.name()));
+        let mut r = Running {
+            target,
+            child: None,
+            stdout: None,
+            config: config.clone(),
+            rig: rig.clone(),
+        };
+        match target {
+            Target::Xvs => {
+                std::fs::write(&config, xvs_config(rig, svc, at))?;
+                config::load(&config).map_err(|e| anyhow::anyhow!("generated xvs config: {e}"))?;
+                if !at.xvs.exists() {
+                    bail!(
+                        "xvs binary {} not found (cargo build --release -p xvs, or --xvs PATH)",
+                        at.xvs.display()
+                    );
+                }
+                let xvs = at.xvs.to_string_lossy().into_owned();
+                let cfg = config.to_string_lossy().into_owned();
+                r.spawn_ready(
+                    &["ip", "netns", "exec", &ns, &xvs, "run", "--config", &cfg],
+                    "xvs: ready",
+                    &at.dir.join("xvs.log"),
+                )?;
+            }
+            Target::L2fwd => {
+                let me = std::env::current_exe()?.to_string_lossy().into_owned();
+                let (q, b, c) = (
+                    rig.queues.to_string(),
+                    rig.backends.to_string(),
+                    at.lb_core.to_string(),
+                );
+                r.spawn_ready(
+                    &[
+                        "ip",
+                        "netns",
+                        "exec",
+                        &ns,
+                        &me,
+                        "l2fwd",
+                        "--in",
+                        IF_LB_CLIENT,
+                        "--out",
+                        IF_LB_BACKEND,
+                        "--queues",
+                        &q,
+                        "--backends",
+                        &b,
+                        "--core",
+                        &c,
+                    ],
+                    "perf-lab l2fwd: ready",
+                    &at.dir.join("l2fwd.log"),
+                )?;
+            }
+            Target::Nft | Target::Iptables => {
+                rig.set_lb_rps(&mask(at.lb_core))?;
+                r.load_rules(svc)?;
+                sh_in(&ns, "sysctl -qw net.ipv4.ip_forward=1")?;
+            }
+        }
+        Ok(r)
+    }
+
+    fn load_rules(&self, svc: &Services) -> anyhow::Result<()> {
+        let ns = self.rig.ns_lb();
+        let path = self.config.to_string_lossy().into_owned();
+        match self.target {
+            Target::Nft => {
+                std::fs::write(&self.config, nft_rules(svc))?;
+                run(&["ip", "netns", "exec", &ns, "nft", "-f", &path])
+                    .context("loading nft rules")?;
+            }
+            Target::Iptables => {
+                std::fs::write(&self.config, iptables_rules(svc))?;
+                sh_in(&ns, &format!("iptables-restore < {path}"))
+                    .context("loading iptables rules")?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn spawn_ready(&mut self, argv: &[&str], ready: &str, log: &Path) -> anyhow::Result<()> {
+        let mut child = Command::new(argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting {}", argv.join(" ")))?;
+        let stderr = child.stderr.take().expect("piped");
+        self.stdout = child.stdout.take();
+        self.child = Some(child);
+        let (tx, rx) = mpsc::channel();
+        let ready = ready.to_owned();
+        let mut logf = std::fs::File::create(log)?;
+        std::thread::spawn(move || {
+            use std::io::Write;
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = writeln!(logf, "{line}");
+                if line.contains(&ready) {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(()) => return Ok(()),
+                Err(_) => {
+                    let status = self
+                        .child
+                        .as_mut()
+                        .and_then(|c| c.try_wait().ok().flatten());
+                    if status.is_none() && std::time::Instant::now() < deadline {
+                        continue;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                    let tail = std::fs::read_to_string(log).unwrap_or_default();
+                    let tail: Vec<&str> = tail.lines().rev().take(15).collect();
+                    let tail: Vec<&str> = tail.into_iter().rev().collect();
+                    bail!(
+                        "{} did not become ready ({}); its log {}:\n{}",
+                        self.target.name(),
+                        status.map_or("timed out".to_owned(), |s| s.to_string()),
+                        log.display(),
+                        tail.join("\n")
+                    )
+                }
+            }
+        }
+    }
+
+    /// The LB process, if the target is one.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Applies a new service set while running: xvs rewrites its config and gets SIGHUP,
+    /// kernel targets replace their rule set atomically (one nft transaction, one
+    /// iptables-restore). l2fwd has nothing to change.
+    pub fn reload(&mut self, rig: &Rig, svc: &Services, at: &Placement) -> anyhow::Result<()> {
+        match self.target {
+            Target::Xvs => {
+                std::fs::write(&self.config, xvs_config(rig, svc, at))?;
+                if let Some(pid) = self.pid() {
+                    // SAFETY: kill has no memory preconditions.
+                    unsafe { libc::kill(pid as i32, libc::SIGHUP) };
+                }
+                Ok(())
+            }
+            Target::Nft | Target::Iptables => self.load_rules(svc),
+            Target::L2fwd => Ok(()),
+        }
+    }
+
+    /// Stops the target; returns its counters (xvs and l2fwd print `key=value` lines).
+    pub fn stop(mut self) -> BTreeMap<String, u64> {
+        self.stop_inner()
+    }
+
+    fn stop_inner(&mut self) -> BTreeMap<String, u64> {
+        let mut counters = BTreeMap::new();
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: as above.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                match child.try_wait() {
+                    Ok(Some(_)) => break,
+                    Ok(None) if std::time::Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(20))
+                    }
+                    _ => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        break;
+                    }
+                }
+            }
+            let mut out = String::new();
+            if let Some(mut s) = self.stdout.take() {
+                let _ = s.read_to_string(&mut out);
+            }
+            for line in out.lines() {
+                if let Some((k, v)) = line.split_once('=')
+                    && let Ok(v) = v.trim().parse()
+                {
+                    counters.insert(k.trim().to_owned(), v);
+                }
+            }
+        }
+        if matches!(self.target, Target::Nft | Target::Iptables) {
+            let ns = self.rig.ns_lb();
+            let _ = sh_in(&ns, "sysctl -qw net.ipv4.ip_forward=0");
+            let _ = match self.target {
+                Target::Nft => sh_in(&ns, "nft delete table ip perf-lab-kp"),
+                _ => sh_in(&ns, "iptables -t nat -F && iptables -t nat -X"),
+            };
+        }
+        counters
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.stop_inner();
+        }
+    }
+}
+
+fn all_services(svc: &Services) -> impl Iterator<Item = (u32, &'static str, u16)> + '_ {
+    let n = svc.count + svc.extra;
+    svc.protos
+        .iter()
+        .flat_map(move |p| (0..n).map(move |i| (i, *p, svc.base_port.wrapping_add(i as u16))))
+}
+
+/// The xvs config for the rig.
+pub fn xvs_config(rig: &Rig, svc: &Services, at: &Placement) -> String {
+    let q = rig.queues;
+    let capacity = (u64::from(svc.flows) * 2).max(65536).next_power_of_two();
+    let mut s = format!(
+        "# Generated by perf-lab for rig {prefix}.\n\
+         [node]\nname = \"perf-lab\"\naddresses = [\"{LB_CLIENT_IP}\"]\n\n\
+         [dataplane]\n\
+         interfaces = [\n  {{ name = \"{IF_LB_CLIENT}\", queues = {q} }},\n  {{ name = \"{IF_LB_BACKEND}\", queues = {q} }},\n]\n\
+         cores = [{lb}]\nslowpath_core = {gen}\nmode = \"{mode}\"\n\
+         snat_addresses = [\"{LB_BACKEND_IP}\"]\nsnat_port_range = \"1024-32767\"\n\
+         xdp_mode = \"auto\"\nzero_copy = \"off\"\nbatch_size = 64\n\n\
+         [flowtable]\ncapacity = {capacity}\n\n\
+         [admin]\nlisten = \"127.0.0.1:10256\"\n",
+        prefix = rig.prefix,
+        lb = at.lb_core,
+        gen = at.gen_core,
+        mode = if svc.snat { "fullnat" } else { "nat" },
+    );
+    let backends: Vec<String> = (1..=svc.backends)
+        .map(|i| format!("{{ addr = \"{}:{BACKEND_PORT}\" }}", rig::backend_ip(i)))
+        .collect();
+    let backends = backends.join(", ");
+    for (i, proto, port) in all_services(svc) {
+        let _ = write!(
+            s,
+            "\n[[services]]\nname = \"s{i}-{proto}\"\nvip = \"{VIP}\"\nport = {port}\nprotocol = \"{proto}\"\n\
+             scheduler = \"{}\"\nbackends = [{backends}]\n",
+            svc.scheduler
+        );
+    }
+    for i in 1..=rig.backends {
+        let _ = write!(
+            s,
+            "\n[[neighbours]]\nip = \"{}\"\nmac = \"{}\"\n",
+            rig::backend_ip(i),
+            rig::mac_str(rig::backend_mac(i))
+        );
+    }
+    let _ = write!(
+        s,
+        "\n[[neighbours]]\nip = \"{CLIENT_IP}\"\nmac = \"{}\"\n",
+        rig::mac_str(rig::CLIENT_MAC)
+    );
+    s
+}
+
+/// The nftables rule set (kube-proxy nftables-mode shape).
+pub fn nft_rules(svc: &Services) -> String {
+    let mut s = String::from(
+        "table ip perf-lab-kp {}\ndelete table ip perf-lab-kp\ntable ip perf-lab-kp {\n\
+         \tchain mark-for-masquerade {\n\t\tmeta mark set meta mark | 0x4000\n\t}\n\
+         \tchain masquerading {\n\t\tmeta mark & 0x4000 == 0 return\n\t\tmeta mark set meta mark ^ 0x4000\n\t\tmasquerade fully-random\n\t}\n\
+         \tchain nat-prerouting {\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n\t\tjump services\n\t}\n\
+         \tchain nat-postrouting {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n\t\tjump masquerading\n\t}\n",
+    );
+    let mut elements = Vec::new();
+    for (i, proto, port) in all_services(svc) {
+        let chain = format!("service-{i}-{proto}");
+        elements.push(format!("{VIP} . {proto} . {port} : goto {chain}"));
+        let vmap: Vec<String> = (0..svc.backends)
+            .map(|b| format!("{b} : goto endpoint-{i}-{proto}-{b}"))
+            .collect();
+        let masq = if svc.snat {
+            "\t\tjump mark-for-masquerade\n"
+        } else {
+            ""
+        };
+        let _ = write!(
+            s,
+            "\tchain {chain} {{\n{masq}\t\tnumgen random mod {} vmap {{ {} }}\n\t}}\n",
+            svc.backends,
+            vmap.join(", ")
+        );
+        for b in 0..svc.backends {
+            let _ = write!(
+                s,
+                "\tchain endpoint-{i}-{proto}-{b} {{\n\t\tmeta l4proto {proto} dnat to {}:{BACKEND_PORT}\n\t}}\n",
+                rig::backend_ip(b + 1)
+            );
+        }
+    }
+    let _ = write!(
+        s,
+        "\tmap service-ips {{\n\t\ttype ipv4_addr . inet_proto . inet_service : verdict\n\t\telements = {{ {} }}\n\t}}\n\
+         \tchain services {{\n\t\tip daddr . meta l4proto . th dport vmap @service-ips\n\t}}\n}}\n",
+        elements.join(",\n\t\t\t")
+    );
+    s
+}
+
+/// The iptables-restore input (kube-proxy iptables-mode shape).
+pub fn iptables_rules(svc: &Services) -> String {
+    let mut chains = String::from(
+        "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n\
+         :KUBE-SERVICES - [0:0]\n:KUBE-POSTROUTING - [0:0]\n:KUBE-MARK-MASQ - [0:0]\n",
+    );
+    let mut rules = String::from(
+        "-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n\
+         -A POSTROUTING -m comment --comment \"kubernetes postrouting rules\" -j KUBE-POSTROUTING\n\
+         -A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN\n\
+         -A KUBE-POSTROUTING -j MARK --xor-mark 0x4000\n\
+         -A KUBE-POSTROUTING -j MASQUERADE --random-fully\n\
+         -A KUBE-MARK-MASQ -j MARK --or-mark 0x4000\n",
+    );
+    for (i, proto, port) in all_services(svc) {
+        let up = proto.to_uppercase();
+        let svc_chain = format!("KUBE-SVC-{i}-{up}");
+        let _ = writeln!(chains, ":{svc_chain} - [0:0]");
+        let _ = writeln!(
+            rules,
+            "-A KUBE-SERVICES -d {VIP}/32 -p {proto} -m {proto} --dport {port} -j {svc_chain}"
+        );
+        if svc.snat {
+            let _ = writeln!(rules, "-A {svc_chain} -j KUBE-MARK-MASQ");
+        }
+        let n = svc.backends;
+        for b in 0..n {
+            let sep = format!("KUBE-SEP-{i}-{up}-{b}");
+            let _ = writeln!(chains, ":{sep} - [0:0]");
+            if b + 1 < n {
+                let p = 1.0 / f64::from(n - b);
+                let _ = writeln!(
+                    rules,
+                    "-A {svc_chain} -m statistic --mode random --probability {p:.11} -j {sep}"
+                );
+            } else {
+                let _ = writeln!(rules, "-A {svc_chain} -j {sep}");
+            }
+            let _ = writeln!(
+                rules,
+                "-A {sep} -p {proto} -m {proto} -j DNAT --to-destination {}:{BACKEND_PORT}",
+                rig::backend_ip(b + 1)
+            );
+        }
+    }
+    format!("{chains}{rules}COMMIT\n")
+}
