@@ -262,6 +262,12 @@ fn health_targets(specs: &[ServiceSpec]) -> Vec<SocketAddr> {
 }
 
 fn daemon(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<()> {
+    // In a DaemonSet the downward API gives the node's name (see deploy/daemonset.yaml).
+    if cfg.node.name.is_none()
+        && let Ok(name) = std::env::var("NODE_NAME")
+    {
+        cfg.node.name = Some(name);
+    }
     // SAFETY: the handlers only store to atomics, which is async-signal-safe.
     unsafe {
         libc::signal(libc::SIGTERM, on_stop as *const () as libc::sighandler_t);
@@ -362,6 +368,26 @@ fn daemon(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<()> {
         )
     })?;
 
+    // The Kubernetes source, when configured: whole models, batched by min_sync_period.
+    // Until its first model (every watcher listed), the node is not healthy.
+    let (model_tx, model_rx) = mpsc::channel();
+    let k8s = match &cfg.kubernetes {
+        Some(_) => {
+            state.sync.last_unix_ms.store(0, Ordering::Relaxed);
+            Some(
+                slowpath::k8s::spawn(&cfg, move |model| {
+                    let _ = model_tx.send(model);
+                })
+                .context("starting the Kubernetes source")?,
+            )
+        }
+        None => None,
+    };
+    let hcnp = match &cfg.kubernetes {
+        Some(_) => Some(hcnp::spawn().context("starting the healthCheckNodePort servers")?),
+        None => None,
+    };
+
     let (health_tx, health_rx) = mpsc::channel();
     let health = HealthChecker::spawn(&cfg.health, move |states| {
         let _ = health_tx.send(states);
@@ -401,6 +427,16 @@ fn daemon(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<()> {
             run.l2 = l2;
             changed = true;
         }
+        while let Ok(model) = model_rx.try_recv() {
+            for p in &model.problems {
+                eprintln!("xvs: kubernetes: ignored {p}");
+            }
+            if let Some(h) = &hcnp {
+                h.update(model.health_check_node_ports.clone());
+            }
+            run.specs = model.specs;
+            changed = true;
+        }
         while let Ok(states) = health_rx.try_recv() {
             run.down = states
                 .into_iter()
@@ -423,7 +459,11 @@ fn daemon(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<()> {
                 eprintln!("xvs: publishing a new snapshot failed, keeping the old one: {e:#}");
             }
             last_resync = Instant::now();
-        } else if last_resync.elapsed() >= sync_period {
+        } else if last_resync.elapsed() >= sync_period
+            && k8s
+                .as_ref()
+                .is_none_or(|k| k.stats().synced.load(Ordering::Relaxed))
+        {
             // A periodic pass that finds nothing to publish still counts as a sync
             // (kube-proxy's lastUpdated), so an idle node stays healthy.
             state.sync.synced(Duration::ZERO);
@@ -461,10 +501,52 @@ fn daemon(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<()> {
     state.fastpath_running.store(false, Ordering::Relaxed);
     admin.stop();
     health.stop();
+    if let Some(k) = k8s {
+        k.stop();
+    }
     watcher.stop();
     print_counters(&stats, &steer_counters, &flows);
     eprintln!("xvs: stopped");
     result
+}
+
+/// The healthCheckNodePort servers of `externalTrafficPolicy: Local` Services: a thread with
+/// its own small tokio runtime that follows the latest list of ports.
+mod hcnp {
+    use slowpath::k8s::HealthCheckNodePort;
+    use slowpath::k8s::hcnp::HealthCheckServers;
+
+    pub struct Hcnp {
+        tx: tokio::sync::mpsc::UnboundedSender<Vec<HealthCheckNodePort>>,
+    }
+
+    impl Hcnp {
+        pub fn update(&self, ports: Vec<HealthCheckNodePort>) {
+            let _ = self.tx.send(ports);
+        }
+    }
+
+    pub fn spawn() -> std::io::Result<Hcnp> {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<HealthCheckNodePort>>();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        std::thread::Builder::new()
+            .name("xvs-hcnp".into())
+            .spawn(move || {
+                rt.block_on(async move {
+                    // kube-proxy binds these on every address of the node.
+                    let mut servers =
+                        HealthCheckServers::new(std::net::Ipv6Addr::UNSPECIFIED.into());
+                    while let Some(ports) = rx.recv().await {
+                        for (port, e) in servers.update(&ports).await {
+                            eprintln!("xvs: healthCheckNodePort {port}: {e}");
+                        }
+                    }
+                });
+            })?;
+        Ok(Hcnp { tx })
+    }
 }
 
 /// An empty snapshot to hold the place until the first real one is published.

@@ -127,6 +127,9 @@ pub struct ServiceSpec {
     pub affinity_timeout: Option<Duration>,
     /// Backends.
     pub backends: Vec<BackendSpec>,
+    /// When not empty, only clients inside these prefixes may open new flows
+    /// (`loadBalancerSourceRanges`); others are dropped and counted.
+    pub source_ranges: Vec<config::Cidr>,
 }
 
 impl ServiceSpec {
@@ -154,6 +157,7 @@ impl ServiceSpec {
                         usable: true,
                     })
                     .collect(),
+                source_ranges: Vec::new(),
             })
             .collect()
     }
@@ -189,6 +193,16 @@ pub struct ServiceEntry {
     pub backends: Vec<BackendEntry>,
     /// The prebuilt scheduler.
     pub scheduler: Scheduler,
+    /// Allowed client prefixes for new flows; empty = everyone.
+    pub source_ranges: Vec<config::Cidr>,
+}
+
+impl ServiceEntry {
+    /// Whether `client` may open a new flow (`loadBalancerSourceRanges`).
+    #[inline]
+    pub fn admits(&self, client: IpAddr) -> bool {
+        self.source_ranges.is_empty() || self.source_ranges.iter().any(|c| c.contains(client))
+    }
 }
 
 /// Why a new flow got no backend.
@@ -467,6 +481,7 @@ impl SnapshotBuilder {
                 affinity_timeout: s.affinity_timeout,
                 backends,
                 scheduler,
+                source_ranges: s.source_ranges.clone(),
             }));
         }
         self.last = services.iter().cloned().zip(out.iter().cloned()).collect();

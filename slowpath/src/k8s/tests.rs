@@ -143,6 +143,7 @@ fn cluster_ip_service_gets_its_ready_endpoints() {
             flags: vec![],
             mode: Mode::Fullnat,
             affinity_timeout: None,
+            source_ranges: vec![],
             backends: vec![
                 BackendSpec {
                     addr: sa("10.0.0.1:8080"),
@@ -724,6 +725,8 @@ fn source_ranges_split_load_balancer_frontends_into_their_own_spec() {
     ];
     assert_eq!(m.source_ranges.len(), 1);
     assert_eq!(m.source_ranges["ns/web:http/lb"], want);
+    assert_eq!(spec(&m, "ns/web:http/lb").source_ranges, want);
+    assert!(spec(&m, "ns/web:http/ext").source_ranges.is_empty());
     assert_eq!(m.problems.len(), 1);
 }
 

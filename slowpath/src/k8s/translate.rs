@@ -375,36 +375,38 @@ fn translate_service(
                 .filter(|e| e.addr.is_ipv6() == v6)
                 .copied()
                 .collect();
-            let mut group = |name: String, frontends: Vec<Frontend>, policy: Policy| {
-                if frontends.is_empty() {
-                    return None;
-                }
-                let backends = endpoints::select(&family_eps, policy, node)
-                    .into_iter()
-                    .map(|(addr, usable)| BackendSpec {
-                        addr,
-                        weight: common.weights.get(&addr.ip()).copied().unwrap_or(1),
-                        usable,
-                    })
-                    .collect();
-                let spec = ServiceSpec {
-                    name: name.clone(),
-                    frontends,
-                    scheduler: common.scheduler,
-                    flags: common.flags.clone(),
-                    mode: common.mode,
-                    affinity_timeout: common.affinity_timeout,
-                    backends,
+            let mut group =
+                |name: String, frontends: Vec<Frontend>, policy: Policy, ranges: Vec<Cidr>| {
+                    if frontends.is_empty() {
+                        return None;
+                    }
+                    let backends = endpoints::select(&family_eps, policy, node)
+                        .into_iter()
+                        .map(|(addr, usable)| BackendSpec {
+                            addr,
+                            weight: common.weights.get(&addr.ip()).copied().unwrap_or(1),
+                            usable,
+                        })
+                        .collect();
+                    let spec = ServiceSpec {
+                        name: name.clone(),
+                        frontends,
+                        scheduler: common.scheduler,
+                        flags: common.flags.clone(),
+                        mode: common.mode,
+                        affinity_timeout: common.affinity_timeout,
+                        backends,
+                        source_ranges: ranges,
+                    };
+                    out.push(&object, spec).then_some(name)
                 };
-                out.push(&object, spec).then_some(name)
-            };
-            group(format!("{base}{suffix}"), internal, itp);
+            group(format!("{base}{suffix}"), internal, itp, Vec::new());
             if source_ranges.is_empty() {
                 external.extend(lb);
-                group(format!("{base}/ext{suffix}"), external, etp);
+                group(format!("{base}/ext{suffix}"), external, etp, Vec::new());
             } else {
-                group(format!("{base}/ext{suffix}"), external, etp);
-                if let Some(name) = group(format!("{base}/lb{suffix}"), lb, etp) {
+                group(format!("{base}/ext{suffix}"), external, etp, Vec::new());
+                if let Some(name) = group(format!("{base}/lb{suffix}"), lb, etp, ranges.clone()) {
                     out.model.source_ranges.insert(name, ranges);
                 }
             }
