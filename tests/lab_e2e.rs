@@ -542,6 +542,57 @@ fn unhealthy_backend_gets_no_new_flows() {
     lab.stop_xvs();
 }
 
+/// `xvs run` with the Kubernetes source: a Service and its EndpointSlice from an API server
+/// (a small fake speaking the list/watch protocol) become a forwarding frontend.
+#[test]
+fn kubernetes_service_is_forwarded() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut lab = Lab::up();
+    let mut api = Command::new("ip")
+        .args(["netns", "exec", &lab.ns("x"), "python3"])
+        .arg(root().join("tests/assets/fake-kube-api.py"))
+        .arg("16443")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let kubeconfig = lab.dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://127.0.0.1:16443\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\nusers:\n- name: fake\n  user: {}\ncurrent-context: fake\n",
+    )
+    .unwrap();
+    let lab_toml = lab_config();
+    let dataplane_and_rest =
+        &lab_toml[lab_toml.find("[dataplane]").unwrap()..lab_toml.find("[[services]]").unwrap()];
+    let config = format!(
+        "[node]\nname = \"xvs-lab\"\naddresses = [\"198.18.0.1\"]\n{dataplane_and_rest}\n[kubernetes]\nkubeconfig = \"{}\"\nmin_sync_period = \"100ms\"\n{}",
+        kubeconfig.display(),
+        &lab_toml[lab_toml.find("[[neighbours]]").unwrap()..]
+    );
+    lab.start_xvs(&config);
+    let mut bodies = Vec::new();
+    for _ in 0..100 {
+        let o = lab.exec(
+            "c",
+            &["curl", "-sS", "--max-time", "1", "http://198.18.100.1/"],
+        );
+        if o.status.success() {
+            bodies.push(String::from_utf8(o.stdout).unwrap().trim().to_owned());
+            if bodies.len() == 3 {
+                break;
+            }
+        } else {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let _ = api.kill();
+    let _ = api.wait();
+    bodies.sort();
+    assert_eq!(bodies, ["backend-1", "backend-2", "backend-3"]);
+    lab.stop_xvs();
+}
+
 #[test]
 fn lab_script_cleans_up() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
