@@ -8,8 +8,9 @@
 //! is detached first (traffic falls back to the kernel), then the workers stop. The program
 //! is attached through a bpf_link, so even a crash leaves no XDP program behind.
 //!
-//! Signals: SIGTERM/SIGINT stop; SIGHUP reloads the file (services and neighbours; a file
-//! that does not validate is reported with key and line and the running config stays). On
+//! Signals: SIGTERM/SIGINT stop; SIGHUP, or a change of the file's modification time (checked
+//! once a second), reloads it (services and neighbours; a file that does not validate is
+//! reported with key and line, counted, and the running config stays). On
 //! exit the final counters are printed to stdout as `key=value` lines.
 
 use std::collections::HashSet;
@@ -413,6 +414,9 @@ fn daemon(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<()> {
     );
 
     let mut last_solicit = Instant::now() - Duration::from_secs(10);
+    // A change of the file reloads it like SIGHUP (checked once a second).
+    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let mut seen_mtime = path.and_then(mtime);
     let mut last_resync = Instant::now();
     let result = loop {
         if STOP.load(Ordering::SeqCst) {
@@ -446,6 +450,8 @@ fn daemon(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<()> {
             changed = true;
         }
         if RELOAD.swap(false, Ordering::SeqCst) {
+            // The file as this reload reads it: a later change of it reloads again.
+            seen_mtime = path.and_then(mtime);
             if reload(&mut cfg, path, &mut run) {
                 state.sync.reloads_ok.fetch_add(1, Ordering::Relaxed);
                 health.set_targets(health_targets(&run.specs));
@@ -472,6 +478,13 @@ fn daemon(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<()> {
         if last_solicit.elapsed() >= Duration::from_secs(1) {
             for ip in unresolved(&run.current.load(), &run.l2) {
                 watcher.request(ip);
+            }
+            if let Some(p) = path
+                && let Some(m) = mtime(p)
+                && Some(m) != seen_mtime
+            {
+                seen_mtime = Some(m);
+                RELOAD.store(true, Ordering::SeqCst);
             }
             if let Ok(mut s) = state.steer.lock() {
                 *s = steers

@@ -7,7 +7,8 @@
 //! 2. Read the clock once (`Instant::now()`): every frame of the poll gets the same `now`.
 //! 3. Reclaim completed tx frames into the free stack (at most [`COMP_ROUNDS`] × batch per
 //!    socket).
-//! 4. For each socket: take at most `batch_size` frames from its rx ring and run `process`:
+//! 4. For each socket: take at most `batch_size` frames from its rx ring and run
+//!    `process_batch` over them (flow lookups prefetched a chunk at a time):
 //!    - `Tx(port)`: the descriptor is staged for `port`'s tx ring (shared UMEM: no copy);
 //!      after the batch the stage is produced in one go. Frames the tx ring has no room
 //!      for are counted (`tx_ring_full`) and recycled. A port this worker has no socket on
@@ -47,8 +48,9 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use config::Dataplane;
 use xsk_rs::FrameDesc;
+use xsk_rs::umem::Umem;
 
-use crate::pipeline::{Counters, DropReason, Pipeline, Verdict};
+use crate::pipeline::{Counters, DropReason, FrameBatch, Pipeline, Verdict};
 use crate::snapshot::Snapshot;
 use crate::xsk::pool::FramePool;
 use crate::xsk::{XskSet, worker_count};
@@ -222,6 +224,8 @@ pub struct Worker {
     pool: FramePool,
     /// Scratch for one rx or completion read.
     batch: Vec<FrameDesc>,
+    /// The verdicts of one rx batch (`batch_size` long).
+    verdicts: Vec<Verdict>,
     /// Per port: descriptors waiting for that port's tx ring (capacity `batch_size`).
     stage: Vec<Vec<FrameDesc>>,
     /// Per port: frames currently given to that socket's fill ring.
@@ -263,6 +267,7 @@ impl Worker {
             stats,
             pool,
             batch: vec![FrameDesc::default(); batch_size],
+            verdicts: vec![Verdict::Pass; batch_size],
             stage: (0..ports).map(|_| Vec::with_capacity(batch_size)).collect(),
             in_fill: vec![0; ports],
             local: Local::default(),
@@ -363,14 +368,13 @@ impl Worker {
         }
         self.in_fill[port] = self.in_fill[port].saturating_sub(n as u32);
         self.local.rx += n as u64;
-        for i in 0..n {
-            let mut desc = self.batch[i];
-            let verdict = {
-                // SAFETY: `desc` came off our rx ring: the frame is ours alone until it is
-                // given to a ring again, and it lies inside the UMEM.
-                let mut data = unsafe { self.xsk.umem.data_mut(&mut desc) };
-                self.pipeline.process(data.contents_mut(), now)
-            };
+        let mut frames = RxFrames {
+            umem: &self.xsk.umem,
+            descs: &mut self.batch[..n],
+        };
+        self.pipeline
+            .process_batch(&mut frames, now, &mut self.verdicts[..n]);
+        for (&desc, &verdict) in self.batch[..n].iter().zip(&self.verdicts[..n]) {
             match verdict {
                 Verdict::Tx(p) => {
                     let p = usize::from(p);
@@ -463,6 +467,33 @@ impl Worker {
     /// The worker's counters so far (also published in its [`WorkerStats`]).
     pub fn stats(&self) -> &Arc<WorkerStats> {
         &self.stats
+    }
+}
+
+/// One rx batch as the pipeline's [`FrameBatch`]: descriptors just taken off an rx ring,
+/// whose frames this worker owns until it gives them to a ring again.
+struct RxFrames<'a> {
+    umem: &'a Umem,
+    descs: &'a mut [FrameDesc],
+}
+
+impl FrameBatch for RxFrames<'_> {
+    #[inline]
+    fn frames_len(&self) -> usize {
+        self.descs.len()
+    }
+
+    #[inline]
+    fn frame(&mut self, i: usize) -> &mut [u8] {
+        // SAFETY: `descs[i]` came off our rx ring: the frame is ours alone until it is given
+        // to a ring again, and it lies inside the UMEM.
+        let mut data = unsafe { self.umem.data_mut(&mut self.descs[i]) };
+        let s = data.contents_mut();
+        let (ptr, len) = (s.as_mut_ptr(), s.len());
+        // SAFETY: the bytes are the frame's data segment in the UMEM, which outlives `self`;
+        // `DataMut` only borrows the descriptor (whose length we do not change). The slice
+        // borrows `self` mutably, so no other view of this frame exists meanwhile.
+        unsafe { std::slice::from_raw_parts_mut(ptr, len) }
     }
 }
 

@@ -51,10 +51,9 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-#[test]
-fn one_million_frames_allocate_nothing() {
-    let epoch = Instant::now();
-    let mut p = pipeline(epoch);
+/// Established flows in both modes and families, their replies, UDP, a drop and a pass;
+/// the SYNs that open the TCP flows go through `p`.
+fn traffic(p: &mut fastpath::pipeline::Pipeline, epoch: Instant) -> Vec<Vec<u8>> {
     // Established flows in both modes and families, their replies, and a few other verdicts.
     let mut frames = Vec::new();
     for i in 0..64u16 {
@@ -139,6 +138,14 @@ fn one_million_frames_allocate_nothing() {
         64,
         ACK,
     )); // pass
+    frames
+}
+
+#[test]
+fn one_million_frames_allocate_nothing() {
+    let epoch = Instant::now();
+    let mut p = pipeline(epoch);
+    let frames = traffic(&mut p, epoch);
     let mut buf = vec![0u8; 2048];
     // Warm-up pass (UDP flows get created here).
     for f in &frames {
@@ -160,4 +167,48 @@ fn one_million_frames_allocate_nothing() {
     let allocs = ALLOCS.load(Ordering::Relaxed);
     assert_eq!(allocs, 0, "allocations during {n} frames");
     assert!(tx as usize > n * 9 / 10, "{tx} of {n} transmitted");
+}
+
+#[test]
+fn batches_match_single_frames_and_allocate_nothing() {
+    let epoch = Instant::now();
+    let (mut single, mut batched) = (pipeline(epoch), pipeline(epoch));
+    let frames = traffic(&mut single, epoch);
+    assert_eq!(traffic(&mut batched, epoch), frames);
+    let mut bufs = vec![[0u8; 256]; 37];
+    let mut verdicts = [Verdict::Pass; 37];
+    let mut k = 0;
+    for round in 0..200usize {
+        let now = at(epoch, round as u64 * 7);
+        // Odd batch sizes, so chunks end mid-way and flows repeat within a batch.
+        let n = 1 + round % 37;
+        let idx: Vec<usize> = (0..n).map(|j| (k + j * 5) % frames.len()).collect();
+        k += n;
+        let lens: Vec<usize> = idx.iter().map(|&i| frames[i].len()).collect();
+        for (b, &i) in bufs.iter_mut().zip(&idx) {
+            b[..frames[i].len()].copy_from_slice(&frames[i]);
+        }
+        {
+            let mut views: Vec<&mut [u8]> = bufs
+                .iter_mut()
+                .zip(&lens)
+                .map(|(b, &len)| &mut b[..len])
+                .collect();
+            COUNTING.with(|c| c.set(true));
+            batched.process_batch(&mut views[..], now, &mut verdicts[..n]);
+            COUNTING.with(|c| c.set(false));
+        }
+        for (j, &i) in idx.iter().enumerate() {
+            let mut f = frames[i].clone();
+            let v = single.process(&mut f, now);
+            assert_eq!(verdicts[j], v, "round {round} frame {j}");
+            assert_eq!(&bufs[j][..f.len()], &f[..], "round {round} frame {j}");
+        }
+    }
+    assert_eq!(single.counters(), batched.counters());
+    assert_eq!(
+        ALLOCS.load(Ordering::Relaxed),
+        0,
+        "allocations in process_batch"
+    );
 }

@@ -103,7 +103,7 @@ impl Index {
 
     /// Probe words that may belong to `hash`, in order, until `EMPTY`/`FROZEN` or the limit;
     /// `f` returns `Some` to stop.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn probe<R>(&self, hash: u64, mut f: impl FnMut(u64) -> Option<R>) -> Option<R> {
         let mut pos = self.home(hash);
         for _ in 0..MAX_PROBE.min(self.slots.len()) {

@@ -91,6 +91,20 @@ impl FlowKey {
         }
     }
 
+    /// An IPv4 tuple from raw addresses (`Ipv4Addr::to_bits` order): what a packet parser
+    /// reads with fixed offsets, without building `Ipv4Addr`s. Same key as [`FlowKey::v4`].
+    #[inline]
+    pub fn v4_bits(proto: Protocol, src: u32, src_port: u16, dst: u32, dst_port: u16) -> Self {
+        FlowKey {
+            src: V4_MAPPED | u128::from(src),
+            dst: V4_MAPPED | u128::from(dst),
+            src_port,
+            dst_port,
+            proto,
+            v6: false,
+        }
+    }
+
     /// An IPv6 tuple.
     pub fn v6(proto: Protocol, src: Ipv6Addr, src_port: u16, dst: Ipv6Addr, dst_port: u16) -> Self {
         FlowKey {

@@ -111,5 +111,5 @@ pub use lb_algos::{BackendId, ConnCounts};
 pub use state::{FlowState, SctpState, TcpFlags, TcpState, Timeouts};
 pub use table::{
     CAPACITY_MAX, Error, ExpiredFlow, FlowHandle, FlowHit, FlowTable, FlowTableConfig,
-    FlowTableStats, FlowView, InsertError, SweepStats, Tick,
+    FlowTableStats, FlowView, HashedKey, InsertError, SweepStats, Tick,
 };

@@ -4,9 +4,9 @@
 //! test (`tests/loom.rs`) checks the same code that runs in production.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
+pub(crate) use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering, fence};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
+pub(crate) use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering, fence};
 
 /// Spin hint while waiting for another thread's short critical step (index slot freeze).
 #[inline]

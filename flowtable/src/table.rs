@@ -8,7 +8,7 @@ use lb_algos::{BackendId, ConnCounts};
 use crate::index::{self, Claim, Index};
 use crate::key::{Direction, FlowData, FlowKey, Protocol, bits_addr};
 use crate::state::{FlowState, STATE_CODES, TcpFlags, Timeouts};
-use crate::sync::{AtomicU32, AtomicU64, AtomicUsize, Ordering, Padded, fence};
+use crate::sync::{AtomicU64, AtomicUsize, Ordering, Padded, fence};
 
 /// Largest capacity: entry numbers must fit the index word's 32-bit field with room for the
 /// reserved values.
@@ -171,6 +171,50 @@ impl FlowHit {
     }
 }
 
+/// A [`FlowKey`] and its hash in one table, from [`FlowTable::hashed`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HashedKey {
+    key: FlowKey,
+    hash: u64,
+}
+
+impl HashedKey {
+    /// The key.
+    #[inline]
+    pub fn key(&self) -> &FlowKey {
+        &self.key
+    }
+}
+
+/// State codes padded to a power of two (the `next_code` table's last dimension).
+const CODES_PAD: usize = 32;
+const _: () = assert!(STATE_CODES <= CODES_PAD);
+
+/// The four flag bits `FlowState::next` reads (FIN, SYN, RST, ACK) as a 4-bit index.
+#[inline(always)]
+fn flags_index(f: u8) -> usize {
+    usize::from((f & 0x07) | ((f >> 1) & 0x08))
+}
+
+/// [`FlowState::next`] tabulated over state codes, both directions and every combination of
+/// the flag bits it reads.
+fn next_code_table() -> [[[u8; CODES_PAD]; 16]; 2] {
+    let mut t = [[[0u8; CODES_PAD]; 16]; 2];
+    for (d, dir) in [Direction::Original, Direction::Reply]
+        .into_iter()
+        .enumerate()
+    {
+        for fi in 0..16u8 {
+            let flags = TcpFlags((fi & 0x07) | ((fi & 0x08) << 1));
+            debug_assert_eq!(flags_index(flags.0), usize::from(fi));
+            for (code, next) in t[d][usize::from(fi)].iter_mut().enumerate() {
+                *next = FlowState::from_u8(code as u8).next(dir, flags).to_u8();
+            }
+        }
+    }
+    t
+}
+
 /// Identifies one incarnation of one entry. A handle to a removed or recycled flow is detected
 /// (calls return `None`), so holding a handle across batches is safe, just possibly stale.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -314,10 +358,33 @@ struct Counters {
     removed: AtomicU64,
 }
 
-#[repr(C, align(8))]
-struct BackendCount {
-    active: AtomicU32,
-    inactive: AtomicU32,
+/// One backend's counts in one word: `active << 32 | inactive`, each a wrapping 32-bit
+/// count. Every change is one `fetch_add` of a signed delta (an inactive → active transition
+/// is `+2^32 - 1`), so a component that dips below zero (a remover's decrement overtaking a
+/// state change's increment) borrows from the other; [`unpack`] undoes the borrow, giving
+/// exactly what two separate `AtomicU32`s would hold. One word lets the lc family's bulk scan
+/// copy one load per backend.
+struct BackendCount(AtomicU64);
+
+const ACTIVE_ONE: u64 = 1 << 32;
+
+/// `(active, inactive)` as signed counts from a packed word.
+#[inline(always)]
+fn unpack(w: u64) -> (i32, i32) {
+    let inactive = w as u32 as i32;
+    let active = (w.wrapping_sub(inactive as i64 as u64) >> 32) as u32 as i32;
+    (active, inactive)
+}
+
+/// A packed word with both counts clamped at zero (what [`ConnCounts`] reports).
+#[inline(always)]
+fn clamped(w: u64) -> u64 {
+    // Both components non-negative and no borrow: the word is already exact.
+    if w & 0x8000_0000_8000_0000 == 0 {
+        return w;
+    }
+    let (a, i) = unpack(w);
+    u64::from(a.max(0) as u32) << 32 | u64::from(i.max(0) as u32)
 }
 
 /// What a sweep did.
@@ -345,6 +412,8 @@ pub struct FlowTable {
     backends: Box<[BackendCount]>,
     timeouts: Timeouts,
     timeout_ticks: [u32; STATE_CODES],
+    /// `FlowState::next` on state codes: `[dir][flags_index(flags)][code]`, for `touch`.
+    next_code: [[[u8; CODES_PAD]; 16]; 2],
     seeds: [u64; 6],
     epoch: Instant,
 }
@@ -414,13 +483,11 @@ impl FlowTable {
             sweep_cursor: Padded(AtomicUsize::new(0)),
             counters: Padded(Counters::default()),
             backends: (0..config.backends_max)
-                .map(|_| BackendCount {
-                    active: AtomicU32::new(0),
-                    inactive: AtomicU32::new(0),
-                })
+                .map(|_| BackendCount(AtomicU64::new(0)))
                 .collect(),
             timeouts: config.timeouts,
             timeout_ticks,
+            next_code: next_code_table(),
             seeds,
             epoch,
         })
@@ -493,6 +560,11 @@ impl FlowTable {
     #[inline]
     fn hash(&self, k: &FlowKey) -> u64 {
         let s = &self.seeds;
+        if !k.v6 {
+            // IPv4: both addresses fit one word; two multiplies instead of three.
+            let addrs = u64::from(k.src as u32) | u64::from(k.dst as u32) << 32;
+            return fold_mul(fold_mul(addrs ^ s[0], k.misc() ^ s[1]) ^ s[2], s[3]);
+        }
         let a = fold_mul(k.src as u64 ^ s[0], (k.src >> 64) as u64 ^ s[1]);
         let b = fold_mul(k.dst as u64 ^ s[2], (k.dst >> 64) as u64 ^ s[3]);
         fold_mul(a ^ b.rotate_left(29) ^ s[4], k.misc() ^ s[5])
@@ -589,7 +661,7 @@ impl FlowTable {
                 self.index.prefetch(*h);
             }
             for &h in &hashes[..keys.len()] {
-                self.prefetch_entry(self.index.home_word(h));
+                self.prefetch_entry_word(self.index.home_word(h));
             }
             for ((o, k), &h) in out.iter_mut().zip(keys).zip(&hashes) {
                 *o = self.lookup_hashed(k, h);
@@ -599,7 +671,7 @@ impl FlowTable {
 
     /// Prefetch the entry an index word points to, if it is a live word.
     #[inline]
-    fn prefetch_entry(&self, w: u64) {
+    fn prefetch_entry_word(&self, w: u64) {
         if w != index::EMPTY && w != index::TOMB && w != index::FROZEN {
             let (e, _) = index::word_entry(w);
             if let Some(entry) = self.entries.get(e as usize) {
@@ -633,6 +705,53 @@ impl FlowTable {
             let (e, reply) = index::word_entry(w);
             self.hit(e, reply, key)
         })
+    }
+
+    /// `key` with its hash in this table, for [`prefetch_index`](Self::prefetch_index),
+    /// [`prefetch_entry`](Self::prefetch_entry) and
+    /// [`lookup_hit_hashed`](Self::lookup_hit_hashed): a receive batch hashes every key first,
+    /// prefetches, then looks up. (A `HashedKey` of another table only gives wrong misses.)
+    #[inline(always)]
+    pub fn hashed(&self, key: FlowKey) -> HashedKey {
+        HashedKey {
+            hash: self.hash(&key),
+            key,
+        }
+    }
+
+    /// Asks the CPU for `k`'s home index slot (a hint: no effect on results).
+    #[inline]
+    pub fn prefetch_index(&self, k: &HashedKey) {
+        self.index.prefetch(k.hash);
+    }
+
+    /// Asks the CPU for the entry `k`'s home index slot points to; call it some time after
+    /// [`prefetch_index`](Self::prefetch_index) so the slot is there. A hint only.
+    #[inline]
+    pub fn prefetch_entry(&self, k: &HashedKey) {
+        self.prefetch_entry_word(self.index.home_word(k.hash));
+    }
+
+    /// [`lookup_hit`](Self::lookup_hit) with the hash computed by [`hashed`](Self::hashed).
+    #[inline(always)]
+    pub fn lookup_hit_hashed(&self, k: &HashedKey) -> Option<FlowHit> {
+        // `Index::probe` spelled out: with a closure the compiler keeps `hit` out of line.
+        let slots = &self.index.slots;
+        let mut pos = self.index.home(k.hash);
+        for _ in 0..index::MAX_PROBE.min(slots.len()) {
+            let w = slots[pos].load(Ordering::Acquire);
+            if w == index::EMPTY || w == index::FROZEN {
+                return None;
+            }
+            if w != index::TOMB && index::tag_matches(w, k.hash) {
+                let (e, reply) = index::word_entry(w);
+                if let Some(h) = self.hit(e, reply, &k.key) {
+                    return Some(h);
+                }
+            }
+            pos = self.index.next(pos);
+        }
+        None
     }
 
     /// [`matches`](Self::matches), reading the outgoing endpoints too.
@@ -711,26 +830,26 @@ impl FlowTable {
     /// then only a packet that needs a write notices, by returning `None`).
     #[inline]
     pub fn touch(&self, hit: &FlowHit, tcp_flags: TcpFlags, now: Tick) -> Option<FlowState> {
-        let entry = self.entries.get(hit.handle.entry() as usize)?;
+        let next =
+            &self.next_code[usize::from(hit.dir == Direction::Reply)][flags_index(tcp_flags.0)];
         let mut c = hit.ctl;
         loop {
             if !ctl_readable(c) || ctl_gen(c) != hit.handle.gen_() {
                 return None;
             }
-            let old = FlowState::from_u8(ctl_state(c));
-            let new = old.next(hit.dir, tcp_flags);
+            let old = ctl_state(c);
+            // Codes are < STATE_CODES <= CODES_PAD; the mask only spares a bounds check.
+            let new = next[usize::from(old) & (CODES_PAD - 1)];
             let ls = ctl_ls(c).max(now.0);
             if new == old && ls == ctl_ls(c) {
-                return Some(old);
+                return Some(FlowState::from_u8(old));
             }
-            let nc =
-                c & !((0xff << 32) | 0xffff_ffff) | u64::from(new.to_u8()) << 32 | u64::from(ls);
+            let entry = self.entries.get(hit.handle.entry() as usize)?;
+            let nc = c & !((0xff << 32) | 0xffff_ffff) | u64::from(new) << 32 | u64::from(ls);
             match entry.w[W_CTL].compare_exchange_weak(c, nc, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
-                    if old.is_active() != new.is_active() {
-                        self.count(hit.backend, old, -1);
-                        self.count(hit.backend, new, 1);
-                    }
+                    let (old, new) = (FlowState::from_u8(old), FlowState::from_u8(new));
+                    self.recount(hit.backend, old, new);
                     return Some(new);
                 }
                 Err(a) => c = a,
@@ -792,12 +911,24 @@ impl FlowTable {
         let Some(b) = self.backends.get(backend as usize) else {
             return;
         };
-        let c = if state.is_active() {
-            &b.active
-        } else {
-            &b.inactive
+        let one = if state.is_active() { ACTIVE_ONE } else { 1 };
+        b.0.fetch_add(one.wrapping_mul(delta as i64 as u64), Ordering::Relaxed);
+    }
+
+    /// A flow of `backend` moved from `old` to `new`: one `fetch_add` when the active /
+    /// inactive side changes, nothing otherwise.
+    #[inline]
+    fn recount(&self, backend: u32, old: FlowState, new: FlowState) {
+        if old.is_active() == new.is_active() {
+            return;
+        }
+        let Some(b) = self.backends.get(backend as usize) else {
+            return;
         };
-        c.fetch_add(delta as u32, Ordering::Relaxed);
+        // inactive -> active: +2^32 - 1; active -> inactive: -(2^32 - 1).
+        let d = ACTIVE_ONE - 1;
+        let d = if new.is_active() { d } else { d.wrapping_neg() };
+        b.0.fetch_add(d, Ordering::Relaxed);
     }
 
     /// Insert a new flow in the state its first packet (`tcp_flags`, original direction) gives,
@@ -1129,10 +1260,7 @@ impl FlowTable {
                 c & !((0xff << 32) | 0xffff_ffff) | u64::from(new.to_u8()) << 32 | u64::from(ls);
             match entry.w[W_CTL].compare_exchange_weak(c, nc, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
-                    if old.is_active() != new.is_active() {
-                        self.count(backend, old, -1);
-                        self.count(backend, new, 1);
-                    }
+                    self.recount(backend, old, new);
                     return Some(new);
                 }
                 Err(a) => c = a,
@@ -1241,17 +1369,17 @@ impl FlowTable {
 
 impl ConnCounts for FlowTable {
     fn active(&self, id: BackendId) -> u32 {
-        self.backends.get(id.0 as usize).map_or(0, |b| {
-            // Transiently below zero when a remover's decrement overtakes a state change's
-            // increment; report zero then.
-            (b.active.load(Ordering::Relaxed) as i32).max(0) as u32
-        })
+        // Transiently below zero when a remover's decrement overtakes a state change's
+        // increment; report zero then.
+        self.backends
+            .get(id.0 as usize)
+            .map_or(0, |b| (unpack(b.0.load(Ordering::Relaxed)).0).max(0) as u32)
     }
 
     fn inactive(&self, id: BackendId) -> u32 {
-        self.backends.get(id.0 as usize).map_or(0, |b| {
-            (b.inactive.load(Ordering::Relaxed) as i32).max(0) as u32
-        })
+        self.backends
+            .get(id.0 as usize)
+            .map_or(0, |b| (unpack(b.0.load(Ordering::Relaxed)).1).max(0) as u32)
     }
 
     #[inline]
@@ -1260,10 +1388,56 @@ impl ConnCounts for FlowTable {
         let Some(src) = self.backends.get(start..start + out.len()) else {
             return false;
         };
-        let clamp = |a: &AtomicU32| (a.load(Ordering::Relaxed) as i32).max(0) as u32;
         for (o, b) in out.iter_mut().zip(src) {
-            *o = [clamp(&b.active), clamp(&b.inactive)];
+            let w = clamped(b.0.load(Ordering::Relaxed));
+            *o = [(w >> 32) as u32, w as u32];
         }
         true
+    }
+
+    #[inline]
+    fn packed_run(&self, first: BackendId, out: &mut [u64]) -> bool {
+        let start = first.0 as usize;
+        let Some(src) = self.backends.get(start..start + out.len()) else {
+            return false;
+        };
+        for (o, b) in out.iter_mut().zip(src) {
+            *o = clamped(b.0.load(Ordering::Relaxed));
+        }
+        true
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::{clamped, unpack};
+
+    #[test]
+    fn packed_counts_behave_like_two_counters() {
+        // Random signed deltas on each side; the packed word must decode to the same pair
+        // two wrapping u32 counters hold.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..10_000 {
+            let (mut a, mut i, mut w) = (0u32, 0u32, 0u64);
+            for _ in 0..50 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let d = (x % 5) as i32 - 2;
+                if x & 1 << 40 != 0 {
+                    a = a.wrapping_add(d as u32);
+                    w = w.wrapping_add((1u64 << 32).wrapping_mul(d as i64 as u64));
+                } else {
+                    i = i.wrapping_add(d as u32);
+                    w = w.wrapping_add(d as i64 as u64);
+                }
+                assert_eq!(unpack(w), (a as i32, i as i32));
+                let c = clamped(w);
+                assert_eq!(
+                    c,
+                    u64::from((a as i32).max(0) as u32) << 32 | u64::from((i as i32).max(0) as u32)
+                );
+            }
+        }
     }
 }

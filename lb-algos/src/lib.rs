@@ -69,6 +69,26 @@ pub trait ConnCounts {
         let _ = (first, out);
         false
     }
+    /// [`counts_run`](Self::counts_run) packed one word per backend:
+    /// `out[i] = active << 32 | inactive`. The default packs what `counts_run` gives;
+    /// implement it when the counts are stored that way (the flow table does).
+    fn packed_run(&self, first: BackendId, out: &mut [u64]) -> bool {
+        const STEP: usize = 64;
+        let mut buf = [[0u32; 2]; STEP];
+        for (k, o) in out.chunks_mut(STEP).enumerate() {
+            let b = &mut buf[..o.len()];
+            let Some(id) = first.0.checked_add((k * STEP) as u32) else {
+                return false;
+            };
+            if !self.counts_run(BackendId(id), b) {
+                return false;
+            }
+            for (o, c) in o.iter_mut().zip(b.iter()) {
+                *o = u64::from(c[0]) << 32 | u64::from(c[1]);
+            }
+        }
+        true
+    }
 }
 
 /// Most backends one scheduler accepts. Tables store backend indices as `u32`; the limit keeps

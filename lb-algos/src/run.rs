@@ -11,17 +11,29 @@
 
 use crate::{BackendId, ConnCounts, Dest};
 
-/// Backends copied per [`ConnCounts::counts_run`] call.
-const CHUNK: usize = 64;
+/// Backends copied per [`ConnCounts::packed_run`] call.
+const CHUNK: usize = 256;
+/// The buffer of runs of at most this many backends.
+const SMALL: usize = 32;
 
 /// Loads below 2^41 (`u32 * 256 + u32`) times weights below 2^23 fit a `u64`.
 const WEIGHT_FAST_MAX: u32 = (1 << 23) - 1;
+
+/// Bits of a backend's position in an lc key (`crate::BACKENDS_MAX` = 2^20 positions).
+const INDEX_BITS: u32 = 20;
+const _: () = assert!(crate::BACKENDS_MAX <= 1 << INDEX_BITS);
+// lc keys: load (< 2^41) << 20 stays below 2^61, so no key reaches the drained tag.
+const _: () = assert!(41 + INDEX_BITS < 64);
 
 /// A service's backends as one contiguous run of ids, with their weights in a plain array.
 #[derive(Debug)]
 pub(crate) struct Run {
     first: BackendId,
     weights: Box<[u32]>,
+    /// Per backend: its position, or `u64::MAX` when drained (weight 0). OR-ed into the lc
+    /// key `load << 20`, it makes the key order "least load, then earliest", and a drained
+    /// backend's key the largest of all.
+    lc_tags: Box<[u64]>,
 }
 
 impl Run {
@@ -34,50 +46,68 @@ impl Run {
             .enumerate()
             .all(|(i, d)| u64::from(d.id.0) == u64::from(first.0) + i as u64);
         let small = dests.iter().all(|d| d.weight <= WEIGHT_FAST_MAX);
-        (contiguous && small).then(|| Run {
+        let fits = dests.len() <= crate::BACKENDS_MAX;
+        (contiguous && small && fits).then(|| Run {
             first,
             weights: dests.iter().map(|d| d.weight).collect(),
+            lc_tags: dests
+                .iter()
+                .enumerate()
+                .map(|(i, d)| if d.weight == 0 { u64::MAX } else { i as u64 })
+                .collect(),
         })
     }
 
-    /// Calls `f(offset, counts, weights)` per chunk; `None` if `counts` has no bulk access.
+    /// Calls `f(offset, packed counts, range)` per chunk of up to [`CHUNK`] backends, the
+    /// counts packed `active << 32 | inactive`; `None` if `counts` has no bulk access.
     #[inline]
     fn chunks<C: ConnCounts + ?Sized>(
         &self,
         counts: &C,
-        mut f: impl FnMut(usize, &[[u32; 2]], &[u32]),
+        f: impl FnMut(usize, &[u64]),
     ) -> Option<()> {
-        let mut buf = [[0u32; 2]; CHUNK];
-        for (k, w) in self.weights.chunks(CHUNK).enumerate() {
-            let off = k * CHUNK;
-            let out = &mut buf[..w.len()];
-            if !counts.counts_run(BackendId(self.first.0 + off as u32), out) {
+        // A small service should not pay for zeroing a large buffer.
+        if self.weights.len() <= SMALL {
+            self.chunks_in(&mut [0u64; SMALL], counts, f)
+        } else {
+            self.chunks_in(&mut [0u64; CHUNK], counts, f)
+        }
+    }
+
+    #[inline(always)]
+    fn chunks_in<C: ConnCounts + ?Sized>(
+        &self,
+        buf: &mut [u64],
+        counts: &C,
+        mut f: impl FnMut(usize, &[u64]),
+    ) -> Option<()> {
+        let n = self.weights.len();
+        let chunk = buf.len();
+        let mut off = 0;
+        while off < n {
+            let out = &mut buf[..(n - off).min(chunk)];
+            if !counts.packed_run(BackendId(self.first.0 + off as u32), out) {
                 return None;
             }
-            f(off, out, w);
+            f(off, out);
+            off += chunk;
         }
         Some(())
     }
 
-    /// lc: the least `active * 256 + inactive` among weight > 0, earliest on ties.
+    /// lc: the least `active * 256 + inactive` among weight > 0, earliest on ties: the
+    /// minimum of the keys `load << 20 | position` (drained: `u64::MAX`), a plain
+    /// min-reduction the compiler vectorises.
     #[inline]
     pub(crate) fn least_overhead<C: ConnCounts + ?Sized>(
         &self,
         counts: &C,
     ) -> Option<Option<usize>> {
-        // Key = load << 20 | index-in-chunk order is not enough across chunks; keep (load, i).
-        let mut best = (u64::MAX, usize::MAX);
-        self.chunks(counts, |off, c, w| {
-            for (i, (c, &w)) in c.iter().zip(w).enumerate() {
-                let load = u64::from(c[0]) * 256 + u64::from(c[1]);
-                // Drained backends get the largest key; loads are < 2^41 so never tie with it.
-                let load = if w == 0 { u64::MAX } else { load };
-                if load < best.0 {
-                    best = (load, off + i);
-                }
-            }
+        let mut best = u64::MAX;
+        self.chunks(counts, |off, c| {
+            best = best.min(min_lc_key(c, &self.lc_tags[off..off + c.len()]));
         })?;
-        Some((best.0 != u64::MAX).then_some(best.1))
+        Some((best != u64::MAX).then_some((best & ((1 << INDEX_BITS) - 1)) as usize))
     }
 
     /// wlc / sed: the least `load / weight` (cross-multiplied), earliest on ties, weight 0
@@ -87,13 +117,14 @@ impl Run {
     pub(crate) fn weighted_least<C: ConnCounts + ?Sized>(
         &self,
         counts: &C,
-        load: impl Fn([u32; 2]) -> u64,
+        load: impl Fn(u64) -> u64,
     ) -> Option<Option<usize>> {
         // (load, weight, index); weight 0 = none yet.
         let mut best = (0u64, 0u32, usize::MAX);
-        self.chunks(counts, |off, c, w| {
-            for (i, (c, &w)) in c.iter().zip(w).enumerate() {
-                let l = load(*c);
+        self.chunks(counts, |off, c| {
+            let w = &self.weights[off..off + c.len()];
+            for (i, (&c, &w)) in c.iter().zip(w).enumerate() {
+                let l = load(c);
                 // best.load * w > l * best.weight: strictly lighter. With best.weight == 0
                 // (nothing yet) the right side is 0, so any weight > 0 backend is taken
                 // (its left side is 0 only when w == 0).
@@ -110,19 +141,21 @@ impl Run {
     pub(crate) fn never_queue<C: ConnCounts + ?Sized>(&self, counts: &C) -> Option<Option<usize>> {
         let mut best = (0u64, 0u32, usize::MAX);
         let mut idle = usize::MAX;
-        self.chunks(counts, |off, c, w| {
+        self.chunks(counts, |off, c| {
             if idle != usize::MAX {
                 return;
             }
-            for (i, (c, &w)) in c.iter().zip(w).enumerate() {
+            let w = &self.weights[off..off + c.len()];
+            for (i, (&c, &w)) in c.iter().zip(w).enumerate() {
                 if w == 0 {
                     continue;
                 }
-                if c[0] == 0 {
+                let active = c >> 32;
+                if active == 0 {
                     idle = off + i;
                     return;
                 }
-                let l = u64::from(c[0]) + 1;
+                let l = active + 1;
                 if best.1 == 0 || best.0 * u64::from(w) > l * u64::from(best.1) {
                     best = (l, w, off + i);
                 }
@@ -133,6 +166,49 @@ impl Run {
         }
         Some((best.1 != 0).then_some(best.2))
     }
+}
+
+/// The least lc key of a chunk: `packed[i]` are counts (`active << 32 | inactive`),
+/// `tags[i]` the positions (or `u64::MAX`). Dispatches to a wider-vector build when the CPU
+/// has one (same arithmetic, same result).
+#[inline]
+fn min_lc_key(packed: &[u64], tags: &[u64]) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    if packed.len() > SMALL {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU supports AVX-512F.
+            return unsafe { min_lc_key_avx512(packed, tags) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2.
+            return unsafe { min_lc_key_avx2(packed, tags) };
+        }
+    }
+    min_lc_key_scalar(packed, tags)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn min_lc_key_avx512(packed: &[u64], tags: &[u64]) -> u64 {
+    min_lc_key_scalar(packed, tags)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn min_lc_key_avx2(packed: &[u64], tags: &[u64]) -> u64 {
+    min_lc_key_scalar(packed, tags)
+}
+
+#[inline(always)]
+fn min_lc_key_scalar(packed: &[u64], tags: &[u64]) -> u64 {
+    packed
+        .iter()
+        .zip(tags)
+        .map(|(&c, &t)| {
+            let load = (c >> 32) * 256 + (c & 0xffff_ffff);
+            load << INDEX_BITS | t
+        })
+        .fold(u64::MAX, u64::min)
 }
 
 #[cfg(test)]

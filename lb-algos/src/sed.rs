@@ -28,7 +28,7 @@ impl Sed {
     #[inline]
     pub fn pick<C: ConnCounts + ?Sized>(&self, counts: &C) -> Option<usize> {
         if let Some(run) = &self.run
-            && let Some(r) = run.weighted_least(counts, |c| u64::from(c[0]) + 1)
+            && let Some(r) = run.weighted_least(counts, |c| (c >> 32) + 1)
         {
             return r;
         }

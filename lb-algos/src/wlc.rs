@@ -28,7 +28,7 @@ impl Wlc {
     #[inline]
     pub fn pick<C: ConnCounts + ?Sized>(&self, counts: &C) -> Option<usize> {
         if let Some(run) = &self.run
-            && let Some(r) = run.weighted_least(counts, |c| u64::from(c[0]) * 256 + u64::from(c[1]))
+            && let Some(r) = run.weighted_least(counts, |c| (c >> 32) * 256 + (c & 0xffff_ffff))
         {
             return r;
         }

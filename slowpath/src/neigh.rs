@@ -327,8 +327,12 @@ fn neighbour(n: &NeighbourMessage, port_of: impl Fn(u32) -> Option<u16>) -> Opti
         }
     }
     let mac = mac.filter(|m| *m != [0; 6])?;
+    // Multicast and broadcast entries (MLD/IGMP groups the kernel joins on its own, at any
+    // moment) are never a next hop; leaving them out also keeps the table stable.
+    let ip =
+        ip.filter(|ip| !ip.is_multicast() && *ip != IpAddr::V4(std::net::Ipv4Addr::BROADCAST))?;
     Some(Neighbour {
-        ip: ip?,
+        ip,
         mac,
         port: Some(port),
     })

@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 
 use flowtable::{BackendId, FlowData, FlowKey, FlowTable, FlowTableConfig, Protocol, TcpFlags};
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn flow(i: u32) -> FlowData {
     let a = |x: u32, p: u16| SocketAddr::new(IpAddr::V4(Ipv4Addr::from_bits(x)), p);
     FlowData {

@@ -8,20 +8,27 @@
 //! - `--mix mixed`: established ACKs with one SYN of a brand-new flow in every 8 packets.
 //!
 //! Each frame is copied from a pristine array into a work buffer before `process` (which
-//! rewrites it); the copy is part of the time. Run with
+//! rewrites it); the copy is part of the time. `--batch N` (N > 1) copies N frames into N
+//! work buffers and hands them to `process_batch`, as an AF_XDP worker does per rx batch.
+//! Run with
 //! `cargo run --release -p benches --bin pipeline -- --flows 1000000 --mix established`.
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fastpath::pipeline::{Pipeline, PipelineConfig, Verdict, flow_table_config};
+use fastpath::pipeline::{FrameBatch, Pipeline, PipelineConfig, Verdict, flow_table_config};
 use fastpath::snapshot::SnapshotBuilder;
 use fastpath::wire::checksum;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const BACKENDS: usize = 32;
 const STRIDE: usize = 64;
 const FRAME_LEN: usize = 54;
+/// Largest `--batch`.
+const BATCH_MAX: usize = 256;
 
 fn config(flows: usize) -> String {
     let mut s = format!(
@@ -105,8 +112,12 @@ fn pipeline(flows: usize, epoch: Instant) -> Pipeline {
 /// measured packets go through here (and only here): `benches/callgrind.sh` counts the
 /// instructions executed inside this function.
 #[inline(never)]
-fn send_timed(p: &mut Pipeline, src: &[u8], now: Instant) -> (Duration, u64) {
-    send_all(p, src, now)
+fn send_timed(p: &mut Pipeline, src: &[u8], now: Instant, batch: usize) -> (Duration, u64) {
+    if batch > 1 {
+        send_batched(p, src, now, batch)
+    } else {
+        send_all(p, src, now)
+    }
 }
 
 /// [`send_timed`] for set-up traffic (the SYNs before an established run).
@@ -129,10 +140,45 @@ fn send_all(p: &mut Pipeline, src: &[u8], now: Instant) -> (Duration, u64) {
     (t.elapsed(), tx)
 }
 
+/// Work buffers as a [`FrameBatch`] of `FRAME_LEN`-byte frames.
+struct Bufs<'a>(&'a mut [[u8; STRIDE]]);
+
+impl FrameBatch for Bufs<'_> {
+    #[inline]
+    fn frames_len(&self) -> usize {
+        self.0.len()
+    }
+    #[inline]
+    fn frame(&mut self, i: usize) -> &mut [u8] {
+        &mut self.0[i][..FRAME_LEN]
+    }
+}
+
+#[inline(always)]
+fn send_batched(p: &mut Pipeline, src: &[u8], now: Instant, batch: usize) -> (Duration, u64) {
+    let mut bufs = [[0u8; STRIDE]; BATCH_MAX];
+    let mut verdicts = [Verdict::Pass; BATCH_MAX];
+    let mut tx = 0u64;
+    let t = Instant::now();
+    for group in src.chunks(STRIDE * batch) {
+        let n = group.len() / STRIDE;
+        for (b, s) in bufs.iter_mut().zip(group.chunks_exact(STRIDE)) {
+            b.copy_from_slice(s);
+        }
+        p.process_batch(&mut Bufs(&mut bufs[..n]), now, &mut verdicts[..n]);
+        tx += verdicts[..n]
+            .iter()
+            .filter(|v| matches!(v, Verdict::Tx(_)))
+            .count() as u64;
+    }
+    (t.elapsed(), tx)
+}
+
 fn main() {
     let mut flows = 1_000_000usize;
     let mut mix = String::from("established");
     let mut rounds = 5usize;
+    let mut batch = 1usize;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -144,8 +190,15 @@ fn main() {
                     .and_then(|v| v.parse().ok())
                     .expect("--rounds N")
             }
+            "--batch" => {
+                batch = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|b| (1..=BATCH_MAX).contains(b))
+                    .expect("--batch 1..=256")
+            }
             other => panic!(
-                "unknown argument {other}; use --flows N --mix established|syn|mixed [--rounds N]"
+                "unknown argument {other}; use --flows N --mix established|syn|mixed [--rounds N] [--batch N]"
             ),
         }
     }
@@ -158,7 +211,7 @@ fn main() {
     let (elapsed, packets, tx) = match mix.as_str() {
         "syn" => {
             let syns = frames(0..flows, 0x02);
-            let (e, tx) = send_timed(&mut p, &syns, epoch);
+            let (e, tx) = send_timed(&mut p, &syns, epoch, batch);
             (e, flows as u64, tx)
         }
         "established" | "mixed" => {
@@ -186,7 +239,12 @@ fn main() {
             let mut total = Duration::ZERO;
             let mut tx = 0;
             for r in 0..rounds {
-                let (e, t) = send_timed(&mut p, &src, epoch + Duration::from_millis(r as u64 * 10));
+                let (e, t) = send_timed(
+                    &mut p,
+                    &src,
+                    epoch + Duration::from_millis(r as u64 * 10),
+                    batch,
+                );
                 total += e;
                 tx += t;
             }
@@ -197,6 +255,7 @@ fn main() {
     let ns = elapsed.as_nanos() as f64 / packets as f64;
     println!("flows={flows}");
     println!("mix={mix}");
+    println!("batch={batch}");
     println!("packets={packets}");
     println!("tx={tx}");
     println!("new_flows={}", p.counters().new_flows);

@@ -19,6 +19,9 @@ use lb_algos::{
     SchedulerKind,
 };
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const FLOWS: usize = 4096;
 const RUNS: usize = 5;
 const RUN_TARGET: Duration = Duration::from_millis(30);
@@ -41,6 +44,16 @@ impl ConnCounts for Counts {
         };
         for (o, &(a, i)) in out.iter_mut().zip(src) {
             *o = [a, i];
+        }
+        true
+    }
+    #[inline]
+    fn packed_run(&self, first: BackendId, out: &mut [u64]) -> bool {
+        let Some(src) = self.0.get(first.0 as usize..first.0 as usize + out.len()) else {
+            return false;
+        };
+        for (o, &(a, i)) in out.iter_mut().zip(src) {
+            *o = u64::from(a) << 32 | u64::from(i);
         }
         true
     }

@@ -97,10 +97,14 @@ impl Delta {
     /// The updated checksum.
     #[inline]
     pub fn apply(self, csum: u16) -> u16 {
+        // The sums here stay far below 2^48 (a few dozen 17-bit terms); four folds then
+        // reach 16 bits for any such value, the same result as folding until it fits.
         let mut acc = u64::from(!csum) + self.0;
-        while acc >> 16 != 0 {
-            acc = (acc & 0xffff) + (acc >> 16);
-        }
+        debug_assert!(acc < 1 << 48);
+        acc = (acc & 0xffff_ffff) + (acc >> 32);
+        acc = (acc & 0xffff) + (acc >> 16);
+        acc = (acc & 0xffff) + (acc >> 16);
+        acc = (acc & 0xffff) + (acc >> 16);
         !(acc as u16)
     }
 }
@@ -213,26 +217,58 @@ pub(crate) fn rewrite(
     put16(frame, csum_at, new);
 }
 
-/// [`rewrite`] for the common case, an unfragmented IPv4 TCP or UDP packet (`p.v6` false,
-/// `p.frag == Frag::No`, `p.proto` TCP or UDP), from raw IPv4 addresses. Byte for byte the
-/// same result as `rewrite` (the same words enter the same checksum sums), without building
-/// `IpAddr`s.
-#[inline]
-#[allow(clippy::too_many_arguments)]
+/// The fields of an unfragmented IPv4 TCP/UDP packet that [`rewrite_v4`] needs.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct V4Header {
+    /// Offset of the IPv4 header.
+    pub l3: usize,
+    /// Offset of the L4 header.
+    pub l4: usize,
+    /// `PROTO_TCP` or `PROTO_UDP`.
+    pub proto: u8,
+    /// TTL (> 1).
+    pub ttl: u8,
+    /// Source address and port as received.
+    pub src: (u32, u16),
+    /// Destination address and port as received.
+    pub dst: (u32, u16),
+}
+
+impl V4Header {
+    /// From a classified packet (`p.v6` false, `p.frag == Frag::No`, TCP or UDP).
+    #[inline(always)]
+    pub fn of(p: &Packet, src: u32, dst: u32) -> Self {
+        debug_assert!(
+            !p.v6 && p.frag == Frag::No && (p.proto == PROTO_TCP || p.proto == PROTO_UDP)
+        );
+        V4Header {
+            l3: p.l3,
+            l4: p.l4,
+            proto: p.proto,
+            ttl: p.ttl,
+            src: (src, p.sport),
+            dst: (dst, p.dport),
+        }
+    }
+}
+
+/// [`rewrite`] for the common case, an unfragmented IPv4 TCP or UDP packet, from raw IPv4
+/// addresses. Byte for byte the same result as `rewrite` (the same words enter the same
+/// checksum sums), without building `IpAddr`s.
+#[inline(always)]
 pub(crate) fn rewrite_v4(
     frame: &mut [u8],
-    p: &Packet,
-    old_src: u32,
-    old_dst: u32,
+    h: &V4Header,
     (src, sport): (u32, u16),
     (dst, dport): (u32, u16),
     src_mac: [u8; 6],
     dst_mac: [u8; 6],
 ) {
-    debug_assert!(!p.v6 && p.frag == Frag::No && (p.proto == PROTO_TCP || p.proto == PROTO_UDP));
     frame[0..6].copy_from_slice(&dst_mac);
     frame[6..12].copy_from_slice(&src_mac);
-    let l3 = p.l3;
+    let l3 = h.l3;
+    let (old_src, old_sport) = h.src;
+    let (old_dst, old_dport) = h.dst;
     let src_changed = old_src != src;
     let dst_changed = old_dst != dst;
     // The address words both checksums take.
@@ -246,9 +282,10 @@ pub(crate) fn rewrite_v4(
         addrs.word(old_dst as u16, dst as u16);
     }
     let mut ip = addrs;
-    let old_word = be16(frame, l3 + 8);
-    frame[l3 + 8] = p.ttl - 1;
-    ip.word(old_word, be16(frame, l3 + 8));
+    // The TTL/protocol word loses 0x100.
+    let old_word = u16::from(h.ttl) << 8 | u16::from(h.proto);
+    frame[l3 + 8] = h.ttl - 1;
+    ip.word(old_word, old_word - 0x100);
     let c = ip.apply(be16(frame, l3 + 10));
     put16(frame, l3 + 10, c);
     if src_changed {
@@ -257,19 +294,19 @@ pub(crate) fn rewrite_v4(
     if dst_changed {
         frame[l3 + 16..l3 + 20].copy_from_slice(&dst.to_be_bytes());
     }
-    let l4 = p.l4;
-    let csum_at = if p.proto == PROTO_TCP {
+    let l4 = h.l4;
+    let csum_at = if h.proto == PROTO_TCP {
         l4 + 16
     } else {
         l4 + 6
     };
     let mut d = addrs;
-    d.word(p.sport, sport);
-    d.word(p.dport, dport);
+    d.word(old_sport, sport);
+    d.word(old_dport, dport);
     put16(frame, l4, sport);
     put16(frame, l4 + 2, dport);
     let old = be16(frame, csum_at);
-    let new = if p.proto == PROTO_UDP {
+    let new = if h.proto == PROTO_UDP {
         if old == 0 {
             0
         } else {
