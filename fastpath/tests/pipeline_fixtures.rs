@@ -929,3 +929,30 @@ fn drop_reason_names_are_unique_and_counters_sum() {
         assert_eq!(*r as usize, i);
     }
 }
+
+#[test]
+fn load_balancer_source_ranges_admit_only_their_clients() {
+    let epoch = Instant::now();
+    let mut p = pipeline(epoch);
+    let vip = "198.18.100.20:80";
+    // The same service, now restricted to 198.18.0.0/30 (as loadBalancerSourceRanges).
+    let cfg = config::parse(CONFIG, "fixture.toml").unwrap();
+    let mut specs = fastpath::snapshot::ServiceSpec::from_config(&cfg);
+    for s in specs.iter_mut().filter(|s| s.name == "two") {
+        s.source_ranges = vec!["198.18.0.0/30".parse().unwrap()];
+    }
+    let snap = SnapshotBuilder::from_config(&cfg)
+        .build(&specs, &fastpath::snapshot::L2Table::from_config(&cfg))
+        .unwrap();
+    p.set_snapshot(Arc::new(snap));
+    let mut inside = cin("198.18.0.1:1000", vip, 64, SYN);
+    assert_eq!(p.process(&mut inside, epoch), Verdict::Tx(0));
+    let mut outside = cin("198.18.0.9:1000", vip, 64, SYN);
+    let before = outside.clone();
+    assert_eq!(
+        p.process(&mut outside, epoch),
+        Verdict::Drop(DropReason::SourceRange)
+    );
+    assert_eq!(outside, before, "a dropped frame is left as it was");
+    assert_eq!(p.counters().dropped(DropReason::SourceRange), 1);
+}

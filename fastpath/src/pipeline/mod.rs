@@ -190,6 +190,8 @@ drop_reasons! {
     FragmentNoMatch = "fragment_no_match",
     /// A fragmented SCTP packet (its CRC32c cannot be fixed).
     SctpFragment = "sctp_fragment",
+    /// A new flow from a client outside the service's `loadBalancerSourceRanges`.
+    SourceRange = "source_range",
 }
 
 /// Per-pipeline counters; the slowpath sums them over workers.
@@ -649,6 +651,9 @@ impl Pipeline {
         };
         if !opens && !matches!(svc.scheduler, Scheduler::Mh(_)) {
             return Verdict::Drop(DropReason::NoFlow);
+        }
+        if !svc.admits(p.src) {
+            return Verdict::Drop(DropReason::SourceRange);
         }
         let tuple = FlowTuple {
             src: p.src,
