@@ -1,55 +1,10 @@
 //! Builds the XDP steering program (`bpf/steer.c`) into `$OUT_DIR/steer.o` with clang, for
-//! `fastpath::steer` to embed. Reruns only when the C source changes.
+//! `fastpath::steer` to embed.
 
-use std::env;
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
-const SOURCE: &str = "bpf/steer.c";
+#[path = "bpf/build_bpf.rs"]
+mod build_bpf;
 
 fn main() {
-    println!("cargo:rerun-if-changed={SOURCE}");
-    println!("cargo:rerun-if-env-changed=XVS_BPF_CLANG");
-
-    let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let object = out.join("steer.o");
-    let clang = env::var("XVS_BPF_CLANG").unwrap_or_else(|_| "clang".to_owned());
-
-    let mut cmd = Command::new(&clang);
-    cmd.args(["-O2", "-g", "-target", "bpf", "-Wall", "-Werror"]);
-    // linux/types.h includes <asm/types.h>, which Debian keeps in the multiarch directory.
-    if let Some(dir) = multiarch_include() {
-        cmd.arg(format!("-I{}", dir.display()));
-    }
-    cmd.args(["-c", SOURCE, "-o"]).arg(&object);
-
-    let status = match cmd.status() {
-        Ok(status) => status,
-        Err(e) => panic!(
-            "xvs: cannot run `{clang}` to build the XDP program {SOURCE}: {e}. \
-             Install clang (Debian: `apt-get install -y clang libc6-dev linux-libc-dev`) \
-             or point XVS_BPF_CLANG at a clang binary."
-        ),
-    };
-    if !status.success() {
-        panic!(
-            "xvs: `{clang}` failed to build the XDP program {SOURCE} ({status}); the kernel UAPI \
-             headers come from linux-libc-dev (Debian: `apt-get install -y linux-libc-dev`)"
-        );
-    }
-}
-
-/// `/usr/include/<arch>-linux-gnu`, when it holds `asm/types.h`.
-fn multiarch_include() -> Option<PathBuf> {
-    let arch = env::var("CARGO_CFG_TARGET_ARCH").ok()?;
-    let triple = match arch.as_str() {
-        "x86_64" => "x86_64-linux-gnu",
-        "aarch64" => "aarch64-linux-gnu",
-        "riscv64" => "riscv64-linux-gnu",
-        "powerpc64" => "powerpc64le-linux-gnu",
-        "s390x" => "s390x-linux-gnu",
-        _ => return None,
-    };
-    let dir = Path::new("/usr/include").join(triple);
-    dir.join("asm/types.h").exists().then_some(dir)
+    println!("cargo:rerun-if-changed=bpf/build_bpf.rs");
+    build_bpf::compile("bpf/steer.c", "steer.o", "xvs");
 }
