@@ -165,6 +165,12 @@ pub struct Dataplane {
     /// Maglev lookup-table size for `mh` services (prime).
     #[serde(default = "default_mh_table")]
     pub mh_table_size: u32,
+    /// Graceful drain on SIGTERM/SIGINT: `/healthz` turns 503 at once (upstream load
+    /// balancers stop sending), traffic keeps flowing, and xvs exits when no established
+    /// flow is left and nothing was forwarded for a second, or after this long. A second
+    /// signal stops at once. "0s": stop at once.
+    #[serde(default = "default_drain_timeout")]
+    pub drain_timeout: Dur,
 }
 
 fn default_snat_ports() -> PortRange {
@@ -188,6 +194,9 @@ fn default_batch() -> u32 {
 fn default_mh_table() -> u32 {
     65537
 }
+fn default_drain_timeout() -> Dur {
+    Dur::from_secs(5)
+}
 
 impl Default for Dataplane {
     fn default() -> Self {
@@ -207,6 +216,7 @@ impl Default for Dataplane {
             zero_copy: ZeroCopy::default(),
             idle_backoff: None,
             mh_table_size: default_mh_table(),
+            drain_timeout: default_drain_timeout(),
         }
     }
 }
@@ -228,6 +238,24 @@ pub struct FlowTable {
     /// Maximum backends tracked for connection counts.
     #[serde(default = "default_backends_max")]
     pub backends_max: u32,
+    /// What happens to the TCP and SCTP flows of a backend that left its service (deleted,
+    /// not terminating). UDP flows of such a backend are always re-steered at once.
+    #[serde(default)]
+    pub removed_backend_tcp: RemovedBackendPolicy,
+}
+
+/// `[flowtable] removed_backend_tcp`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RemovedBackendPolicy {
+    /// End the flows at once (IPVS `expire_nodest_conn = 1`, as kube-proxy's IPVS mode sets
+    /// it): the client's next packet finds no flow and is dropped as `no_flow`, so the
+    /// connection fails instead of being sent to an address that is gone.
+    #[default]
+    Expire,
+    /// Keep forwarding to the old address until the flow ends or times out (kube-proxy's
+    /// iptables behaviour: the backend may still be alive outside the Service).
+    Keep,
 }
 
 fn default_capacity() -> u32 {
@@ -242,6 +270,7 @@ impl Default for FlowTable {
         FlowTable {
             capacity: default_capacity(),
             backends_max: default_backends_max(),
+            removed_backend_tcp: RemovedBackendPolicy::default(),
         }
     }
 }
@@ -474,6 +503,12 @@ pub struct Service {
     /// Backends; an empty list is allowed (new flows are refused).
     #[serde(default)]
     pub backends: Vec<Backend>,
+    /// New connections per second admitted (token bucket shared by all workers); excess
+    /// new flows are dropped and counted (`rate_limited`). Absent: unlimited.
+    pub new_conn_rate: Option<u32>,
+    /// Bucket size: new connections admitted at once after a quiet spell (default: one
+    /// second's worth, `new_conn_rate`). Needs `new_conn_rate`.
+    pub new_conn_burst: Option<u32>,
 }
 
 impl Service {

@@ -308,6 +308,21 @@ fn services(c: &Config, out: &mut Found) {
                 );
             }
         }
+        match (s.new_conn_rate, s.new_conn_burst) {
+            (Some(0), _) => err(
+                out,
+                p.key("new_conn_rate"),
+                "must be at least 1 (new connections per second); remove it for no limit"
+                    .to_owned(),
+            ),
+            (_, Some(0)) => err(out, p.key("new_conn_burst"), "must be at least 1".to_owned()),
+            (None, Some(_)) => err(
+                out,
+                p.key("new_conn_burst"),
+                "needs new_conn_rate (the burst of which rate?)".to_owned(),
+            ),
+            _ => {}
+        }
         if s.mode_or(default_mode) == Mode::Fullnat && !has_snat(s.vip.is_ipv4()) {
             let family = if s.vip.is_ipv4() { "IPv4" } else { "IPv6" };
             err(

@@ -7,15 +7,21 @@
 //! per batch; nothing in it is mutated except the schedulers' own lock-free cursors.
 //!
 //! Backend ids index the flow table's per-backend connection counters. The builder keeps them
-//! stable across builds for the same (service, backend address), so counts survive a reload,
-//! and recycles the ids of backends that disappeared.
+//! stable across builds for the same (service, backend address), so counts survive a reload.
+//! The id of a backend that disappeared is *retired*, not reused at once: flows may still
+//! count on it. The owner of the flow table ends or re-steers those flows (see
+//! [`SnapshotBuilder::retired`]) and hands the id back with [`SnapshotBuilder::reclaim`] once
+//! no flow holds it; a backend that comes back before that gets its old id again.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use config::{Config, Mode, Protocol, SchedFlag, SchedulerName};
+pub use crate::limit::RateLimit;
+use crate::limit::TokenBucket;
 use lb_algos::{
     AffinityTable, Backend, BackendId, ConnCounts, FlowTuple, SchedFlags, SchedParams, Scheduler,
     SchedulerKind,
@@ -130,6 +136,11 @@ pub struct ServiceSpec {
     /// When not empty, only clients inside these prefixes may open new flows
     /// (`loadBalancerSourceRanges`); others are dropped and counted.
     pub source_ranges: Vec<config::Cidr>,
+    /// New-connection rate limit (token bucket shared by all workers); excess new flows are
+    /// dropped and counted (`rate_limited`).
+    pub rate_limit: Option<RateLimit>,
+    /// Frozen: new flows are refused (`frozen`), established ones continue.
+    pub frozen: bool,
 }
 
 impl ServiceSpec {
@@ -158,6 +169,11 @@ impl ServiceSpec {
                     })
                     .collect(),
                 source_ranges: Vec::new(),
+                rate_limit: s.new_conn_rate.map(|rate| RateLimit {
+                    rate,
+                    burst: s.new_conn_burst.unwrap_or(rate),
+                }),
+                frozen: false,
             })
             .collect()
     }
@@ -195,6 +211,12 @@ pub struct ServiceEntry {
     pub scheduler: Scheduler,
     /// Allowed client prefixes for new flows; empty = everyone.
     pub source_ranges: Vec<config::Cidr>,
+    /// The new-connection rate limit, shared by every worker.
+    pub limiter: Option<TokenBucket>,
+    /// New flows refused.
+    pub frozen: bool,
+    /// New flows refused by the rate limit (this entry's lifetime).
+    pub rate_limited: AtomicU64,
 }
 
 impl ServiceEntry {
@@ -202,6 +224,18 @@ impl ServiceEntry {
     #[inline]
     pub fn admits(&self, client: IpAddr) -> bool {
         self.source_ranges.is_empty() || self.source_ranges.iter().any(|c| c.contains(client))
+    }
+
+    /// Takes a new-connection token at `now`; `false` (and counted) when over the limit.
+    #[inline]
+    pub fn take_token(&self, now: Instant) -> bool {
+        match &self.limiter {
+            Some(b) if !b.admit(now) => {
+                self.rate_limited.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+            _ => true,
+        }
     }
 }
 
@@ -302,6 +336,9 @@ pub struct Snapshot {
     /// with the previous snapshot, scheduler state included (rr/wrr position, lblc tables,
     /// Maglev table), as IPVS keeps a service's state across edits of other services.
     pub services: Vec<Arc<ServiceEntry>>,
+    /// Every new flow is refused (the freeze switch, a draining shutdown); established
+    /// flows continue.
+    pub frozen: bool,
     frontends: HashMap<Frontend, u32, ahash::RandomState>,
     neighbours: HashMap<IpAddr, ([u8; 6], Option<u16>), ahash::RandomState>,
     /// Longest prefix first.
@@ -353,10 +390,16 @@ pub struct SnapshotBuilder {
     mh_table_size: u32,
     generation: u64,
     ids: HashMap<(String, SocketAddr), BackendId>,
+    /// Ids of backends that left their service, until [`SnapshotBuilder::reclaim`] frees them.
+    retired: HashMap<(String, SocketAddr), BackendId>,
     free: Vec<BackendId>,
     next: u32,
     /// The specs of the last build and the entries built from them, by index.
     last: Vec<(ServiceSpec, Arc<ServiceEntry>)>,
+    /// Whether the next snapshots refuse every new flow.
+    frozen: bool,
+    /// Rate-limit buckets count from here.
+    epoch: Instant,
 }
 
 impl SnapshotBuilder {
@@ -368,9 +411,17 @@ impl SnapshotBuilder {
             mh_table_size,
             generation: 0,
             ids: HashMap::new(),
+            retired: HashMap::new(),
             free: Vec::new(),
             next: 0,
             last: Vec::new(),
+            frozen: false,
+            // An hour back (when the clock allows): callers' clocks (and tests' fake ones)
+            // that started a little before the builder still refill the buckets.
+            epoch: {
+                let now = Instant::now();
+                now.checked_sub(Duration::from_secs(3600)).unwrap_or(now)
+            },
         }
     }
 
@@ -397,16 +448,16 @@ impl SnapshotBuilder {
                 }
             }
         }
-        // Release the ids of backends that are gone, then assign ids to new ones.
+        // Retire the ids of backends that are gone, then assign ids to new ones.
         let live: std::collections::HashSet<(&str, SocketAddr)> = services
             .iter()
             .flat_map(|s| s.backends.iter().map(move |b| (s.name.as_str(), b.addr)))
             .collect();
-        let free = &mut self.free;
+        let retired = &mut self.retired;
         self.ids.retain(|(name, addr), id| {
             let keep = live.contains(&(name.as_str(), *addr));
             if !keep {
-                free.push(*id);
+                retired.insert((name.clone(), *addr), *id);
             }
             keep
         });
@@ -425,10 +476,11 @@ impl SnapshotBuilder {
                 if backends.iter().any(|e| e.addr == b.addr) {
                     continue;
                 }
-                let id = match self.ids.get(&(s.name.clone(), b.addr)) {
+                let key = (s.name.clone(), b.addr);
+                let id = match self.ids.get(&key) {
                     Some(id) => *id,
                     None => {
-                        let id = match self.free.pop() {
+                        let id = match self.retired.remove(&key).or_else(|| self.free.pop()) {
                             Some(id) => id,
                             None if self.next < self.backends_max => {
                                 self.next += 1;
@@ -440,7 +492,7 @@ impl SnapshotBuilder {
                                 });
                             }
                         };
-                        self.ids.insert((s.name.clone(), b.addr), id);
+                        self.ids.insert(key, id);
                         id
                     }
                 };
@@ -482,6 +534,9 @@ impl SnapshotBuilder {
                 backends,
                 scheduler,
                 source_ranges: s.source_ranges.clone(),
+                limiter: s.rate_limit.map(|l| TokenBucket::new(l, self.epoch)),
+                frozen: s.frozen,
+                rate_limited: AtomicU64::new(0),
             }));
         }
         self.last = services.iter().cloned().zip(out.iter().cloned()).collect();
@@ -489,6 +544,7 @@ impl SnapshotBuilder {
         Ok(Snapshot {
             generation: self.generation,
             services: out,
+            frozen: self.frozen,
             frontends,
             neighbours: l2
                 .neighbours
@@ -502,6 +558,34 @@ impl SnapshotBuilder {
             },
             port_macs: l2.port_macs.clone(),
         })
+    }
+
+    /// Sets the global freeze for the snapshots built from now on: every new flow is refused
+    /// while established ones continue.
+    pub fn set_frozen(&mut self, frozen: bool) {
+        self.frozen = frozen;
+    }
+
+    /// Ids of backends that left their service and may still be held by flows: the flow
+    /// table's owner ends or re-steers those flows, then calls [`SnapshotBuilder::reclaim`].
+    pub fn retired(&self) -> impl Iterator<Item = BackendId> + '_ {
+        self.retired.values().copied()
+    }
+
+    /// Frees every retired id for which `in_use` says no flow holds it any more (e.g. its
+    /// active and inactive counts are both 0), so new backends may get it. Returns how many
+    /// were freed.
+    pub fn reclaim(&mut self, mut in_use: impl FnMut(BackendId) -> bool) -> usize {
+        let free = &mut self.free;
+        let before = free.len();
+        self.retired.retain(|_, id| {
+            let keep = in_use(*id);
+            if !keep {
+                free.push(*id);
+            }
+            keep
+        });
+        free.len() - before
     }
 
     /// Builds a snapshot of a config's static services and `[[neighbours]]` (no routes).
@@ -644,9 +728,9 @@ mod tests {
         let mut specs = ServiceSpec::from_config(&cfg);
         let s1 = b.build(&specs, &L2Table::default()).unwrap();
         let ids1: Vec<u32> = s1.services[0].backends.iter().map(|b| b.id.0).collect();
-        // Remove the first backend, add a third: the second keeps its id, the new one
-        // reuses the freed id, and the generation moves on.
-        specs[0].backends.remove(0);
+        // Remove the first backend, add a third: the second keeps its id; the removed one's
+        // id is retired (flows may hold it), so the new one gets a fresh id.
+        let removed = specs[0].backends.remove(0);
         specs[0].backends.push(BackendSpec {
             addr: "198.18.1.3:8080".parse().unwrap(),
             weight: 1,
@@ -654,8 +738,29 @@ mod tests {
         });
         let s2 = b.build(&specs, &L2Table::default()).unwrap();
         let ids2: Vec<u32> = s2.services[0].backends.iter().map(|b| b.id.0).collect();
-        assert_eq!(ids2, [ids1[1], ids1[0]]);
+        assert_eq!(ids2[0], ids1[1]);
+        assert!(!ids1.contains(&ids2[1]), "a retired id is not reused: {ids2:?}");
+        assert_eq!(b.retired().collect::<Vec<_>>(), [BackendId(ids1[0])]);
         assert_eq!(s2.generation, s1.generation + 1);
+        // The removed backend comes back while still retired: it gets its old id.
+        specs[0].backends.push(removed.clone());
+        let s3 = b.build(&specs, &L2Table::default()).unwrap();
+        assert_eq!(s3.services[0].backends[2].id.0, ids1[0]);
+        assert_eq!(b.retired().count(), 0);
+        // Removed again; reclaim frees it only once nothing holds it, then a new backend
+        // reuses it.
+        specs[0].backends.pop();
+        b.build(&specs, &L2Table::default()).unwrap();
+        assert_eq!(b.reclaim(|_| true), 0);
+        assert_eq!(b.retired().count(), 1);
+        assert_eq!(b.reclaim(|_| false), 1);
+        specs[0].backends.push(BackendSpec {
+            addr: "198.18.1.4:8080".parse().unwrap(),
+            weight: 1,
+            usable: true,
+        });
+        let s4 = b.build(&specs, &L2Table::default()).unwrap();
+        assert_eq!(s4.services[0].backends[2].id.0, ids1[0]);
         // Two services on one frontend are refused.
         specs.push(specs[0].clone());
         specs[1].name = "web-copy".into();

@@ -53,6 +53,7 @@ use flowtable::{
 };
 use lb_algos::{AffinityTable, FlowTuple, Scheduler};
 
+use crate::passive::SynWatch;
 use crate::snapshot::{Frontend, NextHop, Snapshot};
 
 pub(crate) mod classify;
@@ -192,6 +193,10 @@ drop_reasons! {
     SctpFragment = "sctp_fragment",
     /// A new flow from a client outside the service's `loadBalancerSourceRanges`.
     SourceRange = "source_range",
+    /// A new flow while new flows are refused (the freeze switch, global or per service).
+    Frozen = "frozen",
+    /// A new flow over the service's new-connection rate limit.
+    RateLimited = "rate_limited",
 }
 
 /// Per-pipeline counters; the slowpath sums them over workers.
@@ -330,6 +335,8 @@ pub struct Pipeline {
     /// The last `now` seen and its flow-table tick (the clock is the same for a whole batch).
     tick_now: Instant,
     tick: Tick,
+    /// Passive health counters (SYNs sent, SYN-ACKs seen per backend), when watched.
+    syn_watch: Option<Arc<SynWatch>>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -375,7 +382,14 @@ impl Pipeline {
             nh_cache: vec![empty; NH_CACHE_SLOTS].into_boxed_slice(),
             tick_now,
             tick,
+            syn_watch: None,
         }
+    }
+
+    /// Counts SYNs sent to and SYN-ACKs seen from each backend into `watch` (passive health
+    /// checks); shared by every worker.
+    pub fn set_syn_watch(&mut self, watch: Arc<SynWatch>) {
+        self.syn_watch = Some(watch);
     }
 
     /// Swaps in a new snapshot (once per batch). Existing flows keep their backends.
@@ -519,6 +533,12 @@ impl Pipeline {
             self.tick = self.flows.tick(now);
         }
         self.flows.touch(hit, flowtable::TcpFlags(flags), self.tick);
+        // A SYN-ACK: the backend answered a connection (passive health).
+        if flags & 0x12 == 0x12
+            && let Some(w) = &self.syn_watch
+        {
+            w.answered(hit.backend_id());
+        }
     }
 
     #[inline]
@@ -655,6 +675,12 @@ impl Pipeline {
         if !svc.admits(p.src) {
             return Verdict::Drop(DropReason::SourceRange);
         }
+        if snapshot.frozen || svc.frozen {
+            return Verdict::Drop(DropReason::Frozen);
+        }
+        if !svc.take_token(now) {
+            return Verdict::Drop(DropReason::RateLimited);
+        }
         let tuple = FlowTuple {
             src: p.src,
             src_port: p.sport,
@@ -688,6 +714,7 @@ impl Pipeline {
             flags: 0,
         };
         let flags = flowtable::TcpFlags(p.flags);
+        let new_flows_before = self.counters.new_flows;
         let inserted = if mode == Mode::Fullnat {
             data.flags = FLAG_FULLNAT;
             let snat_ip = match p.src {
@@ -718,6 +745,13 @@ impl Pipeline {
         match inserted {
             Ok(()) => {}
             Err(r) => return Verdict::Drop(r),
+        }
+        if opens
+            && p.proto == PROTO_TCP
+            && self.counters.new_flows != new_flows_before
+            && let Some(w) = &self.syn_watch
+        {
+            w.syn(backend_id);
         }
         let to = nat::after(&data, Direction::Original);
         self.send(frame, p, &to, nh, now)

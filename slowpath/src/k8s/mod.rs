@@ -49,6 +49,11 @@ pub const ANN_MODE: &str = "xvs.io/mode";
 /// Annotation: per-endpoint weights, `IP=WEIGHT` comma-separated (`10.0.0.5=3,fd00::7=2`);
 /// endpoints not listed weigh 1, weight 0 drains.
 pub const ANN_WEIGHTS: &str = "xvs.io/weights";
+/// Annotation: new connections per second admitted to each spec of the Service (token
+/// bucket shared by every worker); excess new flows are dropped as `rate_limited`.
+pub const ANN_NEW_CONN_RATE: &str = "xvs.io/new-conn-rate";
+/// Annotation: the token bucket's size (default: the rate, one second's worth).
+pub const ANN_NEW_CONN_BURST: &str = "xvs.io/new-conn-burst";
 /// Legacy annotation carrying load-balancer source ranges when the field is empty.
 pub const ANN_LB_SOURCE_RANGES: &str = "service.beta.kubernetes.io/load-balancer-source-ranges";
 

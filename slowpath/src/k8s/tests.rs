@@ -144,6 +144,8 @@ fn cluster_ip_service_gets_its_ready_endpoints() {
             mode: Mode::Fullnat,
             affinity_timeout: None,
             source_ranges: vec![],
+            rate_limit: None,
+            frozen: false,
             backends: vec![
                 BackendSpec {
                     addr: sa("10.0.0.1:8080"),

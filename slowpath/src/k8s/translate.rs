@@ -5,15 +5,15 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use config::{Cidr, Config, Mode, Protocol, SchedFlag, SchedulerName};
-use fastpath::snapshot::{BackendSpec, Frontend, ServiceSpec};
+use fastpath::snapshot::{BackendSpec, Frontend, RateLimit, ServiceSpec};
 use k8s_openapi::api::core::v1::{Node, Service, ServicePort, ServiceSpec as K8sServiceSpec};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::endpoints::{self, Ep, Policy, Topology};
 use super::{
-    ANN_LB_SOURCE_RANGES, ANN_MODE, ANN_SCHEDULER, ANN_SCHEDULER_FLAGS, ANN_WEIGHTS,
-    HealthCheckNodePort, K8sModel, LABEL_SERVICE_NAME, LABEL_SERVICE_PROXY_NAME, LABEL_ZONE,
-    Problem,
+    ANN_LB_SOURCE_RANGES, ANN_MODE, ANN_NEW_CONN_BURST, ANN_NEW_CONN_RATE, ANN_SCHEDULER,
+    ANN_SCHEDULER_FLAGS, ANN_WEIGHTS, HealthCheckNodePort, K8sModel, LABEL_SERVICE_NAME,
+    LABEL_SERVICE_PROXY_NAME, LABEL_ZONE, Problem,
 };
 
 /// The session affinity timeout when a ClientIP Service does not set one (3 hours).
@@ -217,6 +217,7 @@ struct Common {
     mode: Mode,
     affinity_timeout: Option<Duration>,
     weights: HashMap<IpAddr, u32>,
+    rate_limit: Option<RateLimit>,
 }
 
 fn translate_service(
@@ -397,6 +398,8 @@ fn translate_service(
                         affinity_timeout: common.affinity_timeout,
                         backends,
                         source_ranges: ranges,
+                        rate_limit: common.rate_limit,
+                        frozen: false,
                     };
                     out.push(&object, spec).then_some(name)
                 };
@@ -645,12 +648,29 @@ fn common(
             ),
         }
     }
+    let mut positive = |key: &str, v: &str| match v.trim().parse::<u32>() {
+        Ok(n) if n > 0 => Some(n),
+        _ => {
+            out.problem(
+                object,
+                format!("{key}: {v:?} is not a positive integer; ignored"),
+            );
+            None
+        }
+    };
+    let rate = ann(ANN_NEW_CONN_RATE).and_then(|v| positive(ANN_NEW_CONN_RATE, v));
+    let burst = ann(ANN_NEW_CONN_BURST).and_then(|v| positive(ANN_NEW_CONN_BURST, v));
+    let rate_limit = rate.map(|rate| RateLimit {
+        rate,
+        burst: burst.unwrap_or(rate),
+    });
     Common {
         scheduler,
         flags,
         mode,
         affinity_timeout,
         weights,
+        rate_limit,
     }
 }
 
