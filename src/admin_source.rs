@@ -2,6 +2,7 @@
 //! answer is computed from shared state on the admin server's threads; nothing here blocks the
 //! fastpath (snapshots are loaded, counters read relaxed, the flow table scanned lock-free).
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -12,8 +13,8 @@ use fastpath::steer::SteerCounters;
 use fastpath::worker::WorkerStats;
 use flowtable::FlowTable;
 use slowpath::admin::{
-    AdminSource, FlowTableView, FlowViewJson, HealthView, ServiceView, StatsView, SteerView,
-    SyncView, WorkerView,
+    AdminSource, FlowTableView, FlowViewJson, GovernanceView, HealthView, ServiceView, StatsView,
+    SteerView, SyncView, WorkerView,
 };
 
 /// Sync bookkeeping the main loop updates and the admin API reads.
@@ -45,6 +46,40 @@ impl SyncStats {
     }
 }
 
+/// The governance switches the admin API flips and the main loop applies (in the next
+/// snapshot, within one tick), plus what the endpoint-removal policy did.
+#[derive(Debug, Default)]
+pub struct Control {
+    /// Every new flow refused.
+    pub frozen: AtomicBool,
+    /// Services refused new flows, by name (a Kubernetes `namespace/name` covers all of
+    /// the Service's ports and families).
+    pub frozen_services: Mutex<BTreeSet<String>>,
+    /// `/healthz` answers 503 (upstream load balancers move away); traffic still flows.
+    pub draining: AtomicBool,
+    /// Set when a switch changed; the main loop rebuilds the snapshot.
+    pub changed: AtomicBool,
+    /// UDP flows removed so they are scheduled again.
+    pub flows_resteered: AtomicU64,
+    /// TCP/SCTP flows of removed backends ended.
+    pub flows_ended: AtomicU64,
+}
+
+impl Control {
+    /// Whether service `name` is frozen on its own: listed by its name, or (Kubernetes) by
+    /// the `namespace/name` before its `:port`.
+    pub fn service_frozen(&self, name: &str) -> bool {
+        let set = self
+            .frozen_services
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        set.contains(name)
+            || name
+                .split_once(':')
+                .is_some_and(|(svc, _)| set.contains(svc))
+    }
+}
+
 /// Everything the admin API shows about a running daemon.
 pub struct DaemonState {
     /// The published snapshot.
@@ -61,6 +96,8 @@ pub struct DaemonState {
     pub fastpath_running: AtomicBool,
     /// `/healthz` fails when the last sync is older than this (kube-proxy: 2 × sync period).
     pub healthz_timeout: Duration,
+    /// Freeze and drain.
+    pub control: Arc<Control>,
 }
 
 impl AdminSource for DaemonState {
@@ -95,6 +132,18 @@ impl AdminSource for DaemonState {
                 reloads_ok: self.sync.reloads_ok.load(Ordering::Relaxed),
                 reloads_failed: self.sync.reloads_failed.load(Ordering::Relaxed),
             },
+            governance: GovernanceView {
+                frozen: self.control.frozen.load(Ordering::Relaxed),
+                frozen_services: self
+                    .control
+                    .frozen_services
+                    .lock()
+                    .map(|s| s.iter().cloned().collect())
+                    .unwrap_or_default(),
+                draining: self.control.draining.load(Ordering::Relaxed),
+                flows_resteered: self.control.flows_resteered.load(Ordering::Relaxed),
+                flows_ended: self.control.flows_ended.load(Ordering::Relaxed),
+            },
         }
     }
 
@@ -105,7 +154,38 @@ impl AdminSource for DaemonState {
             oldest_pending: None,
             timeout: self.healthz_timeout,
             fastpath_running: self.fastpath_running.load(Ordering::Relaxed),
-            node_eligible: true,
+            // A draining node answers 503 on /healthz (like a node being deleted) so
+            // upstream load balancers stop sending; /livez ignores it.
+            node_eligible: !self.control.draining.load(Ordering::Relaxed),
         }
+    }
+
+    fn control(&self, action: &str, service: Option<&str>) -> Result<(), String> {
+        let c = &self.control;
+        match (action, service) {
+            ("freeze", None) => c.frozen.store(true, Ordering::Relaxed),
+            ("unfreeze", None) => c.frozen.store(false, Ordering::Relaxed),
+            ("freeze" | "unfreeze", Some(name)) => {
+                let snap = self.snapshot.load();
+                let known = snap.services.iter().any(|s| {
+                    s.name == name || s.name.split_once(':').is_some_and(|(svc, _)| svc == name)
+                });
+                let mut set = c.frozen_services.lock().unwrap_or_else(|e| e.into_inner());
+                if action == "freeze" {
+                    if !known {
+                        return Err(format!("no service named {name:?}"));
+                    }
+                    set.insert(name.to_owned());
+                } else if !set.remove(name) {
+                    return Err(format!("service {name:?} is not frozen"));
+                }
+            }
+            ("drain", None) => c.draining.store(true, Ordering::Relaxed),
+            ("undrain", None) => c.draining.store(false, Ordering::Relaxed),
+            (a, Some(_)) => return Err(format!("{a} applies to the whole node, not a service")),
+            (a, None) => return Err(format!("unknown action {a}")),
+        }
+        c.changed.store(true, Ordering::Relaxed);
+        Ok(())
     }
 }

@@ -11,6 +11,7 @@ use mimalloc::MiMalloc;
 mod admin_source;
 mod check;
 mod pcap;
+mod policy;
 mod run;
 mod sim;
 mod status;

@@ -8,16 +8,22 @@
 //! is detached first (traffic falls back to the kernel), then the workers stop. The program
 //! is attached through a bpf_link, so even a crash leaves no XDP program behind.
 //!
-//! Signals: SIGTERM/SIGINT stop; SIGHUP, or a change of the file's modification time (checked
+//! Signals: SIGTERM/SIGINT start a graceful drain (`[dataplane] drain_timeout`: `/healthz`
+//! turns 503 so upstream load balancers move away, traffic keeps flowing, and xvs stops once
+//! no established flow is left and nothing was forwarded for a second, or at the timeout); a
+//! second signal stops at once. SIGHUP, or a change of the file's modification time (checked
 //! once a second), reloads it (services and neighbours; a file that does not validate is
-//! reported with key and line, counted, and the running config stays). On
-//! exit the final counters are printed to stdout as `key=value` lines.
+//! reported with key and line, counted, and the running config stays). On exit the final
+//! counters are printed to stdout as `key=value` lines.
+//!
+//! After every publish the endpoint-removal policy runs over the flow table, and once a
+//! second the passive health check samples SYNs without SYN-ACKs: see [`crate::policy`].
 
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -35,7 +41,9 @@ use lb_algos::AffinityTable;
 use slowpath::health::HealthChecker;
 use slowpath::neigh::{NeighbourWatcher, read_l2};
 
-use crate::admin_source::{DaemonState, SyncStats};
+use crate::admin_source::{Control, DaemonState, SyncStats};
+use crate::policy::{PassiveHealth, end_removed_flows, reclaim_ids};
+use fastpath::passive::SynWatch;
 
 /// ClientIP affinity entries shared by all workers.
 const AFFINITY_CAPACITY: usize = 1 << 16;
@@ -44,11 +52,12 @@ const TICK: Duration = Duration::from_millis(100);
 /// Periodic resync of the static source (kube-proxy's default `--sync-period`).
 const DEFAULT_SYNC_PERIOD: Duration = Duration::from_secs(30);
 
-static STOP: AtomicBool = AtomicBool::new(false);
+/// Stop signals received: the first drains, the second stops at once.
+static STOPS: AtomicU32 = AtomicU32::new(0);
 static RELOAD: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_stop(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
+    STOPS.fetch_add(1, Ordering::SeqCst);
 }
 
 extern "C" fn on_hup(_: libc::c_int) {
@@ -225,6 +234,10 @@ struct Running {
     down: HashSet<SocketAddr>,
     l2: L2Table,
     current: Arc<ArcSwap<Snapshot>>,
+    flows: Arc<FlowTable>,
+    control: Arc<Control>,
+    /// When the endpoint-removal policy runs its second pass (and ids are reclaimed).
+    second_pass: Option<Instant>,
 }
 
 impl Running {
@@ -237,9 +250,15 @@ impl Running {
     ) -> anyhow::Result<()> {
         let t0 = Instant::now();
         let mut specs = self.specs.clone();
-        for b in specs.iter_mut().flat_map(|s| s.backends.iter_mut()) {
-            b.usable = !self.down.contains(&b.addr);
+        for s in &mut specs {
+            // Health applies to what the source says is usable (readiness stays).
+            for b in &mut s.backends {
+                b.usable &= !self.down.contains(&b.addr);
+            }
+            s.frozen |= self.control.service_frozen(&s.name);
         }
+        self.builder
+            .set_frozen(self.control.frozen.load(Ordering::Relaxed));
         let l2 = merge_pins(self.l2.clone(), cfg);
         let snap = Arc::new(self.builder.build(&specs, &l2)?);
         // New frontends are steered after the snapshot that knows them is published; gone
@@ -247,7 +266,38 @@ impl Running {
         self.current.store(Arc::clone(&snap));
         steer_to(steers, &snap, cfg)?;
         sync.synced(t0.elapsed());
+        self.end_removed_flows(cfg);
+        self.second_pass = Some(Instant::now() + Duration::from_secs(1));
         Ok(())
+    }
+
+    /// The endpoint-removal policy over the flow table (see [`crate::policy`]).
+    fn end_removed_flows(&mut self, cfg: &Config) {
+        let r = end_removed_flows(
+            &self.flows,
+            &self.builder,
+            &self.current.load(),
+            cfg.flowtable.removed_backend_tcp,
+        );
+        let c = &self.control;
+        c.flows_resteered.fetch_add(r.resteered, Ordering::Relaxed);
+        c.flows_ended.fetch_add(r.ended, Ordering::Relaxed);
+        if r.resteered + r.ended > 0 {
+            eprintln!(
+                "xvs: removed backends: {} UDP flows re-steered, {} TCP/SCTP flows ended",
+                r.resteered, r.ended
+            );
+        }
+    }
+
+    /// The second pass, a second after a publish: catches flows inserted with the previous
+    /// snapshot meanwhile, then frees the retired ids nothing holds.
+    fn second_pass(&mut self, cfg: &Config) {
+        if self.second_pass.is_some_and(|t| Instant::now() >= t) {
+            self.second_pass = None;
+            self.end_removed_flows(cfg);
+            reclaim_ids(&self.flows, &mut self.builder);
+        }
     }
 }
 
@@ -287,13 +337,18 @@ fn daemon(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<()> {
         .map(|i| i.name.clone())
         .collect();
     let l2 = read_l2(&ifnames).context("reading routes and neighbours")?;
+    let control = Arc::new(Control::default());
     let mut run = Running {
         builder: SnapshotBuilder::from_config(&cfg),
         specs: ServiceSpec::from_config(&cfg),
         down: HashSet::new(),
         l2,
         current: Arc::new(ArcSwap::from_pointee(empty_snapshot(&cfg)?)),
+        flows: Arc::clone(&flows),
+        control: Arc::clone(&control),
+        second_pass: None,
     };
+    let syn_watch = Arc::new(SynWatch::new(cfg.flowtable.backends_max as usize));
     let sync_stats = SyncStats::default();
     // Sockets first, then the program that feeds them.
     let workers = worker_count(&cfg.dataplane);
@@ -326,12 +381,13 @@ fn daemon(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<()> {
     let mut handles = Vec::with_capacity(workers);
     let mut stats: Vec<Arc<WorkerStats>> = Vec::with_capacity(workers);
     for (spec, set) in sockets {
-        let pipeline = Pipeline::new(
+        let mut pipeline = Pipeline::new(
             PipelineConfig::from_config(&cfg, spec.index, workers),
             Arc::clone(&flows),
             Arc::clone(&affinity),
             run.current.load_full(),
         );
+        pipeline.set_syn_watch(Arc::clone(&syn_watch));
         let (h, s) = spawn_worker(
             spec,
             set,
@@ -356,6 +412,7 @@ fn daemon(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<()> {
         sync: sync_stats,
         fastpath_running: AtomicBool::new(true),
         healthz_timeout: 2 * sync_period,
+        control: Arc::clone(&control),
     });
     let admin = slowpath::admin::serve(
         cfg.admin.listen,
@@ -418,9 +475,26 @@ fn daemon(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<()> {
     let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
     let mut seen_mtime = path.and_then(mtime);
     let mut last_resync = Instant::now();
+    let mut passive = PassiveHealth::default();
+    let mut drain: Option<Drain> = None;
     let result = loop {
-        if STOP.load(Ordering::SeqCst) {
-            break Ok(());
+        match STOPS.load(Ordering::SeqCst) {
+            0 => {}
+            1 if !cfg.dataplane.drain_timeout.get().is_zero() => {
+                let d = drain.get_or_insert_with(|| {
+                    state.control.draining.store(true, Ordering::Relaxed);
+                    eprintln!(
+                        "xvs: draining: /healthz answers 503; stopping when established flows end and traffic stops, within {:?} (signal again to stop now)",
+                        cfg.dataplane.drain_timeout.get()
+                    );
+                    Drain::new(&stats)
+                });
+                if let Some(why) = d.done(&stats, &flows, &run.current.load(), &cfg) {
+                    eprintln!("xvs: drain finished: {why}");
+                    break Ok(());
+                }
+            }
+            _ => break Ok(()),
         }
         if handles.iter().any(|h| h.is_finished()) {
             state.fastpath_running.store(false, Ordering::Relaxed);
@@ -460,6 +534,9 @@ fn daemon(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<()> {
                 state.sync.reloads_failed.fetch_add(1, Ordering::Relaxed);
             }
         }
+        if state.control.changed.swap(false, Ordering::Relaxed) {
+            changed = true;
+        }
         if changed {
             if let Err(e) = run.publish(&cfg, &mut steers, &state.sync) {
                 eprintln!("xvs: publishing a new snapshot failed, keeping the old one: {e:#}");
@@ -475,9 +552,15 @@ fn daemon(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<()> {
             state.sync.synced(Duration::ZERO);
             last_resync = Instant::now();
         }
+        run.second_pass(&cfg);
         if last_solicit.elapsed() >= Duration::from_secs(1) {
             for ip in unresolved(&run.current.load(), &run.l2) {
                 watcher.request(ip);
+            }
+            if cfg.health.probe != config::ProbeKind::None {
+                for addr in passive.sample(&syn_watch, &run.current.load()) {
+                    health.report_failure(addr);
+                }
             }
             if let Some(p) = path
                 && let Some(m) = mtime(p)
@@ -521,6 +604,64 @@ fn daemon(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<()> {
     print_counters(&stats, &steer_counters, &flows);
     eprintln!("xvs: stopped");
     result
+}
+
+/// A graceful drain in progress (after the first stop signal).
+struct Drain {
+    started: Instant,
+    /// Frames transmitted by all workers when last seen changing, and when.
+    tx: u64,
+    tx_changed: Instant,
+}
+
+impl Drain {
+    fn new(stats: &[Arc<WorkerStats>]) -> Drain {
+        Drain {
+            started: Instant::now(),
+            tx: total_tx(stats),
+            tx_changed: Instant::now(),
+        }
+    }
+
+    /// Why the drain is over, if it is: no established flow and no frame forwarded for a
+    /// second, or the timeout.
+    fn done(
+        &mut self,
+        stats: &[Arc<WorkerStats>],
+        flows: &FlowTable,
+        snap: &Snapshot,
+        cfg: &Config,
+    ) -> Option<String> {
+        use lb_algos::ConnCounts;
+        let tx = total_tx(stats);
+        if tx != self.tx {
+            self.tx = tx;
+            self.tx_changed = Instant::now();
+        }
+        let established: u64 = snap
+            .services
+            .iter()
+            .flat_map(|s| s.backends.iter())
+            .map(|b| u64::from(flows.active(b.id)))
+            .sum();
+        let timeout = cfg.dataplane.drain_timeout.get();
+        if self.started.elapsed() >= timeout {
+            return Some(format!(
+                "timeout ({timeout:?}) with {established} established flows left"
+            ));
+        }
+        if established == 0 && self.tx_changed.elapsed() >= Duration::from_secs(1) {
+            return Some(format!(
+                "idle after {:.1}s",
+                self.started.elapsed().as_secs_f64()
+            ));
+        }
+        None
+    }
+}
+
+fn total_tx(stats: &[Arc<WorkerStats>]) -> u64 {
+    stats.iter().map(|s| s.read().tx).sum()
 }
 
 /// The healthCheckNodePort servers of `externalTrafficPolicy: Local` Services: a thread with

@@ -355,6 +355,16 @@ fn render_services(r: &ServicesResponse) -> String {
         if let Some(t) = s.affinity_timeout_s {
             let _ = write!(o, "  affinity {t}s");
         }
+        if let Some(l) = s.rate_limit {
+            let _ = write!(
+                o,
+                "  limit {}/s burst {} ({} refused)",
+                l.rate, l.burst, s.rate_limited
+            );
+        }
+        if s.frozen {
+            o.push_str("  FROZEN");
+        }
         o.push('\n');
         if s.backends.is_empty() {
             o.push_str("  (no backends)\n");
@@ -481,6 +491,12 @@ mod tests {
                     active: 12,
                     inactive: 3,
                 }],
+                frozen: true,
+                rate_limit: Some(slowpath::admin::RateLimitView {
+                    rate: 100,
+                    burst: 20,
+                }),
+                rate_limited: 7,
             }],
         }
     }
@@ -508,7 +524,7 @@ mod tests {
         let (out, ok) = run(StatusCmd::Services, addr, false).unwrap();
         assert!(ok);
         assert!(
-            out.starts_with("web  198.18.100.1:80/tcp  wrr fullnat  affinity 10800s\n"),
+            out.starts_with("web  198.18.100.1:80/tcp  wrr fullnat  affinity 10800s  limit 100/s burst 20 (7 refused)  FROZEN\n"),
             "{out}"
         );
         assert!(

@@ -603,3 +603,205 @@ fn lab_script_cleans_up() {
     assert!(!String::from_utf8_lossy(&list.stdout).contains(&prefix));
     assert!(Path::new("/var/run/netns").exists());
 }
+
+/// `curl` inside the xvs node against its admin API; returns (HTTP code, body).
+fn admin(lab: &Lab, method: &str, path: &str) -> (String, String) {
+    let o = lab.exec(
+        "x",
+        &[
+            "curl",
+            "-s",
+            "--max-time",
+            "3",
+            "-X",
+            method,
+            "-w",
+            "\n%{http_code}",
+            &format!("http://127.0.0.1:10256{path}"),
+        ],
+    );
+    let out = String::from_utf8(o.stdout).unwrap();
+    let (body, code) = out.rsplit_once('\n').unwrap_or(("", &out));
+    (code.to_owned(), body.to_owned())
+}
+
+/// A download of `bytes` from the web VIP at `rate`, in the background.
+fn slow_download(lab: &Lab, bytes: usize, rate: &str) -> std::thread::JoinHandle<Output> {
+    let ns = lab.ns("c");
+    let rate = rate.to_owned();
+    std::thread::spawn(move || {
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &ns,
+                "curl",
+                "-sS",
+                "--fail",
+                "--max-time",
+                "20",
+            ])
+            .args(["--limit-rate", &rate])
+            .arg(format!("http://198.18.100.1/bytes/{bytes}"))
+            .output()
+            .unwrap()
+    })
+}
+
+/// Governance through the admin API: freeze refuses new connections while an established
+/// one continues, unfreeze restores; a UDP flow whose backend is removed is re-steered at
+/// once; SIGTERM drains (healthz 503) until the last transfer ends, then exits.
+#[test]
+fn freeze_udp_resteer_and_graceful_drain() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut lab = Lab::up();
+    let config = lab_config()
+        .replace(
+            "listen = \"127.0.0.1:10256\"",
+            "listen = \"127.0.0.1:10256\"\nenable_control = true",
+        )
+        .replace(
+            "batch_size = 64",
+            "batch_size = 64\ndrain_timeout = \"15s\"",
+        );
+    lab.start_xvs(&config);
+    let pid = lab.xvs.as_ref().unwrap().id() as i32;
+
+    // Freeze with a transfer in flight.
+    let download = slow_download(&lab, 3 << 20, "2M");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(admin(&lab, "POST", "/v1/freeze").0, "200");
+    std::thread::sleep(Duration::from_millis(300));
+    let refused = lab.exec(
+        "c",
+        &["curl", "-sS", "--max-time", "1", "http://198.18.100.1/"],
+    );
+    assert!(
+        !refused.status.success(),
+        "a new connection got through a freeze"
+    );
+    let (_, stats) = admin(&lab, "GET", "/v1/stats");
+    let v: serde_json::Value = serde_json::from_str(&stats).unwrap();
+    assert_eq!(v["governance"]["frozen"], true, "{v}");
+    let (_, metrics) = admin(&lab, "GET", "/metrics");
+    assert!(metrics.contains("xvs_frozen 1\n"), "{metrics}");
+    assert!(
+        !metrics.contains("xvs_drops_total{reason=\"frozen\"} 0\n"),
+        "{metrics}"
+    );
+    let out = download.join().unwrap();
+    assert!(
+        out.status.success(),
+        "established transfer broken by the freeze: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout.len(), 3 << 20);
+    assert_eq!(admin(&lab, "POST", "/v1/unfreeze").0, "200");
+    std::thread::sleep(Duration::from_millis(300));
+    check_rr(&lab, "http://198.18.100.1/");
+    // A service name that does not exist is refused.
+    assert_eq!(admin(&lab, "POST", "/v1/freeze?service=nope").0, "409");
+
+    // UDP: the backend of a flow leaves the service; the next datagram goes elsewhere.
+    let first = lab.udp("198.18.100.1", 9000, 40001, "a");
+    let (owner, _) = first.split_once(' ').unwrap();
+    let n = owner.trim_start_matches("backend-");
+    let path = lab.dir.path().join("xvs.toml");
+    let without = config.replacen(&format!("  {{ addr = \"198.18.1.{n}:9000\" }},\n"), "", 1);
+    assert_ne!(without, config, "backend {n} not found in the echo service");
+    std::fs::write(&path, without).unwrap();
+    unsafe { libc::kill(pid, libc::SIGHUP) };
+    std::thread::sleep(Duration::from_millis(600));
+    let again = lab.udp("198.18.100.1", 9000, 40001, "b");
+    assert!(
+        !again.starts_with(owner),
+        "the UDP flow still goes to the removed {owner}: {again}"
+    );
+    let (_, stats) = admin(&lab, "GET", "/v1/stats");
+    let v: serde_json::Value = serde_json::from_str(&stats).unwrap();
+    assert_eq!(v["governance"]["flows_resteered"], 1, "{v}");
+
+    // Graceful drain: SIGTERM with a transfer in flight.
+    let download = slow_download(&lab, 4 << 20, "2M");
+    std::thread::sleep(Duration::from_millis(300));
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    std::thread::sleep(Duration::from_millis(300));
+    let (code, body) = admin(&lab, "GET", "/healthz");
+    assert_eq!(code, "503", "{body}");
+    assert_eq!(admin(&lab, "GET", "/livez").0, "200");
+    let out = download.join().unwrap();
+    assert!(
+        out.status.success(),
+        "transfer broken by the drain: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout.len(), 4 << 20);
+    // xvs exits by itself about a second after the transfer ended.
+    let mut child = lab.xvs.take().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(8);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "xvs did not finish its drain");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "{status}");
+}
+
+/// Passive health: a backend that answers SYNs with RSTs (its server is gone) is marked
+/// down from the SYN-ACKs it never sent, long before the next active probe.
+#[test]
+fn passive_health_check_catches_refused_connections() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut lab = Lab::up();
+    let config = lab_config()
+        + "\n[health]\nprobe = \"tcp\"\ninterval = \"60s\"\ntimeout = \"1s\"\nrise = 1\nfall = 2\n";
+    lab.start_xvs(&config);
+    check_rr(&lab, "http://198.18.100.1/");
+    let pids = lab.exec("b2", &["ip", "netns", "pids", &lab.ns("b2")]);
+    for pid in String::from_utf8_lossy(&pids.stdout).split_whitespace() {
+        let _ = Command::new("kill").arg(pid).stderr(Stdio::null()).status();
+    }
+    // About 30 connection attempts a second for up to 6 s; a third hit backend 2.
+    let script = "import socket,time\nend=time.time()+6\nwhile time.time()<end:\n  s=socket.socket()\n  s.settimeout(0.2)\n  try:\n    s.connect(('198.18.100.1',80))\n  except OSError:\n    pass\n  s.close()\n  time.sleep(0.03)\n";
+    let ns = lab.ns("c");
+    let load = std::thread::spawn(move || {
+        Command::new("ip")
+            .args(["netns", "exec", &ns, "python3", "-c", script])
+            .output()
+            .unwrap()
+    });
+    let started = Instant::now();
+    let mut down_after = None;
+    while started.elapsed() < Duration::from_secs(6) {
+        let o = lab.exec("x", &[env!("CARGO_BIN_EXE_xvs"), "services", "--json"]);
+        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&o.stdout) {
+            let web = &v["services"][0];
+            let b2 = web["backends"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|b| b["addr"] == "198.18.1.2:8080")
+                .unwrap();
+            if b2["usable"] == false {
+                down_after = Some(started.elapsed());
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = load.join();
+    assert!(
+        down_after.is_some(),
+        "backend 2 refuses connections but is still usable after 6 s"
+    );
+    // New flows avoid it.
+    let bodies = http_round(&lab, "http://198.18.100.1/", 6);
+    assert_eq!(
+        count(&bodies, "backend-1") + count(&bodies, "backend-3"),
+        6,
+        "{bodies:?}"
+    );
+    lab.stop_xvs();
+}

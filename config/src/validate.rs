@@ -315,7 +315,11 @@ fn services(c: &Config, out: &mut Found) {
                 "must be at least 1 (new connections per second); remove it for no limit"
                     .to_owned(),
             ),
-            (_, Some(0)) => err(out, p.key("new_conn_burst"), "must be at least 1".to_owned()),
+            (_, Some(0)) => err(
+                out,
+                p.key("new_conn_burst"),
+                "must be at least 1".to_owned(),
+            ),
             (None, Some(_)) => err(
                 out,
                 p.key("new_conn_burst"),

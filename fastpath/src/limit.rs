@@ -106,7 +106,10 @@ mod tests {
         let n = (0..1000)
             .filter(|i| b.admit(start + Duration::from_millis(*i)))
             .count();
-        assert!((100..=111).contains(&n), "admitted {n} in one second at 100/s burst 10");
+        assert!(
+            (100..=111).contains(&n),
+            "admitted {n} in one second at 100/s burst 10"
+        );
     }
 
     #[test]

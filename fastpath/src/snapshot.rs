@@ -19,9 +19,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use config::{Config, Mode, Protocol, SchedFlag, SchedulerName};
 pub use crate::limit::RateLimit;
 use crate::limit::TokenBucket;
+use config::{Config, Mode, Protocol, SchedFlag, SchedulerName};
 use lb_algos::{
     AffinityTable, Backend, BackendId, ConnCounts, FlowTuple, SchedFlags, SchedParams, Scheduler,
     SchedulerKind,
@@ -739,7 +739,10 @@ mod tests {
         let s2 = b.build(&specs, &L2Table::default()).unwrap();
         let ids2: Vec<u32> = s2.services[0].backends.iter().map(|b| b.id.0).collect();
         assert_eq!(ids2[0], ids1[1]);
-        assert!(!ids1.contains(&ids2[1]), "a retired id is not reused: {ids2:?}");
+        assert!(
+            !ids1.contains(&ids2[1]),
+            "a retired id is not reused: {ids2:?}"
+        );
         assert_eq!(b.retired().collect::<Vec<_>>(), [BackendId(ids1[0])]);
         assert_eq!(s2.generation, s1.generation + 1);
         // The removed backend comes back while still retired: it gets its old id.

@@ -14,7 +14,7 @@ use etherparse::{
     icmpv6::DestUnreachableCode,
 };
 use fastpath::pipeline::{DropReason, Pipeline, Verdict};
-use fastpath::snapshot::SnapshotBuilder;
+use fastpath::snapshot::{ServiceSpec, SnapshotBuilder};
 use fastpath::wire::checksum;
 use pipeline_common::*;
 
@@ -955,4 +955,128 @@ fn load_balancer_source_ranges_admit_only_their_clients() {
     );
     assert_eq!(outside, before, "a dropped frame is left as it was");
     assert_eq!(p.counters().dropped(DropReason::SourceRange), 1);
+}
+
+/// The "two" service of the fixture config with `edit` applied, swapped into `p`.
+fn with_service_two(p: &mut Pipeline, edit: impl Fn(&mut ServiceSpec), frozen: bool) {
+    let cfg = config::parse(CONFIG, "fixture.toml").unwrap();
+    let mut specs = ServiceSpec::from_config(&cfg);
+    specs.iter_mut().filter(|s| s.name == "two").for_each(edit);
+    let mut b = SnapshotBuilder::from_config(&cfg);
+    b.set_frozen(frozen);
+    let snap = b
+        .build(&specs, &fastpath::snapshot::L2Table::from_config(&cfg))
+        .unwrap();
+    p.set_snapshot(Arc::new(snap));
+}
+
+#[test]
+fn freeze_refuses_new_flows_and_keeps_established_ones() {
+    let epoch = Instant::now();
+    let mut p = pipeline(epoch);
+    let vip = "198.18.100.20:80";
+    let mut syn = cin("198.18.0.1:1000", vip, 64, SYN);
+    assert_eq!(p.process(&mut syn, epoch), Verdict::Tx(0));
+    for global in [false, true] {
+        with_service_two(&mut p, |s| s.frozen = !global, global);
+        // The established flow continues...
+        let mut ack = cin("198.18.0.1:1000", vip, 64, ACK);
+        assert_eq!(
+            p.process(&mut ack, epoch),
+            Verdict::Tx(0),
+            "global {global}"
+        );
+        // ...a new one is refused, frame untouched.
+        let mut new = cin("198.18.0.1:1001", vip, 64, SYN);
+        let before = new.clone();
+        assert_eq!(
+            p.process(&mut new, epoch),
+            Verdict::Drop(DropReason::Frozen),
+            "global {global}"
+        );
+        assert_eq!(new, before);
+    }
+    assert_eq!(p.counters().dropped(DropReason::Frozen), 2);
+    // Unfrozen: new flows again.
+    with_service_two(&mut p, |_| {}, false);
+    let mut new = cin("198.18.0.1:1001", vip, 64, SYN);
+    assert_eq!(p.process(&mut new, epoch), Verdict::Tx(0));
+}
+
+#[test]
+fn rate_limit_drops_excess_syns_but_not_established_packets() {
+    let epoch = Instant::now();
+    let mut p = pipeline(epoch);
+    let vip = "198.18.100.20:80";
+    with_service_two(
+        &mut p,
+        |s| s.rate_limit = Some(fastpath::snapshot::RateLimit { rate: 10, burst: 3 }),
+        false,
+    );
+    let verdicts: Vec<Verdict> = (0..5u16)
+        .map(|i| {
+            let mut f = cin(&format!("198.18.0.1:{}", 2000 + i), vip, 64, SYN);
+            p.process(&mut f, epoch)
+        })
+        .collect();
+    let limited = Verdict::Drop(DropReason::RateLimited);
+    assert_eq!(
+        verdicts,
+        [
+            Verdict::Tx(0),
+            Verdict::Tx(0),
+            Verdict::Tx(0),
+            limited,
+            limited
+        ]
+    );
+    // Established flows are never limited.
+    for _ in 0..10 {
+        let mut ack = cin("198.18.0.1:2000", vip, 64, ACK);
+        assert_eq!(p.process(&mut ack, epoch), Verdict::Tx(0));
+    }
+    // 100 ms later one token is back (10/s).
+    let later = at(epoch, 100);
+    let mut a = cin("198.18.0.1:3000", vip, 64, SYN);
+    let mut b = cin("198.18.0.1:3001", vip, 64, SYN);
+    assert_eq!(p.process(&mut a, later), Verdict::Tx(0));
+    assert_eq!(p.process(&mut b, later), limited);
+    let svc = &p
+        .snapshot()
+        .services
+        .iter()
+        .find(|s| s.name == "two")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        svc.rate_limited.load(std::sync::atomic::Ordering::Relaxed),
+        3
+    );
+    assert_eq!(p.counters().dropped(DropReason::RateLimited), 3);
+}
+
+#[test]
+fn rate_limit_from_the_config() {
+    let text = CONFIG.replace(
+        "name = \"two\"\n",
+        "name = \"two\"\nnew_conn_rate = 5\nnew_conn_burst = 2\n",
+    );
+    assert_ne!(text, CONFIG);
+    let epoch = Instant::now();
+    let mut p = pipeline_from(&text, epoch);
+    let vip = "198.18.100.20:80";
+    let v: Vec<Verdict> = (0..3u16)
+        .map(|i| {
+            let mut f = cin(&format!("198.18.0.1:{}", 4000 + i), vip, 64, SYN);
+            p.process(&mut f, epoch)
+        })
+        .collect();
+    assert_eq!(
+        v,
+        [
+            Verdict::Tx(0),
+            Verdict::Tx(0),
+            Verdict::Drop(DropReason::RateLimited)
+        ]
+    );
 }

@@ -68,6 +68,12 @@ impl AdminSource for Fake {
                     inactive: 1,
                 },
             ],
+            frozen: false,
+            rate_limit: Some(admin::RateLimitView {
+                rate: 100,
+                burst: 10,
+            }),
+            rate_limited: 5,
         }]
     }
 
@@ -115,6 +121,13 @@ impl AdminSource for Fake {
                 reloads_ok: 1,
                 reloads_failed: 2,
             },
+            governance: admin::GovernanceView {
+                frozen: true,
+                frozen_services: vec![],
+                draining: false,
+                flows_resteered: 4,
+                flows_ended: 6,
+            },
         }
     }
 
@@ -128,8 +141,12 @@ impl AdminSource for Fake {
         }
     }
 
-    fn control(&self, action: &str) -> Result<(), String> {
-        self.controls.lock().unwrap().push(action.to_owned());
+    fn control(&self, action: &str, service: Option<&str>) -> Result<(), String> {
+        let what = match service {
+            Some(s) => format!("{action} {s}"),
+            None => action.to_owned(),
+        };
+        self.controls.lock().unwrap().push(what);
         Ok(())
     }
 }
@@ -340,6 +357,12 @@ fn metrics_are_valid_prometheus_text() {
     has("xvs_last_sync_timestamp_seconds 1700000000.25\n");
     has("xvs_config_reloads_total{result=\"ok\"} 1\n");
     has("xvs_config_reloads_total{result=\"failed\"} 2\n");
+    has("xvs_frozen 1\n");
+    has("xvs_service_frozen{service=\"ns/we\\\"b\\\\x:80\"} 0\n");
+    has("xvs_service_rate_limited_total{service=\"ns/we\\\"b\\\\x:80\"} 5\n");
+    has("xvs_draining 0\n");
+    has("xvs_removed_backend_flows_total{action=\"resteered\"} 4\n");
+    has("xvs_removed_backend_flows_total{action=\"ended\"} 6\n");
     has("xvs_snapshot_generation 42\n");
     h.stop();
 }
@@ -452,7 +475,17 @@ fn methods_paths_and_control_gate() {
     );
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.json()["action"], "drain");
-    assert_eq!(*fake.controls.lock().unwrap(), vec!["drain".to_owned()]);
+    // One service, named in the (percent-encoded) query.
+    let r = request(
+        h.local_addr(),
+        "POST /v1/freeze?service=ns%2Fweb%3Ahttp HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["service"], "ns/web:http");
+    assert_eq!(
+        *fake.controls.lock().unwrap(),
+        vec!["drain".to_owned(), "freeze ns/web:http".to_owned()]
+    );
     h.stop();
 }
 

@@ -213,6 +213,60 @@ pub fn render(stats: &StatsView, services: &[ServiceView], probes: &ProbeCounts)
         "Services in the published snapshot.",
         f(services.len() as u64),
     );
+    o.family(
+        "xvs_service_frozen",
+        "gauge",
+        "1 when the service refuses new flows (frozen, or the node is).",
+    );
+    for s in services {
+        o.sample(
+            "xvs_service_frozen",
+            &[("service", &s.name)],
+            u8::from(s.frozen),
+        );
+    }
+    o.family(
+        "xvs_service_rate_limited_total",
+        "counter",
+        "New flows refused by the service's new-connection rate limit (services with one).",
+    );
+    for s in services.iter().filter(|s| s.rate_limit.is_some()) {
+        o.sample(
+            "xvs_service_rate_limited_total",
+            &[("service", &s.name)],
+            f(s.rate_limited),
+        );
+    }
+
+    // Governance.
+    let g = &stats.governance;
+    o.single(
+        "xvs_frozen",
+        "gauge",
+        "1 while every new flow is refused (the freeze switch).",
+        u8::from(g.frozen),
+    );
+    o.single(
+        "xvs_draining",
+        "gauge",
+        "1 while the node drains (/healthz answers 503).",
+        u8::from(g.draining),
+    );
+    o.family(
+        "xvs_removed_backend_flows_total",
+        "counter",
+        "Flows of removed or unusable backends acted on: resteered = UDP flows removed so their next packet is scheduled again; ended = TCP/SCTP flows of removed backends ended.",
+    );
+    o.sample(
+        "xvs_removed_backend_flows_total",
+        &[("action", "resteered")],
+        f(g.flows_resteered),
+    );
+    o.sample(
+        "xvs_removed_backend_flows_total",
+        &[("action", "ended")],
+        f(g.flows_ended),
+    );
 
     // Flow table.
     let t = &stats.flowtable;

@@ -8,7 +8,7 @@
 //! | `GET /v1/services` | [`ServicesResponse`] |
 //! | `GET /v1/flows?limit=N` | [`FlowsResponse`]; N defaults to 100, clamped to 1..=10000 |
 //! | `GET /v1/stats` | [`StatsView`] |
-//! | `POST /v1/freeze`, `/v1/unfreeze`, `/v1/drain` | 403 unless `[admin] enable_control`; then [`AdminSource::control`] |
+//! | `POST /v1/freeze`, `/v1/unfreeze` (`?service=NAME`: one service), `/v1/drain`, `/v1/undrain` | 403 unless `[admin] enable_control`; then [`AdminSource::control`] |
 //!
 //! `HEAD` is accepted wherever `GET` is. Another method on a read endpoint is 405, on a
 //! control endpoint (other than POST) also 405; any other path is 404.
@@ -50,7 +50,7 @@ pub const FLOWS_DEFAULT: usize = 100;
 /// Largest `/v1/flows` limit.
 pub const FLOWS_MAX: usize = 10_000;
 /// The state-changing endpoints, as `/v1/<action>`.
-pub const CONTROL_ACTIONS: &[&str] = &["freeze", "unfreeze", "drain"];
+pub const CONTROL_ACTIONS: &[&str] = &["freeze", "unfreeze", "drain", "undrain"];
 /// Content type of `/metrics`.
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -65,10 +65,11 @@ pub trait AdminSource: Send + Sync + 'static {
     fn stats(&self) -> StatsView;
     /// What `/healthz` and `/livez` decide from.
     fn health(&self) -> HealthView;
-    /// Performs a state-changing action (`freeze`, `unfreeze`, `drain`). Only called when
+    /// Performs a state-changing action (`freeze`, `unfreeze`, `drain`, `undrain`), for one
+    /// service when `service` is given (`?service=NAME`, percent-decoded). Only called when
     /// `[admin] enable_control` is on. `Err` is answered 409 with the message.
-    fn control(&self, action: &str) -> Result<(), String> {
-        let _ = action;
+    fn control(&self, action: &str, service: Option<&str>) -> Result<(), String> {
+        let _ = (action, service);
         Err("not supported".to_owned())
     }
 }
@@ -133,8 +134,12 @@ impl Api {
                     "control endpoints are disabled; set [admin] enable_control = true",
                 );
             }
-            return match self.source.control(action) {
-                Ok(()) => Response::json(200, &serde_json::json!({ "action": action, "ok": true })),
+            let service = req.param("service").map(percent_decode);
+            return match self.source.control(action, service.as_deref()) {
+                Ok(()) => Response::json(
+                    200,
+                    &serde_json::json!({ "action": action, "service": service, "ok": true }),
+                ),
                 Err(e) => Response::error(409, &e),
             };
         }
@@ -278,6 +283,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn percent_decoding_of_query_values() {
+        assert_eq!(percent_decode("ns%2Fweb%3Ahttp"), "ns/web:http");
+        assert_eq!(percent_decode("a+b"), "a b");
+        assert_eq!(percent_decode("ns/web:http"), "ns/web:http");
+        // Malformed or cut escapes stay as written.
+        assert_eq!(percent_decode("x%zz%4"), "x%zz%4");
+        assert_eq!(percent_decode("%"), "%");
+    }
+
+    #[test]
     fn rfc3339_known_instants() {
         let at = |s: u64, ms: u64| {
             rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(s) + Duration::from_millis(ms))
@@ -331,4 +346,30 @@ mod tests {
         };
         assert!(evaluate(&stopped, now, false).is_err());
     }
+}
+
+/// Decodes `%XX` escapes and `+` (a space) in a query value; malformed escapes stay as written.
+fn percent_decode(v: &str) -> String {
+    let b = v.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' if i + 2 < b.len() => {
+                let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(x) => {
+                        out.push(x);
+                        i += 3;
+                        continue;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }

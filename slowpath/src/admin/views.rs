@@ -40,6 +40,24 @@ pub struct ServiceView {
     pub affinity_timeout_s: Option<u64>,
     /// Backends, in the source's order.
     pub backends: Vec<BackendView>,
+    /// New flows refused: this service is frozen, or the whole node is.
+    #[serde(default)]
+    pub frozen: bool,
+    /// The new-connection rate limit, when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimitView>,
+    /// New flows refused by the rate limit (since this service's last change).
+    #[serde(default)]
+    pub rate_limited: u64,
+}
+
+/// A service's new-connection token bucket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RateLimitView {
+    /// New connections per second, sustained.
+    pub rate: u32,
+    /// Bucket size.
+    pub burst: u32,
 }
 
 /// A frontend: what clients address.
@@ -72,6 +90,12 @@ impl ServiceView {
     /// The view of one snapshot service, with connection counts from `counts` (the flow table).
     pub fn from_entry(s: &ServiceEntry, counts: &dyn ConnCounts) -> ServiceView {
         ServiceView {
+            frozen: s.frozen,
+            rate_limit: s.limiter.as_ref().map(|b| RateLimitView {
+                rate: b.limit().rate,
+                burst: b.limit().burst,
+            }),
+            rate_limited: s.rate_limited.load(std::sync::atomic::Ordering::Relaxed),
             name: s.name.clone(),
             frontends: s
                 .frontends
@@ -103,7 +127,11 @@ impl ServiceView {
     pub fn from_snapshot(snap: &Snapshot, counts: &dyn ConnCounts) -> Vec<ServiceView> {
         snap.services
             .iter()
-            .map(|s| ServiceView::from_entry(s, counts))
+            .map(|s| {
+                let mut v = ServiceView::from_entry(s, counts);
+                v.frozen |= snap.frozen;
+                v
+            })
             .collect()
     }
 }
@@ -215,6 +243,27 @@ pub struct StatsView {
     pub steering: Vec<SteerView>,
     /// The slowpath's sync loop.
     pub sync: SyncView,
+    /// Freeze, drain and what happened to the flows of removed backends.
+    #[serde(default)]
+    pub governance: GovernanceView,
+}
+
+/// Governance state and the endpoint-removal policy's work.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GovernanceView {
+    /// Every new flow is refused (`POST /v1/freeze`).
+    pub frozen: bool,
+    /// Services frozen one by one (`POST /v1/freeze?service=NAME`).
+    #[serde(default)]
+    pub frozen_services: Vec<String>,
+    /// The node is draining: `/healthz` answers 503 so upstream load balancers move away
+    /// (`POST /v1/drain`, or a stop signal while established flows finish).
+    pub draining: bool,
+    /// UDP flows of removed or unusable backends removed so their next packet is
+    /// re-scheduled.
+    pub flows_resteered: u64,
+    /// TCP/SCTP flows of removed backends ended (`[flowtable] removed_backend_tcp = "expire"`).
+    pub flows_ended: u64,
 }
 
 /// Counters of one fastpath worker since start-up.
