@@ -71,16 +71,23 @@ pub fn summary(name: &str, c: &Config) -> String {
         let affinity = svc
             .session_affinity_timeout
             .map_or(String::new(), |t| format!(", ClientIP affinity {t}"));
+        let limit = svc.new_conn_rate.map_or(String::new(), |r| {
+            format!(
+                ", at most {r} new connections/s (burst {})",
+                svc.new_conn_burst.unwrap_or(r)
+            )
+        });
         let _ = writeln!(
             s,
-            "  {} {}/{} scheduler {} mode {}, {} backends{}",
+            "  {} {}/{} scheduler {} mode {}, {} backends{}{}",
             svc.name,
             frontend,
             svc.protocol.name(),
             sched,
             svc.mode_or(dp.mode).name(),
             svc.backends.len(),
-            affinity
+            affinity,
+            limit
         );
         for b in &svc.backends {
             let drain = if b.weight == 0 { " (drain)" } else { "" };

@@ -64,6 +64,56 @@ fn check_every_example() {
 }
 
 #[test]
+fn governance_keys_are_shown_and_checked() {
+    let o = xvs(&[
+        "check",
+        "--config",
+        example("static-services.toml").to_str().unwrap(),
+    ]);
+    let out = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        out.contains("at most 5000 new connections/s (burst 500)"),
+        "{out}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let good = std::fs::read_to_string(example("lab.toml")).unwrap();
+    let cases = [
+        (
+            "name = \"web\"\n",
+            "name = \"web\"\nnew_conn_rate = 0\n",
+            "services[0].new_conn_rate",
+        ),
+        (
+            "name = \"web\"\n",
+            "name = \"web\"\nnew_conn_burst = 5\n",
+            "services[0].new_conn_burst",
+        ),
+        (
+            "[flowtable]\n",
+            "[flowtable]\nremoved_backend_tcp = \"reset\"\n",
+            "flowtable.removed_backend_tcp",
+        ),
+        (
+            "batch_size = 64\n",
+            "batch_size = 64\ndrain_timeout = \"25\"\n",
+            "dataplane.drain_timeout",
+        ),
+    ];
+    for (from, to, key) in cases {
+        let text = good.replacen(from, to, 1);
+        assert_ne!(text, good, "{to}");
+        let p = write_temp(&dir, &text);
+        let o = xvs(&["check", "--config", p.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(2), "{to}");
+        assert!(
+            stderr(&o).contains(key),
+            "{to}: wants key {key}: {}",
+            stderr(&o)
+        );
+    }
+}
+
+#[test]
 fn bad_files_exit_2_naming_key_and_line() {
     let dir = tempfile::tempdir().unwrap();
     let good = std::fs::read_to_string(example("lab.toml")).unwrap();
