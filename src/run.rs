@@ -249,18 +249,33 @@ impl Running {
         sync: &SyncStats,
     ) -> anyhow::Result<()> {
         let t0 = Instant::now();
-        let mut specs = self.specs.clone();
-        for s in &mut specs {
-            // Health applies to what the source says is usable (readiness stays).
-            for b in &mut s.backends {
-                b.usable &= !self.down.contains(&b.addr);
+        // Health and per-service freezes are applied to a copy, made only when there is
+        // something to apply (10,000 Services: the copy alone would cost milliseconds).
+        let frozen_any = !self
+            .control
+            .frozen_services
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty();
+        let adjusted;
+        let specs: &[ServiceSpec] = if self.down.is_empty() && !frozen_any {
+            &self.specs
+        } else {
+            let mut v = self.specs.clone();
+            for s in &mut v {
+                // Health applies to what the source says is usable (readiness stays).
+                for b in &mut s.backends {
+                    b.usable &= !self.down.contains(&b.addr);
+                }
+                s.frozen |= self.control.service_frozen(&s.name);
             }
-            s.frozen |= self.control.service_frozen(&s.name);
-        }
+            adjusted = v;
+            &adjusted
+        };
         self.builder
             .set_frozen(self.control.frozen.load(Ordering::Relaxed));
         let l2 = merge_pins(self.l2.clone(), cfg);
-        let snap = Arc::new(self.builder.build(&specs, &l2)?);
+        let snap = Arc::new(self.builder.build(specs, &l2)?);
         // New frontends are steered after the snapshot that knows them is published; gone
         // ones stop being steered at the same moment (their flows would be refused anyway).
         self.current.store(Arc::clone(&snap));

@@ -12,6 +12,14 @@
 //! count on it. The owner of the flow table ends or re-steers those flows (see
 //! [`SnapshotBuilder::retired`]) and hands the id back with [`SnapshotBuilder::reclaim`] once
 //! no flow holds it; a backend that comes back before that gets its old id again.
+//!
+//! Service ids (the flow table's service id, the ClientIP affinity key) are stable per name
+//! too, and a build finds the last entry of each spec by name: services coming and going
+//! around a service (which moves its position in the list) neither rebuild its entry nor
+//! lose its scheduler state. `Snapshot::services` iterates in the source's order and is
+//! indexed by id. A build costs one comparison per unchanged spec plus the work of the
+//! changed ones (10k Kubernetes Services: under a millisecond for a one-Service change; see
+//! `benches/src/bin/scale.rs`).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -195,7 +203,11 @@ pub struct BackendEntry {
 /// A service in a snapshot.
 #[derive(Debug)]
 pub struct ServiceEntry {
-    /// Index of this service in `Snapshot::services` (the flow table's service id).
+    /// This service's id: the flow table's service id and the ClientIP affinity key. Stable
+    /// for as long as a service of this name exists (services coming and going around it do
+    /// not change it), so its entry can be shared between snapshots; freed ids are reused by
+    /// later services. `Snapshot::services[id]` finds the entry. Not a position: a builder's
+    /// first build numbers its services 0, 1, 2... in order, later ones need not.
     pub id: u32,
     /// Name.
     pub name: String,
@@ -300,6 +312,12 @@ impl ServiceEntry {
 /// Why a snapshot could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
+    /// Two services have one name (names key the services' ids and backend ids).
+    #[error("two services are named {name}")]
+    DuplicateName {
+        /// The name.
+        name: String,
+    },
     /// Two services claim one frontend.
     #[error("frontend {vip}:{port}/{proto} is claimed by both {first} and {second}", proto = .frontend.protocol.name(), vip = .frontend.vip, port = .frontend.port)]
     DuplicateFrontend {
@@ -326,20 +344,78 @@ pub enum BuildError {
     },
 }
 
+/// The services of a snapshot: in the source's order (`iter`, `as_slice`) and by
+/// [`ServiceEntry::id`] (`get`, `[id]`).
+#[derive(Debug, Default)]
+pub struct ServiceTable {
+    list: Vec<Arc<ServiceEntry>>,
+    /// Position in `list` by service id (`u32::MAX`: no such service).
+    by_id: Vec<u32>,
+}
+
+impl ServiceTable {
+    /// Number of services.
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// The services in the source's order.
+    pub fn iter(&self) -> std::slice::Iter<'_, Arc<ServiceEntry>> {
+        self.list.iter()
+    }
+
+    /// The services in the source's order.
+    pub fn as_slice(&self) -> &[Arc<ServiceEntry>] {
+        &self.list
+    }
+
+    /// The service whose [`ServiceEntry::id`] is `id`.
+    #[inline]
+    pub fn get(&self, id: usize) -> Option<&Arc<ServiceEntry>> {
+        let pos = *self.by_id.get(id)?;
+        self.list.get(pos as usize)
+    }
+}
+
+impl std::ops::Index<usize> for ServiceTable {
+    type Output = Arc<ServiceEntry>;
+
+    /// The service whose id is `id`; panics when there is none.
+    fn index(&self, id: usize) -> &Arc<ServiceEntry> {
+        self.get(id)
+            .unwrap_or_else(|| panic!("no service with id {id}"))
+    }
+}
+
+impl<'a> IntoIterator for &'a ServiceTable {
+    type Item = &'a Arc<ServiceEntry>;
+    type IntoIter = std::slice::Iter<'a, Arc<ServiceEntry>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.list.iter()
+    }
+}
+
 /// Everything the fastpath reads, for one generation.
 #[derive(Debug)]
 pub struct Snapshot {
     /// Increases by one per build.
     pub generation: u64,
-    /// Services, indexed by `ServiceEntry::id`.
-    /// Services, indexed by `ServiceEntry::id`. An entry whose spec did not change is shared
-    /// with the previous snapshot, scheduler state included (rr/wrr position, lblc tables,
-    /// Maglev table), as IPVS keeps a service's state across edits of other services.
-    pub services: Vec<Arc<ServiceEntry>>,
+    /// Services: iterated in the source's order, indexed (`[id]`, `get(id)`) by
+    /// [`ServiceEntry::id`]. An entry whose spec did not change is shared with the previous
+    /// snapshot, scheduler state included (rr/wrr position, lblc tables, Maglev table, rate
+    /// limiter), as IPVS keeps a service's state across edits of other services.
+    pub services: ServiceTable,
     /// Every new flow is refused (the freeze switch, a draining shutdown); established
     /// flows continue.
     pub frozen: bool,
-    frontends: HashMap<Frontend, u32, ahash::RandomState>,
+    /// Frontend → service id; shared with the next snapshot when no frontend changed.
+    frontends: Arc<FrontendMap>,
     neighbours: HashMap<IpAddr, ([u8; 6], Option<u16>), ahash::RandomState>,
     /// Longest prefix first.
     routes: Vec<Route>,
@@ -352,6 +428,11 @@ impl Snapshot {
     pub fn service_for(&self, frontend: &Frontend) -> Option<&ServiceEntry> {
         let id = *self.frontends.get(frontend)?;
         self.services.get(id as usize).map(|s| &**s)
+    }
+
+    /// Number of frontends.
+    pub fn frontend_count(&self) -> usize {
+        self.frontends.len()
     }
 
     /// The MAC of neighbour `ip`, when known.
@@ -383,19 +464,36 @@ impl Snapshot {
     }
 }
 
-/// Builds snapshots, keeping backend ids stable across builds.
+/// Builds snapshots, keeping service ids and backend ids stable across builds.
+///
+/// A build costs one comparison per unchanged spec (its entry is shared, found by name; in
+/// the common case without a hash lookup), plus the work for the specs that changed: the
+/// frontend map and the id tables are patched, not rebuilt.
 #[derive(Debug)]
 pub struct SnapshotBuilder {
     backends_max: u32,
     mh_table_size: u32,
     generation: u64,
-    ids: HashMap<(String, SocketAddr), BackendId>,
+    /// Build attempts (failed ones too): stamps for `seen`.
+    attempts: u64,
     /// Ids of backends that left their service, until [`SnapshotBuilder::reclaim`] frees them.
     retired: HashMap<(String, SocketAddr), BackendId>,
     free: Vec<BackendId>,
     next: u32,
-    /// The specs of the last build and the entries built from them, by index.
-    last: Vec<(ServiceSpec, Arc<ServiceEntry>)>,
+    /// The last build's services by id: the spec and the entry built from it. A live
+    /// service's backend ids are those of its entry.
+    slots: Vec<Option<Slot>>,
+    /// Service ids by name.
+    names: HashMap<String, u32, ahash::RandomState>,
+    /// Service ids free for new services.
+    free_ids: Vec<u32>,
+    /// The last build's service ids in its order, and each id's position in it.
+    order: Vec<u32>,
+    pos: Vec<u32>,
+    /// The last build's frontends → service id.
+    frontends: Arc<FrontendMap>,
+    /// Per service id: the build attempt that saw it last.
+    seen: Vec<u64>,
     /// Whether the next snapshots refuse every new flow.
     frozen: bool,
     /// Rate-limit buckets count from here.
@@ -410,11 +508,17 @@ impl SnapshotBuilder {
             backends_max,
             mh_table_size,
             generation: 0,
-            ids: HashMap::new(),
+            attempts: 0,
             retired: HashMap::new(),
             free: Vec::new(),
             next: 0,
-            last: Vec::new(),
+            slots: Vec::new(),
+            names: HashMap::default(),
+            free_ids: Vec::new(),
+            order: Vec::new(),
+            pos: Vec::new(),
+            frontends: Arc::default(),
+            seen: Vec::new(),
             frozen: false,
             // An hour back (when the clock allows): callers' clocks (and tests' fake ones)
             // that started a little before the builder still refill the buckets.
@@ -430,78 +534,282 @@ impl SnapshotBuilder {
         Self::new(c.flowtable.backends_max, c.dataplane.mh_table_size)
     }
 
-    /// Builds the next snapshot from `services` and the network view `l2`.
+    /// Builds the next snapshot from `services` and the network view `l2`. On error the
+    /// builder is left as it was.
     pub fn build(
         &mut self,
         services: &[ServiceSpec],
         l2: &L2Table,
     ) -> Result<Snapshot, BuildError> {
-        let mut frontends: HashMap<Frontend, u32, ahash::RandomState> = HashMap::default();
-        for (i, s) in services.iter().enumerate() {
-            for f in &s.frontends {
-                if let Some(first) = frontends.insert(*f, i as u32) {
-                    return Err(BuildError::DuplicateFrontend {
-                        frontend: *f,
-                        first: services[first as usize].name.clone(),
-                        second: s.name.clone(),
-                    });
+        self.attempts += 1;
+        let stamp = self.attempts;
+        // Which id each spec has (by name), and which specs changed. Specs mostly come in
+        // the order of the last build: try the next id of that order before hashing.
+        let mut ids: Vec<u32> = Vec::with_capacity(services.len());
+        let mut changed: Vec<usize> = Vec::new();
+        let mut hint = 0usize;
+        for (p, s) in services.iter().enumerate() {
+            let id = match self.order.get(hint) {
+                Some(&id) if self.slot(id).is_some_and(|x| x.spec.name == s.name) => Some(id),
+                _ => self.names.get(s.name.as_str()).copied(),
+            };
+            match id {
+                Some(id) => {
+                    let i = id as usize;
+                    if self.seen[i] == stamp {
+                        return Err(BuildError::DuplicateName {
+                            name: s.name.clone(),
+                        });
+                    }
+                    self.seen[i] = stamp;
+                    hint = self.pos[i] as usize + 1;
+                    if self.slot(id).is_none_or(|x| x.spec != *s) {
+                        changed.push(p);
+                    }
+                    ids.push(id);
+                }
+                None => {
+                    changed.push(p);
+                    ids.push(NO_ID);
                 }
             }
         }
-        // Retire the ids of backends that are gone, then assign ids to new ones.
-        let live: std::collections::HashSet<(&str, SocketAddr)> = services
+        let removed: Vec<u32> = self
+            .order
             .iter()
-            .flat_map(|s| s.backends.iter().map(move |b| (s.name.as_str(), b.addr)))
+            .copied()
+            .filter(|&id| self.seen[id as usize] != stamp)
             .collect();
-        let retired = &mut self.retired;
-        self.ids.retain(|(name, addr), id| {
-            let keep = live.contains(&(name.as_str(), *addr));
-            if !keep {
-                retired.insert((name.clone(), *addr), *id);
+
+        let mut undo = Undo {
+            slots_len: self.slots.len(),
+            free_ids: Vec::new(),
+            free: Vec::new(),
+            next: self.next,
+            retired: Vec::new(),
+        };
+        let result = self.build_changed(services, &mut ids, &changed, &removed, &mut undo);
+        let (frontends, built, retire) = match result {
+            Ok(r) => r,
+            Err(e) => {
+                self.rollback(undo);
+                return Err(e);
             }
-            keep
-        });
-        let mut out: Vec<Arc<ServiceEntry>> = Vec::with_capacity(services.len());
-        for (i, s) in services.iter().enumerate() {
-            if let Some((spec, entry)) = self.last.get(i)
-                && spec == s
-            {
-                out.push(Arc::clone(entry));
+        };
+
+        // Commit.
+        for (key, id) in retire {
+            self.retired.insert(key, id);
+        }
+        for &id in &removed {
+            if let Some(slot) = self.slots[id as usize].take() {
+                for b in &slot.entry.backends {
+                    self.retired.insert((slot.spec.name.clone(), b.addr), b.id);
+                }
+                self.names.remove(&slot.spec.name);
+                self.free_ids.push(id);
+            }
+        }
+        for (p, entry) in built {
+            let id = ids[p];
+            let slot = &mut self.slots[id as usize];
+            if slot.is_none() {
+                self.names.insert(services[p].name.clone(), id);
+            }
+            *slot = Some(Slot {
+                spec: services[p].clone(),
+                entry,
+            });
+        }
+        self.frontends = frontends;
+        self.pos.clear();
+        self.pos.resize(self.slots.len(), u32::MAX);
+        for (p, &id) in ids.iter().enumerate() {
+            self.pos[id as usize] = p as u32;
+        }
+        let list: Vec<Arc<ServiceEntry>> = ids
+            .iter()
+            .map(|&id| Arc::clone(&self.slot(id).expect("a live service").entry))
+            .collect();
+        self.order = ids;
+        self.generation += 1;
+        Ok(Snapshot {
+            generation: self.generation,
+            services: ServiceTable {
+                list,
+                by_id: self.pos.clone(),
+            },
+            frozen: self.frozen,
+            frontends: Arc::clone(&self.frontends),
+            neighbours: l2
+                .neighbours
+                .iter()
+                .map(|n| (n.ip, (n.mac, n.port)))
+                .collect(),
+            routes: {
+                let mut r = l2.routes.clone();
+                r.sort_by_key(|r| std::cmp::Reverse(r.prefix.prefix));
+                r
+            },
+            port_macs: l2.port_macs.clone(),
+        })
+    }
+
+    fn slot(&self, id: u32) -> Option<&Slot> {
+        self.slots.get(id as usize).and_then(Option::as_ref)
+    }
+
+    /// The fallible part of a build: ids for new services, the new frontend map, and entries
+    /// for the changed specs (with the backend ids to retire). Everything it takes from the
+    /// builder is recorded in `undo`.
+    #[allow(clippy::type_complexity)]
+    fn build_changed(
+        &mut self,
+        services: &[ServiceSpec],
+        ids: &mut [u32],
+        changed: &[usize],
+        removed: &[u32],
+        undo: &mut Undo,
+    ) -> Result<
+        (
+            Arc<FrontendMap>,
+            Vec<(usize, Arc<ServiceEntry>)>,
+            Vec<((String, SocketAddr), BackendId)>,
+        ),
+        BuildError,
+    > {
+        // Ids for new services (never one freed by this build).
+        let mut new_names: std::collections::HashSet<&str> = std::collections::HashSet::new();
+        for &p in changed {
+            if ids[p] != NO_ID {
                 continue;
             }
+            if !new_names.insert(services[p].name.as_str()) {
+                return Err(BuildError::DuplicateName {
+                    name: services[p].name.clone(),
+                });
+            }
+            let id = match self.free_ids.pop() {
+                Some(id) => {
+                    undo.free_ids.push(id);
+                    id
+                }
+                None => {
+                    self.slots.push(None);
+                    self.seen.push(0);
+                    (self.slots.len() - 1) as u32
+                }
+            };
+            self.seen[id as usize] = self.attempts;
+            ids[p] = id;
+        }
+
+        // The frontend map: the last one, shared when no frontend changed (the common case:
+        // endpoints come and go), else a patched copy.
+        let same = removed.is_empty()
+            && changed.iter().all(|&p| {
+                self.slot(ids[p])
+                    .is_some_and(|x| x.spec.frontends == services[p].frontends)
+            });
+        if same {
+            return self
+                .build_entries(services, ids, changed, undo)
+                .map(|(built, retire)| (Arc::clone(&self.frontends), built, retire));
+        }
+        let mut frontends: FrontendMap = (*self.frontends).clone();
+        let old_specs = removed
+            .iter()
+            .copied()
+            .chain(changed.iter().map(|&p| ids[p]));
+        for id in old_specs {
+            if let Some(slot) = self.slot(id) {
+                for f in &slot.spec.frontends {
+                    if frontends.get(f) == Some(&id) {
+                        frontends.remove(f);
+                    }
+                }
+            }
+        }
+        for &p in changed {
+            let s = &services[p];
+            for f in &s.frontends {
+                if let Some(&holder) = frontends.get(f) {
+                    let first = match self.slot(holder) {
+                        Some(x) if holder != ids[p] => x.spec.name.clone(),
+                        _ => changed
+                            .iter()
+                            .find(|&&q| ids[q] == holder)
+                            .map(|&q| services[q].name.clone())
+                            .unwrap_or_default(),
+                    };
+                    return Err(BuildError::DuplicateFrontend {
+                        frontend: *f,
+                        first,
+                        second: s.name.clone(),
+                    });
+                }
+                frontends.insert(*f, ids[p]);
+            }
+        }
+        let (built, retire) = self.build_entries(services, ids, changed, undo)?;
+        Ok((Arc::new(frontends), built, retire))
+    }
+
+    /// Entries for the changed specs, and the backend ids their specs no longer list.
+    #[allow(clippy::type_complexity)]
+    fn build_entries(
+        &mut self,
+        services: &[ServiceSpec],
+        ids: &[u32],
+        changed: &[usize],
+        undo: &mut Undo,
+    ) -> Result<
+        (
+            Vec<(usize, Arc<ServiceEntry>)>,
+            Vec<((String, SocketAddr), BackendId)>,
+        ),
+        BuildError,
+    > {
+        let mut built = Vec::with_capacity(changed.len());
+        let mut retire = Vec::new();
+        for &p in changed {
+            let s = &services[p];
+            let id = ids[p];
+            let old_entry = self.slot(id).map(|x| Arc::clone(&x.entry));
+            let old: &[BackendEntry] = old_entry.as_deref().map_or(&[], |e| &e.backends);
+            let old_ids: HashMap<SocketAddr, BackendId, ahash::RandomState> =
+                old.iter().map(|b| (b.addr, b.id)).collect();
             let mut backends: Vec<BackendEntry> = Vec::with_capacity(s.backends.len());
+            let mut listed: std::collections::HashSet<SocketAddr, ahash::RandomState> =
+                std::collections::HashSet::default();
+            let mut fresh: Vec<(usize, SocketAddr)> = Vec::new();
             for b in &s.backends {
                 // A source may list an endpoint twice (two EndpointSlices); schedulers refuse
                 // duplicates, so the first listing wins.
-                if backends.iter().any(|e| e.addr == b.addr) {
+                if !listed.insert(b.addr) {
                     continue;
                 }
-                let key = (s.name.clone(), b.addr);
-                let id = match self.ids.get(&key) {
+                let bid = match old_ids.get(&b.addr) {
                     Some(id) => *id,
                     None => {
-                        let id = match self.retired.remove(&key).or_else(|| self.free.pop()) {
-                            Some(id) => id,
-                            None if self.next < self.backends_max => {
-                                self.next += 1;
-                                BackendId(self.next - 1)
-                            }
-                            None => {
-                                return Err(BuildError::TooManyBackends {
-                                    max: self.backends_max,
-                                });
-                            }
-                        };
-                        self.ids.insert(key, id);
-                        id
+                        fresh.push((backends.len(), b.addr));
+                        BackendId(u32::MAX)
                     }
                 };
                 backends.push(BackendEntry {
-                    id,
+                    id: bid,
                     addr: b.addr,
                     weight: b.weight,
                     usable: b.usable,
                 });
+            }
+            for (i, addr) in fresh {
+                backends[i].id = self.take_backend_id(&s.name, addr, undo)?;
+            }
+            for b in old {
+                if !listed.contains(&b.addr) {
+                    retire.push(((s.name.clone(), b.addr), b.id));
+                }
             }
             let sched_backends: Vec<Backend> = backends
                 .iter()
@@ -525,39 +833,62 @@ impl SnapshotBuilder {
                     source,
                 },
             )?;
-            out.push(Arc::new(ServiceEntry {
-                id: i as u32,
-                name: s.name.clone(),
-                frontends: s.frontends.clone(),
-                mode: s.mode,
-                affinity_timeout: s.affinity_timeout,
-                backends,
-                scheduler,
-                source_ranges: s.source_ranges.clone(),
-                limiter: s.rate_limit.map(|l| TokenBucket::new(l, self.epoch)),
-                frozen: s.frozen,
-                rate_limited: AtomicU64::new(0),
-            }));
+            built.push((
+                p,
+                Arc::new(ServiceEntry {
+                    id,
+                    name: s.name.clone(),
+                    frontends: s.frontends.clone(),
+                    mode: s.mode,
+                    affinity_timeout: s.affinity_timeout,
+                    backends,
+                    scheduler,
+                    source_ranges: s.source_ranges.clone(),
+                    limiter: s.rate_limit.map(|l| TokenBucket::new(l, self.epoch)),
+                    frozen: s.frozen,
+                    rate_limited: AtomicU64::new(0),
+                }),
+            ));
         }
-        self.last = services.iter().cloned().zip(out.iter().cloned()).collect();
-        self.generation += 1;
-        Ok(Snapshot {
-            generation: self.generation,
-            services: out,
-            frozen: self.frozen,
-            frontends,
-            neighbours: l2
-                .neighbours
-                .iter()
-                .map(|n| (n.ip, (n.mac, n.port)))
-                .collect(),
-            routes: {
-                let mut r = l2.routes.clone();
-                r.sort_by_key(|r| std::cmp::Reverse(r.prefix.prefix));
-                r
-            },
-            port_macs: l2.port_macs.clone(),
+        Ok((built, retire))
+    }
+
+    /// An id for a backend new to its service: its retired id when it left recently, else a
+    /// freed one, else the next unused one.
+    fn take_backend_id(
+        &mut self,
+        service: &str,
+        addr: SocketAddr,
+        undo: &mut Undo,
+    ) -> Result<BackendId, BuildError> {
+        if !self.retired.is_empty() {
+            let key = (service.to_owned(), addr);
+            if let Some(id) = self.retired.remove(&key) {
+                undo.retired.push((key, id));
+                return Ok(id);
+            }
+        }
+        if let Some(id) = self.free.pop() {
+            undo.free.push(id);
+            return Ok(id);
+        }
+        if self.next < self.backends_max {
+            self.next += 1;
+            return Ok(BackendId(self.next - 1));
+        }
+        Err(BuildError::TooManyBackends {
+            max: self.backends_max,
         })
+    }
+
+    /// Gives back what a failed build took.
+    fn rollback(&mut self, undo: Undo) {
+        self.slots.truncate(undo.slots_len);
+        self.seen.truncate(undo.slots_len);
+        self.free_ids.extend(undo.free_ids.into_iter().rev());
+        self.free.extend(undo.free.into_iter().rev());
+        self.next = undo.next;
+        self.retired.extend(undo.retired);
     }
 
     /// Sets the global freeze for the snapshots built from now on: every new flow is refused
@@ -592,6 +923,28 @@ impl SnapshotBuilder {
     pub fn build_config(&mut self, c: &Config) -> Result<Snapshot, BuildError> {
         self.build(&ServiceSpec::from_config(c), &L2Table::from_config(c))
     }
+}
+
+/// Frontend → service id.
+type FrontendMap = HashMap<Frontend, u32, ahash::RandomState>;
+
+/// Marks a spec without an id yet.
+const NO_ID: u32 = u32::MAX;
+
+/// A service of the last build.
+#[derive(Debug)]
+struct Slot {
+    spec: ServiceSpec,
+    entry: Arc<ServiceEntry>,
+}
+
+/// What a build took from the builder before it failed.
+struct Undo {
+    slots_len: usize,
+    free_ids: Vec<u32>,
+    free: Vec<BackendId>,
+    next: u32,
+    retired: Vec<((String, SocketAddr), BackendId)>,
 }
 
 /// The scheduler a config name stands for.
@@ -827,5 +1180,169 @@ mod tests {
         assert!(!Arc::ptr_eq(&s2.services[1], &s3.services[1]));
         assert_eq!(pick(&s3, 0), 0);
         assert_eq!(s3.services[1].backends.len(), 1);
+    }
+
+    fn spec(name: &str, vip: u8, backends: &[u8]) -> ServiceSpec {
+        ServiceSpec {
+            name: name.to_owned(),
+            frontends: vec![Frontend {
+                vip: IpAddr::from([198, 18, 100, vip]),
+                protocol: Protocol::Tcp,
+                port: 80,
+            }],
+            scheduler: SchedulerName::Rr,
+            flags: Vec::new(),
+            mode: Mode::Nat,
+            affinity_timeout: None,
+            backends: backends
+                .iter()
+                .map(|b| BackendSpec {
+                    addr: SocketAddr::from(([198, 18, 1, *b], 80)),
+                    weight: 1,
+                    usable: true,
+                })
+                .collect(),
+            source_ranges: Vec::new(),
+            rate_limit: None,
+            frozen: false,
+        }
+    }
+
+    /// Inserting and removing services around others (which moves their positions) keeps
+    /// the others' entries (scheduler state), service ids and backend ids; `services[id]`
+    /// and `service_for` keep finding them.
+    #[test]
+    fn entries_are_reused_by_name_when_positions_move() {
+        let mut b = SnapshotBuilder::new(1024, 251);
+        let l2 = L2Table::default();
+        let mut specs = vec![spec("b", 2, &[1, 2]), spec("d", 4, &[3, 4])];
+        let s1 = b.build(&specs, &l2).unwrap();
+        let (b1, d1) = (Arc::clone(&s1.services[0]), Arc::clone(&s1.services[1]));
+        assert_eq!((b1.id, d1.id), (0, 1));
+        // Advance b's rr cursor: a rebuilt entry would start over.
+        let epoch = Instant::now();
+        let affinity = AffinityTable::new(16, epoch);
+        let flow = FlowTuple {
+            src: ip("198.18.0.2"),
+            src_port: 1000,
+            dst: ip("198.18.100.2"),
+            dst_port: 80,
+        };
+        assert_eq!(b1.schedule(&flow, &NoCounts, &affinity, epoch), Ok(0));
+        // a and c arrive around them.
+        specs = vec![
+            spec("a", 1, &[5]),
+            spec("b", 2, &[1, 2]),
+            spec("c", 3, &[6]),
+            spec("d", 4, &[3, 4]),
+        ];
+        let s2 = b.build(&specs, &l2).unwrap();
+        let names: Vec<&str> = s2.services.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c", "d"]);
+        assert!(Arc::ptr_eq(&s2.services[b1.id as usize], &b1));
+        assert!(Arc::ptr_eq(&s2.services[d1.id as usize], &d1));
+        let fe = |vip: u8| Frontend {
+            vip: IpAddr::from([198, 18, 100, vip]),
+            protocol: Protocol::Tcp,
+            port: 80,
+        };
+        assert!(std::ptr::eq(s2.service_for(&fe(2)).unwrap(), &*b1));
+        assert_eq!(s2.service_for(&fe(3)).unwrap().name, "c");
+        assert_eq!(b1.schedule(&flow, &NoCounts, &affinity, epoch), Ok(1));
+        let (a2, c2) = (
+            Arc::clone(&s2.services.as_slice()[0]),
+            Arc::clone(&s2.services.as_slice()[2]),
+        );
+        // Every id is distinct, every backend id too.
+        let mut sids: Vec<u32> = s2.services.iter().map(|s| s.id).collect();
+        sids.sort_unstable();
+        sids.dedup();
+        assert_eq!(sids.len(), 4);
+        let mut bids: Vec<u32> = s2
+            .services
+            .iter()
+            .flat_map(|s| s.backends.iter().map(|b| b.id.0))
+            .collect();
+        bids.sort_unstable();
+        bids.dedup();
+        assert_eq!(bids.len(), 6);
+        // b goes away: the others keep their entries; b's backend ids are retired and its
+        // frontend is gone.
+        specs.remove(1);
+        let s3 = b.build(&specs, &l2).unwrap();
+        assert_eq!(s3.services.len(), 3);
+        for e in [&a2, &c2, &d1] {
+            assert!(Arc::ptr_eq(&s3.services[e.id as usize], e));
+        }
+        assert!(s3.services.get(b1.id as usize).is_none());
+        assert!(s3.service_for(&fe(2)).is_none());
+        let mut retired: Vec<BackendId> = b.retired().collect();
+        retired.sort_unstable_by_key(|i| i.0);
+        let mut b_ids: Vec<BackendId> = b1.backends.iter().map(|b| b.id).collect();
+        b_ids.sort_unstable_by_key(|i| i.0);
+        assert_eq!(retired, b_ids);
+        // A new service takes b's frontend and gets a fresh entry (b's id may be reused).
+        specs.push(spec("e", 2, &[7]));
+        let s4 = b.build(&specs, &l2).unwrap();
+        let e4 = s4.service_for(&fe(2)).unwrap();
+        assert_eq!(e4.name, "e");
+        assert!(Arc::ptr_eq(
+            &s4.services[e4.id as usize],
+            &s4.services.as_slice()[3]
+        ));
+        for e in [&a2, &c2, &d1] {
+            assert!(Arc::ptr_eq(&s4.services[e.id as usize], e));
+        }
+        // b comes back while its ids are still retired: same backend ids, fresh entry.
+        specs.insert(1, spec("b", 9, &[1, 2]));
+        let s5 = b.build(&specs, &l2).unwrap();
+        let b5 = s5.service_for(&fe(9)).unwrap();
+        assert!(!std::ptr::eq(b5, &*b1));
+        assert_eq!(
+            b5.backends.iter().map(|b| b.id).collect::<Vec<_>>(),
+            b1.backends.iter().map(|b| b.id).collect::<Vec<_>>()
+        );
+        assert_eq!(b.retired().count(), 0);
+    }
+
+    /// A failed build leaves the builder as it was: the next good build shares entries and
+    /// hands out the same ids as if the failure never happened.
+    #[test]
+    fn a_failed_build_changes_nothing() {
+        let mut b = SnapshotBuilder::new(4, 251);
+        let l2 = L2Table::default();
+        let good = vec![spec("a", 1, &[1]), spec("b", 2, &[2])];
+        let s1 = b.build(&good, &l2).unwrap();
+        // A duplicate frontend, a duplicate name, too many backends.
+        let mut dup_fe = good.clone();
+        dup_fe.push(spec("c", 1, &[3]));
+        assert!(matches!(
+            b.build(&dup_fe, &l2),
+            Err(BuildError::DuplicateFrontend { .. })
+        ));
+        let mut dup_name = good.clone();
+        dup_name.push(spec("a", 3, &[3]));
+        assert!(matches!(
+            b.build(&dup_name, &l2),
+            Err(BuildError::DuplicateName { .. })
+        ));
+        let mut too_many = good.clone();
+        too_many.push(spec("c", 3, &[3, 4, 5]));
+        assert!(matches!(
+            b.build(&too_many, &l2),
+            Err(BuildError::TooManyBackends { .. })
+        ));
+        let mut next = good.clone();
+        next.push(spec("c", 3, &[3, 4]));
+        let s2 = b.build(&next, &l2).unwrap();
+        assert!(Arc::ptr_eq(&s1.services[0], &s2.services[0]));
+        assert!(Arc::ptr_eq(&s1.services[1], &s2.services[1]));
+        let c = &s2.services.as_slice()[2];
+        assert_eq!(c.id, 2);
+        assert_eq!(
+            c.backends.iter().map(|b| b.id.0).collect::<Vec<_>>(),
+            [2, 3]
+        );
+        assert_eq!(s2.generation, s1.generation + 1);
     }
 }

@@ -168,15 +168,16 @@ pub enum SteerError {
     },
 }
 
-/// A BPF hash map mirrored by the set of keys xvs put in it.
+/// A BPF hash map mirrored by the entries xvs put in it.
 struct Mirrored<K, V: Pod> {
     name: &'static str,
     max: usize,
     map: HashMap<MapData, K, V>,
     keys: HashSet<K>,
+    values: std::collections::HashMap<K, V>,
 }
 
-impl<K: Pod + Eq + Hash, V: Pod> Mirrored<K, V> {
+impl<K: Pod + Eq + Hash, V: Pod + PartialEq> Mirrored<K, V> {
     fn new(ebpf: &mut Ebpf, name: &'static str, max: usize) -> Result<Self, SteerError> {
         let map = ebpf.take_map(name).ok_or(SteerError::Missing(name))?;
         let map = HashMap::try_from(map).map_err(|source| SteerError::Map { map: name, source })?;
@@ -185,20 +186,27 @@ impl<K: Pod + Eq + Hash, V: Pod> Mirrored<K, V> {
             max,
             map,
             keys: HashSet::new(),
+            values: std::collections::HashMap::new(),
         })
     }
 
     /// Makes the map hold exactly `entries`: inserts (or overwrites) first, then deletes
-    /// what is gone, so a key in both sets is present throughout.
+    /// what is gone, so a key in both sets is present throughout. Entries already there with
+    /// the same value cost no syscall, so a publish that changes one Service among 10,000
+    /// touches only its keys.
     fn replace(&mut self, entries: &[(K, V)]) -> Result<(), SteerError> {
         self.check(entries)?;
         let new: HashSet<K> = entries.iter().map(|(k, _)| *k).collect();
         for (k, v) in entries {
+            if self.values.get(k) == Some(v) {
+                continue;
+            }
             self.map.insert(k, v, 0).map_err(|source| SteerError::Map {
                 map: self.name,
                 source,
             })?;
             self.keys.insert(*k);
+            self.values.insert(*k, *v);
         }
         let gone: Vec<K> = self.keys.difference(&new).copied().collect();
         for k in gone {
@@ -207,6 +215,7 @@ impl<K: Pod + Eq + Hash, V: Pod> Mirrored<K, V> {
                 source,
             })?;
             self.keys.remove(&k);
+            self.values.remove(&k);
         }
         Ok(())
     }
@@ -423,7 +432,7 @@ impl Steering {
     }
 }
 
-impl<K: Pod + Eq + Hash, V: Pod> Mirrored<K, V> {
+impl<K: Pod + Eq + Hash, V: Pod + PartialEq> Mirrored<K, V> {
     /// Fails when replacing with `entries` would overflow the map.
     fn check(&self, entries: &[(K, V)]) -> Result<(), SteerError> {
         let new: HashSet<K> = entries.iter().map(|(k, _)| *k).collect();

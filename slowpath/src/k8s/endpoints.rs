@@ -103,10 +103,14 @@ pub(crate) fn select(eps: &[Ep<'_>], policy: Policy, node: &NodeInfo) -> Vec<(So
             }
         }
     };
-    let in_scope = |e: &Ep<'_>| policy != Policy::Local || e.local(node);
+    // Every other endpoint the slices list stays as a backend that takes no new flows:
+    // terminating ones (their TCP flows continue until they end), not-ready ones, and ones
+    // outside the policy's or the topology's scope. Only an endpoint gone from the slices
+    // leaves the spec, and that is what "removed" means for its flows (UDP re-steered at
+    // once, TCP per `[flowtable] removed_backend_tcp`).
     let mut out: Vec<(SocketAddr, bool)> = selected.iter().map(|e| (e.addr, true)).collect();
     for e in eps {
-        if e.serving_terminating() && in_scope(e) && !selected.iter().any(|s| s.addr == e.addr) {
+        if !selected.iter().any(|s| s.addr == e.addr) {
             out.push((e.addr, false));
         }
     }

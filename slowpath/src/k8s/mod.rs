@@ -2,22 +2,27 @@
 //! node's Node object, and translates them into the source-agnostic model
 //! ([`fastpath::snapshot::ServiceSpec`]) that the static source produces too.
 //!
-//! Two halves:
+//! Three parts:
 //! - [`build_model`] / [`build_specs`]: a pure function from API objects to a [`K8sModel`]. It
 //!   does no I/O and reads no clock. Objects it cannot use are skipped and reported as a
 //!   [`Problem`], never fatal: one bad Service must not take the others down.
-//! - [`spawn`]: a thread with its own tokio runtime running kube-rs watchers and reflector
-//!   stores, batching changes by `[kubernetes] min_sync_period`, rebuilding everything every
-//!   `sync_period`, and handing each whole model to a callback. Nothing is published until
-//!   every watcher has finished its initial list, and an API server outage never publishes an
-//!   empty model: the stores keep the last state while the watchers reconnect with backoff
-//!   (and relist on 410 Gone).
+//! - [`IncrementalModel`]: the same translation kept up to date object by object: a changed
+//!   EndpointSlice retranslates its Service only and patches the sorted spec list (10k
+//!   Services: tens of microseconds; see `benches/src/bin/scale.rs`). Its result always
+//!   equals [`build_model`] of the same objects.
+//! - [`spawn`]: a thread with its own tokio runtime running kube-rs watchers that feed an
+//!   [`IncrementalModel`], batching changes by `[kubernetes] min_sync_period`, retranslating
+//!   everything every `sync_period`, and handing each whole model to a callback. Nothing is
+//!   published until every watcher has finished its initial list, and an API server outage
+//!   never publishes an empty model: the model keeps the last state while the watchers
+//!   reconnect with backoff (and relist on 410 Gone).
 //!
 //! Semantics follow kube-proxy (see `shared/seeds/virtual-ips-and-service-proxies.md`); the
 //! rules are listed on [`build_model`].
 
 mod endpoints;
 pub mod hcnp;
+mod incremental;
 mod source;
 mod translate;
 
@@ -29,6 +34,7 @@ use std::fmt;
 
 use fastpath::snapshot::ServiceSpec;
 
+pub use incremental::IncrementalModel;
 pub use source::{SourceHandle, SourceStats, spawn};
 pub use translate::{NodeInfo, build_model, build_specs};
 

@@ -1,15 +1,17 @@
 //! The watcher side: one thread with a current-thread tokio runtime running three kube-rs
-//! watchers (Services, EndpointSlices, this Node) into reflector stores, and a loop that
-//! turns their changes into models.
+//! watchers (Services, EndpointSlices, this Node) feeding an [`IncrementalModel`], and a loop
+//! that publishes its models.
 //!
 //! Contract:
 //! - Nothing is published until every watcher has completed its initial list.
 //! - After a change, the next model is built no sooner than `min_sync_period` after the
 //!   previous one (changes in between are batched); with no change, a full rebuild is
 //!   published every `sync_period`.
-//! - API server outages publish nothing: the stores keep the last listed state, the
-//!   watchers retry with kube's default backoff, and a 410 Gone makes them relist (the store
-//!   is swapped only once the relist is complete).
+//! - API server outages publish nothing: the model keeps the last listed state, the
+//!   watchers retry with kube's default backoff, and a 410 Gone makes them relist (the
+//!   model's objects are replaced only once the relist is complete).
+//! - Only the Services whose objects changed are translated again; every `sync_period` all
+//!   of them are (a safety net; unchanged results cost no further work).
 //! - Problems are logged to stderr the first time they appear, not at every sync.
 
 use std::collections::HashSet;
@@ -19,18 +21,20 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use config::{Config, Kubernetes};
+use futures::StreamExt;
 use futures::stream::BoxStream;
-use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
 
-use super::translate::{NodeInfo, build_model_refs};
-use super::{K8sError, K8sModel, LABEL_HEADLESS, LABEL_SERVICE_PROXY_NAME, Problem};
+use super::translate::NodeInfo;
+use super::{
+    IncrementalModel, K8sError, K8sModel, LABEL_HEADLESS, LABEL_SERVICE_PROXY_NAME, Problem,
+};
 
 /// Counters of the source, readable from any thread.
 #[derive(Debug, Default)]
@@ -41,9 +45,9 @@ pub struct SourceStats {
     pub last_sync_unix_ms: AtomicU64,
     /// How long the last translation took, microseconds.
     pub last_sync_duration_us: AtomicU64,
-    /// Services in the store at the last sync.
+    /// Services held at the last sync.
     pub services: AtomicU64,
-    /// EndpointSlices in the store at the last sync.
+    /// EndpointSlices held at the last sync (those naming a Service, IPv4 or IPv6).
     pub endpoint_slices: AtomicU64,
     /// Specs in the last model.
     pub specs: AtomicU64,
@@ -184,11 +188,11 @@ pub(crate) fn label_selector(service_proxy_name: Option<&str>) -> String {
     }
 }
 
-type Events = BoxStream<'static, Result<Event<()>, watcher::Error>>;
+type Events<K> = BoxStream<'static, Result<Event<K>, watcher::Error>>;
 
-/// A watcher feeding a store; its events lose their objects (the loop only needs to know
-/// that something changed, the store has the state).
-fn watch<K>(api: Api<K>, wc: watcher::Config) -> (Store<K>, Events)
+/// A watcher with kube's default backoff. Its events carry the objects: the loop feeds them
+/// to the [`IncrementalModel`], which is the only copy of the cluster state kept.
+fn watch<K>(api: Api<K>, wc: watcher::Config) -> Events<K>
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
@@ -198,26 +202,39 @@ where
         + Sync
         + 'static,
 {
-    let (store, writer) = reflector::store::<K>();
-    let stream = watcher::watcher(api, wc)
-        .default_backoff()
-        .reflect(writer)
-        .map(|r| r.map(strip));
-    (store, boxed(stream))
+    watcher::watcher(api, wc).default_backoff().boxed()
 }
 
-fn strip<K>(e: Event<K>) -> Event<()> {
-    match e {
-        Event::Apply(_) => Event::Apply(()),
-        Event::Delete(_) => Event::Delete(()),
-        Event::Init => Event::Init,
-        Event::InitApply(_) => Event::InitApply(()),
-        Event::InitDone => Event::InitDone,
+/// The objects of a (re)list in progress: applied as a whole at `InitDone`, so a relist
+/// after an outage or a 410 Gone replaces the state at once, deleting what vanished meanwhile
+/// (what kube's reflector store does).
+struct Relist<K>(Option<Vec<K>>);
+
+impl<K> Relist<K> {
+    /// Handles a list event; returns the whole list at `InitDone`.
+    fn on(&mut self, e: Event<K>) -> Option<Vec<K>> {
+        match e {
+            Event::Init => self.0 = Some(Vec::new()),
+            Event::InitApply(o) => self.0.get_or_insert_with(Vec::new).push(o),
+            Event::InitDone => return Some(self.0.take().unwrap_or_default()),
+            Event::Apply(_) | Event::Delete(_) => {}
+        }
+        None
     }
 }
 
-fn boxed(s: impl Stream<Item = Result<Event<()>, watcher::Error>> + Send + 'static) -> Events {
-    s.boxed()
+fn ns_name(m: &ObjectMeta) -> (&str, &str) {
+    (
+        m.namespace.as_deref().unwrap_or("default"),
+        m.name.as_deref().unwrap_or(""),
+    )
+}
+
+/// An event of one of the watchers (boxed: the objects are large).
+enum Change {
+    Service(Box<Event<Service>>),
+    Slice(Box<Event<EndpointSlice>>),
+    Node(Box<Event<Node>>),
 }
 
 async fn run(
@@ -232,33 +249,34 @@ async fn run(
     };
     let node_name = node_name(cfg);
     let selector = label_selector(k8s.service_proxy_name.as_deref());
-    let (services, svc_events) = watch(
+    let mut svc_events = watch(
         Api::<Service>::all(client.clone()),
         watcher::Config::default().labels(&selector),
     );
-    let (slices, slice_events) = watch(
+    let mut slice_events = watch(
         Api::<EndpointSlice>::all(client.clone()),
         watcher::Config::default().labels(&selector),
     );
-    let (nodes, node_events) = watch(
+    let mut node_events = watch(
         Api::<Node>::all(client),
         watcher::Config::default().fields(&format!("metadata.name={node_name}")),
     );
-    let mut streams = [svc_events, slice_events, node_events];
     let names = ["Service", "EndpointSlice", "Node"];
     let mut synced = [false; 3];
     let mut ended = [false; 3];
     let min_sync = k8s.min_sync_period.0;
     let sync_period = k8s.sync_period.0.max(min_sync);
-    let mut dirty = false;
     let mut last_build: Option<Instant> = None;
     let mut logged: HashSet<Problem> = HashSet::new();
+    let mut model = IncrementalModel::new(cfg, NodeInfo::resolve(cfg, &node_name, None));
+    let mut node: Option<Node> = None;
+    let (mut svc_list, mut slice_list, mut node_list) = (Relist(None), Relist(None), Relist(None));
 
     loop {
         let wake = if synced.iter().all(|s| *s) {
             Some(match last_build {
                 None => Instant::now(),
-                Some(t) if dirty => t + min_sync,
+                Some(t) if model.is_dirty() => t + min_sync,
                 Some(t) => t + sync_period,
             })
         } else {
@@ -270,60 +288,90 @@ async fn run(
                 None => std::future::pending().await,
             }
         };
-        let [s0, s1, s2] = &mut streams;
         let (i, ev) = tokio::select! {
             _ = stop.changed() => return,
-            ev = s0.next(), if !ended[0] => (0, ev),
-            ev = s1.next(), if !ended[1] => (1, ev),
-            ev = s2.next(), if !ended[2] => (2, ev),
+            ev = svc_events.next(), if !ended[0] => (0, ev.map(|r| r.map(|e| Change::Service(Box::new(e))))),
+            ev = slice_events.next(), if !ended[1] => (1, ev.map(|r| r.map(|e| Change::Slice(Box::new(e))))),
+            ev = node_events.next(), if !ended[2] => (2, ev.map(|r| r.map(|e| Change::Node(Box::new(e))))),
             () = sleep => {
                 let t0 = Instant::now();
-                let model = build(&services, &slices, &nodes, &node_name, cfg);
-                publish_stats(&stats, &model, services.len(), slices.len(), t0.elapsed());
-                log_problems(&model.problems, &mut logged);
-                on_model(model);
+                if !model.is_dirty() {
+                    // The periodic full resync: every Service translated again (those that
+                    // come out the same cost nothing further).
+                    model.mark_all_dirty();
+                }
+                let m = model.model().clone();
+                publish_stats(&stats, &m, model.services(), model.endpoint_slices(), t0.elapsed());
+                log_problems(&m.problems, &mut logged);
+                on_model(m);
                 last_build = Some(Instant::now());
-                dirty = false;
                 continue;
             }
         };
-        match ev {
-            Some(Ok(Event::InitDone)) => {
-                synced[i] = true;
-                dirty = true;
-                if synced.iter().all(|s| *s) {
-                    stats.synced.store(true, Ordering::Relaxed);
-                }
-            }
-            Some(Ok(Event::Apply(()) | Event::Delete(()))) => dirty = true,
-            Some(Ok(Event::Init | Event::InitApply(()))) => {}
+        let change = match ev {
+            Some(Ok(c)) => c,
             Some(Err(e)) => {
                 stats.watch_errors.fetch_add(1, Ordering::Relaxed);
                 eprintln!("xvs k8s: {} watch: {e} (retrying)", names[i]);
+                continue;
             }
-            None => ended[i] = true,
+            None => {
+                ended[i] = true;
+                continue;
+            }
+        };
+        let init_done = match &change {
+            Change::Service(e) => matches!(**e, Event::InitDone),
+            Change::Slice(e) => matches!(**e, Event::InitDone),
+            Change::Node(e) => matches!(**e, Event::InitDone),
+        };
+        match change {
+            Change::Service(e) => match *e {
+                Event::Apply(s) => model.apply_service(Arc::new(s)),
+                Event::Delete(s) => {
+                    let (ns, name) = ns_name(&s.metadata);
+                    model.delete_service(ns, name);
+                }
+                e => {
+                    if let Some(all) = svc_list.on(e) {
+                        model.replace_services(all.into_iter().map(Arc::new));
+                    }
+                }
+            },
+            Change::Slice(e) => match *e {
+                Event::Apply(s) => model.apply_slice(Arc::new(s)),
+                Event::Delete(s) => {
+                    let (ns, name) = ns_name(&s.metadata);
+                    model.delete_slice(ns, name);
+                }
+                e => {
+                    if let Some(all) = slice_list.on(e) {
+                        model.replace_slices(all.into_iter().map(Arc::new));
+                    }
+                }
+            },
+            Change::Node(e) => {
+                match *e {
+                    Event::Apply(n) => node = Some(n),
+                    Event::Delete(_) => node = None,
+                    e => {
+                        if let Some(all) = node_list.on(e) {
+                            node = all
+                                .into_iter()
+                                .find(|n| n.metadata.name.as_deref() == Some(node_name.as_str()));
+                        }
+                    }
+                }
+                model.set_node(NodeInfo::resolve(cfg, &node_name, node.as_ref()));
+            }
+        }
+        if init_done {
+            synced[i] = true;
+            if synced.iter().all(|s| *s) {
+                stats.synced.store(true, Ordering::Relaxed);
+            }
         }
     }
-}
-
-fn build(
-    services: &Store<Service>,
-    slices: &Store<EndpointSlice>,
-    nodes: &Store<Node>,
-    node_name: &str,
-    cfg: &Config,
-) -> K8sModel {
-    let services = services.state();
-    let slices = slices.state();
-    let nodes = nodes.state();
-    let node = nodes
-        .iter()
-        .find(|n| n.metadata.name.as_deref() == Some(node_name))
-        .map(|n| &**n);
-    let node = NodeInfo::resolve(cfg, node_name, node);
-    let services: Vec<&Service> = services.iter().map(|s| &**s).collect();
-    let slices: Vec<&EndpointSlice> = slices.iter().map(|s| &**s).collect();
-    build_model_refs(&services, &slices, &node, cfg)
 }
 
 fn publish_stats(

@@ -167,7 +167,7 @@ fn cluster_ip_service_gets_its_ready_endpoints() {
 }
 
 #[test]
-fn unnamed_port_is_named_by_number_and_not_ready_endpoints_are_left_out() {
+fn unnamed_port_is_named_by_number_and_not_ready_endpoints_take_no_new_flows() {
     let svc = service(json!({
         "metadata": {"namespace": "ns", "name": "web"},
         "spec": {"clusterIP": "198.18.100.1", "ports": [{"port": 53, "protocol": "UDP"}]},
@@ -190,7 +190,9 @@ fn unnamed_port_is_named_by_number_and_not_ready_endpoints_are_left_out() {
         vec![sa("10.0.0.1:5353")],
         "nil conditions mean ready"
     );
-    assert_eq!(sp.backends.len(), 1);
+    // Listed, so its existing flows are not treated as those of a removed endpoint.
+    assert_eq!(sp.backends.len(), 2);
+    assert!(!sp.backends[1].usable);
 }
 
 #[test]
@@ -316,9 +318,10 @@ fn internal_traffic_policy_local_keeps_node_local_endpoints() {
     );
     let sp = spec(&m, "ns/web:http");
     assert_eq!(usable(sp), vec![sa("10.0.0.1:8080")]);
-    // The local terminating endpoint drains (weight 0), the remote one is not there.
-    assert_eq!(sp.backends.len(), 2);
-    assert!(!sp.backends[1].usable);
+    // The remote endpoint and the local terminating one take no new flows; they stay
+    // listed so their established flows continue.
+    assert_eq!(sp.backends.len(), 3);
+    assert!(!sp.backends[1].usable && !sp.backends[2].usable);
 }
 
 #[test]
@@ -347,7 +350,13 @@ fn local_policy_without_local_endpoints_drops_traffic() {
         vec![ep("10.0.0.2", "node-b", ready())],
     );
     let m = model(&[svc], &[s]);
-    assert!(spec(&m, "ns/web:http/ext").backends.is_empty());
+    let ext = spec(&m, "ns/web:http/ext");
+    assert!(usable(ext).is_empty(), "{ext:?}");
+    assert_eq!(
+        ext.backends.len(),
+        1,
+        "the remote endpoint is listed, unusable"
+    );
     assert_eq!(usable(spec(&m, "ns/web:http")), vec![sa("10.0.0.2:8080")]);
 }
 
@@ -384,7 +393,12 @@ fn terminating_fallback_when_no_endpoint_is_ready() {
     let m = model(&[web(json!({}))], &[s]);
     let sp = spec(&m, "ns/web:http");
     assert_eq!(usable(sp), vec![sa("10.0.0.1:8080")]);
-    assert_eq!(sp.backends.len(), 1, "not serving: left out");
+    assert_eq!(
+        sp.backends.len(),
+        2,
+        "not serving: listed, takes no new flows"
+    );
+    assert!(!sp.backends[1].usable);
 
     // With a ready endpoint, the terminating one only drains.
     let s = slice(
@@ -939,4 +953,295 @@ fn the_model_builds_a_snapshot() {
     assert_eq!(snap.services.len(), m.specs.len());
     assert!(snap.is_vip(ip("2001:2::100")));
     assert!(snap.is_vip(ip("198.18.210.1")));
+}
+
+/// xorshift64*: deterministic random edits without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n.max(1)
+    }
+    fn coin(&mut self, one_in: usize) -> bool {
+        self.below(one_in) == 0
+    }
+}
+
+/// A random Service `svc-i` from small pools of addresses and ports, so frontends clash,
+/// with every feature the translation knows turning up now and then.
+fn random_service(r: &mut Rng, i: usize) -> Service {
+    let v4 = format!("198.18.100.{}", 1 + r.below(6));
+    let dual = r.coin(4);
+    let ips: Vec<String> = if dual {
+        vec![v4, format!("2001:2::{}", 1 + r.below(3))]
+    } else {
+        vec![v4]
+    };
+    let kind = ["ClusterIP", "NodePort", "LoadBalancer"][r.below(3)];
+    let mut ports = vec![json!({"name": "http", "port": 80, "protocol": "TCP",
+                               "nodePort": 30000 + r.below(3)})];
+    if r.coin(3) {
+        let proto = ["UDP", "TCP", "ICMP"][r.below(3)];
+        ports.push(json!({"name": "dns", "port": 53, "protocol": proto}));
+    }
+    let mut spec = json!({
+        "type": kind,
+        "clusterIP": ips[0],
+        "clusterIPs": ips,
+        "ipFamilies": if dual { json!(["IPv4", "IPv6"]) } else { json!(["IPv4"]) },
+        "ports": ports,
+    });
+    if r.coin(3) {
+        spec["externalIPs"] = json!([format!(
+            "198.18.{}.{}",
+            [200, 201][r.below(2)],
+            1 + r.below(3)
+        )]);
+    }
+    if r.coin(3) {
+        spec["externalTrafficPolicy"] = json!("Local");
+        spec["healthCheckNodePort"] = json!(32000 + r.below(50));
+    }
+    if r.coin(4) {
+        spec["internalTrafficPolicy"] = json!("Local");
+    }
+    if r.coin(4) {
+        spec["loadBalancerSourceRanges"] = json!(["192.0.2.0/24", "2001:db8::/32"]);
+    }
+    if r.coin(4) {
+        spec["trafficDistribution"] = json!(["PreferSameZone", "PreferSameNode"][r.below(2)]);
+    }
+    if r.coin(5) {
+        spec["sessionAffinity"] = json!("ClientIP");
+    }
+    let mut meta = json!({
+        "namespace": (["ns", "other"][r.below(2)]),
+        "name": format!("svc-{i}"),
+        "creationTimestamp": format!("2025-01-0{}T00:00:00Z", 1 + r.below(3)),
+    });
+    if r.coin(4) {
+        meta["annotations"] = json!({"xvs.io/scheduler": (["mh", "bogus", "wrr"][r.below(3)]),
+                                     "xvs.io/weights": "10.0.0.1=3"});
+    }
+    let mut v = json!({"metadata": meta, "spec": spec});
+    if kind == "LoadBalancer" && r.coin(2) {
+        v["status"] = json!({"loadBalancer": {"ingress": [
+            {"ip": format!("198.18.210.{}", 1 + r.below(3))}]}});
+    }
+    service(v)
+}
+
+/// A random EndpointSlice `slice-j` of a random Service (which may not exist).
+fn random_slice(r: &mut Rng, j: usize, services: usize) -> EndpointSlice {
+    let v6 = r.coin(4);
+    let eps: Vec<Value> = (0..r.below(5))
+        .map(|_| {
+            let addr = if v6 {
+                format!("fd00::{}", 1 + r.below(6))
+            } else if r.coin(20) {
+                "bogus".to_owned()
+            } else {
+                format!("10.0.0.{}", 1 + r.below(6))
+            };
+            let ready = !r.coin(3);
+            let mut e = json!({
+                "addresses": [addr],
+                "nodeName": (["node-a", "node-b"][r.below(2)]),
+                "conditions": {"ready": ready, "serving": ready || r.coin(2),
+                               "terminating": !ready && r.coin(2)},
+            });
+            if r.coin(2) {
+                e["hints"] = json!({"forZones": [{"name": (["zone-a", "zone-b"][r.below(2)])}]});
+            }
+            e
+        })
+        .collect();
+    let mut ports = vec![json!({"name": "http", "port": 8080 + r.below(2), "protocol": "TCP"})];
+    if r.coin(2) {
+        ports.push(json!({"name": "dns", "port": 5353, "protocol": "UDP"}));
+    }
+    serde_json::from_value(json!({
+        "metadata": {"namespace": (["ns", "other"][r.below(2)]), "name": format!("slice-{j}"),
+                     "labels": {"kubernetes.io/service-name": format!("svc-{}", r.below(services))}},
+        "addressType": if v6 { "IPv6" } else { "IPv4" },
+        "ports": ports,
+        "endpoints": eps,
+    }))
+    .unwrap()
+}
+
+/// Random edits (Services and slices added, changed and deleted, relists, node changes)
+/// applied to an [`IncrementalModel`] give, after every batch, exactly what a full
+/// translation of the same objects gives; and the snapshot builder, fed each model, keeps
+/// the ids of backends that stay and shares the entries of specs that did not change.
+#[test]
+fn incremental_model_equals_full_translation_after_random_edits() {
+    use std::collections::{BTreeMap, HashMap};
+    use std::sync::Arc;
+
+    use fastpath::snapshot::{L2Table, SnapshotBuilder};
+
+    const SERVICES: usize = 14;
+    const SLICES: usize = 20;
+    for seed in 1..=6u64 {
+        let mut r = Rng(0x9e37_79b9_7f4a_7c15 ^ seed.wrapping_mul(0x1234_5678_9abc_def1));
+        let cfg = cfg();
+        let mut node = node();
+        let mut inc = IncrementalModel::new(&cfg, node.clone());
+        let mut services: BTreeMap<usize, Service> = BTreeMap::new();
+        let mut slices: BTreeMap<usize, EndpointSlice> = BTreeMap::new();
+        let mut builder = SnapshotBuilder::new(1 << 12, 251);
+        let mut last: Option<(fastpath::snapshot::Snapshot, K8sModel)> = None;
+        for step in 0..120 {
+            for _ in 0..1 + r.below(3) {
+                match r.below(10) {
+                    0..=2 => {
+                        let i = r.below(SERVICES);
+                        let s = random_service(&mut r, i);
+                        // Moving to the other namespace is a delete and an add.
+                        if let Some(old) = services.get(&i)
+                            && old.metadata.namespace != s.metadata.namespace
+                        {
+                            inc.delete_service(
+                                old.metadata.namespace.as_deref().unwrap(),
+                                old.metadata.name.as_deref().unwrap(),
+                            );
+                        }
+                        inc.apply_service(Arc::new(s.clone()));
+                        services.insert(i, s);
+                    }
+                    3 => {
+                        let i = r.below(SERVICES);
+                        if let Some(s) = services.remove(&i) {
+                            inc.delete_service(
+                                s.metadata.namespace.as_deref().unwrap(),
+                                s.metadata.name.as_deref().unwrap(),
+                            );
+                        }
+                    }
+                    4..=6 => {
+                        let j = r.below(SLICES);
+                        let s = random_slice(&mut r, j, SERVICES);
+                        if let Some(old) = slices.get(&j)
+                            && old.metadata.namespace != s.metadata.namespace
+                        {
+                            inc.delete_slice(
+                                old.metadata.namespace.as_deref().unwrap(),
+                                old.metadata.name.as_deref().unwrap(),
+                            );
+                        }
+                        inc.apply_slice(Arc::new(s.clone()));
+                        slices.insert(j, s);
+                    }
+                    7 => {
+                        let j = r.below(SLICES);
+                        if let Some(s) = slices.remove(&j) {
+                            inc.delete_slice(
+                                s.metadata.namespace.as_deref().unwrap(),
+                                s.metadata.name.as_deref().unwrap(),
+                            );
+                        }
+                    }
+                    8 => {
+                        // A relist that lost some objects and changed others.
+                        services.retain(|_, _| !r.coin(4));
+                        slices.retain(|_, _| !r.coin(4));
+                        if r.coin(2) {
+                            let j = r.below(SLICES);
+                            slices.insert(j, random_slice(&mut r, j, SERVICES));
+                        }
+                        inc.replace_services(services.values().cloned().map(Arc::new));
+                        inc.replace_slices(slices.values().cloned().map(Arc::new));
+                    }
+                    _ => {
+                        if r.coin(2) {
+                            node.zone = Some(["zone-a", "zone-b"][r.below(2)].to_owned());
+                        } else {
+                            node.name = ["node-a", "node-b"][r.below(2)].to_owned();
+                        }
+                        inc.set_node(node.clone());
+                    }
+                }
+            }
+            let all_services: Vec<Service> = services.values().cloned().collect();
+            let all_slices: Vec<EndpointSlice> = slices.values().cloned().collect();
+            let full = build_model(&all_services, &all_slices, &node, &cfg);
+            let got = inc.model().clone();
+            assert_eq!(got, full, "seed {seed} step {step}");
+            // The snapshot builder over the same models.
+            let snap = builder
+                .build(&got.specs, &L2Table::default())
+                .unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
+            if let Some((prev, prev_model)) = &last {
+                let before: HashMap<(&str, SocketAddr), u32> = prev
+                    .services
+                    .iter()
+                    .flat_map(|s| {
+                        s.backends
+                            .iter()
+                            .map(|b| ((s.name.as_str(), b.addr), b.id.0))
+                    })
+                    .collect();
+                for s in &snap.services {
+                    for b in &s.backends {
+                        if let Some(id) = before.get(&(s.name.as_str(), b.addr)) {
+                            assert_eq!(*id, b.id.0, "seed {seed} step {step}: {}", s.name);
+                        }
+                    }
+                    let old = prev_model.specs.iter().position(|p| p.name == s.name);
+                    let new = got.specs.iter().find(|p| p.name == s.name).unwrap();
+                    if let Some(o) = old
+                        && prev_model.specs[o] == *new
+                    {
+                        let prev_entry = prev.services.as_slice()[o].clone();
+                        assert!(Arc::ptr_eq(&prev_entry, &snap.services[s.id as usize]));
+                        assert_eq!(prev_entry.id, s.id);
+                    }
+                }
+            }
+            last = Some((snap, got));
+        }
+    }
+}
+
+/// One EndpointSlice change translates its Service only.
+#[test]
+fn a_slice_change_retranslates_one_service() {
+    use std::sync::Arc;
+    let mut inc = IncrementalModel::new(&cfg(), node());
+    let mut other = web(json!({"clusterIP": "198.18.100.2", "clusterIPs": ["198.18.100.2"]}));
+    other.metadata.name = Some("other".to_owned());
+    inc.apply_service(Arc::new(web(json!({}))));
+    inc.apply_service(Arc::new(other));
+    let s1 = slice(
+        "web-1",
+        "IPv4",
+        8080,
+        vec![ep("10.0.0.1", "node-b", ready())],
+    );
+    inc.apply_slice(Arc::new(s1.clone()));
+    assert_eq!(inc.model().specs.len(), 2);
+    assert_eq!(inc.last_translated(), 2);
+    // Re-applying the same object is no change.
+    inc.apply_slice(Arc::new(s1));
+    assert!(!inc.is_dirty());
+    let s2 = slice(
+        "web-1",
+        "IPv4",
+        8080,
+        vec![
+            ep("10.0.0.1", "node-b", ready()),
+            ep("10.0.0.2", "node-b", ready()),
+        ],
+    );
+    inc.apply_slice(Arc::new(s2));
+    let m = inc.model();
+    assert_eq!(
+        usable(spec(m, "ns/web:http")),
+        vec![sa("10.0.0.1:8080"), sa("10.0.0.2:8080")]
+    );
+    assert_eq!(inc.last_translated(), 1);
 }

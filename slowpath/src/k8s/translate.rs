@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{Node, Service, ServicePort, ServiceSpec as K8sS
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::endpoints::{self, Ep, Policy, Topology};
+use super::incremental::Merge;
 use super::{
     ANN_LB_SOURCE_RANGES, ANN_MODE, ANN_NEW_CONN_BURST, ANN_NEW_CONN_RATE, ANN_SCHEDULER,
     ANN_SCHEDULER_FLAGS, ANN_WEIGHTS, HealthCheckNodePort, K8sModel, LABEL_SERVICE_NAME,
@@ -98,6 +99,8 @@ pub fn build_specs(
 ///   [`Problem`].
 /// - A frontend claimed by two Services goes to the older one (creation time, then name);
 ///   the other loses that frontend, with a [`Problem`].
+/// - Determinism: a Service's slices are read in name order; specs are sorted by name;
+///   problems come Service by Service, oldest first (lost frontends after the others).
 /// - `healthCheckNodePort` of `externalTrafficPolicy: Local` Services is listed with its
 ///   count of local ready endpoints.
 pub fn build_model(
@@ -111,7 +114,8 @@ pub fn build_model(
     build_model_refs(&services, &slices, node, cfg)
 }
 
-/// [`build_model`] over borrowed objects (the reflector stores hand out `Arc`s).
+/// [`build_model`] over borrowed objects: every Service translated on its own, then merged
+/// (frontend claims, sorting) by the same code the incremental model uses.
 pub(crate) fn build_model_refs(
     services: &[&Service],
     slices: &[&EndpointSlice],
@@ -120,93 +124,108 @@ pub(crate) fn build_model_refs(
 ) -> K8sModel {
     let mut by_service: HashMap<(&str, &str), Vec<&EndpointSlice>> = HashMap::new();
     for s in slices {
-        let labels = s.metadata.labels.as_ref();
-        let Some(svc) = labels.and_then(|l| l.get(LABEL_SERVICE_NAME)) else {
-            continue;
-        };
-        if s.address_type != "IPv4" && s.address_type != "IPv6" {
-            continue;
+        if let Some((ns, svc)) = slice_service(s) {
+            by_service.entry((ns, svc)).or_default().push(*s);
         }
-        let ns = s.metadata.namespace.as_deref().unwrap_or("default");
-        by_service.entry((ns, svc.as_str())).or_default().push(*s);
     }
-
-    let mut order: Vec<&Service> = services.to_vec();
-    order.sort_by(|a, b| {
-        let key = |s: &Service| {
-            (
-                s.metadata.creation_timestamp.clone(),
-                s.metadata.namespace.clone(),
-                s.metadata.name.clone(),
-            )
-        };
-        key(a).cmp(&key(b))
-    });
-
-    let mut out = Out {
-        model: K8sModel::default(),
-        claimed: HashMap::new(),
-    };
-    for svc in order {
-        let ns = svc.metadata.namespace.as_deref().unwrap_or("default");
-        let name = svc.metadata.name.as_deref().unwrap_or("");
+    for v in by_service.values_mut() {
+        v.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    }
+    let mut merge = Merge::default();
+    for svc in services {
+        let (ns, name) = service_key(svc);
         let no_slices = Vec::new();
         let slices = by_service.get(&(ns, name)).unwrap_or(&no_slices);
-        translate_service(svc, slices, node, cfg, &mut out);
+        merge.set(
+            (ns.to_owned(), name.to_owned()),
+            order_key(svc),
+            translate_service(svc, slices, node, cfg),
+        );
     }
-    let mut model = out.model;
-    model.specs.sort_by(|a, b| a.name.cmp(&b.name));
-    model.health_check_node_ports.sort_by_key(|h| h.port);
-    model
+    merge.commit();
+    merge.into_model()
+}
+
+/// The namespace (defaulted) and name of a Service, as its specs are named.
+pub(crate) fn service_key(svc: &Service) -> (&str, &str) {
+    (
+        svc.metadata.namespace.as_deref().unwrap_or("default"),
+        svc.metadata.name.as_deref().unwrap_or(""),
+    )
+}
+
+/// The Service (namespace, name) an EndpointSlice belongs to, or None when the slice is not
+/// used (no `kubernetes.io/service-name` label, or an address type other than IPv4/IPv6).
+pub(crate) fn slice_service(s: &EndpointSlice) -> Option<(&str, &str)> {
+    let svc = s.metadata.labels.as_ref()?.get(LABEL_SERVICE_NAME)?;
+    if s.address_type != "IPv4" && s.address_type != "IPv6" {
+        return None;
+    }
+    let ns = s.metadata.namespace.as_deref().unwrap_or("default");
+    Some((ns, svc.as_str()))
+}
+
+/// Which Service wins a frontend claimed twice: the older one (creation time, then
+/// namespace and name).
+pub(crate) fn order_key(svc: &Service) -> OrderKey {
+    (
+        svc.metadata.creation_timestamp.clone(),
+        svc.metadata.namespace.clone(),
+        svc.metadata.name.clone(),
+    )
+}
+
+/// See [`order_key`].
+pub(crate) type OrderKey = (
+    Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    Option<String>,
+    Option<String>,
+);
+
+/// A spec as one Service translates to it, before frontends claimed by older Services are
+/// taken away.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct RawSpec {
+    /// Frontends sorted and deduplicated, never empty.
+    pub spec: ServiceSpec,
+    /// The `/lb` spec of a Service with source ranges (listed in `K8sModel::source_ranges`).
+    pub lb: bool,
+}
+
+/// Everything one Service translates to, on its own.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Translated {
+    /// Specs in the order they were made (the order frontend claims are settled in).
+    pub specs: Vec<RawSpec>,
+    /// What was ignored.
+    pub problems: Vec<Problem>,
+    /// Its health-check node port.
+    pub hcnp: Option<HealthCheckNodePort>,
 }
 
 struct Out {
-    model: K8sModel,
-    /// Frontend → the spec that claimed it first.
-    claimed: HashMap<Frontend, String>,
+    t: Translated,
 }
 
 impl Out {
     fn problem(&mut self, object: &str, reason: String) {
-        self.model.problems.push(Problem {
+        self.t.problems.push(Problem {
             object: object.to_owned(),
             reason,
         });
     }
 
-    /// Adds a spec after removing the frontends already claimed by another spec; a spec left
-    /// without frontends is dropped (returns false).
-    fn push(&mut self, object: &str, mut spec: ServiceSpec) -> bool {
+    /// Adds a spec (frontends sorted and deduplicated); one without frontends is dropped.
+    fn push(&mut self, mut spec: ServiceSpec, lb: bool) {
         spec.frontends.sort_unstable();
         spec.frontends.dedup();
-        let mut lost = Vec::new();
-        spec.frontends.retain(|f| match self.claimed.get(f) {
-            Some(owner) => {
-                lost.push(format!(
-                    "frontend {} {}/{} is already used by {owner}; ignored",
-                    fmt_ip_port(f.vip, f.port),
-                    f.protocol.name(),
-                    spec.name
-                ));
-                false
-            }
-            None => true,
-        });
-        for reason in lost {
-            self.problem(object, reason);
+        if !spec.frontends.is_empty() {
+            self.t.specs.push(RawSpec { spec, lb });
         }
-        if spec.frontends.is_empty() {
-            return false;
-        }
-        for f in &spec.frontends {
-            self.claimed.insert(*f, spec.name.clone());
-        }
-        self.model.specs.push(spec);
-        true
     }
 }
 
-fn fmt_ip_port(ip: IpAddr, port: u16) -> String {
+pub(crate) fn fmt_ip_port(ip: IpAddr, port: u16) -> String {
     SocketAddr::new(ip, port).to_string()
 }
 
@@ -220,7 +239,21 @@ struct Common {
     rate_limit: Option<RateLimit>,
 }
 
-fn translate_service(
+/// Translates one Service with its EndpointSlices (sorted by name). Pure.
+pub(crate) fn translate_service(
+    svc: &Service,
+    slices: &[&EndpointSlice],
+    node: &NodeInfo,
+    cfg: &Config,
+) -> Translated {
+    let mut out = Out {
+        t: Translated::default(),
+    };
+    translate_into(svc, slices, node, cfg, &mut out);
+    out.t
+}
+
+fn translate_into(
     svc: &Service,
     slices: &[&EndpointSlice],
     node: &NodeInfo,
@@ -377,9 +410,9 @@ fn translate_service(
                 .copied()
                 .collect();
             let mut group =
-                |name: String, frontends: Vec<Frontend>, policy: Policy, ranges: Vec<Cidr>| {
+                |name: String, frontends: Vec<Frontend>, policy: Policy, ranges: Vec<Cidr>, lb| {
                     if frontends.is_empty() {
-                        return None;
+                        return;
                     }
                     let backends = endpoints::select(&family_eps, policy, node)
                         .into_iter()
@@ -390,7 +423,7 @@ fn translate_service(
                         })
                         .collect();
                     let spec = ServiceSpec {
-                        name: name.clone(),
+                        name,
                         frontends,
                         scheduler: common.scheduler,
                         flags: common.flags.clone(),
@@ -401,28 +434,40 @@ fn translate_service(
                         rate_limit: common.rate_limit,
                         frozen: false,
                     };
-                    out.push(&object, spec).then_some(name)
+                    out.push(spec, lb);
                 };
-            group(format!("{base}{suffix}"), internal, itp, Vec::new());
+            group(format!("{base}{suffix}"), internal, itp, Vec::new(), false);
             if source_ranges.is_empty() {
                 external.extend(lb);
-                group(format!("{base}/ext{suffix}"), external, etp, Vec::new());
+                group(
+                    format!("{base}/ext{suffix}"),
+                    external,
+                    etp,
+                    Vec::new(),
+                    false,
+                );
             } else {
-                group(format!("{base}/ext{suffix}"), external, etp, Vec::new());
-                if let Some(name) = group(format!("{base}/lb{suffix}"), lb, etp, ranges.clone()) {
-                    out.model.source_ranges.insert(name, ranges);
-                }
+                group(
+                    format!("{base}/ext{suffix}"),
+                    external,
+                    etp,
+                    Vec::new(),
+                    false,
+                );
+                group(format!("{base}/lb{suffix}"), lb, etp, ranges, true);
             }
         }
     }
 
     if etp_local && let Some(hc) = spec.health_check_node_port.filter(|p| *p != 0) {
         match u16::try_from(hc) {
-            Ok(port) if port != 0 => out.model.health_check_node_ports.push(HealthCheckNodePort {
-                port,
-                service: id.clone(),
-                local_endpoints: u32::try_from(local_ips.len()).unwrap_or(u32::MAX),
-            }),
+            Ok(port) if port != 0 => {
+                out.t.hcnp = Some(HealthCheckNodePort {
+                    port,
+                    service: id.clone(),
+                    local_endpoints: u32::try_from(local_ips.len()).unwrap_or(u32::MAX),
+                });
+            }
             _ => out.problem(
                 &object,
                 format!("healthCheckNodePort {hc} is not a port; ignored"),
