@@ -443,13 +443,16 @@ fn daemon(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<()> {
 
     // The Kubernetes source, when configured: whole models, batched by min_sync_period.
     // Until its first model (every watcher listed), the node is not healthy.
-    let (model_tx, model_rx) = mpsc::channel();
+    // Everything the slowpath threads hand the main loop arrives on one channel, so the loop
+    // wakes (and publishes) as soon as a change arrives instead of at its next tick.
+    let (ev_tx, ev_rx) = mpsc::channel::<Event>();
+    let model_tx = ev_tx.clone();
     let k8s = match &cfg.kubernetes {
         Some(_) => {
             state.sync.last_unix_ms.store(0, Ordering::Relaxed);
             Some(
                 slowpath::k8s::spawn(&cfg, move |model| {
-                    let _ = model_tx.send(model);
+                    let _ = model_tx.send(Event::Model(model));
                 })
                 .context("starting the Kubernetes source")?,
             )
@@ -461,19 +464,19 @@ fn daemon(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<()> {
         None => None,
     };
 
-    let (health_tx, health_rx) = mpsc::channel();
+    let health_tx = ev_tx.clone();
     let health = HealthChecker::spawn(&cfg.health, move |states| {
-        let _ = health_tx.send(states);
+        let _ = health_tx.send(Event::Health(states));
     })
     .context("starting the health checker")?;
     health.set_targets(health_targets(&run.specs));
 
-    let (l2_tx, l2_rx) = mpsc::channel();
+    let l2_tx = ev_tx;
     let watcher = NeighbourWatcher::spawn(
         ifnames.clone(),
         NeighbourWatcher::DEFAULT_PERIOD,
         move |l2| {
-            let _ = l2_tx.send(l2);
+            let _ = l2_tx.send(Event::L2(l2));
         },
     )
     .context("starting the neighbour watcher")?;
@@ -492,6 +495,7 @@ fn daemon(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<()> {
     let mut last_resync = Instant::now();
     let mut passive = PassiveHealth::default();
     let mut drain: Option<Drain> = None;
+    let mut woken: Option<Event> = None;
     let result = loop {
         match STOPS.load(Ordering::SeqCst) {
             0 => {}
@@ -516,27 +520,29 @@ fn daemon(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<()> {
             break Err(anyhow::anyhow!("a worker thread ended unexpectedly"));
         }
         let mut changed = false;
-        while let Ok(l2) = l2_rx.try_recv() {
-            run.l2 = l2;
+        for ev in woken
+            .take()
+            .into_iter()
+            .chain(std::iter::from_fn(|| ev_rx.try_recv().ok()))
+        {
             changed = true;
-        }
-        while let Ok(model) = model_rx.try_recv() {
-            for p in &model.problems {
-                eprintln!("xvs: kubernetes: ignored {p}");
+            match ev {
+                Event::L2(l2) => run.l2 = l2,
+                // The source logs each problem once itself.
+                Event::Model(model) => {
+                    if let Some(h) = &hcnp {
+                        h.update(model.health_check_node_ports.clone());
+                    }
+                    run.specs = model.specs;
+                }
+                Event::Health(states) => {
+                    run.down = states
+                        .into_iter()
+                        .filter(|(_, up)| !up)
+                        .map(|(a, _)| a)
+                        .collect();
+                }
             }
-            if let Some(h) = &hcnp {
-                h.update(model.health_check_node_ports.clone());
-            }
-            run.specs = model.specs;
-            changed = true;
-        }
-        while let Ok(states) = health_rx.try_recv() {
-            run.down = states
-                .into_iter()
-                .filter(|(_, up)| !up)
-                .map(|(a, _)| a)
-                .collect();
-            changed = true;
         }
         if RELOAD.swap(false, Ordering::SeqCst) {
             // The file as this reload reads it: a later change of it reloads again.
@@ -592,7 +598,7 @@ fn daemon(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<()> {
             }
             last_solicit = Instant::now();
         }
-        std::thread::sleep(TICK);
+        woken = ev_rx.recv_timeout(TICK).ok();
     };
 
     // Detach first: from here on the kernel sees every frame, then the workers stop.
@@ -619,6 +625,16 @@ fn daemon(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<()> {
     print_counters(&stats, &steer_counters, &flows);
     eprintln!("xvs: stopped");
     result
+}
+
+/// What the slowpath's threads hand the main loop.
+enum Event {
+    /// A new model from the Kubernetes source.
+    Model(slowpath::k8s::K8sModel),
+    /// The health checker's view changed: every target, up or not.
+    Health(std::collections::HashMap<SocketAddr, bool>),
+    /// Routes and neighbours changed.
+    L2(L2Table),
 }
 
 /// A graceful drain in progress (after the first stop signal).
