@@ -42,8 +42,9 @@
 //! - **Entries**: two slabs of `capacity` entries. The hot line (64 bytes, cache-line aligned,
 //!   eight `AtomicU64`): a control word `gen:22 | status:2 | state:8 | last_seen:32`, one word
 //!   of four ports, one of service/backend id, one of snapshot generation / protocol / family /
-//!   flags, and four address words: an IPv4 flow's four addresses (two per word), or an IPv6
-//!   flow's client and VIP. The cold half-line (32 bytes) holds an IPv6 flow's backend and SNAT
+//!   flags, and four address words: an IPv4 flow's four addresses (two per word) and both
+//!   directions' checksum adjustments ([`v4_csum_delta`]), or an IPv6 flow's client and VIP.
+//!   The cold half-line (32 bytes) holds an IPv6 flow's backend and SNAT
 //!   addresses. So an IPv4 lookup, and its rewrite ([`FlowTable::lookup_hit`]), touch one
 //!   entry line.
 //! - **Index**: `3.2 × capacity` `u64` words (two tuples per flow, load factor ≤ 0.625), linear
@@ -52,7 +53,8 @@
 //! - About 122 bytes per flow in all ([`FlowTable::bytes_per_flow`]).
 //! - Per packet, workers use [`FlowTable::lookup_hit`] (a small `Copy` [`FlowHit`] with the
 //!   translated endpoints) and [`FlowTable::touch`]; [`FlowTable::lookup_batch`] overlaps the
-//!   cache misses of a whole receive batch.
+//!   cache misses of a whole receive batch. IPv4 has a leaner pair without 128-bit addresses:
+//!   [`FlowTable::lookup_v4`] (a [`V4Key`] in, a [`V4Hit`] out) and [`FlowTable::touch_v4`].
 //!
 //! # Concurrency protocol
 //!
@@ -111,5 +113,6 @@ pub use lb_algos::{BackendId, ConnCounts};
 pub use state::{FlowState, SctpState, TcpFlags, TcpState, Timeouts};
 pub use table::{
     CAPACITY_MAX, Error, ExpiredFlow, FlowHandle, FlowHit, FlowTable, FlowTableConfig,
-    FlowTableStats, FlowView, HashedKey, InsertError, SweepStats, Tick,
+    FlowTableStats, FlowView, HashedKey, InsertError, SweepStats, Tick, V4Hit, V4Key,
+    v4_csum_delta,
 };

@@ -40,6 +40,9 @@ const W_META: usize = 3;
 /// flow lives in one cache line). IPv6: client (4, 5), vip (6, 7), backend (8, 9), snat
 /// (10, 11), each (lo, hi).
 const W_ADDR: usize = 4;
+/// IPv4 only: the checksum adjustments ([`v4_csum_delta`]) of the original direction | the
+/// reply direction's << 32.
+const W_V4_CSUM: usize = 6;
 const W_COLD: usize = 8;
 const HOT_WORDS: usize = 8;
 const COLD_WORDS: usize = 4;
@@ -183,6 +186,133 @@ impl HashedKey {
     #[inline]
     pub fn key(&self) -> &FlowKey {
         &self.key
+    }
+}
+
+/// An IPv4 tuple packed the way the per-packet path reads it, with its hash in one table,
+/// from [`FlowTable::v4_key`]: the same flow as the [`FlowKey`] [`V4Key::key`] gives, without
+/// its 128-bit addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct V4Key {
+    /// Source | destination << 32 (`Ipv4Addr::to_bits` values).
+    addrs: u64,
+    /// Source port | destination port << 16.
+    ports: u32,
+    proto: Protocol,
+    hash: u64,
+}
+
+impl V4Key {
+    /// The key as a [`FlowKey`] (for the paths beyond a hit).
+    #[inline]
+    pub fn key(&self) -> FlowKey {
+        FlowKey::v4_bits(
+            self.proto,
+            self.addrs as u32,
+            self.ports as u16,
+            (self.addrs >> 32) as u32,
+            (self.ports >> 16) as u16,
+        )
+    }
+
+    /// [`FlowKey::misc`] of the key.
+    #[inline(always)]
+    fn misc(&self) -> u64 {
+        u64::from(self.ports) | u64::from(self.proto as u8) << 32
+    }
+}
+
+/// How the checksums of an IPv4 packet change when its tuple does: a packet arriving with
+/// addresses `from.0` (source | destination << 32, `Ipv4Addr::to_bits` values) and ports
+/// `from.1` (source | destination << 16) and leaving with `to`'s has its IPv4 header checksum
+/// change by the low half and its TCP/UDP checksum (pseudo-header and ports) by the high half:
+/// one's complement sums (big-endian arithmetic) of `!old + new` over the changed 16-bit
+/// words, the inner sum of RFC 1624 eq. 3 (`HC' = ~(~HC + delta)`). An address that does not
+/// change adds nothing; the ports always add their words. Each half is 0 only when its sum
+/// is, so updates come out exactly as adding the words one by one does.
+#[inline]
+pub fn v4_csum_delta(from: (u64, u32), to: (u64, u32)) -> u32 {
+    // Branch-free: the sum masked to zero when the word did not change.
+    let term = |o: u32, n: u32| (u64::from(!o) + u64::from(n)) & u64::from(o != n).wrapping_neg();
+    let ip = term(from.0 as u32, to.0 as u32) + term((from.0 >> 32) as u32, (to.0 >> 32) as u32);
+    let l4 = ip + u64::from(!from.1) + u64::from(to.1);
+    u32::from(fold16(ip)) | u32::from(fold16(l4)) << 16
+}
+
+/// A one's complement sum folded to 16 bits: the same residue modulo 0xffff, 0 only for 0.
+#[inline(always)]
+fn fold16(s: u64) -> u16 {
+    let (x, c) = (s as u32).overflowing_add((s >> 32) as u32);
+    // With a carry, x <= 2^32 - 2.
+    let x = x + u32::from(c);
+    let (y, c) = (x as u16).overflowing_add((x >> 16) as u16);
+    y + u16::from(c)
+}
+
+/// [`FlowHit`] for an IPv4 flow, from [`FlowTable::lookup_v4`]: the outgoing endpoints packed
+/// like a [`V4Key`]'s and the checksum adjustment, 32 bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct V4Hit {
+    /// New source address | new destination address << 32 (`Ipv4Addr::to_bits` values).
+    pub addrs: u64,
+    /// New source port | new destination port << 16.
+    pub ports: u32,
+    /// What the packet's checksums change by: [`v4_csum_delta`] from the tuple it matched to
+    /// `(addrs, ports)`.
+    pub csum_delta: u32,
+    /// The flow's pipeline flags byte ([`FlowData::flags`]).
+    pub flags: u8,
+    reply: bool,
+    entry: u32,
+    backend: u32,
+    ctl: u64,
+}
+
+impl V4Hit {
+    /// The flow.
+    #[inline]
+    pub fn handle(&self) -> FlowHandle {
+        FlowHandle::new(self.entry, ctl_gen(self.ctl))
+    }
+
+    /// Which tuple the packet matched.
+    #[inline]
+    pub fn dir(&self) -> Direction {
+        if self.reply {
+            Direction::Reply
+        } else {
+            Direction::Original
+        }
+    }
+
+    /// New source address (`Ipv4Addr::to_bits`).
+    #[inline]
+    pub fn src(&self) -> u32 {
+        self.addrs as u32
+    }
+
+    /// New destination address (`Ipv4Addr::to_bits`).
+    #[inline]
+    pub fn dst(&self) -> u32 {
+        (self.addrs >> 32) as u32
+    }
+
+    /// New source port.
+    #[inline]
+    pub fn src_port(&self) -> u16 {
+        self.ports as u16
+    }
+
+    /// New destination port.
+    #[inline]
+    pub fn dst_port(&self) -> u16 {
+        (self.ports >> 16) as u16
+    }
+
+    /// The backend the flow was scheduled to.
+    #[inline]
+    pub fn backend_id(&self) -> BackendId {
+        BackendId(self.backend)
     }
 }
 
@@ -561,13 +691,20 @@ impl FlowTable {
     fn hash(&self, k: &FlowKey) -> u64 {
         let s = &self.seeds;
         if !k.v6 {
-            // IPv4: both addresses fit one word; two multiplies instead of three.
             let addrs = u64::from(k.src as u32) | u64::from(k.dst as u32) << 32;
-            return fold_mul(fold_mul(addrs ^ s[0], k.misc() ^ s[1]) ^ s[2], s[3]);
+            return self.hash_v4(addrs, k.misc());
         }
         let a = fold_mul(k.src as u64 ^ s[0], (k.src >> 64) as u64 ^ s[1]);
         let b = fold_mul(k.dst as u64 ^ s[2], (k.dst >> 64) as u64 ^ s[3]);
         fold_mul(a ^ b.rotate_left(29) ^ s[4], k.misc() ^ s[5])
+    }
+
+    /// The hash of an IPv4 key from its packed addresses (`src | dst << 32`) and
+    /// [`FlowKey::misc`]: both addresses fit one word, so two multiplies instead of three.
+    #[inline(always)]
+    fn hash_v4(&self, addrs: u64, misc: u64) -> u64 {
+        let s = &self.seeds;
+        fold_mul(fold_mul(addrs ^ s[0], misc ^ s[1]) ^ s[2], s[3])
     }
 
     #[inline(always)]
@@ -736,7 +873,7 @@ impl FlowTable {
     #[inline(always)]
     pub fn lookup_hit_hashed(&self, k: &HashedKey) -> Option<FlowHit> {
         // `Index::probe` spelled out: with a closure the compiler keeps `hit` out of line.
-        let slots = &self.index.slots;
+        let slots: &[AtomicU64] = &self.index.slots;
         let mut pos = self.index.home(k.hash);
         for _ in 0..index::MAX_PROBE.min(slots.len()) {
             let w = slots[pos].load(Ordering::Acquire);
@@ -752,6 +889,118 @@ impl FlowTable {
             pos = self.index.next(pos);
         }
         None
+    }
+
+    /// An IPv4 TCP/UDP/SCTP key from packed fields (`src | dst << 32` as
+    /// `Ipv4Addr::to_bits` values, `src_port | dst_port << 16`), hashed for this table: the
+    /// same flow and hash as `hashed(FlowKey::v4_bits(..))`. (A `V4Key` of another table only
+    /// gives wrong misses.)
+    #[inline(always)]
+    pub fn v4_key(&self, proto: Protocol, addrs: u64, ports: u32) -> V4Key {
+        let misc = u64::from(ports) | u64::from(proto as u8) << 32;
+        V4Key {
+            addrs,
+            ports,
+            proto,
+            hash: self.hash_v4(addrs, misc),
+        }
+    }
+
+    /// [`prefetch_index`](Self::prefetch_index) for a [`V4Key`].
+    #[inline]
+    pub fn prefetch_index_v4(&self, k: &V4Key) {
+        self.index.prefetch(k.hash);
+    }
+
+    /// [`prefetch_entry`](Self::prefetch_entry) for a [`V4Key`].
+    #[inline]
+    pub fn prefetch_entry_v4(&self, k: &V4Key) {
+        self.prefetch_entry_word(self.index.home_word(k.hash));
+    }
+
+    /// [`lookup_hit`](Self::lookup_hit) for an IPv4 key: the same flow, answered as a
+    /// [`V4Hit`]. Wait-free like [`lookup`](Self::lookup).
+    #[inline(always)]
+    pub fn lookup_v4(&self, k: &V4Key) -> Option<V4Hit> {
+        // `Index::probe` spelled out over two slices (home to the end, then from the start):
+        // no bounds check or wrap test per slot.
+        let slots: &[AtomicU64] = &self.index.slots;
+        let limit = index::MAX_PROBE.min(slots.len());
+        let head = &slots[self.index.home(k.hash).min(slots.len())..];
+        let first = &head[..limit.min(head.len())];
+        let rest = &slots[..limit - first.len()];
+        // `Some(answer)` ends the probe.
+        let step = |w: &AtomicU64| {
+            let w = w.load(Ordering::Acquire);
+            // The tag first (the home slot's word usually is the flow's); EMPTY (tag 0) and
+            // TOMB/FROZEN (tag all ones) can match it too, so a match checks for a live word.
+            if index::tag_matches(w, k.hash) && w.wrapping_sub(1) < index::FROZEN - 1 {
+                let (e, reply) = index::word_entry(w);
+                self.hit_v4(e, reply, k).map(Some)
+            } else if w == index::EMPTY || w == index::FROZEN {
+                Some(None)
+            } else {
+                None
+            }
+        };
+        for w in first {
+            if let Some(r) = step(w) {
+                return r;
+            }
+        }
+        for w in rest {
+            if let Some(r) = step(w) {
+                return r;
+            }
+        }
+        None
+    }
+
+    /// [`hit`](Self::hit) for an IPv4 key.
+    #[inline(always)]
+    fn hit_v4(&self, e: u32, reply: bool, k: &V4Key) -> Option<V4Hit> {
+        let entry = self.entries.get(e as usize)?;
+        let c1 = entry.w[W_CTL].load(Ordering::Acquire);
+        if !ctl_readable(c1) {
+            return None;
+        }
+        let meta = entry.w[W_META].load(Ordering::Relaxed);
+        let ports = entry.w[W_PORTS].load(Ordering::Relaxed);
+        let ids = entry.w[W_IDS].load(Ordering::Relaxed);
+        // IPv4: client | vip << 32, backend | snat << 32 (an IPv6 entry fails the meta test).
+        let a0 = entry.w[W_ADDR].load(Ordering::Relaxed);
+        let a1 = entry.w[W_ADDR + 1].load(Ordering::Relaxed);
+        let csum = entry.w[W_V4_CSUM].load(Ordering::Relaxed);
+        // Original: matched client -> vip, leaves as snat -> backend; reply: matched
+        // backend -> snat, leaves as vip -> client.
+        let (key_addrs, out_addrs, key_ports, out_ports) = if reply {
+            (a1, a0, (ports >> 32) as u32, ports as u32)
+        } else {
+            (a0, a1, ports as u32, (ports >> 32) as u32)
+        };
+        if !((meta >> 32) & 0xffff == k.misc() >> 32
+            && key_ports == k.ports
+            && key_addrs == k.addrs)
+        {
+            return None;
+        }
+        fence(Ordering::Acquire);
+        let c2 = entry.w[W_CTL].load(Ordering::Relaxed);
+        // Usually the same generation and status as `c1` (readable): one test then.
+        if (c1 ^ c2) >> 40 != 0 && !(ctl_readable(c2) && ctl_gen(c2) == ctl_gen(c1)) {
+            return None;
+        }
+        Some(V4Hit {
+            // The stored pair is (destination, source) of the way out.
+            addrs: out_addrs.rotate_left(32),
+            ports: out_ports.rotate_left(16),
+            csum_delta: (csum >> (32 * u32::from(reply))) as u32,
+            flags: (meta >> 48) as u8,
+            reply,
+            entry: e,
+            backend: (ids >> 32) as u32,
+            ctl: c2,
+        })
     }
 
     /// [`matches`](Self::matches), reading the outgoing endpoints too.
@@ -830,26 +1079,75 @@ impl FlowTable {
     /// then only a packet that needs a write notices, by returning `None`).
     #[inline]
     pub fn touch(&self, hit: &FlowHit, tcp_flags: TcpFlags, now: Tick) -> Option<FlowState> {
-        let next =
-            &self.next_code[usize::from(hit.dir == Direction::Reply)][flags_index(tcp_flags.0)];
-        let mut c = hit.ctl;
+        let reply = hit.dir == Direction::Reply;
+        self.touch_ctl(
+            hit.handle.entry(),
+            reply,
+            hit.backend,
+            hit.ctl,
+            tcp_flags,
+            now,
+        )
+    }
+
+    /// [`touch`](Self::touch) for a flow found by [`lookup_v4`](Self::lookup_v4).
+    #[inline]
+    pub fn touch_v4(&self, hit: &V4Hit, tcp_flags: TcpFlags, now: Tick) -> Option<FlowState> {
+        self.touch_ctl(hit.entry, hit.reply, hit.backend, hit.ctl, tcp_flags, now)
+    }
+
+    /// The no-write case of `touch` inline; `c` is the validated state word of a hit.
+    #[inline(always)]
+    fn touch_ctl(
+        &self,
+        e: u32,
+        reply: bool,
+        backend: u32,
+        c: u64,
+        tcp_flags: TcpFlags,
+        now: Tick,
+    ) -> Option<FlowState> {
+        let old = ctl_state(c);
+        // Codes are < STATE_CODES <= CODES_PAD; the mask only spares a bounds check.
+        let new = self.next_code[usize::from(reply)][flags_index(tcp_flags.0)]
+            [usize::from(old) & (CODES_PAD - 1)];
+        // A hit's word is readable and of the hit's generation: nothing to check for a
+        // packet that changes neither the state nor the time tick.
+        if new == old && ctl_ls(c) >= now.0 {
+            return Some(FlowState::from_u8(old));
+        }
+        self.touch_write(e, reply, backend, c, tcp_flags, now)
+    }
+
+    /// The rest of `touch`: a CAS loop from the hit's state word.
+    #[inline(never)]
+    fn touch_write(
+        &self,
+        e: u32,
+        reply: bool,
+        backend: u32,
+        mut c: u64,
+        tcp_flags: TcpFlags,
+        now: Tick,
+    ) -> Option<FlowState> {
+        let next = &self.next_code[usize::from(reply)][flags_index(tcp_flags.0)];
+        let gen_ = ctl_gen(c);
         loop {
-            if !ctl_readable(c) || ctl_gen(c) != hit.handle.gen_() {
+            if !ctl_readable(c) || ctl_gen(c) != gen_ {
                 return None;
             }
             let old = ctl_state(c);
-            // Codes are < STATE_CODES <= CODES_PAD; the mask only spares a bounds check.
             let new = next[usize::from(old) & (CODES_PAD - 1)];
             let ls = ctl_ls(c).max(now.0);
             if new == old && ls == ctl_ls(c) {
                 return Some(FlowState::from_u8(old));
             }
-            let entry = self.entries.get(hit.handle.entry() as usize)?;
+            let entry = self.entries.get(e as usize)?;
             let nc = c & !((0xff << 32) | 0xffff_ffff) | u64::from(new) << 32 | u64::from(ls);
             match entry.w[W_CTL].compare_exchange_weak(c, nc, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
                     let (old, new) = (FlowState::from_u8(old), FlowState::from_u8(new));
-                    self.recount(hit.backend, old, new);
+                    self.recount(backend, old, new);
                     return Some(new);
                 }
                 Err(a) => c = a,
@@ -952,6 +1250,27 @@ impl FlowTable {
         now: Instant,
         on_evict: impl FnMut(ExpiredFlow),
     ) -> Result<FlowHandle, InsertError> {
+        self.insert_ticks(data, tcp_flags, self.ticks(now), on_evict)
+    }
+
+    /// [`insert`](Self::insert) at a time from [`tick`](Self::tick) (a worker computes it
+    /// once per batch).
+    pub fn insert_at(
+        &self,
+        data: &FlowData,
+        tcp_flags: TcpFlags,
+        now: Tick,
+    ) -> Result<FlowHandle, InsertError> {
+        self.insert_ticks(data, tcp_flags, now.0, |_| {})
+    }
+
+    fn insert_ticks(
+        &self,
+        data: &FlowData,
+        tcp_flags: TcpFlags,
+        t: u32,
+        on_evict: impl FnMut(ExpiredFlow),
+    ) -> Result<FlowHandle, InsertError> {
         if !data.same_family() {
             return Err(InsertError::Invalid("addresses of different families"));
         }
@@ -969,7 +1288,6 @@ impl FlowTable {
             self.counters.0.exists.fetch_add(1, Ordering::Relaxed);
             return Err(InsertError::Exists(h));
         }
-        let t = self.ticks(now);
         let Some(e) = self.alloc(oh, t, on_evict) else {
             self.counters.0.full.fetch_add(1, Ordering::Relaxed);
             return Err(InsertError::Full);
@@ -1067,8 +1385,19 @@ impl FlowTable {
             }
         } else {
             let pair = |a: u128, b: u128| u64::from(a as u32) | u64::from(b as u32) << 32;
-            set(W_ADDR, pair(bits[A_CLIENT], bits[A_VIP]));
-            set(W_ADDR + 1, pair(bits[A_BACKEND], bits[A_SNAT]));
+            let (cv, bs) = (
+                pair(bits[A_CLIENT], bits[A_VIP]),
+                pair(bits[A_BACKEND], bits[A_SNAT]),
+            );
+            set(W_ADDR, cv);
+            set(W_ADDR + 1, bs);
+            // Both directions' checksum adjustments (the word an IPv6 VIP would use).
+            let ports =
+                |a: SocketAddr, b: SocketAddr| u32::from(a.port()) | u32::from(b.port()) << 16;
+            let (p_cv, p_bs) = (ports(d.client, d.vip), ports(d.backend, d.snat));
+            let original = v4_csum_delta((cv, p_cv), (bs.rotate_left(32), p_bs.rotate_left(16)));
+            let reply = v4_csum_delta((bs, p_bs), (cv.rotate_left(32), p_cv.rotate_left(16)));
+            set(W_V4_CSUM, u64::from(original) | u64::from(reply) << 32);
         }
         set(
             W_PORTS,

@@ -1,11 +1,15 @@
 //! Per-packet cost of `Pipeline::process`, in memory, on one thread: prints `key=value` lines
 //! `flows`, `mix`, `packets`, `ns_per_packet`, `mpps_per_core`.
 //!
-//! - `--mix established`: the flows' SYNs are sent first (not timed), then their ACKs are
-//!   replayed round-robin, `--rounds` times over all flows (fullnat, IPv4 TCP).
+//! - `--mix established`: the flows' handshakes are sent first (not timed: a SYN, then the
+//!   first ACK, which moves the flow to ESTABLISHED), then their ACKs are replayed
+//!   round-robin, `--rounds` times over all flows (fullnat, IPv4 TCP): every timed packet
+//!   belongs to an established flow, whatever `--rounds`.
 //! - `--mix syn`: one SYN per flow on a fresh table (every packet schedules, inserts a flow and
 //!   takes a SNAT port).
 //! - `--mix mixed`: established ACKs with one SYN of a brand-new flow in every 8 packets.
+//! - `--mix first-ack`: like `established` without the first ACKs in the set-up: the first
+//!   round's packets each complete a handshake (what `established` measured before).
 //!
 //! Each frame is copied from a pristine array into a work buffer before `process` (which
 //! rewrites it); the copy is part of the time. `--batch N` (N > 1) copies N frames into N
@@ -120,7 +124,7 @@ fn send_timed(p: &mut Pipeline, src: &[u8], now: Instant, batch: usize) -> (Dura
     }
 }
 
-/// [`send_timed`] for set-up traffic (the SYNs before an established run).
+/// [`send_timed`] for set-up traffic (the handshakes before an established run).
 #[inline(never)]
 fn send_setup(p: &mut Pipeline, src: &[u8], now: Instant) -> u64 {
     send_all(p, src, now).1
@@ -183,7 +187,7 @@ fn main() {
     while let Some(a) = args.next() {
         match a.as_str() {
             "--flows" => flows = args.next().and_then(|v| v.parse().ok()).expect("--flows N"),
-            "--mix" => mix = args.next().expect("--mix established|syn|mixed"),
+            "--mix" => mix = args.next().expect("--mix established|syn|mixed|first-ack"),
             "--rounds" => {
                 rounds = args
                     .next()
@@ -198,7 +202,7 @@ fn main() {
                     .expect("--batch 1..=256")
             }
             other => panic!(
-                "unknown argument {other}; use --flows N --mix established|syn|mixed [--rounds N] [--batch N]"
+                "unknown argument {other}; use --flows N --mix established|syn|mixed|first-ack [--rounds N] [--batch N]"
             ),
         }
     }
@@ -214,12 +218,16 @@ fn main() {
             let (e, tx) = send_timed(&mut p, &syns, epoch, batch);
             (e, flows as u64, tx)
         }
-        "established" | "mixed" => {
+        "established" | "mixed" | "first-ack" => {
             let syns = frames(0..flows, 0x02);
             let tx = send_setup(&mut p, &syns, epoch);
             assert_eq!(tx as usize, flows, "every SYN must be forwarded");
             drop(syns);
             let acks = frames(0..flows, 0x10);
+            if mix != "first-ack" {
+                let tx = send_setup(&mut p, &acks, epoch);
+                assert_eq!(tx as usize, flows, "every first ACK must be forwarded");
+            }
             let src = if mix == "mixed" {
                 // 7 ACKs of established flows, then one SYN of a new flow.
                 let new = flows / 7 + 1;

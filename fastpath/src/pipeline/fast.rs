@@ -1,8 +1,8 @@
 //! The common case with fixed offsets: an untagged Ethernet frame carrying an unfragmented
 //! IPv4 TCP or UDP packet without IP options.
 //!
-//! [`parse`] reads such a frame straight into a [`V4`] (raw `u32` addresses, ports, flags,
-//! TTL) and answers `None` for everything else, including every frame the general
+//! [`parse`] reads such a frame straight into a [`V4`] (addresses and ports packed the way a
+//! [`flowtable::V4Key`] takes them, flags, TTL) and answers `None` for everything else, including every frame the general
 //! [`classify`](super::classify) would drop: the pipeline then runs the general path, which
 //! gives the verdict. So for a frame `parse` accepts, `classify` would have produced the same
 //! fields (`l3 = 14`, `l4 = 34`, `Frag::No`), and the fast path's output is byte for byte the
@@ -13,9 +13,10 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use flowtable::{FlowKey, Protocol};
+use flowtable::Protocol;
 
 use super::classify::{Frag, PROTO_TCP, PROTO_UDP, Packet};
+use super::nat::{add1c, fold16};
 
 /// Offset of the IPv4 header in an untagged frame.
 pub(crate) const L3: usize = 14;
@@ -25,18 +26,17 @@ pub(crate) const L4: usize = L3 + 20;
 /// What the fast path needs of a frame.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct V4 {
-    /// Source address (`Ipv4Addr::to_bits` order).
-    pub src: u32,
-    /// Destination address.
-    pub dst: u32,
-    /// Source port.
-    pub sport: u16,
-    /// Destination port.
-    pub dport: u16,
+    /// Source | destination address << 32 (`Ipv4Addr::to_bits` values), as a
+    /// [`flowtable::V4Key`] packs them.
+    pub addrs: u64,
+    /// Source port | destination port << 16.
+    pub ports: u32,
     /// L4 bytes (IP total length − 20).
     pub l4_len: u16,
     /// `PROTO_TCP` or `PROTO_UDP`.
     pub proto: u8,
+    /// The same, as the flow table's protocol.
+    pub protocol: Protocol,
     /// TCP flags byte (0 for UDP).
     pub flags: u8,
     /// TTL.
@@ -49,25 +49,21 @@ fn be16(d: &[u8], at: usize) -> u16 {
 }
 
 #[inline(always)]
-fn be32(d: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([d[at], d[at + 1], d[at + 2], d[at + 3]])
+fn bytes<const N: usize>(d: &[u8], at: usize) -> [u8; N] {
+    let mut b = [0u8; N];
+    b.copy_from_slice(&d[at..at + N]);
+    b
 }
 
 /// Whether the 20-byte IPv4 header at [`L3`] sums to 0xffff (its checksum verifies): what
-/// `checksum::checksum(header) == 0` says, from five 32-bit words with a fixed number of
-/// folds (any positive total folds to the same 16-bit value however it was grouped).
+/// `checksum::checksum(header) == 0` says. Sums the header as native-endian words (a one's
+/// complement sum does not depend on byte order, and 0xffff reads the same both ways).
 #[inline(always)]
 fn header_checksum_ok(h: &[u8]) -> bool {
-    let mut acc = 0u64;
-    for i in 0..5 {
-        acc += u64::from(be32(h, L3 + 4 * i));
-    }
-    // acc < 5 * 2^32.
-    acc = (acc & 0xffff_ffff) + (acc >> 32);
-    acc = (acc & 0xffff) + (acc >> 16);
-    acc = (acc & 0xffff) + (acc >> 16);
-    acc = (acc & 0xffff) + (acc >> 16);
-    acc == 0xffff
+    let a = u64::from_ne_bytes(bytes(h, L3));
+    let b = u64::from_ne_bytes(bytes(h, L3 + 8));
+    let c = u32::from_ne_bytes(bytes(h, L3 + 16));
+    fold16(add1c(add1c(a, b), u64::from(c))) == 0xffff
 }
 
 /// The frame as a [`V4`], or `None` when it is anything but the common case (the general
@@ -79,7 +75,7 @@ pub(crate) fn parse(frame: &[u8]) -> Option<V4> {
     }
     let h = &frame[..L4];
     // EtherType IPv4, version 4, IHL 5.
-    if h[12] != 0x08 || h[13] != 0x00 || h[L3] != 0x45 {
+    if u32::from_be_bytes(bytes(h, 12)) >> 8 != 0x08_00_45 {
         return None;
     }
     let total = usize::from(be16(h, L3 + 2));
@@ -92,7 +88,7 @@ pub(crate) fn parse(frame: &[u8]) -> Option<V4> {
     }
     let l4_len = total - 20;
     let proto = h[L3 + 9];
-    let flags = match proto {
+    let (flags, protocol) = match proto {
         PROTO_TCP => {
             if l4_len < 20 {
                 return None;
@@ -101,39 +97,74 @@ pub(crate) fn parse(frame: &[u8]) -> Option<V4> {
             if off < 20 || off > l4_len {
                 return None;
             }
-            frame[L4 + 13]
+            (frame[L4 + 13], Protocol::Tcp)
         }
         PROTO_UDP => {
             let len = usize::from(be16(frame, L4 + 4));
             if l4_len < 8 || len < 8 || len > l4_len {
                 return None;
             }
-            0
+            (0, Protocol::Udp)
         }
         _ => return None,
     };
     Some(V4 {
-        src: be32(h, L3 + 12),
-        dst: be32(h, L3 + 16),
-        sport: be16(frame, L4),
-        dport: be16(frame, L4 + 2),
+        // Wire order is (src, dst): big-endian that is src << 32 | dst.
+        addrs: u64::from_be_bytes(bytes(h, L3 + 12)).rotate_left(32),
+        ports: u32::from_be_bytes(bytes(frame, L4)).rotate_left(16),
         l4_len: l4_len as u16,
         proto,
+        protocol,
         flags,
         ttl: h[L3 + 8],
     })
 }
 
 impl V4 {
-    /// The packet's own tuple.
-    #[inline(always)]
-    pub(crate) fn key(&self) -> FlowKey {
-        let proto = if self.proto == PROTO_TCP {
-            Protocol::Tcp
+    /// The `V4` [`parse`] gave for `frame` (unchanged since), from its packed tuple and the
+    /// other fields' fixed offsets.
+    #[inline]
+    pub(crate) fn reread(frame: &[u8], addrs: u64, ports: u32) -> V4 {
+        let at = |i: usize| frame.get(i).copied().unwrap_or(0);
+        let proto = at(L3 + 9);
+        let (flags, protocol) = if proto == PROTO_TCP {
+            (at(L4 + 13), Protocol::Tcp)
         } else {
-            Protocol::Udp
+            (0, Protocol::Udp)
         };
-        FlowKey::v4_bits(proto, self.src, self.sport, self.dst, self.dport)
+        V4 {
+            addrs,
+            ports,
+            l4_len: u16::from_be_bytes([at(L3 + 2), at(L3 + 3)]).wrapping_sub(20),
+            proto,
+            protocol,
+            flags,
+            ttl: at(L3 + 8),
+        }
+    }
+
+    /// Source address (`Ipv4Addr::to_bits`).
+    #[inline(always)]
+    pub(crate) fn src(&self) -> u32 {
+        self.addrs as u32
+    }
+
+    /// Destination address.
+    #[inline(always)]
+    pub(crate) fn dst(&self) -> u32 {
+        (self.addrs >> 32) as u32
+    }
+
+    /// Source port.
+    #[inline(always)]
+    pub(crate) fn sport(&self) -> u16 {
+        self.ports as u16
+    }
+
+    /// Destination port.
+    #[inline(always)]
+    pub(crate) fn dport(&self) -> u16 {
+        (self.ports >> 16) as u16
     }
 
     /// What [`classify`](super::classify::classify) gives for this frame (for the paths
@@ -146,10 +177,10 @@ impl V4 {
             l4_len: usize::from(self.l4_len),
             v6: false,
             proto: self.proto,
-            src: IpAddr::V4(Ipv4Addr::from_bits(self.src)),
-            dst: IpAddr::V4(Ipv4Addr::from_bits(self.dst)),
-            sport: self.sport,
-            dport: self.dport,
+            src: IpAddr::V4(Ipv4Addr::from_bits(self.src())),
+            dst: IpAddr::V4(Ipv4Addr::from_bits(self.dst())),
+            sport: self.sport(),
+            dport: self.dport(),
             flags: self.flags,
             ttl: self.ttl,
             frag: Frag::No,

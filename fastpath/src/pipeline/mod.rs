@@ -48,8 +48,8 @@ use std::time::{Duration, Instant};
 
 use config::{Config, Mode};
 use flowtable::{
-    Direction, FlowData, FlowHandle, FlowHit, FlowKey, FlowTable, HashedKey, InsertError, Protocol,
-    Tick,
+    Direction, FlowData, FlowHandle, FlowHit, FlowKey, FlowTable, InsertError, Protocol, Tick,
+    V4Hit, V4Key,
 };
 use lb_algos::{AffinityTable, FlowTuple, Scheduler};
 
@@ -64,7 +64,7 @@ pub(crate) mod nat;
 pub mod snat;
 
 use classify::{Frag, PROTO_ICMP, PROTO_ICMPV6, PROTO_SCTP, PROTO_TCP, PROTO_UDP, Packet};
-use nat::{Endpoints, V4Header};
+use nat::Endpoints;
 
 /// Ports tried for one new fullnat flow before giving up with `SnatPortsExhausted`.
 pub const SNAT_TRIES: usize = 16;
@@ -309,13 +309,35 @@ const FLAG_FULLNAT: u8 = 1;
 const NH_CACHE_SLOTS: usize = 256;
 const _: () = assert!(NH_CACHE_SLOTS.is_power_of_two());
 
-/// One next-hop cache slot: [`Snapshot::next_hop`]'s answer for `dst` while the pipeline's
-/// snapshot epoch is `epoch` (0: empty).
+/// One next-hop cache slot: [`Snapshot::next_hop`]'s answer for one destination address
+/// while the pipeline's snapshot epoch is the tag's.
 #[derive(Clone, Copy)]
 struct NhSlot {
-    dst: IpAddr,
-    epoch: u32,
+    /// `epoch | v6 << 32` (epoch 0: empty).
+    tag: u64,
+    /// The address: IPv6 bits, or IPv4 `to_bits` zero-extended.
+    addr: (u64, u64),
     nh: NextHop,
+    /// `nh`'s destination MAC, then its source MAC (or `config.mac`), as a frame takes them.
+    macs: [u8; 12],
+}
+
+/// A next-hop cache key: `(slot tag without the epoch, address)`.
+#[inline(always)]
+fn nh_key(dst: IpAddr) -> (u64, (u64, u64)) {
+    match dst {
+        IpAddr::V4(a) => (0, (u64::from(a.to_bits()), 0)),
+        IpAddr::V6(a) => {
+            let b = a.to_bits();
+            (1 << 32, (b as u64, (b >> 64) as u64))
+        }
+    }
+}
+
+/// The cache slot of an address.
+#[inline(always)]
+fn nh_index((lo, hi): (u64, u64)) -> usize {
+    ((lo ^ hi).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize & (NH_CACHE_SLOTS - 1)
 }
 
 /// One worker's packet pipeline.
@@ -331,7 +353,7 @@ pub struct Pipeline {
     epoch: u32,
     /// Resolved next hops of the current snapshot (routes + neighbour hash lookups cost more
     /// than the rest of an established packet). Only hits are cached.
-    nh_cache: Box<[NhSlot]>,
+    nh_cache: Box<[NhSlot; NH_CACHE_SLOTS]>,
     /// The last `now` seen and its flow-table tick (the clock is the same for a whole batch).
     tick_now: Instant,
     tick: Tick,
@@ -362,13 +384,14 @@ impl Pipeline {
         let tick_now = flows.epoch();
         let tick = flows.tick(tick_now);
         let empty = NhSlot {
-            dst: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-            epoch: 0,
+            tag: 0,
+            addr: (0, 0),
             nh: NextHop {
                 port: 0,
                 dst_mac: [0; 6],
                 src_mac: None,
             },
+            macs: [0; 12],
         };
         Pipeline {
             config,
@@ -379,7 +402,7 @@ impl Pipeline {
             frags,
             counters: Counters::default(),
             epoch: 1,
-            nh_cache: vec![empty; NH_CACHE_SLOTS].into_boxed_slice(),
+            nh_cache: Box::new([empty; NH_CACHE_SLOTS]),
             tick_now,
             tick,
             syn_watch: None,
@@ -398,7 +421,7 @@ impl Pipeline {
             self.epoch = self.epoch.wrapping_add(1);
             if self.epoch == 0 {
                 // Wrapped: slots of epoch 1 could look current again.
-                self.nh_cache.iter_mut().for_each(|s| s.epoch = 0);
+                self.nh_cache.iter_mut().for_each(|s| s.tag = 0);
                 self.epoch = 1;
             }
         }
@@ -428,8 +451,7 @@ impl Pipeline {
     /// Processes one frame in place. See the module docs for the rules.
     #[inline]
     pub fn process(&mut self, frame: &mut [u8], now: Instant) -> Verdict {
-        let v = self.run(frame, now);
-        self.count(v)
+        self.run(frame, now)
     }
 
     /// Processes a batch of frames in place: `verdicts[i]` is `frames[i]`'s verdict, exactly
@@ -447,25 +469,26 @@ impl Pipeline {
         let mut start = 0;
         while start < n {
             let len = (n - start).min(PREFETCH_CHUNK);
-            let mut parsed: [Option<(fast::V4, HashedKey)>; PREFETCH_CHUNK] =
-                [None; PREFETCH_CHUNK];
+            let mut parsed: [Option<(fast::V4, V4Key)>; PREFETCH_CHUNK] = [None; PREFETCH_CHUNK];
             for (k, slot) in parsed[..len].iter_mut().enumerate() {
                 if let Some(v) = fast::parse(frames.frame(start + k)) {
-                    let key = self.flows.hashed(v.key());
-                    self.flows.prefetch_index(&key);
+                    let key = self.flows.v4_key(v.protocol, v.addrs, v.ports);
+                    self.flows.prefetch_index_v4(&key);
                     *slot = Some((v, key));
                 }
             }
             for (_, key) in parsed[..len].iter().flatten() {
-                self.flows.prefetch_entry(key);
+                self.flows.prefetch_entry_v4(key);
             }
             for (k, slot) in parsed[..len].iter().enumerate() {
                 let frame = frames.frame(start + k);
-                let v = match slot {
-                    Some((v, key)) => self.run_v4(frame, v, key, now),
-                    None => self.run_general(frame, now),
+                verdicts[start + k] = match slot {
+                    Some((v, key)) => self.run_v4(frame, *v, *key, now),
+                    None => {
+                        let v = self.run_general(frame, now);
+                        self.count(v)
+                    }
                 };
-                verdicts[start + k] = self.count(v);
             }
             start += len;
         }
@@ -482,62 +505,90 @@ impl Pipeline {
         v
     }
 
-    #[inline]
+    /// One frame, counted.
+    #[inline(always)]
     fn run(&mut self, frame: &mut [u8], now: Instant) -> Verdict {
         if let Some(v) = fast::parse(frame) {
-            let key = self.flows.hashed(v.key());
-            return self.run_v4(frame, &v, &key, now);
+            let key = self.flows.v4_key(v.protocol, v.addrs, v.ports);
+            return self.run_v4(frame, v, key, now);
         }
-        self.run_general(frame, now)
+        let v = self.run_general(frame, now);
+        self.count(v)
     }
 
-    /// The common case ([`fast`]): a known flow is forwarded without building a
+    /// The common case ([`fast`]), counted: a known flow is forwarded without building a
     /// [`Packet`]; anything else continues as the general path would after `classify`.
     #[inline(always)]
-    fn run_v4(&mut self, frame: &mut [u8], v: &fast::V4, key: &HashedKey, now: Instant) -> Verdict {
-        let Some(hit) = self.flows.lookup_hit_hashed(key) else {
-            return self.new_flow(frame, &v.packet(), *key.key(), now);
+    fn run_v4(&mut self, frame: &mut [u8], v: fast::V4, key: V4Key, now: Instant) -> Verdict {
+        let Some(hit) = self.flows.lookup_v4(&key) else {
+            let verdict = self.miss_v4(frame, v.addrs, v.ports, now);
+            return self.count(verdict);
         };
         if v.ttl <= 1 {
-            return Verdict::Drop(DropReason::TtlExceeded);
+            return self.count(Verdict::Drop(DropReason::TtlExceeded));
         }
-        let dst = hit.dst_bits() as u32;
-        let Some(nh) = self.next_hop(IpAddr::V4(Ipv4Addr::from_bits(dst))) else {
-            return Verdict::Slow;
+        let Some(nh) = self.next_hop_v4(hit.dst()) else {
+            return self.count(Verdict::Slow);
         };
-        self.touch(&hit, v.flags, now);
-        let h = V4Header {
-            l3: fast::L3,
-            l4: fast::L4,
-            proto: v.proto,
-            ttl: v.ttl,
-            src: (v.src, v.sport),
-            dst: (v.dst, v.dport),
-        };
-        nat::rewrite_v4(
+        // From here on the verdict is Tx: the MACs go in first, straight from the slot.
+        let port = nh.nh.port;
+        frame[..12].copy_from_slice(&nh.macs);
+        self.touch_v4(&hit, v.flags, now);
+        nat::rewrite_v4_delta(
             frame,
-            &h,
-            (hit.src_bits() as u32, hit.src_port),
-            (dst, hit.dst_port),
-            nh.src_mac.unwrap_or(self.config.mac),
-            nh.dst_mac,
+            fast::L3,
+            fast::L4,
+            v.proto,
+            hit.addrs,
+            hit.ports,
+            hit.csum_delta,
         );
-        Verdict::Tx(nh.port)
+        self.count(Verdict::Tx(port))
+    }
+
+    /// [`run_v4`](Self::run_v4) without a flow. Kept out of line and given only the packed
+    /// tuple (the rest is read again from the frame), so that the hit path keeps the parsed
+    /// fields in registers.
+    #[inline(never)]
+    fn miss_v4(&mut self, frame: &mut [u8], addrs: u64, ports: u32, now: Instant) -> Verdict {
+        let v = fast::V4::reread(frame, addrs, ports);
+        let key = FlowKey::v4_bits(v.protocol, v.src(), v.sport(), v.dst(), v.dport());
+        self.new_flow(frame, &v.packet(), key, now)
+    }
+
+    /// The flow table's time for `now` (the clock is the same for a whole batch).
+    #[inline(always)]
+    fn tick(&mut self, now: Instant) -> Tick {
+        if now != self.tick_now {
+            self.tick_now = now;
+            self.tick = self.flows.tick(now);
+        }
+        self.tick
     }
 
     /// The flow table's state update for a packet of a known flow.
     #[inline(always)]
     fn touch(&mut self, hit: &FlowHit, flags: u8, now: Instant) {
-        if now != self.tick_now {
-            self.tick_now = now;
-            self.tick = self.flows.tick(now);
-        }
-        self.flows.touch(hit, flowtable::TcpFlags(flags), self.tick);
-        // A SYN-ACK: the backend answered a connection (passive health).
+        let tick = self.tick(now);
+        self.flows.touch(hit, flowtable::TcpFlags(flags), tick);
+        self.answered(flags, hit.backend_id());
+    }
+
+    /// [`touch`](Self::touch) for a [`V4Hit`].
+    #[inline(always)]
+    fn touch_v4(&mut self, hit: &V4Hit, flags: u8, now: Instant) {
+        let tick = self.tick(now);
+        self.flows.touch_v4(hit, flowtable::TcpFlags(flags), tick);
+        self.answered(flags, hit.backend_id());
+    }
+
+    /// A SYN-ACK: the backend answered a connection (passive health).
+    #[inline(always)]
+    fn answered(&self, flags: u8, backend: lb_algos::BackendId) {
         if flags & 0x12 == 0x12
             && let Some(w) = &self.syn_watch
         {
-            w.answered(hit.backend_id());
+            w.answered(backend);
         }
     }
 
@@ -577,16 +628,16 @@ impl Pipeline {
         };
         self.touch(hit, p.flags, now);
         let src_mac = nh.src_mac.unwrap_or(self.config.mac);
-        if let (IpAddr::V4(old_src), IpAddr::V4(old_dst), Frag::No, PROTO_TCP | PROTO_UDP) =
-            (p.src, p.dst, p.frag, p.proto)
-        {
+        if let (false, Frag::No, PROTO_TCP | PROTO_UDP) = (p.v6, p.frag, p.proto) {
+            frame[..6].copy_from_slice(&nh.dst_mac);
+            frame[6..12].copy_from_slice(&src_mac);
             nat::rewrite_v4(
                 frame,
-                &V4Header::of(p, old_src.to_bits(), old_dst.to_bits()),
-                (hit.src_bits() as u32, hit.src_port),
-                (hit.dst_bits() as u32, hit.dst_port),
-                src_mac,
-                nh.dst_mac,
+                p.l3,
+                p.l4,
+                p.proto,
+                nat::pack_addrs(hit.src_bits() as u32, hit.dst_bits() as u32),
+                nat::pack_ports(hit.src_port, hit.dst_port),
             );
             return Verdict::Tx(nh.port);
         }
@@ -625,25 +676,45 @@ impl Pipeline {
     /// this pipeline's own port), through the next-hop cache.
     #[inline]
     fn next_hop(&mut self, dst: IpAddr) -> Option<NextHop> {
-        let h = match dst {
-            IpAddr::V4(a) => u64::from(a.to_bits()),
-            IpAddr::V6(a) => {
-                let b = a.to_bits();
-                (b as u64) ^ (b >> 64) as u64
-            }
-        };
-        let i = (h.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize & (NH_CACHE_SLOTS - 1);
-        let slot = &mut self.nh_cache[i];
-        if slot.epoch == self.epoch && slot.dst == dst {
-            return Some(slot.nh);
+        self.nh_slot(dst).map(|s| s.nh)
+    }
+
+    /// [`next_hop`](Self::next_hop) for an IPv4 address (`to_bits`): its cache slot.
+    #[inline(always)]
+    fn next_hop_v4(&mut self, dst: u32) -> Option<&NhSlot> {
+        let addr = (u64::from(dst), 0);
+        let i = nh_index(addr);
+        if self.nh_cache[i].tag != u64::from(self.epoch) || self.nh_cache[i].addr != addr {
+            self.nh_fill(IpAddr::V4(Ipv4Addr::from_bits(dst)))?;
         }
+        Some(&self.nh_cache[i])
+    }
+
+    /// The cache slot holding `dst`'s next hop, filled on a miss.
+    #[inline]
+    fn nh_slot(&mut self, dst: IpAddr) -> Option<NhSlot> {
+        let (family, addr) = nh_key(dst);
+        let slot = &self.nh_cache[nh_index(addr)];
+        if slot.tag == u64::from(self.epoch) | family && slot.addr == addr {
+            return Some(*slot);
+        }
+        self.nh_fill(dst)
+    }
+
+    /// A next-hop cache miss: asks the snapshot, caches a hit (in `dst`'s slot).
+    #[cold]
+    #[inline(never)]
+    fn nh_fill(&mut self, dst: IpAddr) -> Option<NhSlot> {
         let nh = self.snapshot.next_hop(dst, self.config.port)?;
-        *slot = NhSlot {
-            dst,
-            epoch: self.epoch,
+        let (family, addr) = nh_key(dst);
+        let slot = NhSlot {
+            tag: u64::from(self.epoch) | family,
+            addr,
             nh,
+            macs: nat::macs(nh.dst_mac, nh.src_mac.unwrap_or(self.config.mac)),
         };
-        Some(nh)
+        self.nh_cache[nh_index(addr)] = slot;
+        Some(slot)
     }
 
     /// A packet that matched no flow: a new flow if it is for a frontend.
@@ -714,6 +785,7 @@ impl Pipeline {
             flags: 0,
         };
         let flags = flowtable::TcpFlags(p.flags);
+        let tick = self.tick(now);
         let new_flows_before = self.counters.new_flows;
         let inserted = if mode == Mode::Fullnat {
             data.flags = FLAG_FULLNAT;
@@ -727,7 +799,7 @@ impl Pipeline {
             let mut result = Err(DropReason::SnatPortsExhausted);
             for _ in 0..SNAT_TRIES.min(self.snat.len()) {
                 data.snat = SocketAddr::new(snat_ip, self.snat.next_port());
-                match self.flows.insert(&data, flags, now) {
+                match self.flows.insert_at(&data, flags, tick) {
                     Err(InsertError::ReplyInUse(_)) => continue,
                     r => {
                         result = self.inserted(r, &mut data);
@@ -737,7 +809,7 @@ impl Pipeline {
             }
             result
         } else {
-            match self.flows.insert(&data, flags, now) {
+            match self.flows.insert_at(&data, flags, tick) {
                 Err(InsertError::ReplyInUse(_)) => Err(DropReason::ReplyTupleInUse),
                 r => self.inserted(r, &mut data),
             }

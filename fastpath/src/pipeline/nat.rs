@@ -141,6 +141,18 @@ pub(crate) fn rewrite(
 ) {
     frame[0..6].copy_from_slice(&dst_mac);
     frame[6..12].copy_from_slice(&src_mac);
+    if let (false, true, PROTO_TCP | PROTO_UDP, IpAddr::V4(s), IpAddr::V4(d)) =
+        (p.v6, p.has_l4(), p.proto, to.src.ip(), to.dst.ip())
+    {
+        return rewrite_v4(
+            frame,
+            p.l3,
+            p.l4,
+            p.proto,
+            pack_addrs(s.to_bits(), d.to_bits()),
+            pack_ports(to.src.port(), to.dst.port()),
+        );
+    }
     let l3 = p.l3;
     let old_src = AddrBytes::new(p.src);
     let old_dst = AddrBytes::new(p.dst);
@@ -217,103 +229,238 @@ pub(crate) fn rewrite(
     put16(frame, csum_at, new);
 }
 
-/// The fields of an unfragmented IPv4 TCP/UDP packet that [`rewrite_v4`] needs.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct V4Header {
-    /// Offset of the IPv4 header.
-    pub l3: usize,
-    /// Offset of the L4 header.
-    pub l4: usize,
-    /// `PROTO_TCP` or `PROTO_UDP`.
-    pub proto: u8,
-    /// TTL (> 1).
-    pub ttl: u8,
-    /// Source address and port as received.
-    pub src: (u32, u16),
-    /// Destination address and port as received.
-    pub dst: (u32, u16),
-}
-
-impl V4Header {
-    /// From a classified packet (`p.v6` false, `p.frag == Frag::No`, TCP or UDP).
-    #[inline(always)]
-    pub fn of(p: &Packet, src: u32, dst: u32) -> Self {
-        debug_assert!(
-            !p.v6 && p.frag == Frag::No && (p.proto == PROTO_TCP || p.proto == PROTO_UDP)
-        );
-        V4Header {
-            l3: p.l3,
-            l4: p.l4,
-            proto: p.proto,
-            ttl: p.ttl,
-            src: (src, p.sport),
-            dst: (dst, p.dport),
-        }
-    }
-}
-
-/// [`rewrite`] for the common case, an unfragmented IPv4 TCP or UDP packet, from raw IPv4
-/// addresses. Byte for byte the same result as `rewrite` (the same words enter the same
-/// checksum sums), without building `IpAddr`s.
+/// `a + b` with the carry wrapped around: a one's complement sum on 64 bits. Congruent
+/// modulo 0xffff to the sum of the 16-bit words of `a` and `b` (2^16 ≡ 1), and zero only when
+/// both are.
 #[inline(always)]
+pub(crate) fn add1c(a: u64, b: u64) -> u64 {
+    let (s, c) = a.overflowing_add(b);
+    // With a carry, s <= 2^64 - 2.
+    s + u64::from(c)
+}
+
+/// A one's complement sum folded to 16 bits: the same residue modulo 0xffff, zero only for a
+/// zero sum, so the same value [`Delta::apply`]'s folds reach.
+#[inline(always)]
+pub(crate) fn fold16(s: u64) -> u16 {
+    let (x, c) = (s as u32).overflowing_add((s >> 32) as u32);
+    let x = x + u32::from(c);
+    let (y, c) = (x as u16).overflowing_add((x >> 16) as u16);
+    y + u16::from(c)
+}
+
+/// Frame bytes `at..at + N`.
+#[inline(always)]
+fn ne<const N: usize>(d: &[u8], at: usize) -> [u8; N] {
+    let mut b = [0u8; N];
+    b.copy_from_slice(&d[at..at + N]);
+    b
+}
+
+/// The (TTL, protocol) word's checksum term when the TTL drops by one: `!w + (w - 0x100)`
+/// = 0xfeff in big-endian arithmetic, as native-endian bytes.
+const TTL_TERM: u16 = u16::from_ne_bytes([0xfe, 0xff]);
+
+/// [`rewrite`] for the common case, an IPv4 TCP or UDP packet carrying its L4 header (`l3`,
+/// `l4`: the header offsets; the caller checked the TTL > 1 and that the L4 checksum field
+/// lies within the frame), to the endpoints packed as a [`flowtable::V4Hit`] gives them:
+/// `addrs` = new source | new destination << 32 (`Ipv4Addr::to_bits` values), `ports` = new
+/// source port | new destination port << 16. Everything but the MACs (the caller writes
+/// those).
+#[inline]
 pub(crate) fn rewrite_v4(
     frame: &mut [u8],
-    h: &V4Header,
-    (src, sport): (u32, u16),
-    (dst, dport): (u32, u16),
-    src_mac: [u8; 6],
-    dst_mac: [u8; 6],
+    l3: usize,
+    l4: usize,
+    proto: u8,
+    addrs: u64,
+    ports: u32,
 ) {
-    frame[0..6].copy_from_slice(&dst_mac);
-    frame[6..12].copy_from_slice(&src_mac);
-    let l3 = h.l3;
-    let (old_src, old_sport) = h.src;
-    let (old_dst, old_dport) = h.dst;
-    let src_changed = old_src != src;
-    let dst_changed = old_dst != dst;
-    // The address words both checksums take.
-    let mut addrs = Delta::new();
-    if src_changed {
-        addrs.word((old_src >> 16) as u16, (src >> 16) as u16);
-        addrs.word(old_src as u16, src as u16);
-    }
-    if dst_changed {
-        addrs.word((old_dst >> 16) as u16, (dst >> 16) as u16);
-        addrs.word(old_dst as u16, dst as u16);
-    }
-    let mut ip = addrs;
-    // The TTL/protocol word loses 0x100.
-    let old_word = u16::from(h.ttl) << 8 | u16::from(h.proto);
-    frame[l3 + 8] = h.ttl - 1;
-    ip.word(old_word, old_word - 0x100);
-    let c = ip.apply(be16(frame, l3 + 10));
-    put16(frame, l3 + 10, c);
-    if src_changed {
-        frame[l3 + 12..l3 + 16].copy_from_slice(&src.to_be_bytes());
-    }
-    if dst_changed {
-        frame[l3 + 16..l3 + 20].copy_from_slice(&dst.to_be_bytes());
-    }
-    let l4 = h.l4;
-    let csum_at = if h.proto == PROTO_TCP {
-        l4 + 16
-    } else {
-        l4 + 6
-    };
-    let mut d = addrs;
-    d.word(old_sport, sport);
-    d.word(old_dport, dport);
-    put16(frame, l4, sport);
-    put16(frame, l4 + 2, dport);
-    let old = be16(frame, csum_at);
-    let new = if h.proto == PROTO_UDP {
+    let old_addrs = u64::from_be_bytes(ne(frame, l3 + 12)).rotate_left(32);
+    let old_ports = u32::from_be_bytes(ne(frame, l4)).rotate_left(16);
+    let delta = flowtable::v4_csum_delta((old_addrs, old_ports), (addrs, ports));
+    rewrite_v4_delta(frame, l3, l4, proto, addrs, ports, delta);
+}
+
+/// [`rewrite_v4`] with the checksum adjustment known (a [`flowtable::V4Hit`]'s
+/// `csum_delta`, [`flowtable::v4_csum_delta`] from the frame's tuple to the new one).
+///
+/// Byte for byte `rewrite`'s result: `v4_csum_delta` adds the same 16-bit words `rewrite`
+/// adds, and folds them without changing what `~(~HC + delta)` gives. The sums here run on
+/// the wire bytes loaded as native-endian words: a one's complement sum is byte-order
+/// independent (RFC 1071 §2(B)), so the checksums come out as big-endian arithmetic gives
+/// them, with one byte swap of the adjustment instead of one per field.
+#[inline(always)]
+pub(crate) fn rewrite_v4_delta(
+    frame: &mut [u8],
+    l3: usize,
+    l4: usize,
+    proto: u8,
+    addrs: u64,
+    ports: u32,
+    delta: u32,
+) {
+    // (l4 << 16 | ip) big-endian → the same two sums in native byte order.
+    let delta = delta.to_be_bytes();
+    let (ip_delta, l4_delta) = (
+        u16::from_ne_bytes([delta[2], delta[3]]),
+        u16::from_ne_bytes([delta[0], delta[1]]),
+    );
+    frame[l3 + 8] = frame[l3 + 8].wrapping_sub(1);
+    let old_ip = u16::from_ne_bytes(ne(frame, l3 + 10));
+    let ip = u64::from(!old_ip) + u64::from(ip_delta) + u64::from(TTL_TERM);
+    frame[l3 + 10..l3 + 12].copy_from_slice(&(!fold16(ip)).to_ne_bytes());
+    frame[l3 + 12..l3 + 20].copy_from_slice(&addrs.rotate_left(32).to_be_bytes());
+    frame[l4..l4 + 4].copy_from_slice(&ports.rotate_left(16).to_be_bytes());
+    let csum_at = if proto == PROTO_TCP { l4 + 16 } else { l4 + 6 };
+    let old = u16::from_ne_bytes(ne(frame, csum_at));
+    let new = !fold16(u64::from(!old) + u64::from(l4_delta));
+    let new = if proto == PROTO_UDP {
+        // A zero UDP checksum (IPv4: "none") stays zero; a computed zero is sent as 0xffff.
         if old == 0 {
             0
         } else {
-            checksum::udp_nonzero(d.apply(old))
+            checksum::udp_nonzero(new)
         }
     } else {
-        d.apply(old)
+        new
     };
-    put16(frame, csum_at, new);
+    frame[csum_at..csum_at + 2].copy_from_slice(&new.to_ne_bytes());
+}
+
+/// `src | dst << 32` of two IPv4 addresses (`Ipv4Addr::to_bits` values).
+#[inline(always)]
+pub(crate) fn pack_addrs(src: u32, dst: u32) -> u64 {
+    u64::from(src) | u64::from(dst) << 32
+}
+
+/// `src | dst << 16` of two ports.
+#[inline(always)]
+pub(crate) fn pack_ports(src: u16, dst: u16) -> u32 {
+    u32::from(src) | u32::from(dst) << 16
+}
+
+/// Destination then source MAC, as a frame carries them.
+#[inline(always)]
+pub(crate) fn macs(dst_mac: [u8; 6], src_mac: [u8; 6]) -> [u8; 12] {
+    let mut m = [0u8; 12];
+    m[..6].copy_from_slice(&dst_mac);
+    m[6..].copy_from_slice(&src_mac);
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// The IPv4 part of `rewrite` before `rewrite_v4` took it over: every changed 16-bit word
+    /// through a `Delta`, big-endian.
+    fn reference(frame: &mut [u8], l4: usize, proto: u8, addrs: u64, ports: u32) {
+        let l3 = 14;
+        let (src, dst) = (addrs as u32, (addrs >> 32) as u32);
+        let (sport, dport) = (ports as u16, (ports >> 16) as u16);
+        let old_src: [u8; 4] = frame[l3 + 12..l3 + 16].try_into().unwrap();
+        let old_dst: [u8; 4] = frame[l3 + 16..l3 + 20].try_into().unwrap();
+        let (old_sport, old_dport) = (be16(frame, l4), be16(frame, l4 + 2));
+        let (src_changed, dst_changed) =
+            (old_src != src.to_be_bytes(), old_dst != dst.to_be_bytes());
+        let mut ip = Delta::new();
+        let old_word = be16(frame, l3 + 8);
+        frame[l3 + 8] -= 1;
+        ip.word(old_word, be16(frame, l3 + 8));
+        if src_changed {
+            ip.bytes(&old_src, &src.to_be_bytes());
+        }
+        if dst_changed {
+            ip.bytes(&old_dst, &dst.to_be_bytes());
+        }
+        let c = ip.apply(be16(frame, l3 + 10));
+        put16(frame, l3 + 10, c);
+        frame[l3 + 12..l3 + 16].copy_from_slice(&src.to_be_bytes());
+        frame[l3 + 16..l3 + 20].copy_from_slice(&dst.to_be_bytes());
+        let csum_at = if proto == PROTO_TCP { l4 + 16 } else { l4 + 6 };
+        let mut d = Delta::new();
+        if src_changed {
+            d.bytes(&old_src, &src.to_be_bytes());
+        }
+        if dst_changed {
+            d.bytes(&old_dst, &dst.to_be_bytes());
+        }
+        d.word(old_sport, sport);
+        d.word(old_dport, dport);
+        put16(frame, l4, sport);
+        put16(frame, l4 + 2, dport);
+        let old = be16(frame, csum_at);
+        let new = if proto == PROTO_UDP {
+            if old == 0 {
+                0
+            } else {
+                checksum::udp_nonzero(d.apply(old))
+            }
+        } else {
+            d.apply(old)
+        };
+        put16(frame, csum_at, new);
+    }
+
+    /// Addresses and ports with their edge values (0, all ones) likely.
+    fn word32() -> impl Strategy<Value = u32> {
+        prop_oneof![Just(0u32), Just(u32::MAX), Just(0xffff_0000), any::<u32>()]
+    }
+
+    fn word16() -> impl Strategy<Value = u16> {
+        prop_oneof![Just(0u16), Just(u16::MAX), any::<u16>()]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(20_000))]
+
+        /// `rewrite_v4` (and the flow table's precomputed adjustment) give the reference's
+        /// bytes, checksum edge cases included.
+        #[test]
+        fn rewrite_v4_matches_the_word_by_word_update(
+            udp in any::<bool>(),
+            options in 0usize..3,
+            ttl in 2u8..=255,
+            old in (word32(), word32(), word16(), word16()),
+            new in (word32(), word32(), word16(), word16()),
+            keep in (any::<bool>(), any::<bool>(), any::<bool>()),
+            ip_csum in word16(),
+            l4_csum in word16(),
+            rest in any::<[u8; 32]>(),
+        ) {
+            let proto = if udp { PROTO_UDP } else { PROTO_TCP };
+            let l4 = 34 + 4 * options;
+            let mut frame = vec![0u8; l4 + 20];
+            frame[14..].iter_mut().zip(rest.iter().cycle()).for_each(|(b, r)| *b = *r);
+            frame[14 + 8] = ttl;
+            frame[14 + 9] = proto;
+            put16(&mut frame, 14 + 10, ip_csum);
+            frame[14 + 12..14 + 16].copy_from_slice(&old.0.to_be_bytes());
+            frame[14 + 16..14 + 20].copy_from_slice(&old.1.to_be_bytes());
+            put16(&mut frame, l4, old.2);
+            put16(&mut frame, l4 + 2, old.3);
+            put16(&mut frame, if udp { l4 + 6 } else { l4 + 16 }, l4_csum);
+            // Unchanged fields are the interesting edge: keep some.
+            let src = if keep.0 { old.0 } else { new.0 };
+            let dst = if keep.1 { old.1 } else { new.1 };
+            let sport = if keep.2 { old.2 } else { new.2 };
+            let addrs = pack_addrs(src, dst);
+            let ports = pack_ports(sport, new.3);
+            let mut want = frame.clone();
+            reference(&mut want, l4, proto, addrs, ports);
+            let mut got = frame.clone();
+            rewrite_v4(&mut got, 14, l4, proto, addrs, ports);
+            prop_assert_eq!(&got, &want);
+            let delta = flowtable::v4_csum_delta(
+                (pack_addrs(old.0, old.1), pack_ports(old.2, old.3)),
+                (addrs, ports),
+            );
+            let mut got = frame.clone();
+            rewrite_v4_delta(&mut got, 14, l4, proto, addrs, ports, delta);
+            prop_assert_eq!(&got, &want);
+        }
+    }
 }
