@@ -45,10 +45,14 @@ pub enum Scenario {
     /// 1 UDP service, 3 backends, 1,000 flows.
     OneService,
     /// 1 service, 1,000,000 flows (DNAT only: SNAT ports would run out).
+    #[value(name = "flows-1m")]
+    #[serde(rename = "flows-1m", alias = "flows1m")]
     Flows1m,
     /// TCP SYN flood: every packet a SYN of a new flow (1M flows).
     SynFlood,
     /// 10,000 UDP services, one flow each.
+    #[value(name = "services-10k")]
+    #[serde(rename = "services-10k", alias = "services10k")]
     Services10k,
     /// one-service, and halfway through the run the service set is rewritten (xvs: new
     /// config + SIGHUP; kernel targets: atomic rule-set replacement).
