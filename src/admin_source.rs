@@ -73,11 +73,14 @@ impl Control {
             .frozen_services
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        set.contains(name)
-            || name
-                .split_once(':')
-                .is_some_and(|(svc, _)| set.contains(svc))
+        set.iter().any(|f| names(f, name))
     }
+}
+
+/// Whether `filter` names service `name`: the name itself, or (Kubernetes) the
+/// `namespace/name` before its `:port`.
+fn names(filter: &str, name: &str) -> bool {
+    name == filter || name.split_once(':').is_some_and(|(svc, _)| svc == filter)
 }
 
 /// Everything the admin API shows about a running daemon.
@@ -167,9 +170,7 @@ impl AdminSource for DaemonState {
             ("unfreeze", None) => c.frozen.store(false, Ordering::Relaxed),
             ("freeze" | "unfreeze", Some(name)) => {
                 let snap = self.snapshot.load();
-                let known = snap.services.iter().any(|s| {
-                    s.name == name || s.name.split_once(':').is_some_and(|(svc, _)| svc == name)
-                });
+                let known = snap.services.iter().any(|s| names(name, &s.name));
                 let mut set = c.frozen_services.lock().unwrap_or_else(|e| e.into_inner());
                 if action == "freeze" {
                     if !known {

@@ -198,6 +198,14 @@ fn http_round(lab: &Lab, url: &str, n: usize) -> Vec<String> {
         .collect()
 }
 
+/// Kills every process in backend namespace `which` (its HTTP and UDP servers).
+fn stop_servers(lab: &Lab, which: &str) {
+    let pids = lab.exec(which, &["ip", "netns", "pids", &lab.ns(which)]);
+    for pid in String::from_utf8_lossy(&pids.stdout).split_whitespace() {
+        let _ = Command::new("kill").arg(pid).stderr(Stdio::null()).status();
+    }
+}
+
 fn check_rr(lab: &Lab, url: &str) {
     let bodies = http_round(lab, url, 12);
     for b in ["backend-1", "backend-2", "backend-3"] {
@@ -527,11 +535,7 @@ fn unhealthy_backend_gets_no_new_flows() {
         + "\n[health]\nprobe = \"http\"\ninterval = \"200ms\"\ntimeout = \"100ms\"\nrise = 1\nfall = 2\n";
     lab.start_xvs(&config);
     check_rr(&lab, "http://198.18.100.1/");
-    // Stop backend 2's servers.
-    let pids = lab.exec("b2", &["ip", "netns", "pids", &lab.ns("b2")]);
-    for pid in String::from_utf8_lossy(&pids.stdout).split_whitespace() {
-        let _ = Command::new("kill").arg(pid).stderr(Stdio::null()).status();
-    }
+    stop_servers(&lab, "b2");
     std::thread::sleep(Duration::from_millis(1500));
     let bodies = http_round(&lab, "http://198.18.100.1/", 8);
     assert_eq!(
@@ -759,10 +763,7 @@ fn passive_health_check_catches_refused_connections() {
         + "\n[health]\nprobe = \"tcp\"\ninterval = \"60s\"\ntimeout = \"1s\"\nrise = 1\nfall = 2\n";
     lab.start_xvs(&config);
     check_rr(&lab, "http://198.18.100.1/");
-    let pids = lab.exec("b2", &["ip", "netns", "pids", &lab.ns("b2")]);
-    for pid in String::from_utf8_lossy(&pids.stdout).split_whitespace() {
-        let _ = Command::new("kill").arg(pid).stderr(Stdio::null()).status();
-    }
+    stop_servers(&lab, "b2");
     // About 30 connection attempts a second for up to 6 s; a third hit backend 2.
     let script = "import socket,time\nend=time.time()+6\nwhile time.time()<end:\n  s=socket.socket()\n  s.settimeout(0.2)\n  try:\n    s.connect(('198.18.100.1',80))\n  except OSError:\n    pass\n  s.close()\n  time.sleep(0.03)\n";
     let ns = lab.ns("c");

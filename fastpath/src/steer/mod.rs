@@ -173,8 +173,8 @@ struct Mirrored<K, V: Pod> {
     name: &'static str,
     max: usize,
     map: HashMap<MapData, K, V>,
-    keys: HashSet<K>,
-    values: std::collections::HashMap<K, V>,
+    /// What the map holds.
+    entries: std::collections::HashMap<K, V>,
 }
 
 impl<K: Pod + Eq + Hash, V: Pod + PartialEq> Mirrored<K, V> {
@@ -185,8 +185,7 @@ impl<K: Pod + Eq + Hash, V: Pod + PartialEq> Mirrored<K, V> {
             name,
             max,
             map,
-            keys: HashSet::new(),
-            values: std::collections::HashMap::new(),
+            entries: std::collections::HashMap::new(),
         })
     }
 
@@ -198,24 +197,27 @@ impl<K: Pod + Eq + Hash, V: Pod + PartialEq> Mirrored<K, V> {
         self.check(entries)?;
         let new: HashSet<K> = entries.iter().map(|(k, _)| *k).collect();
         for (k, v) in entries {
-            if self.values.get(k) == Some(v) {
+            if self.entries.get(k) == Some(v) {
                 continue;
             }
             self.map.insert(k, v, 0).map_err(|source| SteerError::Map {
                 map: self.name,
                 source,
             })?;
-            self.keys.insert(*k);
-            self.values.insert(*k, *v);
+            self.entries.insert(*k, *v);
         }
-        let gone: Vec<K> = self.keys.difference(&new).copied().collect();
+        let gone: Vec<K> = self
+            .entries
+            .keys()
+            .filter(|k| !new.contains(k))
+            .copied()
+            .collect();
         for k in gone {
             self.map.remove(&k).map_err(|source| SteerError::Map {
                 map: self.name,
                 source,
             })?;
-            self.keys.remove(&k);
-            self.values.remove(&k);
+            self.entries.remove(&k);
         }
         Ok(())
     }
@@ -375,8 +377,8 @@ impl Steering {
         // Union first (old ∪ new VIPs), then the frontends, then shrink the VIPs.
         let union: Vec<(AddrKey, u32)> = self
             .vips
-            .keys
-            .iter()
+            .entries
+            .keys()
             .map(|k| (*k, 1))
             .chain(vips.iter().copied())
             .collect();
@@ -436,7 +438,7 @@ impl<K: Pod + Eq + Hash, V: Pod + PartialEq> Mirrored<K, V> {
     /// Fails when replacing with `entries` would overflow the map.
     fn check(&self, entries: &[(K, V)]) -> Result<(), SteerError> {
         let new: HashSet<K> = entries.iter().map(|(k, _)| *k).collect();
-        let needed = new.union(&self.keys).count();
+        let needed = new.len() + self.entries.keys().filter(|k| !new.contains(k)).count();
         if needed > self.max {
             return Err(SteerError::Capacity {
                 map: self.name,
