@@ -785,6 +785,7 @@ fn print_counters(
         total.slow += c.slow;
         total.new_flows += c.new_flows;
         total.expired += c.expired;
+        total.busy_ns += c.busy_ns;
         for (t, d) in total.drops.iter_mut().zip(c.drops) {
             *t += d;
         }
@@ -797,6 +798,7 @@ fn print_counters(
     println!("slow={}", total.slow);
     println!("new_flows={}", total.new_flows);
     println!("expired_flows={}", total.expired);
+    println!("busy_ns={}", total.busy_ns);
     println!("flows_live={}", flows.len());
     for r in DropReason::ALL {
         let n = total.dropped(*r);

@@ -24,7 +24,11 @@
 //! 5. Kick (`sendto`) every tx ring that still holds frames the kernel has not taken, when
 //!    the ring asks for it (need_wakeup).
 //! 6. Refill every fill ring up to its depth from the free stack (kick when need_wakeup).
-//! 7. Sweep at most `sweep_budget` flow-table entries for expiry.
+//! 7. Sweep flow-table entries for expiry, paced by time rather than by polls: every
+//!    [`SWEEP_EVERY`] the worker examines the share of the table that makes one full round
+//!    per `sweep_round` (at most `sweep_budget` entries per poll). A busy-polling worker
+//!    polls millions of times a second; sweeping a fixed number of entries on every poll
+//!    made it walk the table (a cache miss per entry) hundreds of times a second.
 //! 8. Publish counters ([`WorkerStats`], relaxed atomics) when the poll did anything.
 //! 9. After [`IDLE_POLLS`] empty polls in a row, sleep `idle_backoff` (when configured).
 //!
@@ -59,8 +63,12 @@ use crate::xsk::{XskSet, worker_count};
 pub const IDLE_POLLS: u32 = 1024;
 /// Completion-ring reads of up to one batch each, per socket per poll.
 pub const COMP_ROUNDS: usize = 4;
-/// Default flow-table entries examined for expiry per poll.
-pub const SWEEP_BUDGET: usize = 64;
+/// Most flow-table entries examined for expiry in one poll.
+pub const SWEEP_BUDGET: usize = 1024;
+/// Default time for one worker to sweep the whole flow table once.
+pub const SWEEP_ROUND: Duration = Duration::from_secs(1);
+/// Shortest interval between two sweeps of a worker.
+pub const SWEEP_EVERY: Duration = Duration::from_micros(100);
 /// Largest batch a worker accepts.
 pub const BATCH_MAX: usize = 4096;
 
@@ -79,8 +87,10 @@ pub struct WorkerSpec {
     pub batch_size: usize,
     /// Sleep after [`IDLE_POLLS`] empty polls (`None`: busy-poll forever).
     pub idle_backoff: Option<Duration>,
-    /// Flow-table entries swept per poll.
+    /// Most flow-table entries swept in one poll.
     pub sweep_budget: usize,
+    /// Time for one full sweep round of the flow table.
+    pub sweep_round: Duration,
 }
 
 impl WorkerSpec {
@@ -94,6 +104,7 @@ impl WorkerSpec {
             batch_size: (dp.batch_size as usize).clamp(1, BATCH_MAX),
             idle_backoff: dp.idle_backoff.map(|d| d.get()),
             sweep_budget: SWEEP_BUDGET,
+            sweep_round: SWEEP_ROUND,
         }
     }
 }
@@ -133,6 +144,10 @@ pub struct WorkerStats {
     pub generation: AtomicU64,
     /// Polls run.
     pub polls: AtomicU64,
+    /// Nanoseconds spent in polls that moved frames (received, completed or kicked a tx
+    /// ring): the worker's busy time, as DPDK's lcore "busyness" counts it. Wall time minus
+    /// this is time spent finding empty rings.
+    pub busy_ns: AtomicU64,
 }
 
 /// A plain copy of [`WorkerStats`].
@@ -162,6 +177,8 @@ pub struct WorkerCounters {
     pub generation: u64,
     /// See [`WorkerStats::polls`].
     pub polls: u64,
+    /// See [`WorkerStats::busy_ns`].
+    pub busy_ns: u64,
 }
 
 impl WorkerCounters {
@@ -188,6 +205,7 @@ impl WorkerStats {
             expired: r(&self.expired),
             generation: r(&self.generation),
             polls: r(&self.polls),
+            busy_ns: r(&self.busy_ns),
         }
     }
 }
@@ -230,6 +248,10 @@ pub struct Worker {
     stage: Vec<Vec<FrameDesc>>,
     /// Per port: frames currently given to that socket's fill ring.
     in_fill: Vec<u32>,
+    /// Start of the previous poll, when that poll moved frames (its time is busy time).
+    busy_since: Option<Instant>,
+    /// When this worker last swept.
+    last_sweep: Instant,
     local: Local,
 }
 
@@ -243,6 +265,7 @@ struct Local {
     wakeup_errors: u64,
     expired: u64,
     polls: u64,
+    busy_ns: u64,
 }
 
 impl Worker {
@@ -270,6 +293,8 @@ impl Worker {
             verdicts: vec![Verdict::Pass; batch_size],
             stage: (0..ports).map(|_| Vec::with_capacity(batch_size)).collect(),
             in_fill: vec![0; ports],
+            busy_since: None,
+            last_sweep: Instant::now(),
             local: Local::default(),
         };
         // Fill now: the sockets take frames as soon as the steering program sends them.
@@ -320,20 +345,39 @@ impl Worker {
         }
         let now = Instant::now();
         self.local.polls += 1;
+        if let Some(since) = self.busy_since.take() {
+            self.local.busy_ns += now.saturating_duration_since(since).as_nanos() as u64;
+        }
         let mut moved = self.reclaim();
         for port in 0..self.xsk.ports.len() {
             moved |= self.receive(port, now);
         }
-        self.kick();
+        let kicked = self.kick();
         self.refill();
-        let expired = &mut self.local.expired;
-        self.pipeline
-            .flows()
-            .sweep(now, self.spec.sweep_budget, |_| *expired += 1);
+        self.sweep(now);
+        if moved || kicked {
+            self.busy_since = Some(now);
+        }
         if moved {
             self.publish();
         }
         moved
+    }
+
+    /// Expires idle flows: the share of the table due since the last sweep, at most
+    /// `sweep_budget` entries, at most every [`SWEEP_EVERY`].
+    fn sweep(&mut self, now: Instant) {
+        let since = now.saturating_duration_since(self.last_sweep);
+        if since < SWEEP_EVERY {
+            return;
+        }
+        self.last_sweep = now;
+        let flows = self.pipeline.flows();
+        let due =
+            flows.capacity() as u128 * since.as_nanos() / self.spec.sweep_round.as_nanos().max(1);
+        let n = (due as usize).clamp(1, self.spec.sweep_budget.max(1));
+        let expired = &mut self.local.expired;
+        flows.sweep(now, n, |_| *expired += 1);
     }
 
     /// Completed tx frames back to the free stack.
@@ -415,14 +459,20 @@ impl Worker {
 
     /// Kicks every tx ring the kernel has not drained. In copy mode one `sendto` sends at
     /// most a small batch (32 frames on Linux), so a ring is kicked on every poll until the
-    /// kernel has taken all of it, not only when new frames were produced.
-    fn kick(&mut self) {
+    /// kernel has taken all of it, not only when new frames were produced. Returns whether
+    /// any ring was kicked.
+    fn kick(&mut self) -> bool {
         let size = self.xsk.tx_ring_size;
+        let mut kicked = false;
         for s in self.xsk.ports.iter_mut().flatten() {
-            if s.tx.nb_free_exact() < size && s.tx.needs_wakeup() && s.tx.wakeup().is_err() {
-                self.local.wakeup_errors += 1;
+            if s.tx.nb_free_exact() < size && s.tx.needs_wakeup() {
+                kicked = true;
+                if s.tx.wakeup().is_err() {
+                    self.local.wakeup_errors += 1;
+                }
             }
         }
+        kicked
     }
 
     /// Tops every fill ring up to its depth.
@@ -455,6 +505,7 @@ impl Worker {
         set(&st.wakeup_errors, l.wakeup_errors);
         set(&st.expired, l.expired);
         set(&st.polls, l.polls);
+        set(&st.busy_ns, l.busy_ns);
         set(&st.pass, c.pass);
         set(&st.slow, c.slow);
         set(&st.new_flows, c.new_flows);

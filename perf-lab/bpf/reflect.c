@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //
-// perf-lab saturation reflector (XDP, attached to each backend's veth).
+// perf-lab saturation reflector (XDP, attached to the switch's uplink `up0`, the peer of the
+// load balancer's backend-side veth: every frame the LB forwards to any backend arrives here).
 //
 // Every IPv4 UDP/TCP frame that carries a perf-lab payload is turned back into a new client
 // packet towards the VIP and sent out the way it came (XDP_TX): MACs swapped (so it goes back
@@ -13,8 +14,10 @@
 // Payload (right after the L4 header, big-endian), written by perf-lab's generator:
 //   0  seq u32 | 4 send time ns u64 | 12 client ip | 16 client port | 18 service port
 //
-// Maps: `cfg` (array, [0] = VIP in network byte order), `counters` (per-CPU u64:
-// 0 reflected, 1 passed: not IPv4 UDP/TCP or too short).
+// Maps: `cfg` (array, [0] = VIP in network byte order, [1] = drain: non-zero stops the loop),
+// `counters` (per-CPU u64: 0 reflected, 1 passed: not IPv4 UDP/TCP or too short, 2 drained:
+// perf-lab packets dropped while draining, i.e. what was still circulating), `per_backend` (per-CPU u64 indexed
+// by the last byte of the destination MAC the LB chose: backend I is 02:00:00:00:01:I).
 //
 // `xdp_pass` is a second program: attached to a veth peer it only enables the NAPI that
 // XDP_TX into that peer needs.
@@ -42,26 +45,39 @@ static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)BPF_FU
 #define PAYLOAD_LEN 20
 #define C_REFLECTED 0
 #define C_PASSED 1
+#define C_DRAINED 2
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__type(key, __u32);
 	__type(value, __u32);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 } cfg SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__type(key, __u32);
 	__type(value, __u64);
-	__uint(max_entries, 2);
+	__uint(max_entries, 3);
 } counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 256);
+} per_backend SEC(".maps");
+
+static __always_inline void count_in(void *map, __u32 idx)
+{
+	__u64 *c = bpf_map_lookup_elem(map, &idx);
+	if (c)
+		*c += 1;
+}
 
 static __always_inline void count(__u32 idx)
 {
-	__u64 *c = bpf_map_lookup_elem(&counters, &idx);
-	if (c)
-		*c += 1;
+	count_in(&counters, idx);
 }
 
 // RFC 1624: HC' = ~(~HC + ~m + m'), on 16-bit words in network order.
@@ -111,12 +127,21 @@ int reflect(struct xdp_md *ctx)
 	__u32 *vip = bpf_map_lookup_elem(&cfg, &key);
 	if (!vip)
 		goto pass;
+	key = 1;
+	__u32 *drain = bpf_map_lookup_elem(&cfg, &key);
+	if (drain && *drain) {
+		count(C_DRAINED);
+		return XDP_DROP;
+	}
 
 	__u32 client, new_dst = *vip;
 	__u16 cport, sport;
 	__builtin_memcpy(&client, pl + 12, 4);
 	__builtin_memcpy(&cport, pl + 16, 2);
 	__builtin_memcpy(&sport, pl + 18, 2);
+
+	// Backend I's MAC is 02:00:00:00:01:I (L2-only forwarders keep the VIP as destination).
+	__u32 backend = eth->h_dest[5];
 
 	// MACs: back where the frame came from.
 	__u8 tmp[ETH_ALEN];
@@ -155,6 +180,7 @@ int reflect(struct xdp_md *ctx)
 	ip->daddr = new_dst;
 
 	count(C_REFLECTED);
+	count_in(&per_backend, backend);
 	return XDP_TX;
 pass:
 	count(C_PASSED);

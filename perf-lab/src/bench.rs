@@ -5,18 +5,13 @@
 //! second of sending; forwarded rate = distinct packets the sinks received per second of
 //! sending; loss = sent - distinct received; latency = sink receive time - payload send time.
 //!
-//! CPU per packet (`cpu_ns_per_pkt`) = (LB process CPU time, utime+stime of all its threads
-//! from /proc/PID/stat, for xvs and l2fwd) + (irq+softirq time of the LB core from /proc/stat)
-//! over the sending window, divided by the packets forwarded in it. Tick resolution is
-//! 1/CLK_TCK (10 ms), so short runs are coarse. A busy-polling LB (xvs, l2fwd) burns its
-//! core whatever the load: its ns/packet is wall time / packets and only means "cost" at
-//! saturation. On veth, the receive side's XDP (xvs' steering program, the copy into the
-//! UMEM) runs in the *sender's* softirq, i.e. on the generator core, and is not counted;
-//! the kernel targets' forwarding is moved to the LB core with RPS and is counted.
+//! CPU per packet (`cpu_ns_per_pkt`): see [`crate::cpu`] (kernel targets: the LB core's busy
+//! time; busy-polling targets: the time of their polls that moved frames).
 //!
-//! Saturation mode: the reflector (`bpf/reflect.c`) replaces the sinks; a burst is injected
-//! once, circulates client -> LB -> backend -> LB..., and the forwarded rate is the reflectors'
-//! count per second over the run (no loss or latency: there is no sequence to check).
+//! Saturation mode: the reflector (`bpf/reflect.c`) on the switch's uplink replaces the sinks;
+//! a burst is injected once, circulates client -> LB -> reflector -> LB..., and the forwarded
+//! rate is the reflector's count per second over the run (no loss or latency: there is no
+//! sequence to check). The reflector's NAPI runs in a thread pinned to the generator core.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -28,11 +23,12 @@ use anyhow::Context;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
+use crate::cpu;
 use crate::generator::{self, GenSpec, Kind, Size};
 use crate::reflect::Reflector;
-use crate::rig::{Rig, RigGuard, VIP};
+use crate::rig::{IF_LB_BACKEND, Rig, RigGuard, VIP};
 use crate::sink::{self, SeqBitmap};
-use crate::sys::{core_times, mono_ns, proc_cpu_ns, sh_in};
+use crate::sys::{mono_ns, sh_in, thread_napi};
 use crate::target::{Placement, Running, Services, Target};
 
 /// Loss allowed at the no-drop rate (RFC 2544 uses 0; veth copy mode never quite gets there).
@@ -222,8 +218,16 @@ pub struct RunResult {
     pub lb_process_cpu_ns: Option<u64>,
     /// LB core irq+softirq over the window, ns.
     pub lb_core_softirq_ns: u64,
-    /// LB core busy share over the window.
+    /// LB core busy share over the window (wall - idle; 1.0 for busy-polling targets).
     pub lb_core_busy_ratio: f64,
+    /// The target's busy share over the window (see the method): near 1.0 means the target
+    /// bounded the run.
+    #[serde(default)]
+    pub target_busy_ratio: Option<f64>,
+    /// The rig (generator) core's busy share over the window: near 1.0 means the rig did,
+    /// and the forwarded rate is a lower bound of the target's capacity.
+    #[serde(default)]
+    pub rig_core_busy_ratio: f64,
     /// How CPU was measured.
     pub cpu_method: String,
     /// No-drop rate (loss <= 0.1%).
@@ -249,9 +253,7 @@ struct Trial {
     bad: u64,
     per_backend: Vec<u64>,
     hist: Histogram<u64>,
-    proc_ns: Option<u64>,
-    irq_ns: u64,
-    busy_ratio: f64,
+    cpu: cpu::Figures,
     swap: Option<Swap>,
 }
 
@@ -272,10 +274,6 @@ struct Ctx<'a> {
     gspec: GenSpec,
     seq: u32,
 }
-
-const CPU_METHOD: &str = "(LB process utime+stime from /proc/PID/stat) + (irq+softirq of the LB \
-    core from /proc/stat) over the sending window, / packets forwarded; 10 ms tick resolution; \
-    busy-polling targets (xvs, l2fwd) count their whole core";
 
 fn svc_for(opts: &RunOpts) -> (Services, GenSpec) {
     let (services, flows, kind, snat) = opts.scenario.shape();
@@ -396,21 +394,19 @@ fn result_from(opts: &RunOpts, ctx: &Ctx<'_>, t: &Trial) -> RunResult {
             p999: us(0.999),
             max: (!t.hist.is_empty()).then(|| t.hist.max() as f64 / 1000.0),
         },
-        cpu_ns_per_pkt: cpu_per_pkt(t.proc_ns, t.irq_ns, forwarded),
-        lb_process_cpu_ns: t.proc_ns,
-        lb_core_softirq_ns: t.irq_ns,
-        lb_core_busy_ratio: t.busy_ratio,
-        cpu_method: CPU_METHOD.into(),
+        cpu_ns_per_pkt: t.cpu.ns_per_pkt,
+        lb_process_cpu_ns: t.cpu.proc_ns,
+        lb_core_softirq_ns: t.cpu.irq_ns,
+        lb_core_busy_ratio: t.cpu.lb_core_busy_ratio,
+        target_busy_ratio: t.cpu.target_busy_ratio,
+        rig_core_busy_ratio: t.cpu.rig_busy_ratio,
+        cpu_method: cpu::METHOD.into(),
         ndr_pps: None,
         ndr_trials: Vec::new(),
         swap: t.swap.clone(),
         target_counters: BTreeMap::new(),
         notes: Vec::new(),
     }
-}
-
-fn cpu_per_pkt(proc_ns: Option<u64>, irq_ns: u64, pkts: u64) -> Option<f64> {
-    (pkts > 0).then(|| (proc_ns.unwrap_or(0) + irq_ns) as f64 / pkts as f64)
 }
 
 fn trial(
@@ -446,9 +442,8 @@ fn trial(
     }
     let gen_stop = Arc::new(AtomicBool::new(false));
     let progress = Arc::new(AtomicU64::new(0));
-    let pid = target.pid();
-    let proc0 = pid.and_then(proc_cpu_ns);
-    let core0 = core_times(opts.placement.lb_core);
+    let (lb_core, gen_core) = (opts.placement.lb_core, opts.placement.gen_core);
+    let cpu0 = cpu::sample(target, lb_core, gen_core);
     let h = generator::spawn(gspec, Arc::clone(&gen_stop), Arc::clone(&progress))?;
     let mut swap_at = None;
     if main && opts.scenario == Scenario::ChangeUnderLoad {
@@ -463,8 +458,7 @@ fn trial(
     let g = h
         .join()
         .map_err(|_| anyhow::anyhow!("generator panicked"))??;
-    let proc1 = pid.and_then(proc_cpu_ns);
-    let core1 = core_times(opts.placement.lb_core);
+    let cpu1 = cpu::sample(target, lb_core, gen_core);
     // In-flight packets land.
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::Relaxed);
@@ -493,7 +487,6 @@ fn trial(
             at_s: (t - g.start_ns) as f64 / 1e9,
         }
     });
-    let window = core1.total_ns.saturating_sub(core0.total_ns).max(1);
     Ok(Trial {
         sent: g.sent,
         offered_pps: g.pps(),
@@ -508,12 +501,8 @@ fn trial(
         bad,
         per_backend,
         hist,
-        proc_ns: match (proc0, proc1) {
-            (Some(a), Some(b)) => Some(b.saturating_sub(a)),
-            _ => None,
-        },
-        irq_ns: core1.irq_ns.saturating_sub(core0.irq_ns),
-        busy_ratio: core1.busy_ns.saturating_sub(core0.busy_ns) as f64 / window as f64,
+        // The packets the sinks counted over the generator's sending window.
+        cpu: cpu::between(&cpu0, &cpu1, unique),
         swap,
     })
 }
@@ -567,15 +556,20 @@ fn ndr(
 
 fn saturation(ctx: &mut Ctx<'_>, target: &Running) -> anyhow::Result<RunResult> {
     let opts = ctx.opts;
-    let mut reflectors = Vec::new();
-    let mut passes = Vec::new();
-    for i in 1..=ctx.rig.backends {
-        passes.push(Reflector::attach_pass(
-            &ctx.rig.ns_switch(),
-            &format!("p{i}"),
-        )?);
-        reflectors.push(Reflector::attach(&ctx.rig.ns_backend(i), VIP)?);
-    }
+    // The reflector sits on up0, the LB's backend-side peer, so the loop is LB -> up0 -> LB
+    // with no bridge; up0's NAPI (the reflector) runs in a thread pinned to the generator
+    // core, and the XDP_TX'd frames' receive on xvs-b0 follows it there. The LB core does
+    // only the LB's work. A veth takes XDP_TX frames only when it has NAPI, i.e. an XDP
+    // program: the AF_XDP targets have theirs, the kernel targets get `xdp_pass`.
+    let pass = match opts.target {
+        Target::Nft | Target::Iptables => {
+            Some(Reflector::attach_pass(&ctx.rig.ns_lb(), IF_LB_BACKEND)?)
+        }
+        Target::Xvs | Target::L2fwd => None,
+    };
+    let mut reflector = Reflector::attach(&ctx.rig.ns_switch(), "up0", VIP)?;
+    thread_napi(&ctx.rig.ns_switch(), "up0", opts.placement.gen_core)
+        .context("moving the reflector off the LB core")?;
     let mut gspec = ctx.gspec.clone();
     gspec.rate_pps = 0;
     gspec.count = Some(opts.burst);
@@ -590,37 +584,38 @@ fn saturation(ctx: &mut Ctx<'_>, target: &Running) -> anyhow::Result<RunResult> 
         .map_err(|_| anyhow::anyhow!("generator panicked"))??;
     // Let the burst settle into the loop, then measure.
     std::thread::sleep(Duration::from_millis(300));
-    let total = |r: &[Reflector]| r.iter().map(Reflector::reflected).sum::<u64>();
-    let pid = target.pid();
-    let r0 = total(&reflectors);
-    let passed: u64 = reflectors.iter().map(Reflector::passed).sum();
+    let r0 = reflector.reflected();
+    let passed = reflector.passed();
     eprintln!(
         "perf-lab: saturation: {} injected, {r0} reflected and {passed} passed before measuring",
         g.sent
     );
-    let per0: Vec<u64> = reflectors.iter().map(Reflector::reflected).collect();
-    let proc0 = pid.and_then(proc_cpu_ns);
-    let core0 = core_times(opts.placement.lb_core);
+    let per0 = reflector.per_backend(ctx.rig.backends);
+    let (lb_core, gen_core) = (opts.placement.lb_core, opts.placement.gen_core);
+    let cpu0 = cpu::sample(target, lb_core, gen_core);
     let t0 = mono_ns();
     std::thread::sleep(Duration::from_secs_f64(opts.duration_s));
-    let r1 = total(&reflectors);
+    let r1 = reflector.reflected();
     let t1 = mono_ns();
-    let proc1 = pid.and_then(proc_cpu_ns);
-    let core1 = core_times(opts.placement.lb_core);
-    let per: Vec<u64> = reflectors
+    let cpu1 = cpu::sample(target, lb_core, gen_core);
+    let per: Vec<u64> = reflector
+        .per_backend(ctx.rig.backends)
         .iter()
         .zip(&per0)
-        .map(|(r, p0)| r.reflected() - p0)
+        .map(|(p1, p0)| p1 - p0)
         .collect();
     let fwd = r1 - r0;
-    let proc_ns = match (proc0, proc1) {
-        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
-        _ => None,
-    };
-    let irq_ns = core1.irq_ns.saturating_sub(core0.irq_ns);
-    let window = core1.total_ns.saturating_sub(core0.total_ns).max(1);
-    drop(reflectors);
-    drop(passes);
+    let cpu = cpu::between(&cpu0, &cpu1, fwd);
+    // Stop the loop and count what still circulates: every injected packet not among those
+    // was lost somewhere (LB or rig) during the run.
+    reflector.drain()?;
+    std::thread::sleep(Duration::from_millis(300));
+    let remaining = reflector.drained();
+    eprintln!("perf-lab: saturation: {remaining} packets were still circulating at the end");
+    let lost = g.sent.saturating_sub(remaining);
+    let offered = reflector.reflected() + remaining + lost;
+    drop(reflector);
+    drop(pass);
     Ok(RunResult {
         scenario: opts.scenario,
         target: opts.target,
@@ -637,18 +632,20 @@ fn saturation(ctx: &mut Ctx<'_>, target: &Running) -> anyhow::Result<RunResult> 
         forwarded_pps: fwd as f64 * 1e9 / (t1 - t0).max(1) as f64,
         sent: g.sent,
         received: fwd,
-        lost: None,
-        loss_ratio: None,
+        lost: Some(lost),
+        loss_ratio: Some(lost as f64 / offered.max(1) as f64),
         duplicates: 0,
         other_frames: 0,
         bad_checksums: 0,
         per_backend: per,
         latency_us: Latency::default(),
-        cpu_ns_per_pkt: cpu_per_pkt(proc_ns, irq_ns, fwd),
-        lb_process_cpu_ns: proc_ns,
-        lb_core_softirq_ns: irq_ns,
-        lb_core_busy_ratio: core1.busy_ns.saturating_sub(core0.busy_ns) as f64 / window as f64,
-        cpu_method: CPU_METHOD.into(),
+        cpu_ns_per_pkt: cpu.ns_per_pkt,
+        lb_process_cpu_ns: cpu.proc_ns,
+        lb_core_softirq_ns: cpu.irq_ns,
+        lb_core_busy_ratio: cpu.lb_core_busy_ratio,
+        target_busy_ratio: cpu.target_busy_ratio,
+        rig_core_busy_ratio: cpu.rig_busy_ratio,
+        cpu_method: cpu::METHOD.into(),
         ndr_pps: None,
         ndr_trials: Vec::new(),
         swap: None,

@@ -4,9 +4,13 @@
 //! MACs and transmit on the backend side. One UMEM per queue shared by the two sockets
 //! (`XDP_SHARED_UMEM`), so a frame moves from rx to tx without a copy; libxdp's default
 //! program feeds both sockets. Runs until SIGTERM/SIGINT, then prints `rx=`, `tx=`,
-//! `tx_full=` lines on stdout and exits.
+//! `tx_full=`, `busy_ns=` lines on stdout and exits. Busy time is counted as xvs counts it:
+//! the time of polls that moved frames (see [`crate::cpu`]); with `--stats` it is also
+//! rewritten to a file every 100 ms, so a window can be measured while it runs.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use xsk_rs::FrameDesc;
 
@@ -35,6 +39,7 @@ pub fn run(
     queues: u16,
     backends: u16,
     core: usize,
+    stats: Option<&Path>,
 ) -> anyhow::Result<()> {
     // SAFETY: the handler only stores to an atomic.
     unsafe {
@@ -60,18 +65,36 @@ pub fn run(
         }
         qs.push(Queue { port, out, free });
     }
+    if let Some(path) = stats {
+        write_stats(path, 0, 0, 0);
+    }
     eprintln!("perf-lab l2fwd: ready ({in_if} -> {out_if}, {queues} queue(s), core {core})");
-    let (mut rx_n, mut tx_n, mut full) = (0u64, 0u64, 0u64);
+    let (mut rx_n, mut tx_n, mut full, mut busy_ns) = (0u64, 0u64, 0u64, 0u64);
     let mut descs = vec![FrameDesc::default(); BATCH];
     let mut stage: Vec<FrameDesc> = Vec::with_capacity(BATCH);
+    let mut busy_since: Option<Instant> = None;
+    let mut written = Instant::now();
     while !STOP.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        if let Some(t) = busy_since.take() {
+            busy_ns += now.duration_since(t).as_nanos() as u64;
+        }
+        if let Some(path) = stats
+            && now.duration_since(written) >= Duration::from_millis(100)
+        {
+            written = now;
+            write_stats(path, busy_ns, rx_n, tx_n);
+        }
+        let mut moved = false;
         for q in qs.iter_mut() {
             // Completions back to the free stack, then top up both fill rings.
             // SAFETY: descriptors of this queue's UMEM throughout.
             let n = unsafe { q.out.comp.consume(&mut descs) };
             q.free.extend_from_slice(&descs[..n]);
+            moved |= n > 0;
             let n = unsafe { q.port.rings.comp.consume(&mut descs) };
             q.free.extend_from_slice(&descs[..n]);
+            moved |= n > 0;
             for side in 0..2 {
                 let rings = if side == 0 {
                     &mut q.port.rings
@@ -97,6 +120,7 @@ pub fn run(
                 if n == 0 {
                     continue;
                 }
+                moved = true;
                 rx_n += n as u64;
                 stage.clear();
                 for d in descs[..n].iter_mut() {
@@ -120,13 +144,37 @@ pub fn run(
                 full += (n - k) as u64;
                 q.free.extend_from_slice(&stage[k..]);
             }
+            // A kick of a ring the kernel has not drained yet is work (in copy mode the
+            // `sendto` does the transmit copies); one of an empty ring is an idle poll.
             if q.out.tx.needs_wakeup() {
+                moved |= q.out.tx.nb_free_exact() < RING;
                 let _ = q.out.tx.wakeup();
             }
+        }
+        if moved {
+            busy_since = Some(now);
         }
     }
     println!("rx={rx_n}");
     println!("tx={tx_n}");
     println!("tx_full={full}");
+    println!("busy_ns={busy_ns}");
     Ok(())
+}
+
+/// Replaces `path` with the current counters (written aside and renamed, so a reader never
+/// sees half a file).
+fn write_stats(path: &Path, busy_ns: u64, rx: u64, tx: u64) {
+    let tmp = path.with_extension("tmp");
+    if std::fs::write(&tmp, format!("busy_ns={busy_ns}\nrx={rx}\ntx={tx}\n")).is_ok() {
+        let _ = std::fs::rename(&tmp, path);
+    }
+}
+
+/// `key`'s value in a stats file written by [`write_stats`].
+pub fn read_stat(path: &Path, key: &str) -> Option<u64> {
+    std::fs::read_to_string(path)
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
 }

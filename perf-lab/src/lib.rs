@@ -13,6 +13,7 @@
 //! - [`sys`], [`xsk`]: commands, namespaces, CPU accounting; opening AF_XDP sockets.
 
 pub mod bench;
+pub mod cpu;
 pub mod frame;
 pub mod generator;
 pub mod l2fwd;

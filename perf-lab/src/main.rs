@@ -61,6 +61,9 @@ enum Cmd {
         backends: u16,
         #[arg(long, default_value_t = 1)]
         core: usize,
+        /// Rewrites `busy_ns=`, `rx=`, `tx=` lines here every 100 ms.
+        #[arg(long)]
+        stats: Option<PathBuf>,
     },
 }
 
@@ -158,7 +161,8 @@ fn real_main() -> anyhow::Result<()> {
             queues,
             backends,
             core,
-        } => perf_lab::l2fwd::run(&in_if, &out_if, queues, backends, core)?,
+            stats,
+        } => perf_lab::l2fwd::run(&in_if, &out_if, queues, backends, core, stats.as_deref())?,
         Cmd::Run(a) => {
             let dir = a.work_dir.clone().unwrap_or_else(|| {
                 let stem = a

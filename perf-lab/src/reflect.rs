@@ -1,4 +1,4 @@
-//! Saturation mode: the XDP reflector (`bpf/reflect.c`) on every backend's veth.
+//! Saturation mode: the XDP reflector (`bpf/reflect.c`) on the switch's uplink `up0`.
 //!
 //! Loaded with aya in a thread that entered the backend's namespace (an ifindex is relative
 //! to the namespace); the program stays attached while the [`Reflector`] lives.
@@ -10,7 +10,6 @@ use aya::Ebpf;
 use aya::maps::{Array, PerCpuArray};
 use aya::programs::{Xdp, XdpMode};
 
-use crate::rig::IF_BACKEND;
 use crate::sys::enter_netns;
 
 static PROGRAM: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/reflect.o"));
@@ -21,10 +20,10 @@ pub struct Reflector {
 }
 
 impl Reflector {
-    /// Attaches the reflector to the backend veth of namespace `ns` (native XDP, generic as
-    /// a fallback), reflecting towards `vip`.
-    pub fn attach(ns: &str, vip: Ipv4Addr) -> anyhow::Result<Reflector> {
-        Reflector::attach_prog(ns, IF_BACKEND, "reflect", vip)
+    /// Attaches the reflector to `ifname` in namespace `ns` (native XDP, generic as a
+    /// fallback), reflecting towards `vip`.
+    pub fn attach(ns: &str, ifname: &str, vip: Ipv4Addr) -> anyhow::Result<Reflector> {
+        Reflector::attach_prog(ns, ifname, "reflect", vip)
     }
 
     /// Attaches `xdp_pass` to `ifname` in `ns`: a veth only takes XDP_TX frames from its peer
@@ -72,8 +71,37 @@ impl Reflector {
         self.counter(1)
     }
 
+    /// Stops the loop: from now on perf-lab packets are dropped and counted in
+    /// [`Reflector::drained`] instead of reflected.
+    pub fn drain(&mut self) -> anyhow::Result<()> {
+        let mut cfg: Array<_, u32> = Array::try_from(
+            self.ebpf
+                .map_mut("cfg")
+                .ok_or_else(|| anyhow!("no cfg map"))?,
+        )?;
+        cfg.set(1, 1, 0)?;
+        Ok(())
+    }
+
+    /// Packets dropped since [`Reflector::drain`]: what was still circulating.
+    pub fn drained(&self) -> u64 {
+        self.counter(2)
+    }
+
+    /// Frames reflected per backend, for backends `1..=n` (by destination MAC: backend I is
+    /// 02:00:00:00:01:I).
+    pub fn per_backend(&self, n: u16) -> Vec<u64> {
+        (1..=u32::from(n))
+            .map(|i| self.counter_in("per_backend", i))
+            .collect()
+    }
+
     fn counter(&self, idx: u32) -> u64 {
-        let Some(map) = self.ebpf.map("counters") else {
+        self.counter_in("counters", idx)
+    }
+
+    fn counter_in(&self, map: &str, idx: u32) -> u64 {
+        let Some(map) = self.ebpf.map(map) else {
             return 0;
         };
         let Ok(arr) = PerCpuArray::<_, u64>::try_from(map) else {

@@ -45,8 +45,11 @@ pub fn report(inputs: &[PathBuf], out: &Path) -> anyhow::Result<Written> {
     }
     let mut md = String::from(
         "# perf-lab results\n\nRates in packets/s, latency one-way in µs, CPU in ns per forwarded \
-         packet (LB process time + LB core irq/softirq; busy-polling targets count their whole \
-         core). Loss ratio in %. NDR: highest offered rate with loss ≤ 0.1%.\n",
+         packet (kernel targets: the LB core's busy time; busy-polling targets: the time of \
+         their polls that moved frames). Loss ratio in %. NDR: highest offered rate with loss \
+         ≤ 0.1%. Busy %: the target's and the rig (generator) core's share of the window; a \
+         rig at ~100% bounded the run, so that forwarded rate is a lower bound of the \
+         target's.\n",
     );
     let mut written = Written::default();
     for ((scenario, mode), mut rs) in groups {
@@ -64,12 +67,12 @@ pub fn report(inputs: &[PathBuf], out: &Path) -> anyhow::Result<Written> {
             first.size,
             first.duration_s
         );
-        md.push_str("| target | offered pps | forwarded pps | loss % | p50 µs | p99 µs | p99.9 µs | ns/pkt | NDR pps |\n");
-        md.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        md.push_str("| target | offered pps | forwarded pps | loss % | p50 µs | p99 µs | p99.9 µs | ns/pkt | busy % target / rig | NDR pps |\n");
+        md.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
         for r in &rs {
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} |",
                 r.target.name(),
                 opt(r.offered_pps, 0),
                 num(r.forwarded_pps, 0),
@@ -78,6 +81,8 @@ pub fn report(inputs: &[PathBuf], out: &Path) -> anyhow::Result<Written> {
                 opt(r.latency_us.p99, 1),
                 opt(r.latency_us.p999, 1),
                 opt(r.cpu_ns_per_pkt, 0),
+                opt(r.target_busy_ratio.map(|b| b * 100.0), 0),
+                num(r.rig_core_busy_ratio * 100.0, 0),
                 opt(r.ndr_pps, 0),
             );
         }

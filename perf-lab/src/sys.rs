@@ -86,8 +86,10 @@ pub fn proc_cpu_ns(pid: u32) -> Option<u64> {
 pub struct CoreTimes {
     /// irq + softirq.
     pub irq_ns: u64,
-    /// Everything but idle and iowait.
+    /// Everything but idle and iowait (tick samples: see [`crate::cpu`]).
     pub busy_ns: u64,
+    /// Idle + iowait (accounted exactly by the kernel).
+    pub idle_ns: u64,
     /// All columns.
     pub total_ns: u64,
 }
@@ -109,6 +111,7 @@ pub fn core_times(core: usize) -> CoreTimes {
         return CoreTimes {
             irq_ns: (get(5) + get(6)) * t,
             busy_ns: (total - get(3) - get(4)) * t,
+            idle_ns: (get(3) + get(4)) * t,
             total_ns: total * t,
         };
     }
@@ -138,4 +141,116 @@ pub fn ip_batch(ns: &str, lines: &str) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Switches `ifname` in namespace `ns` to threaded NAPI and pins its NAPI threads to `core`,
+/// so that interface's receive work runs on `core` whichever CPU sent to it (a veth's NAPI
+/// otherwise runs on the sender's CPU). Returns how many threads were pinned.
+pub fn thread_napi(ns: &str, ifname: &str, core: usize) -> anyhow::Result<usize> {
+    let before = napi_threads(ifname);
+    sh_in(ns, &format!("echo 1 > /sys/class/net/{ifname}/threaded"))
+        .with_context(|| format!("threaded NAPI on {ifname}"))?;
+    let ours: Vec<i32> = napi_threads(ifname)
+        .into_iter()
+        .filter(|p| !before.contains(p))
+        .collect();
+    if ours.is_empty() {
+        bail!("no NAPI thread appeared for {ifname} (does it have NAPI, i.e. an XDP program?)");
+    }
+    for &pid in &ours {
+        // SAFETY: a zeroed cpu_set_t is valid; CPU_SET and sched_setaffinity only read it.
+        let r = unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(core, &mut set);
+            libc::sched_setaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &set)
+        };
+        if r != 0 {
+            bail!(
+                "pinning NAPI thread {pid} of {ifname} to core {core}: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+    Ok(ours.len())
+}
+
+/// Pids of the kernel threads named `napi/IFNAME-*` (names are per namespace, so a parallel
+/// rig's threads show up too: callers diff before and after).
+fn napi_threads(ifname: &str) -> Vec<i32> {
+    let prefix = format!("napi/{ifname}-");
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| {
+        let pid: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+        comm.trim_end().starts_with(&prefix).then_some(pid)
+    })
+    .collect()
+}
+
+/// `GET path` from `addr` inside namespace `ns` (HTTP/1.0, the body), with a 2 s timeout.
+pub fn http_get_in(ns: &str, addr: std::net::SocketAddr, path: &str) -> anyhow::Result<String> {
+    use std::io::{Read, Write};
+    let ns = ns.to_owned();
+    let path = path.to_owned();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            enter_netns(&ns)?;
+            let t = std::time::Duration::from_secs(2);
+            let mut c = std::net::TcpStream::connect_timeout(&addr, t)
+                .with_context(|| format!("connecting to {addr} in {ns}"))?;
+            c.set_read_timeout(Some(t))?;
+            write!(c, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+            let mut out = String::new();
+            c.read_to_string(&mut out)?;
+            match out.split_once("\r\n\r\n") {
+                Some((head, body)) if head.starts_with("HTTP/1.") && head.contains(" 200") => {
+                    Ok(body.to_owned())
+                }
+                _ => bail!(
+                    "GET {path} from {addr}: {}",
+                    out.lines().next().unwrap_or("")
+                ),
+            }
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("http thread panicked"))?
+    })
+}
+
+/// The sum of every sample of metric `name` in a Prometheus text exposition.
+pub fn metric_sum(text: &str, name: &str) -> Option<f64> {
+    let mut found = None;
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(name) else {
+            continue;
+        };
+        if !(rest.starts_with('{') || rest.starts_with(' ')) {
+            continue;
+        }
+        let v: f64 = rest.rsplit(' ').next()?.parse().ok()?;
+        *found.get_or_insert(0.0) += v;
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::metric_sum;
+
+    #[test]
+    fn metric_sum_adds_every_labelled_sample_of_one_name() {
+        let text = "# HELP xvs_worker_busy_seconds_total x\n\
+                    xvs_worker_busy_seconds_total{worker=\"0\"} 1.5\n\
+                    xvs_worker_busy_seconds_total{worker=\"1\"} 0.25\n\
+                    xvs_worker_busy_seconds_totalx 9\n\
+                    xvs_rx_packets_total{worker=\"0\"} 7\n";
+        assert_eq!(
+            metric_sum(text, "xvs_worker_busy_seconds_total"),
+            Some(1.75)
+        );
+        assert_eq!(metric_sum(text, "xvs_rx_packets_total"), Some(7.0));
+        assert_eq!(metric_sum(text, "xvs_missing"), None);
+    }
 }

@@ -28,7 +28,7 @@ use crate::rig::{
     self, BACKEND_PORT, CLIENT_IP, IF_LB_BACKEND, IF_LB_CLIENT, LB_BACKEND_IP, LB_CLIENT_IP, Rig,
     VIP,
 };
-use crate::sys::{run, sh_in};
+use crate::sys::{http_get_in, metric_sum, run, sh_in};
 
 /// A load balancer under test.
 #[derive(
@@ -113,7 +113,12 @@ pub struct Running {
     stdout: Option<std::process::ChildStdout>,
     config: PathBuf,
     rig: Rig,
+    /// l2fwd's stats file.
+    stats: Option<PathBuf>,
 }
+
+/// The port of xvs' admin endpoint (127.0.0.1 in the LB namespace).
+pub const XVS_ADMIN_PORT: u16 = 10256;
 
 fn mask(core: usize) -> String {
     format!("{:x}", 1u64 << core)
@@ -136,6 +141,7 @@ impl Running {
             stdout: None,
             config: config.clone(),
             rig: rig.clone(),
+            stats: None,
         };
         match target {
             Target::Xvs => {
@@ -157,6 +163,10 @@ impl Running {
             }
             Target::L2fwd => {
                 let me = std::env::current_exe()?.to_string_lossy().into_owned();
+                let stats = at.dir.join("l2fwd.stats");
+                let _ = std::fs::remove_file(&stats);
+                let stats_arg = stats.to_string_lossy().into_owned();
+                r.stats = Some(stats);
                 let (q, b, c) = (
                     rig.queues.to_string(),
                     rig.backends.to_string(),
@@ -180,6 +190,8 @@ impl Running {
                         &b,
                         "--core",
                         &c,
+                        "--stats",
+                        &stats_arg,
                     ],
                     "perf-lab l2fwd: ready",
                     &at.dir.join("l2fwd.log"),
@@ -261,6 +273,26 @@ impl Running {
                     )
                 }
             }
+        }
+    }
+
+    /// Whether the target busy-polls its core (xvs, l2fwd).
+    pub fn busy_polls(&self) -> bool {
+        matches!(self.target, Target::Xvs | Target::L2fwd)
+    }
+
+    /// The busy time a busy-polling target reports (ns since it started): xvs'
+    /// `xvs_worker_busy_seconds_total` from its admin endpoint, l2fwd's stats file. `None`
+    /// for the kernel targets or when it cannot be read.
+    pub fn busy_ns(&self) -> Option<u64> {
+        match self.target {
+            Target::Xvs => {
+                let addr = std::net::SocketAddr::from(([127, 0, 0, 1], XVS_ADMIN_PORT));
+                let text = http_get_in(&self.rig.ns_lb(), addr, "/metrics").ok()?;
+                metric_sum(&text, "xvs_worker_busy_seconds_total").map(|s| (s * 1e9) as u64)
+            }
+            Target::L2fwd => crate::l2fwd::read_stat(self.stats.as_deref()?, "busy_ns"),
+            Target::Nft | Target::Iptables => None,
         }
     }
 
@@ -363,7 +395,7 @@ pub fn xvs_config(rig: &Rig, svc: &Services, at: &Placement) -> String {
          snat_addresses = [\"{LB_BACKEND_IP}\"]\nsnat_port_range = \"1024-32767\"\n\
          xdp_mode = \"auto\"\nzero_copy = \"off\"\nbatch_size = 64\n\n\
          [flowtable]\ncapacity = {capacity}\n\n\
-         [admin]\nlisten = \"127.0.0.1:10256\"\n",
+         [admin]\nlisten = \"127.0.0.1:{XVS_ADMIN_PORT}\"\n",
         prefix = rig.prefix,
         lb = at.lb_core,
         gen = at.gen_core,

@@ -37,6 +37,8 @@ const KEYS: &[&str] = &[
     "lb_process_cpu_ns",
     "lb_core_softirq_ns",
     "lb_core_busy_ratio",
+    "target_busy_ratio",
+    "rig_core_busy_ratio",
     "cpu_method",
     "ndr_pps",
     "ndr_trials",
@@ -174,6 +176,14 @@ fn every_target_forwards_to_every_backend_and_reports() {
         );
         assert_eq!(v["bad_checksums"].as_u64(), Some(0), "{t}: bad checksums");
         assert!(v["latency_us"]["p50"].as_f64().is_some(), "{t}: no latency");
+        // A busy-polling target's CPU comes from its own busy count (xvs: its metrics
+        // endpoint; l2fwd: its stats file): it must have been read, and be a share.
+        let busy = v["target_busy_ratio"].as_f64();
+        assert!(
+            busy.is_some_and(|b| b > 0.0 && b <= 1.0),
+            "{t}: target_busy_ratio {busy:?}"
+        );
+        assert!(v["cpu_ns_per_pkt"].as_f64().is_some(), "{t}: no CPU figure");
         jsons.push(json);
     }
     // Saturation mode: a burst circulates through the reflectors.
@@ -190,6 +200,37 @@ fn every_target_forwards_to_every_backend_and_reports() {
     );
     assert_eq!(v["mode"], "saturation");
     jsons.push(json);
+    // The same loop through an AF_XDP target (its own XDP program on the backend-side veth
+    // takes the reflected frames); the reflector counts every backend.
+    if let Some(p) = &xvs_s {
+        let json = dir.join("xvs-saturation.json");
+        let v = run(
+            &prefix,
+            &json,
+            "xvs",
+            &[
+                "--mode",
+                "saturation",
+                "--burst",
+                "256",
+                "--xvs",
+                p.as_str(),
+            ],
+        );
+        assert!(v["forwarded_pps"].as_f64().unwrap() > 0.0, "xvs saturation");
+        let per: Vec<u64> = v["per_backend"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect();
+        assert!(
+            per.len() == 3 && per.iter().all(|&n| n > 0),
+            "xvs saturation per backend: {per:?}"
+        );
+        assert!(v["rig_core_busy_ratio"].as_f64().is_some_and(|b| b > 0.0));
+        jsons.push(json);
+    }
 
     let out_dir = dir.join("report");
     let mut args = vec!["report".to_owned()];

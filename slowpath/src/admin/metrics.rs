@@ -146,6 +146,20 @@ pub fn render(stats: &StatsView, services: &[ServiceView], probes: &ProbeCounts)
         }
     }
     o.family(
+        "xvs_worker_busy_seconds_total",
+        "counter",
+        "Time the worker spent in polls that moved frames; the rest of its (busy-polling) \
+         core's time found empty rings.",
+    );
+    for w in &stats.workers {
+        let idx = w.index.to_string();
+        o.sample(
+            "xvs_worker_busy_seconds_total",
+            &[("worker", &idx)],
+            w.busy_ns as f64 / 1e9,
+        );
+    }
+    o.family(
         "xvs_worker_snapshot_generation",
         "gauge",
         "Snapshot generation each worker last loaded.",

@@ -287,6 +287,9 @@ pub struct WorkerView {
     pub new_flows: u64,
     /// Flows expired by this worker's sweeps.
     pub expired_flows: u64,
+    /// Nanoseconds spent in polls that moved frames (busy time; the rest is empty polls).
+    #[serde(default)]
+    pub busy_ns: u64,
     /// The snapshot generation the worker last loaded.
     pub generation: u64,
     /// Drops by reason (`DropReason::name()`), every reason present.
@@ -306,6 +309,7 @@ impl WorkerView {
             slow: c.slow,
             new_flows: c.new_flows,
             expired_flows: c.expired,
+            busy_ns: c.busy_ns,
             generation: c.generation,
             drops: DropReason::ALL
                 .iter()
