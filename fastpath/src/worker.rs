@@ -8,7 +8,7 @@
 //! 3. Reclaim completed tx frames into the free stack (at most [`COMP_ROUNDS`] × batch per
 //!    socket).
 //! 4. For each socket: take at most `batch_size` frames from its rx ring and run
-//!    `process_batch` over them (flow lookups prefetched a chunk at a time):
+//!    `process_batch` over them (staged so that the flow table's cache misses overlap):
 //!    - `Tx(port)`: the descriptor is staged for `port`'s tx ring (shared UMEM: no copy);
 //!      after the batch the stage is produced in one go. Frames the tx ring has no room
 //!      for are counted (`tx_ring_full`) and recycled. A port this worker has no socket on

@@ -1,15 +1,21 @@
 //! Zero allocations per packet: a counting global allocator (this test binary only) counts
 //! allocations made by the test thread while 1M frames of established flows and their replies
-//! go through `Pipeline::process`.
+//! go through `Pipeline::process`, and while batches go through `Pipeline::process_batch`.
+//! The batches also check that `process_batch` gives what `process` gives frame by frame,
+//! new flows (staged inserts) included.
 
 mod pipeline_common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use fastpath::pipeline::Verdict;
+use fastpath::pipeline::{Pipeline, PipelineConfig, Verdict, flow_table_config};
+use fastpath::snapshot::SnapshotBuilder;
+use flowtable::FlowTable;
+use lb_algos::AffinityTable;
 use pipeline_common::*;
 
 struct Counting;
@@ -211,4 +217,231 @@ fn batches_match_single_frames_and_allocate_nothing() {
         0,
         "allocations in process_batch"
     );
+}
+
+/// A small deterministic generator (xorshift).
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// Frames for the staged new-flow path of `process_batch`: SYNs of new flows (fullnat, nat,
+/// two backends, IPv6), UDP, mh non-SYNs, their duplicates, RSTs and ACKs right behind
+/// them, replies to SNAT ports that flows of the same batch may just have taken, and a few
+/// drops, passes and slow frames; clients from a small pool so that all of these meet
+/// within batches.
+fn new_flow_frame(rng: &mut Rng) -> Vec<u8> {
+    let c = rng.below(48);
+    let c4 = format!("198.18.0.{}:{}", 1 + c % 6, 30000 + c);
+    let c6 = format!("[2001:2::{}]:{}", 1 + c % 6, 30000 + c);
+    let client = |vip: &str, l4: L4| frame(CLIENT_MAC, XVS_MAC, sa(&c4), sa(vip), 64, l4);
+    match rng.below(16) {
+        0..=2 => client("198.18.100.1:80", SYN),
+        3 => client("198.18.100.1:80", L4::Tcp(0x04)), // RST
+        4 => client("198.18.100.1:80", ACK),
+        5 => client("198.18.100.2:80", SYN),  // nat
+        6 => client("198.18.100.20:80", SYN), // two backends
+        7 => client("198.18.100.7:443", ACK), // mh: a non-SYN opens
+        8 => client("198.18.100.53:53", L4::Udp),
+        9 => client("198.18.100.54:53", L4::Udp),
+        10 | 11 => {
+            // The web backend answering on a SNAT port of the first ones taken.
+            let snat = format!("198.18.1.254:{}", 40000 + rng.below(48));
+            frame(B1_MAC, XVS_MAC, sa("198.18.1.1:8080"), sa(&snat), 64, ACK)
+        }
+        12 => frame(
+            CLIENT_MAC,
+            XVS_MAC,
+            sa(&c6),
+            sa("[2001:2:0:100::1]:80"),
+            64,
+            SYN,
+        ),
+        13 => client("198.18.100.1:80", L4::Tcp(0x12)), // SYN-ACK: no flow opens
+        14 => frame(CLIENT_MAC, XVS_MAC, sa(&c4), sa("198.18.100.1:80"), 1, SYN), // TTL
+        _ => client("198.18.100.97:80", SYN),           // next hop unknown: slow
+    }
+}
+
+/// `batches` batches of 1, 2, ... 40 frames from `next_frame`, every fifth frame a
+/// duplicate of the one before.
+fn random_batches(batches: usize, mut next_frame: impl FnMut() -> Vec<u8>) -> Vec<Vec<Vec<u8>>> {
+    (0..batches)
+        .map(|round| {
+            let mut frames: Vec<Vec<u8>> = Vec::new();
+            for j in 0..1 + round % 40 {
+                let f = if j % 5 == 4 {
+                    frames[j - 1].clone()
+                } else {
+                    next_frame()
+                };
+                frames.push(f);
+            }
+            frames
+        })
+        .collect()
+}
+
+/// Runs `batches` through `batched` (`process_batch`) and `single` (`process`, frame by
+/// frame) and checks they agree frame by frame (verdicts, bytes, counters, flow count) and
+/// that `process_batch` allocates nothing.
+fn batched_new_flows_match(
+    mut single: Pipeline,
+    mut batched: Pipeline,
+    batches: &[Vec<Vec<u8>>],
+    new_flows_min: u64,
+) {
+    let epoch = single.flows().epoch();
+    let mut bufs = vec![[0u8; 256]; 40];
+    let mut verdicts = [Verdict::Pass; 40];
+    for (round, frames) in batches.iter().enumerate() {
+        let now = at(epoch, round as u64);
+        let n = frames.len();
+        for (b, f) in bufs.iter_mut().zip(frames) {
+            b[..f.len()].copy_from_slice(f);
+        }
+        {
+            let mut views: Vec<&mut [u8]> = bufs
+                .iter_mut()
+                .zip(frames)
+                .map(|(b, f)| &mut b[..f.len()])
+                .collect();
+            COUNTING.with(|c| c.set(true));
+            batched.process_batch(&mut views[..], now, &mut verdicts[..n]);
+            COUNTING.with(|c| c.set(false));
+        }
+        for (j, f) in frames.iter().enumerate() {
+            let mut f = f.clone();
+            let v = single.process(&mut f, now);
+            assert_eq!(verdicts[j], v, "round {round} frame {j}");
+            assert_eq!(&bufs[j][..f.len()], &f[..], "round {round} frame {j}");
+            if let Verdict::Tx(_) = v {
+                verify_checksums(&f, &format!("round {round} frame {j}"));
+            }
+        }
+        assert_eq!(single.counters(), batched.counters(), "round {round}");
+        assert_eq!(single.flows().len(), batched.flows().len(), "round {round}");
+    }
+    let c = batched.counters();
+    assert!(c.new_flows >= new_flows_min, "{c:?}");
+    assert_eq!(
+        ALLOCS.load(Ordering::Relaxed),
+        0,
+        "allocations in process_batch"
+    );
+}
+
+/// Two pipelines from `toml`; `ports` overrides the SNAT port slice.
+fn two_pipelines(toml: &str, ports: Option<(u16, u16)>) -> (Pipeline, Pipeline) {
+    let epoch = Instant::now();
+    let make = || {
+        let cfg = config::parse(toml, "fixture.toml").unwrap();
+        let snapshot = SnapshotBuilder::from_config(&cfg)
+            .build_config(&cfg)
+            .unwrap();
+        let flows = FlowTable::new(flow_table_config(&cfg), epoch).unwrap();
+        let mut pc = PipelineConfig::from_config(&cfg, 0, 1);
+        pc.mac = XVS_MAC;
+        if let Some(p) = ports {
+            pc.snat_ports = p;
+        }
+        let affinity = AffinityTable::new(1024, epoch);
+        Pipeline::new(pc, Arc::new(flows), Arc::new(affinity), Arc::new(snapshot))
+    };
+    (make(), make())
+}
+
+/// `f` (IPv4) with four NOP option bytes in its IP header: a frame for the general path.
+fn with_ip_options(f: &[u8]) -> Vec<u8> {
+    let mut out = f[..34].to_vec();
+    out.extend_from_slice(&[1, 1, 1, 1]);
+    out.extend_from_slice(&f[34..]);
+    out[14] = 0x46;
+    let total = u16::from_be_bytes([out[16], out[17]]) + 4;
+    out[16..18].copy_from_slice(&total.to_be_bytes());
+    out[24..26].fill(0);
+    let c = fastpath::wire::checksum::checksum(&out[14..38]);
+    out[24..26].copy_from_slice(&c.to_be_bytes());
+    out
+}
+
+fn syn(client: &str, vip: &str) -> Vec<u8> {
+    frame(CLIENT_MAC, XVS_MAC, sa(client), sa(vip), 64, SYN)
+}
+
+#[test]
+fn batched_new_flows_match_single_frames_and_allocate_nothing() {
+    // Fewer fullnat flows than SNAT ports (1000): no port is ever found taken by an older
+    // flow, the one case where a batch may pick another port (see `process_batch`).
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let batches = random_batches(120, || new_flow_frame(&mut rng));
+    let (single, batched) = two_pipelines(CONFIG, None);
+    batched_new_flows_match(single, batched, &batches, 200);
+}
+
+#[test]
+fn a_reply_and_a_reset_behind_their_syns_in_one_batch() {
+    let reply = |port: u16| {
+        let snat = format!("198.18.1.254:{port}");
+        frame(B1_MAC, XVS_MAC, sa("198.18.1.1:8080"), sa(&snat), 64, ACK)
+    };
+    let batches = vec![
+        // The first flow takes SNAT port 40000; the backend's answer right behind it.
+        vec![syn("198.18.0.1:1000", "198.18.100.1:80"), reply(40000)],
+        // A SYN, its duplicate and its reset; then a SYN whose flow another one resets.
+        vec![
+            syn("198.18.0.1:1001", "198.18.100.1:80"),
+            syn("198.18.0.1:1001", "198.18.100.1:80"),
+            frame(
+                CLIENT_MAC,
+                XVS_MAC,
+                sa("198.18.0.1:1001"),
+                sa("198.18.100.1:80"),
+                64,
+                L4::Tcp(0x04),
+            ),
+            syn("198.18.0.1:1002", "198.18.100.1:80"),
+            reply(40002),
+        ],
+        // The answer to a new flow, with IP options (the general path).
+        vec![
+            syn("198.18.0.1:1003", "198.18.100.1:80"),
+            with_ip_options(&reply(40003)),
+        ],
+    ];
+    let (single, batched) = two_pipelines(CONFIG, None);
+    batched_new_flows_match(single, batched, &batches, 4);
+}
+
+#[test]
+fn batched_new_flows_sharing_reply_tuples_match_single_frames() {
+    // Two nat services share a backend: a client port opening both has one reply tuple for
+    // two flows, often within one chunk. Four SNAT ports (a slice smaller than the config
+    // allows, as a hand-made `PipelineConfig` may have): a chunk's fifth fullnat flow wants
+    // the port of one still waiting; later ones find every port taken.
+    let toml = CONFIG.to_string()
+        + r#"
+[[services]]
+name = "webnat2"
+vip = "198.18.100.3"
+port = 80
+protocol = "tcp"
+scheduler = "rr"
+mode = "nat"
+backends = [{ addr = "198.18.1.2:8080" }]
+"#;
+    let mut rng = Rng(7);
+    let batches = random_batches(40, || {
+        let c = rng.below(300);
+        let vip = ["198.18.100.1:80", "198.18.100.2:80", "198.18.100.3:80"][rng.below(3) as usize];
+        syn(&format!("198.18.0.{}:{}", 1 + c % 3, 20000 + c), vip)
+    });
+    let (single, batched) = two_pipelines(&toml, Some((40000, 40003)));
+    batched_new_flows_match(single, batched, &batches, 30);
 }

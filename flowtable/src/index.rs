@@ -2,9 +2,14 @@
 //!
 //! A word is `EMPTY` (0), `TOMB` (a removed word), `FROZEN` (an empty slot that a cleanup is
 //! working next to), or `tag:31 | dir:1 | entry+1:32`. The tag is the top 31 bits of the key's
-//! hash; the home slot is computed from the tag alone (`tag * len >> 31`), so a cleanup can tell
-//! where any word's probe sequence started, and a probe touches an entry only on a tag match.
-//! Keys are not stored here: a candidate is confirmed against the entry's fields.
+//! hash; the home slot is computed from the tag alone (`tag * homes >> 31`), so a cleanup can
+//! tell where any word's probe sequence started, and a probe touches an entry only on a tag
+//! match. Keys are not stored here: a candidate is confirmed against the entry's fields.
+//!
+//! Home slots are `0..homes`; [`MAX_PROBE`] more slots follow them, so a probe sequence (at
+//! most `MAX_PROBE` slots from its home) never runs past the end: probes and inserts walk one
+//! plain slice, [`Index::window`]. (Cleanups still treat the slots as a ring, which is
+//! correct whether or not a sequence could wrap.)
 //!
 //! Invariant (I): a word whose key hashes to home slot `h` and which sits at slot `s` has no
 //! `EMPTY`/`FROZEN` slot in `[h, s)`, and `s` is fewer than [`MAX_PROBE`] slots from `h`. So a
@@ -26,6 +31,13 @@ pub(crate) const MAX_PROBE: usize = 8;
 /// Retries of an insert whose claimed slot turned out invalid (a cleanup raced it).
 const MAX_RETRIES: usize = 64;
 
+/// A key hash whose tag can only be a live word's: not all zeros (`EMPTY`'s tag) nor all
+/// ones (`TOMB`'s and `FROZEN`'s). So a word whose tag matches a key's is live, one test.
+#[inline(always)]
+pub(crate) fn live_tag(hash: u64) -> u64 {
+    (hash | 1 << 33) & !(1 << 34)
+}
+
 #[inline]
 pub(crate) fn make_word(hash: u64, dir_reply: bool, entry: u32) -> u64 {
     ((hash >> 33) << 33) | (u64::from(dir_reply) << 32) | (u64::from(entry) + 1)
@@ -43,7 +55,17 @@ pub(crate) fn tag_matches(w: u64, hash: u64) -> bool {
 }
 
 pub(crate) struct Index {
+    /// `homes + MAX_PROBE` slots.
     pub(crate) slots: Box<[AtomicU64]>,
+    /// Number of home slots.
+    homes: u64,
+}
+
+/// Withdraw our just-claimed `word` from `slot`.
+fn retract(slot: &AtomicU64, word: u64) {
+    // Only we write a slot holding our word (removers of our entry wait for it to be LIVE).
+    let prev = slot.swap(TOMB, Ordering::SeqCst);
+    debug_assert_eq!(prev, word);
 }
 
 /// Outcome of [`Index::insert`].
@@ -57,9 +79,14 @@ pub(crate) enum Claim {
 }
 
 impl Index {
-    pub(crate) fn new(len: usize) -> Self {
+    /// An index with `homes` home slots (at least one), and `MAX_PROBE` slots behind them.
+    pub(crate) fn new(homes: usize) -> Self {
+        let homes = homes.max(1);
         Index {
-            slots: (0..len).map(|_| AtomicU64::new(EMPTY)).collect(),
+            slots: (0..homes + MAX_PROBE)
+                .map(|_| AtomicU64::new(EMPTY))
+                .collect(),
+            homes: homes as u64,
         }
     }
 
@@ -68,9 +95,18 @@ impl Index {
         self.slots.len()
     }
 
+    /// The home slot of a key with `hash`, or of the key of live word `hash` (same tag).
     #[inline]
     pub(crate) fn home(&self, hash: u64) -> usize {
-        (((hash >> 33) * self.slots.len() as u64) >> 31) as usize
+        (((hash >> 33) * self.homes) >> 31) as usize
+    }
+
+    /// `hash`'s probe sequence: the `MAX_PROBE` slots from its home.
+    #[inline(always)]
+    pub(crate) fn window(&self, hash: u64) -> &[AtomicU64] {
+        let home = self.home(hash);
+        // In range: home < homes, and `new` put MAX_PROBE slots after the last home.
+        &self.slots[home..home + MAX_PROBE]
     }
 
     /// Slots from `a` forward to `b`.
@@ -105,9 +141,8 @@ impl Index {
     /// `f` returns `Some` to stop.
     #[inline(always)]
     pub(crate) fn probe<R>(&self, hash: u64, mut f: impl FnMut(u64) -> Option<R>) -> Option<R> {
-        let mut pos = self.home(hash);
-        for _ in 0..MAX_PROBE.min(self.slots.len()) {
-            let w = self.slots[pos].load(Ordering::Acquire);
+        for slot in self.window(hash) {
+            let w = slot.load(Ordering::Acquire);
             if w == EMPTY || w == FROZEN {
                 return None;
             }
@@ -117,7 +152,6 @@ impl Index {
             {
                 return Some(r);
             }
-            pos = self.next(pos);
         }
         None
     }
@@ -142,14 +176,12 @@ impl Index {
     /// `FROZEN` slot there means a cleanup raced us and (I) may not hold, so we retract and retry;
     /// a same-key word there means we lost a race, so we retract and report it.
     pub(crate) fn insert(&self, hash: u64, word: u64, same_key: impl Fn(u64) -> bool) -> Claim {
-        let limit = MAX_PROBE.min(self.slots.len());
+        let window = self.window(hash);
         let mut cleaned = false;
         'retry: for _ in 0..MAX_RETRIES {
-            let home = self.home(hash);
-            let mut pos = home;
             let mut claimed = None;
-            'probe: for _ in 0..limit {
-                let mut w = self.slots[pos].load(Ordering::SeqCst);
+            'probe: for (i, slot) in window.iter().enumerate() {
+                let mut w = slot.load(Ordering::SeqCst);
                 loop {
                     if w == FROZEN {
                         spin();
@@ -158,14 +190,9 @@ impl Index {
                     if w != EMPTY {
                         break;
                     }
-                    match self.slots[pos].compare_exchange(
-                        EMPTY,
-                        word,
-                        Ordering::SeqCst,
-                        Ordering::SeqCst,
-                    ) {
+                    match slot.compare_exchange(EMPTY, word, Ordering::SeqCst, Ordering::SeqCst) {
                         Ok(_) => {
-                            claimed = Some(pos);
+                            claimed = Some(i);
                             break 'probe;
                         }
                         Err(actual) => w = actual,
@@ -175,7 +202,6 @@ impl Index {
                     let (e, d) = word_entry(w);
                     return Claim::Conflict(e, d);
                 }
-                pos = self.next(pos);
             }
             let Some(claimed) = claimed else {
                 if cleaned {
@@ -183,49 +209,39 @@ impl Index {
                 }
                 // Tombstones may be clogging our probe window: clear what we can, retry once.
                 cleaned = true;
-                self.cleanup(home, 2 * limit);
+                self.cleanup(self.home(hash), 2 * MAX_PROBE);
                 continue 'retry;
             };
-            let mut pos = home;
-            while pos != claimed {
-                let w = self.slots[pos].load(Ordering::SeqCst);
+            for slot in &window[..claimed] {
+                let w = slot.load(Ordering::SeqCst);
                 if w == EMPTY || w == FROZEN {
-                    self.retract(claimed, word);
+                    retract(&window[claimed], word);
                     spin();
                     continue 'retry;
                 }
                 if w != TOMB && tag_matches(w, hash) && same_key(w) {
-                    self.retract(claimed, word);
+                    retract(&window[claimed], word);
                     let (e, d) = word_entry(w);
                     return Claim::Conflict(e, d);
                 }
-                pos = self.next(pos);
             }
             return Claim::Done;
         }
         Claim::Full
     }
 
-    fn retract(&self, pos: usize, word: u64) {
-        // Only we write a slot holding our word (removers of our entry wait for it to be LIVE).
-        let prev = self.slots[pos].swap(TOMB, Ordering::SeqCst);
-        debug_assert_eq!(prev, word);
-    }
-
     /// Tombstone the slot holding exactly `word` (at most one does). Returns whether found.
     pub(crate) fn remove(&self, hash: u64, word: u64) -> bool {
-        let mut pos = self.home(hash);
-        for _ in 0..MAX_PROBE.min(self.slots.len()) {
-            let w = self.slots[pos].load(Ordering::SeqCst);
+        for slot in self.window(hash) {
+            let w = slot.load(Ordering::SeqCst);
             if w == word {
-                return self.slots[pos]
+                return slot
                     .compare_exchange(word, TOMB, Ordering::SeqCst, Ordering::SeqCst)
                     .is_ok();
             }
             if w == EMPTY {
                 return false;
             }
-            pos = self.next(pos);
         }
         false
     }
@@ -279,7 +295,7 @@ impl Index {
         while r != q {
             let w = self.slots[r].load(Ordering::SeqCst);
             if w != TOMB {
-                let home = (((w >> 33) * n_u64(self)) >> 31) as usize;
+                let home = self.home(w);
                 if self.dist(home, p) < self.dist(home, r) {
                     blocked = true;
                     break;
@@ -296,25 +312,19 @@ impl Index {
     }
 }
 
-#[inline]
-fn n_u64(i: &Index) -> u64 {
-    i.slots.len() as u64
-}
-
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 
     fn hash_for_home(ix: &Index, home: usize) -> u64 {
-        let n = ix.len() as u64;
-        let tag = (home as u64 * (1 << 31)).div_ceil(n);
+        let tag = (home as u64 * (1 << 31)).div_ceil(ix.homes);
         let h = tag << 33;
         assert_eq!(ix.home(h), home);
         h
     }
 
-    fn census(ix: &Index) -> String {
-        ix.slots
+    fn census(ix: &Index, range: std::ops::Range<usize>) -> String {
+        ix.slots[range]
             .iter()
             .map(|s| match s.load(Ordering::Relaxed) {
                 EMPTY => '.',
@@ -327,6 +337,7 @@ mod tests {
     #[test]
     fn cleanup_clears_unpinned_tombstones_only() {
         let ix = Index::new(16);
+        assert_eq!(ix.len(), 16 + MAX_PROBE);
         let put = |home: usize, e: u32| {
             let h = hash_for_home(&ix, home);
             let w = make_word(h, false, e);
@@ -335,23 +346,38 @@ mod tests {
         };
         let a = put(14, 0); // 14
         let b = put(14, 1); // 15
-        let c = put(14, 2); // 0 (wraps)
-        let d = put(1, 3); // 1
-        let e = put(1, 4); // 2
-        assert_eq!(census(&ix), "LLL...........LL");
-        assert!(ix.remove(a.0, a.1) && ix.remove(b.0, b.1));
-        assert!(ix.remove(d.0, d.1));
-        assert_eq!(census(&ix), "LTL...........TT");
-        // 14 and 15 are pinned by c (home 14, at 0); 1 is pinned by e.
-        assert_eq!(ix.cleanup(0, 16), 0);
+        let c = put(14, 2); // 16: past the last home, in the tail (no wrap)
+        let d = put(15, 3); // 17
+        let e = put(15, 4); // 18
+        assert_eq!(census(&ix, 12..20), "..LLLLL.");
+        assert!(ix.remove(a.0, a.1) && ix.remove(b.0, b.1) && ix.remove(d.0, d.1));
+        assert_eq!(census(&ix, 12..20), "..TTLTL.");
+        // 14 and 15 are pinned by c (home 14, at 16); 15 and 17 by e (home 15, at 18).
+        assert_eq!(ix.cleanup(0, ix.len()), 0);
         assert!(ix.remove(c.0, c.1));
-        assert_eq!(ix.cleanup(0, 16), 3, "{}", census(&ix));
+        // 14 is on no live word's path any more.
+        assert_eq!(ix.cleanup(0, ix.len()), 1, "{}", census(&ix, 12..20));
+        assert_eq!(census(&ix, 12..20), "...TTTL.");
+        assert!(ix.remove(e.0, e.1));
+        assert_eq!(ix.cleanup(0, ix.len()), 4);
+        assert_eq!(census(&ix, 0..ix.len()), ".".repeat(ix.len()));
+    }
+
+    #[test]
+    fn the_last_home_probes_into_the_tail() {
+        let ix = Index::new(4);
+        let h = hash_for_home(&ix, 3);
+        for e in 0..MAX_PROBE as u32 {
+            let w = make_word(h, false, e);
+            assert!(matches!(ix.insert(h, w, |_| false), Claim::Done));
+        }
+        assert_eq!(census(&ix, 0..3), "...");
+        assert_eq!(census(&ix, 3..3 + MAX_PROBE), "L".repeat(MAX_PROBE));
+        let w = make_word(h, false, 999);
+        assert!(matches!(ix.insert(h, w, |_| false), Claim::Full));
         assert_eq!(
-            census(&ix),
-            "..TL............".replace("..TL", ".TL."),
-            "{}",
-            census(&ix)
+            ix.probe(h, |w| (word_entry(w).0 == 7).then_some(())),
+            Some(())
         );
-        let _ = e;
     }
 }

@@ -47,14 +47,18 @@
 //!   The cold half-line (32 bytes) holds an IPv6 flow's backend and SNAT
 //!   addresses. So an IPv4 lookup, and its rewrite ([`FlowTable::lookup_hit`]), touch one
 //!   entry line.
-//! - **Index**: `3.2 × capacity` `u64` words (two tuples per flow, load factor ≤ 0.625), linear
+//! - **Index**: `3.2 × capacity` `u64` home words (two tuples per flow, load factor ≤ 0.625)
+//!   and a tail of one probe length, so no probe sequence wraps round; linear
 //!   probing with a fast-range home slot. A word is `tag:31 | dir:1 | entry+1:32`; tuples are
 //!   not stored twice, candidates are confirmed against the entry's fields.
 //! - About 122 bytes per flow in all ([`FlowTable::bytes_per_flow`]).
 //! - Per packet, workers use [`FlowTable::lookup_hit`] (a small `Copy` [`FlowHit`] with the
 //!   translated endpoints) and [`FlowTable::touch`]; [`FlowTable::lookup_batch`] overlaps the
 //!   cache misses of a whole receive batch. IPv4 has a leaner pair without 128-bit addresses:
-//!   [`FlowTable::lookup_v4`] (a [`V4Key`] in, a [`V4Hit`] out) and [`FlowTable::touch_v4`].
+//!   [`FlowTable::lookup_v4`] (a [`V4Key`] in, a [`V4Hit`] out) and [`FlowTable::touch_v4`],
+//!   and a leaner insert, [`FlowTable::insert_v4`] (a [`V4Flow`]), which also comes in two
+//!   halves ([`FlowTable::insert_v4_begin`], [`FlowTable::insert_v4_finish`]) so that a
+//!   worker can do other work while the reply tuple's index slot is fetched.
 //!
 //! # Concurrency protocol
 //!
@@ -81,7 +85,13 @@
 //! handle. Only when both tuples are indexed does the entry become LIVE; until then no one else
 //! can remove it, which keeps the "one index word per (entry, direction)" invariant that
 //! removal relies on. A reply tuple already used by another flow gives
-//! [`InsertError::ReplyInUse`] and the original word is withdrawn.
+//! [`InsertError::ReplyInUse`] and the original word is withdrawn. A two-step IPv4 insert
+//! takes exactly these steps, with the inserter's other work (other inserts and lookups
+//! included) between the two words: to everyone else it is an inserter that got slow.
+//!
+//! **Counts.** `len` is `inserted - departed`: an insert counts once, when both words are
+//! published (a torn-down attempt counts nothing), and the winner of a removal counts the
+//! departure.
 //!
 //! **Removal** (remove, expiry, recycling): CAS LIVE → DYING picks the one winner; it tombstones
 //! both index words (CAS of the exact word to TOMB), decrements the counts for the state it
@@ -113,6 +123,6 @@ pub use lb_algos::{BackendId, ConnCounts};
 pub use state::{FlowState, SctpState, TcpFlags, TcpState, Timeouts};
 pub use table::{
     CAPACITY_MAX, Error, ExpiredFlow, FlowHandle, FlowHit, FlowTable, FlowTableConfig,
-    FlowTableStats, FlowView, HashedKey, InsertError, SweepStats, Tick, V4Hit, V4Key,
-    v4_csum_delta,
+    FlowTableStats, FlowView, HashedKey, InsertError, PendingV4, SweepStats, Tick, V4Flow, V4Hit,
+    V4Key, v4_csum_delta,
 };

@@ -7,8 +7,11 @@ use lb_algos::{BackendId, ConnCounts};
 
 use crate::index::{self, Claim, Index};
 use crate::key::{Direction, FlowData, FlowKey, Protocol, bits_addr};
-use crate::state::{FlowState, STATE_CODES, TcpFlags, Timeouts};
+use crate::state::{FlowState, STATE_CODES, TcpFlags, TcpState, Timeouts};
 use crate::sync::{AtomicU64, AtomicUsize, Ordering, Padded, fence};
+
+mod v4;
+pub use v4::{PendingV4, V4Flow, V4Hit, V4Key, v4_csum_delta};
 
 /// Largest capacity: entry numbers must fit the index word's 32-bit field with room for the
 /// reserved values.
@@ -23,10 +26,6 @@ const VICTIM_PROBE: usize = 32;
 /// Index slots per flow (two keys per flow at load factor 0.625).
 const INDEX_SLOTS_NUM: usize = 16;
 const INDEX_SLOTS_DEN: usize = 5;
-#[cfg(not(loom))]
-const INDEX_PAD: usize = 16;
-#[cfg(loom)]
-const INDEX_PAD: usize = 1;
 
 // Entry words: 0..8 in the hot line (`Entry`), 8..12 in the cold half-line (`Cold`).
 const W_CTL: usize = 0;
@@ -102,8 +101,11 @@ fn ctl_ls(c: u64) -> u32 {
 /// Readable (lookups, `get`, `on_packet`): data complete and not being torn down.
 #[inline]
 fn ctl_readable(c: u64) -> bool {
-    matches!(ctl_status(c), ST_INSERTING | ST_LIVE)
+    // Status + 1 is 2 or 3 (bit 1 set) exactly for INSERTING and LIVE: FREE gives 1, DYING 4
+    // (a carry into the generation, which is not read back).
+    (c.wrapping_add(1 << 40) >> 41) & 1 != 0
 }
+const _: () = assert!(ST_FREE == 0 && ST_INSERTING == 1 && ST_LIVE == 2 && ST_DYING == 3);
 
 /// The two IPv4 addresses of an address word, `(high half, low half)`, as key bits.
 #[inline(always)]
@@ -189,136 +191,12 @@ impl HashedKey {
     }
 }
 
-/// An IPv4 tuple packed the way the per-packet path reads it, with its hash in one table,
-/// from [`FlowTable::v4_key`]: the same flow as the [`FlowKey`] [`V4Key::key`] gives, without
-/// its 128-bit addresses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct V4Key {
-    /// Source | destination << 32 (`Ipv4Addr::to_bits` values).
-    addrs: u64,
-    /// Source port | destination port << 16.
-    ports: u32,
-    proto: Protocol,
-    hash: u64,
-}
-
-impl V4Key {
-    /// The key as a [`FlowKey`] (for the paths beyond a hit).
-    #[inline]
-    pub fn key(&self) -> FlowKey {
-        FlowKey::v4_bits(
-            self.proto,
-            self.addrs as u32,
-            self.ports as u16,
-            (self.addrs >> 32) as u32,
-            (self.ports >> 16) as u16,
-        )
-    }
-
-    /// [`FlowKey::misc`] of the key.
-    #[inline(always)]
-    fn misc(&self) -> u64 {
-        u64::from(self.ports) | u64::from(self.proto as u8) << 32
-    }
-}
-
-/// How the checksums of an IPv4 packet change when its tuple does: a packet arriving with
-/// addresses `from.0` (source | destination << 32, `Ipv4Addr::to_bits` values) and ports
-/// `from.1` (source | destination << 16) and leaving with `to`'s has its IPv4 header checksum
-/// change by the low half and its TCP/UDP checksum (pseudo-header and ports) by the high half:
-/// one's complement sums (big-endian arithmetic) of `!old + new` over the changed 16-bit
-/// words, the inner sum of RFC 1624 eq. 3 (`HC' = ~(~HC + delta)`). An address that does not
-/// change adds nothing; the ports always add their words. Each half is 0 only when its sum
-/// is, so updates come out exactly as adding the words one by one does.
-#[inline]
-pub fn v4_csum_delta(from: (u64, u32), to: (u64, u32)) -> u32 {
-    // Branch-free: the sum masked to zero when the word did not change.
-    let term = |o: u32, n: u32| (u64::from(!o) + u64::from(n)) & u64::from(o != n).wrapping_neg();
-    let ip = term(from.0 as u32, to.0 as u32) + term((from.0 >> 32) as u32, (to.0 >> 32) as u32);
-    let l4 = ip + u64::from(!from.1) + u64::from(to.1);
-    u32::from(fold16(ip)) | u32::from(fold16(l4)) << 16
-}
-
-/// A one's complement sum folded to 16 bits: the same residue modulo 0xffff, 0 only for 0.
-#[inline(always)]
-fn fold16(s: u64) -> u16 {
-    let (x, c) = (s as u32).overflowing_add((s >> 32) as u32);
-    // With a carry, x <= 2^32 - 2.
-    let x = x + u32::from(c);
-    let (y, c) = (x as u16).overflowing_add((x >> 16) as u16);
-    y + u16::from(c)
-}
-
-/// [`FlowHit`] for an IPv4 flow, from [`FlowTable::lookup_v4`]: the outgoing endpoints packed
-/// like a [`V4Key`]'s and the checksum adjustment, 32 bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct V4Hit {
-    /// New source address | new destination address << 32 (`Ipv4Addr::to_bits` values).
-    pub addrs: u64,
-    /// New source port | new destination port << 16.
-    pub ports: u32,
-    /// What the packet's checksums change by: [`v4_csum_delta`] from the tuple it matched to
-    /// `(addrs, ports)`.
-    pub csum_delta: u32,
-    /// The flow's pipeline flags byte ([`FlowData::flags`]).
-    pub flags: u8,
-    reply: bool,
-    entry: u32,
-    backend: u32,
-    ctl: u64,
-}
-
-impl V4Hit {
-    /// The flow.
-    #[inline]
-    pub fn handle(&self) -> FlowHandle {
-        FlowHandle::new(self.entry, ctl_gen(self.ctl))
-    }
-
-    /// Which tuple the packet matched.
-    #[inline]
-    pub fn dir(&self) -> Direction {
-        if self.reply {
-            Direction::Reply
-        } else {
-            Direction::Original
-        }
-    }
-
-    /// New source address (`Ipv4Addr::to_bits`).
-    #[inline]
-    pub fn src(&self) -> u32 {
-        self.addrs as u32
-    }
-
-    /// New destination address (`Ipv4Addr::to_bits`).
-    #[inline]
-    pub fn dst(&self) -> u32 {
-        (self.addrs >> 32) as u32
-    }
-
-    /// New source port.
-    #[inline]
-    pub fn src_port(&self) -> u16 {
-        self.ports as u16
-    }
-
-    /// New destination port.
-    #[inline]
-    pub fn dst_port(&self) -> u16 {
-        (self.ports >> 16) as u16
-    }
-
-    /// The backend the flow was scheduled to.
-    #[inline]
-    pub fn backend_id(&self) -> BackendId {
-        BackendId(self.backend)
-    }
-}
-
 /// State codes padded to a power of two (the `next_code` table's last dimension).
 const CODES_PAD: usize = 32;
 const _: () = assert!(STATE_CODES <= CODES_PAD);
+
+/// ESTABLISHED's state code.
+const EST_CODE: u8 = TcpState::Established as u8;
 
 /// The four flag bits `FlowState::next` reads (FIN, SYN, RST, ACK) as a 4-bit index.
 #[inline(always)]
@@ -536,7 +414,8 @@ pub struct FlowTable {
     index: Index,
     /// Free-list head: `tag:32 | entry+1:32` (0 in the low half = empty). The tag defeats ABA.
     free: Padded<AtomicU64>,
-    len: Padded<AtomicUsize>,
+    /// Flows that left the table (expired, removed, recycled): `len` is `inserted` minus this.
+    departed: Padded<AtomicU64>,
     sweep_cursor: Padded<AtomicUsize>,
     counters: Padded<Counters>,
     backends: Box<[BackendCount]>,
@@ -597,7 +476,7 @@ impl FlowTable {
                 e
             })
             .collect();
-        let index_len = cap * INDEX_SLOTS_NUM / INDEX_SLOTS_DEN + INDEX_PAD;
+        let index_homes = cap * INDEX_SLOTS_NUM / INDEX_SLOTS_DEN;
         let mut timeout_ticks = [0; STATE_CODES];
         for (code, t) in timeout_ticks.iter_mut().enumerate() {
             *t = ticks_of(config.timeouts.for_state(FlowState::from_u8(code as u8)));
@@ -607,9 +486,9 @@ impl FlowTable {
         Ok(FlowTable {
             entries,
             cold,
-            index: Index::new(index_len),
+            index: Index::new(index_homes),
             free: Padded(AtomicU64::new(1)),
-            len: Padded(AtomicUsize::new(0)),
+            departed: Padded(AtomicU64::new(0)),
             sweep_cursor: Padded(AtomicUsize::new(0)),
             counters: Padded(Counters::default()),
             backends: (0..config.backends_max)
@@ -630,7 +509,12 @@ impl FlowTable {
 
     /// Live flows (approximate while inserts and removals run).
     pub fn len(&self) -> usize {
-        self.len.0.load(Ordering::Relaxed)
+        // Departures first: every departure counted was counted as an arrival before, so
+        // the difference can only come out high while both move (or, with relaxed loads of
+        // two words, rarely low: it saturates at zero).
+        let departed = self.departed.0.load(Ordering::Relaxed);
+        let inserted = self.counters.0.inserted.load(Ordering::Relaxed);
+        inserted.saturating_sub(departed) as usize
     }
 
     /// Whether no flow is live.
@@ -696,7 +580,7 @@ impl FlowTable {
         }
         let a = fold_mul(k.src as u64 ^ s[0], (k.src >> 64) as u64 ^ s[1]);
         let b = fold_mul(k.dst as u64 ^ s[2], (k.dst >> 64) as u64 ^ s[3]);
-        fold_mul(a ^ b.rotate_left(29) ^ s[4], k.misc() ^ s[5])
+        index::live_tag(fold_mul(a ^ b.rotate_left(29) ^ s[4], k.misc() ^ s[5]))
     }
 
     /// The hash of an IPv4 key from its packed addresses (`src | dst << 32`) and
@@ -704,7 +588,7 @@ impl FlowTable {
     #[inline(always)]
     fn hash_v4(&self, addrs: u64, misc: u64) -> u64 {
         let s = &self.seeds;
-        fold_mul(fold_mul(addrs ^ s[0], misc ^ s[1]) ^ s[2], s[3])
+        index::live_tag(fold_mul(fold_mul(addrs ^ s[0], misc ^ s[1]) ^ s[2], s[3]))
     }
 
     #[inline(always)]
@@ -873,10 +757,8 @@ impl FlowTable {
     #[inline(always)]
     pub fn lookup_hit_hashed(&self, k: &HashedKey) -> Option<FlowHit> {
         // `Index::probe` spelled out: with a closure the compiler keeps `hit` out of line.
-        let slots: &[AtomicU64] = &self.index.slots;
-        let mut pos = self.index.home(k.hash);
-        for _ in 0..index::MAX_PROBE.min(slots.len()) {
-            let w = slots[pos].load(Ordering::Acquire);
+        for slot in self.index.window(k.hash) {
+            let w = slot.load(Ordering::Acquire);
             if w == index::EMPTY || w == index::FROZEN {
                 return None;
             }
@@ -886,121 +768,8 @@ impl FlowTable {
                     return Some(h);
                 }
             }
-            pos = self.index.next(pos);
         }
         None
-    }
-
-    /// An IPv4 TCP/UDP/SCTP key from packed fields (`src | dst << 32` as
-    /// `Ipv4Addr::to_bits` values, `src_port | dst_port << 16`), hashed for this table: the
-    /// same flow and hash as `hashed(FlowKey::v4_bits(..))`. (A `V4Key` of another table only
-    /// gives wrong misses.)
-    #[inline(always)]
-    pub fn v4_key(&self, proto: Protocol, addrs: u64, ports: u32) -> V4Key {
-        let misc = u64::from(ports) | u64::from(proto as u8) << 32;
-        V4Key {
-            addrs,
-            ports,
-            proto,
-            hash: self.hash_v4(addrs, misc),
-        }
-    }
-
-    /// [`prefetch_index`](Self::prefetch_index) for a [`V4Key`].
-    #[inline]
-    pub fn prefetch_index_v4(&self, k: &V4Key) {
-        self.index.prefetch(k.hash);
-    }
-
-    /// [`prefetch_entry`](Self::prefetch_entry) for a [`V4Key`].
-    #[inline]
-    pub fn prefetch_entry_v4(&self, k: &V4Key) {
-        self.prefetch_entry_word(self.index.home_word(k.hash));
-    }
-
-    /// [`lookup_hit`](Self::lookup_hit) for an IPv4 key: the same flow, answered as a
-    /// [`V4Hit`]. Wait-free like [`lookup`](Self::lookup).
-    #[inline(always)]
-    pub fn lookup_v4(&self, k: &V4Key) -> Option<V4Hit> {
-        // `Index::probe` spelled out over two slices (home to the end, then from the start):
-        // no bounds check or wrap test per slot.
-        let slots: &[AtomicU64] = &self.index.slots;
-        let limit = index::MAX_PROBE.min(slots.len());
-        let head = &slots[self.index.home(k.hash).min(slots.len())..];
-        let first = &head[..limit.min(head.len())];
-        let rest = &slots[..limit - first.len()];
-        // `Some(answer)` ends the probe.
-        let step = |w: &AtomicU64| {
-            let w = w.load(Ordering::Acquire);
-            // The tag first (the home slot's word usually is the flow's); EMPTY (tag 0) and
-            // TOMB/FROZEN (tag all ones) can match it too, so a match checks for a live word.
-            if index::tag_matches(w, k.hash) && w.wrapping_sub(1) < index::FROZEN - 1 {
-                let (e, reply) = index::word_entry(w);
-                self.hit_v4(e, reply, k).map(Some)
-            } else if w == index::EMPTY || w == index::FROZEN {
-                Some(None)
-            } else {
-                None
-            }
-        };
-        for w in first {
-            if let Some(r) = step(w) {
-                return r;
-            }
-        }
-        for w in rest {
-            if let Some(r) = step(w) {
-                return r;
-            }
-        }
-        None
-    }
-
-    /// [`hit`](Self::hit) for an IPv4 key.
-    #[inline(always)]
-    fn hit_v4(&self, e: u32, reply: bool, k: &V4Key) -> Option<V4Hit> {
-        let entry = self.entries.get(e as usize)?;
-        let c1 = entry.w[W_CTL].load(Ordering::Acquire);
-        if !ctl_readable(c1) {
-            return None;
-        }
-        let meta = entry.w[W_META].load(Ordering::Relaxed);
-        let ports = entry.w[W_PORTS].load(Ordering::Relaxed);
-        let ids = entry.w[W_IDS].load(Ordering::Relaxed);
-        // IPv4: client | vip << 32, backend | snat << 32 (an IPv6 entry fails the meta test).
-        let a0 = entry.w[W_ADDR].load(Ordering::Relaxed);
-        let a1 = entry.w[W_ADDR + 1].load(Ordering::Relaxed);
-        let csum = entry.w[W_V4_CSUM].load(Ordering::Relaxed);
-        // Original: matched client -> vip, leaves as snat -> backend; reply: matched
-        // backend -> snat, leaves as vip -> client.
-        let (key_addrs, out_addrs, key_ports, out_ports) = if reply {
-            (a1, a0, (ports >> 32) as u32, ports as u32)
-        } else {
-            (a0, a1, ports as u32, (ports >> 32) as u32)
-        };
-        if !((meta >> 32) & 0xffff == k.misc() >> 32
-            && key_ports == k.ports
-            && key_addrs == k.addrs)
-        {
-            return None;
-        }
-        fence(Ordering::Acquire);
-        let c2 = entry.w[W_CTL].load(Ordering::Relaxed);
-        // Usually the same generation and status as `c1` (readable): one test then.
-        if (c1 ^ c2) >> 40 != 0 && !(ctl_readable(c2) && ctl_gen(c2) == ctl_gen(c1)) {
-            return None;
-        }
-        Some(V4Hit {
-            // The stored pair is (destination, source) of the way out.
-            addrs: out_addrs.rotate_left(32),
-            ports: out_ports.rotate_left(16),
-            csum_delta: (csum >> (32 * u32::from(reply))) as u32,
-            flags: (meta >> 48) as u8,
-            reply,
-            entry: e,
-            backend: (ids >> 32) as u32,
-            ctl: c2,
-        })
     }
 
     /// [`matches`](Self::matches), reading the outgoing endpoints too.
@@ -1090,12 +859,6 @@ impl FlowTable {
         )
     }
 
-    /// [`touch`](Self::touch) for a flow found by [`lookup_v4`](Self::lookup_v4).
-    #[inline]
-    pub fn touch_v4(&self, hit: &V4Hit, tcp_flags: TcpFlags, now: Tick) -> Option<FlowState> {
-        self.touch_ctl(hit.entry, hit.reply, hit.backend, hit.ctl, tcp_flags, now)
-    }
-
     /// The no-write case of `touch` inline; `c` is the validated state word of a hit.
     #[inline(always)]
     fn touch_ctl(
@@ -1108,6 +871,11 @@ impl FlowTable {
         now: Tick,
     ) -> Option<FlowState> {
         let old = ctl_state(c);
+        // The common packet first: an ACK without SYN, FIN or RST on an established
+        // connection keeps it established (a test checks the table agrees).
+        if tcp_flags.0 & 0x17 == 0x10 && old == EST_CODE && ctl_ls(c) >= now.0 {
+            return Some(FlowState::Tcp(TcpState::Established));
+        }
         // Codes are < STATE_CODES <= CODES_PAD; the mask only spares a bounds check.
         let new = self.next_code[usize::from(reply)][flags_index(tcp_flags.0)]
             [usize::from(old) & (CODES_PAD - 1)];
@@ -1153,6 +921,19 @@ impl FlowTable {
                 Err(a) => c = a,
             }
         }
+    }
+
+    /// [`FlowState::initial`]'s code, from the `next_code` table: the first packet's
+    /// transition from the protocol's starting state.
+    #[inline]
+    fn initial_code(&self, proto: Protocol, tcp_flags: TcpFlags) -> u8 {
+        let start = match proto {
+            Protocol::Tcp => TcpState::None as u8,
+            Protocol::Udp => FlowState::Udp.to_u8(),
+            Protocol::Icmp | Protocol::Icmpv6 => FlowState::Icmp.to_u8(),
+            Protocol::Sctp => FlowState::Sctp(crate::state::SctpState::Established).to_u8(),
+        };
+        self.next_code[0][flags_index(tcp_flags.0)][usize::from(start) & (CODES_PAD - 1)]
     }
 
     /// [`lookup`](Self::lookup) and [`get`](Self::get) in one call.
@@ -1288,76 +1069,118 @@ impl FlowTable {
             self.counters.0.exists.fetch_add(1, Ordering::Relaxed);
             return Err(InsertError::Exists(h));
         }
+        let rh = self.hash(&rkey);
         let Some(e) = self.alloc(oh, t, on_evict) else {
             self.counters.0.full.fetch_add(1, Ordering::Relaxed);
             return Err(InsertError::Full);
         };
         let state = FlowState::initial(data.proto, tcp_flags);
         let gen_ = self.write_entry(e, data, state, t);
-        self.count(data.backend_id.0, state, 1);
-        self.len.0.fetch_add(1, Ordering::Relaxed);
-        let handle = FlowHandle::new(e, gen_);
+        self.publish(
+            e,
+            gen_,
+            data.backend_id.0,
+            state,
+            (oh, |w| self.same_key(w, &okey)),
+            (rh, |w| self.same_key(w, &rkey)),
+        )
+    }
 
-        let oword = index::make_word(oh, false, e);
-        let conflict = match self.index.insert(oh, oword, |w| self.same_key(w, &okey)) {
+    /// The rest of an insert once entry `e` (generation `gen_`) is written and INSERTING:
+    /// [`publish_original`](Self::publish_original) then
+    /// [`publish_reply`](Self::publish_reply).
+    #[inline(always)]
+    fn publish(
+        &self,
+        e: u32,
+        gen_: u64,
+        backend: u32,
+        state: FlowState,
+        original: (u64, impl Fn(u64) -> bool),
+        reply: (u64, impl Fn(u64) -> bool),
+    ) -> Result<FlowHandle, InsertError> {
+        let oh = original.0;
+        self.publish_original(e, backend, state, original)?;
+        self.publish_reply(e, gen_, backend, oh, reply)
+    }
+
+    /// First half of publishing entry `e`: count it and index its original tuple (its hash
+    /// and a same-key test for [`Index::insert`]). On a conflict the entry is torn down. The
+    /// entry stays INSERTING: readable by lookups of the original tuple, removable by no one,
+    /// until [`publish_reply`](Self::publish_reply).
+    #[inline(always)]
+    fn publish_original(
+        &self,
+        e: u32,
+        backend: u32,
+        state: FlowState,
+        (oh, same_original): (u64, impl Fn(u64) -> bool),
+    ) -> Result<(), InsertError> {
+        self.count(backend, state, 1);
+        match self
+            .index
+            .insert(oh, index::make_word(oh, false, e), same_original)
+        {
+            Claim::Done => Ok(()),
+            claim => Err(self.tear_down(e, backend, claim, false)),
+        }
+    }
+
+    /// Second half: index the reply tuple and make the entry LIVE; on a conflict withdraw the
+    /// original tuple's word (hash `oh`) and tear the entry down.
+    #[inline(always)]
+    fn publish_reply(
+        &self,
+        e: u32,
+        gen_: u64,
+        backend: u32,
+        oh: u64,
+        (rh, same_reply): (u64, impl Fn(u64) -> bool),
+    ) -> Result<FlowHandle, InsertError> {
+        match self
+            .index
+            .insert(rh, index::make_word(rh, true, e), same_reply)
+        {
             Claim::Done => {
-                let rh = self.hash(&rkey);
-                let rword = index::make_word(rh, true, e);
-                match self.index.insert(rh, rword, |w| self.same_key(w, &rkey)) {
-                    Claim::Done => None,
-                    other => {
-                        self.index.remove(oh, oword);
-                        Some((other, true))
-                    }
-                }
-            }
-            other => Some((other, false)),
-        };
-        match conflict {
-            None => {
-                let entry = &self.entries[e as usize];
-                // Only our CASes and `on_packet`'s touch an INSERTING control word.
-                let mut c = entry.w[W_CTL].load(Ordering::Relaxed);
-                loop {
-                    let live = c & !(3 << 40) | ST_LIVE << 40;
-                    match entry.w[W_CTL].compare_exchange_weak(
-                        c,
-                        live,
-                        Ordering::Release,
-                        Ordering::Relaxed,
-                    ) {
-                        Ok(_) => break,
-                        Err(a) => c = a,
-                    }
-                }
+                // Counted before the entry is LIVE (removable): its departure is counted after.
                 self.counters.0.inserted.fetch_add(1, Ordering::Relaxed);
-                Ok(handle)
+                // INSERTING -> LIVE. Only `on_packet`/`touch` write an INSERTING control word
+                // besides us, and never its status bits: one atomic XOR flips 01 to 10.
+                self.entries[e as usize].w[W_CTL]
+                    .fetch_xor((ST_INSERTING ^ ST_LIVE) << 40, Ordering::Release);
+                Ok(FlowHandle::new(e, gen_))
             }
-            Some((claim, reply)) => {
-                // Tear down our never-fully-published entry; nobody else may remove it.
-                let entry = &self.entries[e as usize];
-                let c = entry.w[W_CTL].fetch_or(ST_DYING << 40, Ordering::AcqRel);
-                self.count(data.backend_id.0, FlowState::from_u8(ctl_state(c)), -1);
-                self.release(e, ctl_gen(c));
-                let err = match claim {
-                    Claim::Conflict(oe, od) => {
-                        let g = ctl_gen(self.entries[oe as usize].w[W_CTL].load(Ordering::Relaxed));
-                        let h = FlowHandle::new(oe, g);
-                        debug_assert_eq!(od, reply);
-                        if reply {
-                            self.counters.0.reply_in_use.fetch_add(1, Ordering::Relaxed);
-                            InsertError::ReplyInUse(h)
-                        } else {
-                            self.counters.0.exists.fetch_add(1, Ordering::Relaxed);
-                            InsertError::Exists(h)
-                        }
-                    }
-                    _ => {
-                        self.counters.0.index_full.fetch_add(1, Ordering::Relaxed);
-                        InsertError::IndexFull
-                    }
-                };
-                Err(err)
+            claim => {
+                self.index.remove(oh, index::make_word(oh, false, e));
+                Err(self.tear_down(e, backend, claim, true))
+            }
+        }
+    }
+
+    /// Free our never-fully-published entry `e` (nobody else may remove it) after `claim`
+    /// failed for its original or (`reply`) reply tuple; the error to report.
+    #[cold]
+    fn tear_down(&self, e: u32, backend: u32, claim: Claim, reply: bool) -> InsertError {
+        let entry = &self.entries[e as usize];
+        let c = entry.w[W_CTL].fetch_or(ST_DYING << 40, Ordering::AcqRel);
+        self.count(backend, FlowState::from_u8(ctl_state(c)), -1);
+        self.release(e, ctl_gen(c));
+        match claim {
+            Claim::Conflict(oe, od) => {
+                let g = ctl_gen(self.entries[oe as usize].w[W_CTL].load(Ordering::Relaxed));
+                let h = FlowHandle::new(oe, g);
+                debug_assert_eq!(od, reply);
+                if reply {
+                    self.counters.0.reply_in_use.fetch_add(1, Ordering::Relaxed);
+                    InsertError::ReplyInUse(h)
+                } else {
+                    self.counters.0.exists.fetch_add(1, Ordering::Relaxed);
+                    InsertError::Exists(h)
+                }
+            }
+            _ => {
+                self.counters.0.index_full.fetch_add(1, Ordering::Relaxed);
+                InsertError::IndexFull
             }
         }
     }
@@ -1469,7 +1292,17 @@ impl FlowTable {
                 .0
                 .compare_exchange_weak(head, new, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => return Some(e),
+                Ok(_) => {
+                    // The next insert takes the new head: start fetching its line now (a
+                    // hint; on a shuffled free list it would be a cache miss later).
+                    if let Some(n) = (next as usize)
+                        .checked_sub(1)
+                        .and_then(|n| self.entries.get(n))
+                    {
+                        crate::sync::prefetch(n);
+                    }
+                    return Some(e);
+                }
                 Err(h) => head = h,
             }
         }
@@ -1541,10 +1374,10 @@ impl FlowTable {
             state,
             last_seen: self.instant(ctl_ls(c)),
         };
+        self.departed.0.fetch_add(1, Ordering::Relaxed);
         if to_free_list {
             self.release(e, gen_);
         } else {
-            self.len.0.fetch_sub(1, Ordering::Relaxed);
             entry.w[W_CTL].store(ctl(gen_, ST_FREE, 0, 0), Ordering::Release);
         }
         Some(flow)
@@ -1552,7 +1385,6 @@ impl FlowTable {
 
     /// Mark an owned entry FREE and push it on the free list.
     fn release(&self, e: u32, gen_: u64) {
-        self.len.0.fetch_sub(1, Ordering::Relaxed);
         self.entries[e as usize].w[W_CTL].store(ctl(gen_, ST_FREE, 0, 0), Ordering::Release);
         self.push_free(e);
     }
@@ -1680,15 +1512,13 @@ impl FlowTable {
     #[doc(hidden)]
     pub fn index_census(&self) -> (usize, usize, usize, usize) {
         let (mut live, mut tomb, mut empty, mut displacement) = (0, 0, 0, 0);
-        let n = self.index.len();
         for (pos, s) in self.index.slots.iter().enumerate() {
             match s.load(Ordering::Relaxed) {
                 index::EMPTY | index::FROZEN => empty += 1,
                 index::TOMB => tomb += 1,
                 w => {
                     live += 1;
-                    let home = (((w >> 33) * n as u64) >> 31) as usize;
-                    displacement = displacement.max((pos + n - home) % n);
+                    displacement = displacement.max(pos.saturating_sub(self.index.home(w)));
                 }
             }
         }
@@ -1739,7 +1569,41 @@ impl ConnCounts for FlowTable {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use super::{clamped, unpack};
+    use super::*;
+
+    #[test]
+    fn initial_codes_agree_with_initial_states() {
+        let t = FlowTable::new(FlowTableConfig::new(4, 1), std::time::Instant::now()).unwrap();
+        let protos = [
+            Protocol::Tcp,
+            Protocol::Udp,
+            Protocol::Icmp,
+            Protocol::Icmpv6,
+            Protocol::Sctp,
+        ];
+        for p in protos {
+            for f in 0..=u8::MAX {
+                let want = FlowState::initial(p, TcpFlags(f)).to_u8();
+                assert_eq!(t.initial_code(p, TcpFlags(f)), want, "{p:?} flags {f:#x}");
+            }
+        }
+    }
+
+    #[test]
+    fn touch_shortcut_agrees_with_the_state_table() {
+        // Every flags byte the shortcut takes (ACK set; SYN, FIN, RST clear), both ways.
+        let t = next_code_table();
+        for f in (0..=u8::MAX).filter(|f| f & 0x17 == 0x10) {
+            for (d, dir) in [Direction::Original, Direction::Reply]
+                .into_iter()
+                .enumerate()
+            {
+                let est = FlowState::Tcp(TcpState::Established);
+                assert_eq!(est.next(dir, TcpFlags(f)), est, "flags {f:#x} {dir:?}");
+                assert_eq!(t[d][flags_index(f)][usize::from(EST_CODE)], EST_CODE);
+            }
+        }
+    }
 
     #[test]
     fn packed_counts_behave_like_two_counters() {

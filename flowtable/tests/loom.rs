@@ -103,3 +103,55 @@ fn insert_races_sweep_cleanup() {
         assert_eq!(t.lookup(&flow(3).reply_key()).unwrap().0, h3);
     });
 }
+
+/// `flow(i)` as an IPv4 insert of the per-packet API.
+fn flow_v4(t: &FlowTable, i: u8) -> V4Flow {
+    let d = flow(i);
+    let bits = |a: SocketAddr| match a.ip() {
+        IpAddr::V4(v4) => u64::from(v4.to_bits()),
+        IpAddr::V6(_) => unreachable!(),
+    };
+    let key = |s: SocketAddr, x: SocketAddr| {
+        t.v4_key(
+            d.proto,
+            bits(s) | bits(x) << 32,
+            u32::from(s.port()) | u32::from(x.port()) << 16,
+        )
+    };
+    V4Flow {
+        original: key(d.client, d.vip),
+        reply: key(d.backend, d.snat),
+        service_id: d.service_id,
+        backend_id: d.backend_id,
+        snapshot_gen: d.snapshot_gen,
+        flags: d.flags,
+    }
+}
+
+#[test]
+fn a_two_step_v4_insert_races_an_insert_of_the_same_flow() {
+    loom::model(|| {
+        let (t, now) = table();
+        let t2 = t.clone();
+        let j = loom::thread::spawn(move || t2.insert(&flow(1), TcpFlags::NONE, now));
+        let v4 = flow_v4(&t, 1);
+        let tick = t.tick(now);
+        // Between the halves the flow is found by its original tuple only (or is the other
+        // thread's); either way a lookup never sees a torn entry.
+        let a = t.insert_v4_begin(&v4, TcpFlags::NONE, tick).map(|p| {
+            if let Some(v) = t.lookup_view(&flow(1).original_key()) {
+                assert_eq!(v.0.data, flow(1));
+            }
+            t.insert_v4_finish(p)
+        });
+        let b = j.join().unwrap();
+        let a = a.and_then(|r| r);
+        let ok = [a.is_ok(), b.is_ok()].iter().filter(|x| **x).count();
+        assert_eq!(ok, 1, "{a:?} {b:?}");
+        let (h, _) = t.lookup(&flow(1).original_key()).unwrap();
+        assert_eq!(t.lookup(&flow(1).reply_key()).unwrap().0, h);
+        assert_eq!(t.get(h).unwrap().data, flow(1));
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.inactive(BackendId(0)), 1);
+    });
+}

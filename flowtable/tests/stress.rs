@@ -1,5 +1,7 @@
 //! Several threads insert, look up, update, remove and expire a known set of flows at once.
 //! Each flow's data encodes its identity, so a lost, duplicated or confused flow is detected.
+//! Half the threads insert with the generic API, half with the two-step IPv4 one, doing other
+//! lookups between its halves as a worker does.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -43,6 +45,49 @@ fn flow(i: u32, round: u32) -> FlowData {
     }
 }
 
+/// `d` (IPv4) for the per-packet API.
+fn flow_v4(t: &FlowTable, d: &FlowData) -> V4Flow {
+    let bits = |a: SocketAddr| match a.ip() {
+        IpAddr::V4(v4) => u64::from(v4.to_bits()),
+        IpAddr::V6(_) => unreachable!("IPv4 flows"),
+    };
+    let key = |s: SocketAddr, x: SocketAddr| {
+        t.v4_key(
+            d.proto,
+            bits(s) | bits(x) << 32,
+            u32::from(s.port()) | u32::from(x.port()) << 16,
+        )
+    };
+    V4Flow {
+        original: key(d.client, d.vip),
+        reply: key(d.backend, d.snat),
+        service_id: d.service_id,
+        backend_id: d.backend_id,
+        snapshot_gen: d.snapshot_gen,
+        flags: d.flags,
+    }
+}
+
+/// Thread `th`'s insert of flow `i` of `round`.
+fn insert(
+    t: &FlowTable,
+    th: u32,
+    i: u32,
+    round: u32,
+    now: Instant,
+) -> Result<FlowHandle, InsertError> {
+    let d = flow(i, round);
+    if th.is_multiple_of(2) {
+        return t.insert(&d, TcpFlags::SYN, now);
+    }
+    let p = t.insert_v4_begin(&flow_v4(t, &d), TcpFlags::SYN, t.tick(now))?;
+    // Other work between the halves: lookups of other flows (some of them half inserted).
+    for j in 1..4 {
+        let _ = t.lookup(&flow((i + j) % FLOWS, round).original_key());
+    }
+    t.insert_v4_finish(p)
+}
+
 #[test]
 fn concurrent_insert_lookup_update_expire() {
     let epoch = Instant::now();
@@ -58,7 +103,7 @@ fn concurrent_insert_lookup_update_expire() {
                     for k in 0..FLOWS {
                         let i = (k + th * 997) % FLOWS;
                         let d = flow(i, round);
-                        let h = match t.insert(&d, TcpFlags::SYN, now) {
+                        let h = match insert(t, th, i, round, now) {
                             Ok(h) => {
                                 wins.fetch_add(1, Ordering::Relaxed);
                                 h

@@ -1,21 +1,19 @@
 //! The common case with fixed offsets: an untagged Ethernet frame carrying an unfragmented
-//! IPv4 TCP or UDP packet without IP options.
+//! IPv4 TCP or UDP packet without IP options, whose TTL allows forwarding it.
 //!
 //! [`parse`] reads such a frame straight into a [`V4`] (addresses and ports packed the way a
-//! [`flowtable::V4Key`] takes them, flags, TTL) and answers `None` for everything else, including every frame the general
-//! [`classify`](super::classify) would drop: the pipeline then runs the general path, which
-//! gives the verdict. So for a frame `parse` accepts, `classify` would have produced the same
+//! [`flowtable::V4Key`] takes them, flags, TTL) and answers `None` for everything else,
+//! including every frame the general [`classify`](super::classify) would drop and every frame
+//! with a TTL of 1 or 0: the pipeline then runs the general path, which gives the verdict. So for a frame `parse` accepts, `classify` would have produced the same
 //! fields (`l3 = 14`, `l4 = 34`, `Frag::No`), and the fast path's output is byte for byte the
 //! general path's.
 //!
 //! After `parse` returns `Some`, the frame holds at least `34 + l4_len` bytes and the L4
 //! header's fixed part lies within them.
 
-use std::net::{IpAddr, Ipv4Addr};
-
 use flowtable::Protocol;
 
-use super::classify::{Frag, PROTO_TCP, PROTO_UDP, Packet};
+use super::classify::{PROTO_TCP, PROTO_UDP};
 use super::nat::{add1c, fold16};
 
 /// Offset of the IPv4 header in an untagged frame.
@@ -31,16 +29,16 @@ pub(crate) struct V4 {
     pub addrs: u64,
     /// Source port | destination port << 16.
     pub ports: u32,
-    /// L4 bytes (IP total length − 20).
-    pub l4_len: u16,
     /// `PROTO_TCP` or `PROTO_UDP`.
     pub proto: u8,
     /// The same, as the flow table's protocol.
     pub protocol: Protocol,
     /// TCP flags byte (0 for UDP).
     pub flags: u8,
-    /// TTL.
+    /// TTL (above 1).
     pub ttl: u8,
+    /// Offset of the TCP/UDP checksum in the frame.
+    pub csum_at: u8,
 }
 
 #[inline(always)]
@@ -83,12 +81,13 @@ pub(crate) fn parse(frame: &[u8]) -> Option<V4> {
     if total < 20 || L3 + total > frame.len() || be16(h, L3 + 6) & 0x3fff != 0 {
         return None;
     }
-    if !header_checksum_ok(h) {
+    // TTL 1 or 0: the general path decides between passing and dropping it.
+    if h[L3 + 8] <= 1 || !header_checksum_ok(h) {
         return None;
     }
     let l4_len = total - 20;
     let proto = h[L3 + 9];
-    let (flags, protocol) = match proto {
+    let (flags, protocol, csum_at) = match proto {
         PROTO_TCP => {
             if l4_len < 20 {
                 return None;
@@ -97,14 +96,14 @@ pub(crate) fn parse(frame: &[u8]) -> Option<V4> {
             if off < 20 || off > l4_len {
                 return None;
             }
-            (frame[L4 + 13], Protocol::Tcp)
+            (frame[L4 + 13], Protocol::Tcp, L4 + 16)
         }
         PROTO_UDP => {
             let len = usize::from(be16(frame, L4 + 4));
             if l4_len < 8 || len < 8 || len > l4_len {
                 return None;
             }
-            (0, Protocol::Udp)
+            (0, Protocol::Udp, L4 + 6)
         }
         _ => return None,
     };
@@ -112,11 +111,11 @@ pub(crate) fn parse(frame: &[u8]) -> Option<V4> {
         // Wire order is (src, dst): big-endian that is src << 32 | dst.
         addrs: u64::from_be_bytes(bytes(h, L3 + 12)).rotate_left(32),
         ports: u32::from_be_bytes(bytes(frame, L4)).rotate_left(16),
-        l4_len: l4_len as u16,
         proto,
         protocol,
         flags,
         ttl: h[L3 + 8],
+        csum_at: csum_at as u8,
     })
 }
 
@@ -135,11 +134,11 @@ impl V4 {
         V4 {
             addrs,
             ports,
-            l4_len: u16::from_be_bytes([at(L3 + 2), at(L3 + 3)]).wrapping_sub(20),
             proto,
             protocol,
             flags,
             ttl: at(L3 + 8),
+            csum_at: super::nat::l4_csum_at(L4, proto) as u8,
         }
     }
 
@@ -165,25 +164,5 @@ impl V4 {
     #[inline(always)]
     pub(crate) fn dport(&self) -> u16 {
         (self.ports >> 16) as u16
-    }
-
-    /// What [`classify`](super::classify::classify) gives for this frame (for the paths
-    /// beyond the established one).
-    #[inline]
-    pub(crate) fn packet(&self) -> Packet {
-        Packet {
-            l3: L3,
-            l4: L4,
-            l4_len: usize::from(self.l4_len),
-            v6: false,
-            proto: self.proto,
-            src: IpAddr::V4(Ipv4Addr::from_bits(self.src())),
-            dst: IpAddr::V4(Ipv4Addr::from_bits(self.dst())),
-            sport: self.sport(),
-            dport: self.dport(),
-            flags: self.flags,
-            ttl: self.ttl,
-            frag: Frag::No,
-        }
     }
 }

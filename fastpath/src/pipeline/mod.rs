@@ -14,9 +14,12 @@
 //! # Stages
 //!
 //! [`classify`] (parse, drop malformed, pass non-IP) → flow lookup by tuple → on a miss the
-//! frontend's service schedules a backend and the flow is inserted ([`Pipeline`] here) →
-//! [`nat`] rewrites L2/L3/L4 with incremental checksums. ICMP errors go to [`icmp`], later
-//! IPv4/IPv6 fragments to [`frag`]; fullnat source ports come from [`snat`].
+//! frontend's service schedules a backend and the flow is inserted (`create`) → [`nat`]
+//! rewrites L2/L3/L4 with incremental checksums. ICMP errors go to [`icmp`], later
+//! IPv4/IPv6 fragments to [`frag`]; fullnat source ports come from [`snat`]. The common
+//! frame (untagged IPv4 TCP/UDP without options) takes a shortcut through the same stages
+//! (`fast`); [`Pipeline::process_batch`] runs a batch of them as a software pipeline
+//! (`batch`).
 //!
 //! # Rules chosen
 //!
@@ -46,63 +49,28 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use config::{Config, Mode};
-use flowtable::{
-    Direction, FlowData, FlowHandle, FlowHit, FlowKey, FlowTable, InsertError, Protocol, Tick,
-    V4Hit, V4Key,
-};
-use lb_algos::{AffinityTable, FlowTuple, Scheduler};
+use config::Config;
+use flowtable::{FlowHit, FlowKey, FlowTable, Protocol, Tick, V4Hit, V4Key};
+use lb_algos::AffinityTable;
 
 use crate::passive::SynWatch;
-use crate::snapshot::{Frontend, NextHop, Snapshot};
+use crate::snapshot::{NextHop, Snapshot};
 
+mod batch;
 pub(crate) mod classify;
+mod create;
 pub(crate) mod fast;
 pub mod frag;
 pub(crate) mod icmp;
 pub(crate) mod nat;
 pub mod snat;
 
+pub use batch::{FrameBatch, STAGE_DISTANCE, WAITING_MAX};
 use classify::{Frag, PROTO_ICMP, PROTO_ICMPV6, PROTO_SCTP, PROTO_TCP, PROTO_UDP, Packet};
 use nat::Endpoints;
 
 /// Ports tried for one new fullnat flow before giving up with `SnatPortsExhausted`.
 pub const SNAT_TRIES: usize = 16;
-
-/// Frames looked up together in [`Pipeline::process_batch`]: the prefetch distance.
-pub const PREFETCH_CHUNK: usize = 16;
-
-/// A batch of frames for [`Pipeline::process_batch`]: indexable mutable byte slices. Each
-/// frame is asked for more than once (parse, then process) and must be the same bytes each
-/// time.
-pub trait FrameBatch {
-    /// Frames in the batch.
-    fn frames_len(&self) -> usize;
-    /// Frame `i` (`i < frames_len()`).
-    fn frame(&mut self, i: usize) -> &mut [u8];
-}
-
-impl FrameBatch for [&mut [u8]] {
-    #[inline]
-    fn frames_len(&self) -> usize {
-        self.len()
-    }
-    #[inline]
-    fn frame(&mut self, i: usize) -> &mut [u8] {
-        self[i]
-    }
-}
-
-impl<const N: usize> FrameBatch for [&mut [u8]; N] {
-    #[inline]
-    fn frames_len(&self) -> usize {
-        N
-    }
-    #[inline]
-    fn frame(&mut self, i: usize) -> &mut [u8] {
-        self[i]
-    }
-}
 
 /// What to do with a frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -315,6 +283,9 @@ const _: () = assert!(NH_CACHE_SLOTS.is_power_of_two());
 struct NhSlot {
     /// `epoch | v6 << 32` (epoch 0: empty).
     tag: u64,
+    /// For an IPv4 address: `epoch << 32 | address`, the one word `next_hop_v4` compares;
+    /// 0 (never current: epochs start at 1) for IPv6.
+    v4_key: u64,
     /// The address: IPv6 bits, or IPv4 `to_bits` zero-extended.
     addr: (u64, u64),
     nh: NextHop,
@@ -359,6 +330,8 @@ pub struct Pipeline {
     tick: Tick,
     /// Passive health counters (SYNs sent, SYN-ACKs seen per backend), when watched.
     syn_watch: Option<Arc<SynWatch>>,
+    /// New flows half inserted by `process_batch` (empty between calls).
+    waiting: batch::Waiting,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -385,6 +358,7 @@ impl Pipeline {
         let tick = flows.tick(tick_now);
         let empty = NhSlot {
             tag: 0,
+            v4_key: 0,
             addr: (0, 0),
             nh: NextHop {
                 port: 0,
@@ -406,6 +380,7 @@ impl Pipeline {
             tick_now,
             tick,
             syn_watch: None,
+            waiting: batch::Waiting::new(),
         }
     }
 
@@ -421,7 +396,9 @@ impl Pipeline {
             self.epoch = self.epoch.wrapping_add(1);
             if self.epoch == 0 {
                 // Wrapped: slots of epoch 1 could look current again.
-                self.nh_cache.iter_mut().for_each(|s| s.tag = 0);
+                self.nh_cache
+                    .iter_mut()
+                    .for_each(|s| (s.tag, s.v4_key) = (0, 0));
                 self.epoch = 1;
             }
         }
@@ -454,46 +431,6 @@ impl Pipeline {
         self.run(frame, now)
     }
 
-    /// Processes a batch of frames in place: `verdicts[i]` is `frames[i]`'s verdict, exactly
-    /// as if `process` had been called on each frame in order. The common frames' flow keys
-    /// are hashed and their index slots and entries prefetched a chunk at a time first, so
-    /// the table's cache misses overlap. `verdicts` must be at least as long as `frames`
-    /// (extra entries are left alone); allocates nothing.
-    pub fn process_batch<B: FrameBatch + ?Sized>(
-        &mut self,
-        frames: &mut B,
-        now: Instant,
-        verdicts: &mut [Verdict],
-    ) {
-        let n = frames.frames_len().min(verdicts.len());
-        let mut start = 0;
-        while start < n {
-            let len = (n - start).min(PREFETCH_CHUNK);
-            let mut parsed: [Option<(fast::V4, V4Key)>; PREFETCH_CHUNK] = [None; PREFETCH_CHUNK];
-            for (k, slot) in parsed[..len].iter_mut().enumerate() {
-                if let Some(v) = fast::parse(frames.frame(start + k)) {
-                    let key = self.flows.v4_key(v.protocol, v.addrs, v.ports);
-                    self.flows.prefetch_index_v4(&key);
-                    *slot = Some((v, key));
-                }
-            }
-            for (_, key) in parsed[..len].iter().flatten() {
-                self.flows.prefetch_entry_v4(key);
-            }
-            for (k, slot) in parsed[..len].iter().enumerate() {
-                let frame = frames.frame(start + k);
-                verdicts[start + k] = match slot {
-                    Some((v, key)) => self.run_v4(frame, *v, *key, now),
-                    None => {
-                        let v = self.run_general(frame, now);
-                        self.count(v)
-                    }
-                };
-            }
-            start += len;
-        }
-    }
-
     #[inline(always)]
     fn count(&mut self, v: Verdict) -> Verdict {
         match v {
@@ -521,24 +458,28 @@ impl Pipeline {
     #[inline(always)]
     fn run_v4(&mut self, frame: &mut [u8], v: fast::V4, key: V4Key, now: Instant) -> Verdict {
         let Some(hit) = self.flows.lookup_v4(&key) else {
-            let verdict = self.miss_v4(frame, v.addrs, v.ports, now);
+            let verdict = self.miss_v4(frame, key.addrs(), key.ports(), now);
             return self.count(verdict);
         };
-        if v.ttl <= 1 {
-            return self.count(Verdict::Drop(DropReason::TtlExceeded));
-        }
+        self.forward_v4(frame, &v, &hit, now)
+    }
+
+    /// A fast-path frame `v` of a known flow (`hit`), counted.
+    #[inline(always)]
+    fn forward_v4(&mut self, frame: &mut [u8], v: &fast::V4, hit: &V4Hit, now: Instant) -> Verdict {
+        // (`fast::parse` left frames whose TTL expires to the general path.)
         let Some(nh) = self.next_hop_v4(hit.dst()) else {
             return self.count(Verdict::Slow);
         };
         // From here on the verdict is Tx: the MACs go in first, straight from the slot.
         let port = nh.nh.port;
         frame[..12].copy_from_slice(&nh.macs);
-        self.touch_v4(&hit, v.flags, now);
+        self.touch_v4(hit, v.flags, now);
         nat::rewrite_v4_delta(
             frame,
             fast::L3,
             fast::L4,
-            v.proto,
+            usize::from(v.csum_at),
             hit.addrs,
             hit.ports,
             hit.csum_delta,
@@ -547,13 +488,13 @@ impl Pipeline {
     }
 
     /// [`run_v4`](Self::run_v4) without a flow. Kept out of line and given only the packed
-    /// tuple (the rest is read again from the frame), so that the hit path keeps the parsed
-    /// fields in registers.
+    /// tuple (the rest is read again from the frame, the key hashed again), so that the hit
+    /// path keeps the parsed fields in registers.
     #[inline(never)]
     fn miss_v4(&mut self, frame: &mut [u8], addrs: u64, ports: u32, now: Instant) -> Verdict {
         let v = fast::V4::reread(frame, addrs, ports);
-        let key = FlowKey::v4_bits(v.protocol, v.src(), v.sport(), v.dst(), v.dport());
-        self.new_flow(frame, &v.packet(), key, now)
+        let key = self.flows.v4_key(v.protocol, addrs, ports);
+        self.new_flow_v4(frame, &v, &key, now)
     }
 
     /// The flow table's time for `now` (the clock is the same for a whole batch).
@@ -579,7 +520,10 @@ impl Pipeline {
     fn touch_v4(&mut self, hit: &V4Hit, flags: u8, now: Instant) {
         let tick = self.tick(now);
         self.flows.touch_v4(hit, flowtable::TcpFlags(flags), tick);
-        self.answered(flags, hit.backend_id());
+        // (Tested as the flow table's shortcut tests it: a pure ACK is no SYN-ACK.)
+        if flags & 0x17 != 0x10 {
+            self.answered(flags, hit.backend_id());
+        }
     }
 
     /// A SYN-ACK: the backend answered a connection (passive health).
@@ -682,11 +626,11 @@ impl Pipeline {
     /// [`next_hop`](Self::next_hop) for an IPv4 address (`to_bits`): its cache slot.
     #[inline(always)]
     fn next_hop_v4(&mut self, dst: u32) -> Option<&NhSlot> {
-        let addr = (u64::from(dst), 0);
-        let i = nh_index(addr);
-        if self.nh_cache[i].tag != u64::from(self.epoch) || self.nh_cache[i].addr != addr {
-            self.nh_fill(IpAddr::V4(Ipv4Addr::from_bits(dst)))?;
+        let i = nh_index((u64::from(dst), 0));
+        if self.nh_cache[i].v4_key == u64::from(self.epoch) << 32 | u64::from(dst) {
+            return Some(&self.nh_cache[i]);
         }
+        self.nh_fill(IpAddr::V4(Ipv4Addr::from_bits(dst)))?;
         Some(&self.nh_cache[i])
     }
 
@@ -709,148 +653,16 @@ impl Pipeline {
         let (family, addr) = nh_key(dst);
         let slot = NhSlot {
             tag: u64::from(self.epoch) | family,
+            v4_key: match dst {
+                IpAddr::V4(a) => u64::from(self.epoch) << 32 | u64::from(a.to_bits()),
+                IpAddr::V6(_) => 0,
+            },
             addr,
             nh,
             macs: nat::macs(nh.dst_mac, nh.src_mac.unwrap_or(self.config.mac)),
         };
         self.nh_cache[nh_index(addr)] = slot;
         Some(slot)
-    }
-
-    /// A packet that matched no flow: a new flow if it is for a frontend.
-    fn new_flow(&mut self, frame: &mut [u8], p: &Packet, key: FlowKey, now: Instant) -> Verdict {
-        let Some(protocol) = frontend_protocol(p.proto) else {
-            return Verdict::Pass;
-        };
-        let fe = Frontend {
-            vip: p.dst,
-            protocol,
-            port: p.dport,
-        };
-        // Borrow the snapshot (no refcount traffic) for as long as the service is needed.
-        let snapshot = &*self.snapshot;
-        let Some(svc) = snapshot.service_for(&fe) else {
-            return Verdict::Pass;
-        };
-        if p.ttl <= 1 {
-            return Verdict::Drop(DropReason::TtlExceeded);
-        }
-        let opens = match p.proto {
-            PROTO_TCP => p.flags & 0x16 == 0x02, // SYN, no ACK, no RST
-            PROTO_SCTP => p.flags == 0x02,       // INIT
-            _ => true,
-        };
-        if !opens && !matches!(svc.scheduler, Scheduler::Mh(_)) {
-            return Verdict::Drop(DropReason::NoFlow);
-        }
-        if !svc.admits(p.src) {
-            return Verdict::Drop(DropReason::SourceRange);
-        }
-        if snapshot.frozen || svc.frozen {
-            return Verdict::Drop(DropReason::Frozen);
-        }
-        if !svc.take_token(now) {
-            return Verdict::Drop(DropReason::RateLimited);
-        }
-        let tuple = FlowTuple {
-            src: p.src,
-            src_port: p.sport,
-            dst: p.dst,
-            dst_port: p.dport,
-        };
-        let Ok(i) = svc.schedule(&tuple, &*self.flows, &self.affinity, now) else {
-            return Verdict::Drop(DropReason::NoBackend);
-        };
-        let Some(b) = svc.backends.get(i) else {
-            return Verdict::Drop(DropReason::NoBackend);
-        };
-        if b.addr.is_ipv6() != p.v6 {
-            return Verdict::Drop(DropReason::NoBackend);
-        }
-        let (backend, backend_id, service_id, mode) = (b.addr, b.id, svc.id, svc.mode);
-        let snapshot_gen = snapshot.generation as u32;
-        let Some(nh) = self.next_hop(backend.ip()) else {
-            return Verdict::Slow;
-        };
-        let client = SocketAddr::new(p.src, p.sport);
-        let mut data = FlowData {
-            proto: key.proto(),
-            client,
-            vip: SocketAddr::new(p.dst, p.dport),
-            backend,
-            snat: client,
-            service_id,
-            backend_id,
-            snapshot_gen,
-            flags: 0,
-        };
-        let flags = flowtable::TcpFlags(p.flags);
-        let tick = self.tick(now);
-        let new_flows_before = self.counters.new_flows;
-        let inserted = if mode == Mode::Fullnat {
-            data.flags = FLAG_FULLNAT;
-            let snat_ip = match p.src {
-                IpAddr::V4(_) => self.config.snat_v4.map(IpAddr::V4),
-                IpAddr::V6(_) => self.config.snat_v6.map(IpAddr::V6),
-            };
-            let Some(snat_ip) = snat_ip else {
-                return Verdict::Drop(DropReason::NoSnatAddress);
-            };
-            let mut result = Err(DropReason::SnatPortsExhausted);
-            for _ in 0..SNAT_TRIES.min(self.snat.len()) {
-                data.snat = SocketAddr::new(snat_ip, self.snat.next_port());
-                match self.flows.insert_at(&data, flags, tick) {
-                    Err(InsertError::ReplyInUse(_)) => continue,
-                    r => {
-                        result = self.inserted(r, &mut data);
-                        break;
-                    }
-                }
-            }
-            result
-        } else {
-            match self.flows.insert_at(&data, flags, tick) {
-                Err(InsertError::ReplyInUse(_)) => Err(DropReason::ReplyTupleInUse),
-                r => self.inserted(r, &mut data),
-            }
-        };
-        match inserted {
-            Ok(()) => {}
-            Err(r) => return Verdict::Drop(r),
-        }
-        if opens
-            && p.proto == PROTO_TCP
-            && self.counters.new_flows != new_flows_before
-            && let Some(w) = &self.syn_watch
-        {
-            w.syn(backend_id);
-        }
-        let to = nat::after(&data, Direction::Original);
-        self.send(frame, p, &to, nh, now)
-    }
-
-    /// Maps an insert result; on a lost race adopts the winner's flow.
-    fn inserted(
-        &mut self,
-        r: Result<FlowHandle, InsertError>,
-        data: &mut FlowData,
-    ) -> Result<(), DropReason> {
-        match r {
-            Ok(_) => {
-                self.counters.new_flows += 1;
-                Ok(())
-            }
-            Err(InsertError::Exists(h)) => match self.flows.get(h) {
-                Some(v) => {
-                    *data = v.data;
-                    Ok(())
-                }
-                None => Err(DropReason::FlowTableFull),
-            },
-            Err(InsertError::Full | InsertError::IndexFull) => Err(DropReason::FlowTableFull),
-            Err(InsertError::ReplyInUse(_)) => Err(DropReason::ReplyTupleInUse),
-            Err(InsertError::Invalid(_)) => Err(DropReason::NoBackend),
-        }
     }
 
     /// A non-first fragment: follows its first fragment's translation, or is dropped.

@@ -279,7 +279,13 @@ pub(crate) fn rewrite_v4(
     let old_addrs = u64::from_be_bytes(ne(frame, l3 + 12)).rotate_left(32);
     let old_ports = u32::from_be_bytes(ne(frame, l4)).rotate_left(16);
     let delta = flowtable::v4_csum_delta((old_addrs, old_ports), (addrs, ports));
-    rewrite_v4_delta(frame, l3, l4, proto, addrs, ports, delta);
+    rewrite_v4_delta(frame, l3, l4, l4_csum_at(l4, proto), addrs, ports, delta);
+}
+
+/// Where the checksum of a TCP or UDP header at `l4` is.
+#[inline(always)]
+pub(crate) fn l4_csum_at(l4: usize, proto: u8) -> usize {
+    if proto == PROTO_TCP { l4 + 16 } else { l4 + 6 }
 }
 
 /// [`rewrite_v4`] with the checksum adjustment known (a [`flowtable::V4Hit`]'s
@@ -289,33 +295,29 @@ pub(crate) fn rewrite_v4(
 /// adds, and folds them without changing what `~(~HC + delta)` gives. The sums here run on
 /// the wire bytes loaded as native-endian words: a one's complement sum is byte-order
 /// independent (RFC 1071 §2(B)), so the checksums come out as big-endian arithmetic gives
-/// them, with one byte swap of the adjustment instead of one per field.
+/// them; the adjustment comes in network byte order already, so no byte is swapped.
 #[inline(always)]
 pub(crate) fn rewrite_v4_delta(
     frame: &mut [u8],
     l3: usize,
     l4: usize,
-    proto: u8,
+    csum_at: usize,
     addrs: u64,
     ports: u32,
     delta: u32,
 ) {
-    // (l4 << 16 | ip) big-endian → the same two sums in native byte order.
-    let delta = delta.to_be_bytes();
-    let (ip_delta, l4_delta) = (
-        u16::from_ne_bytes([delta[2], delta[3]]),
-        u16::from_ne_bytes([delta[0], delta[1]]),
-    );
+    // l4 << 16 | ip, each in network byte order: addable to the fields as loaded.
+    let (ip_delta, l4_delta) = (delta as u16, (delta >> 16) as u16);
     frame[l3 + 8] = frame[l3 + 8].wrapping_sub(1);
     let old_ip = u16::from_ne_bytes(ne(frame, l3 + 10));
     let ip = u64::from(!old_ip) + u64::from(ip_delta) + u64::from(TTL_TERM);
     frame[l3 + 10..l3 + 12].copy_from_slice(&(!fold16(ip)).to_ne_bytes());
     frame[l3 + 12..l3 + 20].copy_from_slice(&addrs.rotate_left(32).to_be_bytes());
     frame[l4..l4 + 4].copy_from_slice(&ports.rotate_left(16).to_be_bytes());
-    let csum_at = if proto == PROTO_TCP { l4 + 16 } else { l4 + 6 };
     let old = u16::from_ne_bytes(ne(frame, csum_at));
     let new = !fold16(u64::from(!old) + u64::from(l4_delta));
-    let new = if proto == PROTO_UDP {
+    // UDP's checksum is 6 bytes in, TCP's 16.
+    let new = if csum_at == l4 + 6 {
         // A zero UDP checksum (IPv4: "none") stays zero; a computed zero is sent as 0xffff.
         if old == 0 {
             0
@@ -459,7 +461,7 @@ mod tests {
                 (addrs, ports),
             );
             let mut got = frame.clone();
-            rewrite_v4_delta(&mut got, 14, l4, proto, addrs, ports, delta);
+            rewrite_v4_delta(&mut got, 14, l4, l4_csum_at(l4, proto), addrs, ports, delta);
             prop_assert_eq!(&got, &want);
         }
     }

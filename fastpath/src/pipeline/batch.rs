@@ -1,0 +1,298 @@
+//! [`Pipeline::process_batch`]: a receive batch as a software pipeline, so that the flow
+//! table's cache misses overlap instead of following one another. Each frame goes through
+//! three stages, a block of [`STAGE_DISTANCE`] frames apart (while a block is processed, the
+//! next has its entries requested and the one after is parsed):
+//!
+//! 1. the frame is parsed ([`fast::parse`]), its key hashed and its index slot requested;
+//! 2. the entry its home slot points to is requested;
+//! 3. the frame is processed: a known flow's frame is forwarded; a new flow is scheduled
+//!    and half inserted ([`FlowTable::insert_v4_begin`]: indexed by its original tuple, its
+//!    reply tuple's slot requested), and its frame waits;
+//!
+//! and a waiting new flow is finished (reply tuple indexed, frame rewritten) once
+//! [`WAITING_MAX`] later new flows wait behind it, or at the end of the batch, by when its
+//! reply slot has arrived.
+//!
+//! The result is what [`Pipeline::process`] gives frame by frame in order, with one
+//! exception (below): a new flow's side effects (scheduler, rate limit, SNAT port cursor,
+//! counts) happen at its turn in stage 3, and the waiting flows are finished before any frame
+//! could tell the difference: a hit on a flow still being inserted, a frame whose tuple is a
+//! waiting flow's reply tuple, and any frame the general path takes (IPv6, VLAN, IP
+//! options, ICMP errors...) first finish them.
+//!
+//! The exception: when a waiting fullnat flow's reply tuple turns out to be taken (its SNAT
+//! port, towards that backend) when it is finished, it tries the next SNAT ports then, after
+//! the new flows behind it took theirs: it may get another free port than frame-by-frame
+//! processing would give it (same verdict, same backend). Ports are taken only when the
+//! cursor comes round the worker's port range again.
+//!
+//! [`FlowTable::insert_v4_begin`]: flowtable::FlowTable::insert_v4_begin
+
+use std::time::Instant;
+
+use flowtable::{PendingV4, V4Key};
+
+use super::create::{Begun, NewV4};
+use super::{Pipeline, Verdict, fast};
+
+/// Frames between the stages of one frame in [`Pipeline::process_batch`]: the prefetch
+/// distance.
+pub const STAGE_DISTANCE: usize = 16;
+
+/// Parsed frames kept between their first and last stage (three blocks).
+const RING: usize = 64;
+const _: () = assert!(RING.is_power_of_two() && RING >= 3 * STAGE_DISTANCE);
+
+/// Most new flows waiting (half inserted) in [`Pipeline::process_batch`]: one more finishes
+/// the oldest.
+pub const WAITING_MAX: usize = 8;
+
+/// Slots of the waiting flows' ring.
+const WAITING_SLOTS: usize = 16;
+const _: () = assert!(WAITING_SLOTS.is_power_of_two() && WAITING_SLOTS >= WAITING_MAX);
+
+/// A batch of frames for [`Pipeline::process_batch`]: indexable mutable byte slices. Each
+/// frame is asked for more than once (parse, then process) and must be the same bytes each
+/// time.
+pub trait FrameBatch {
+    /// Frames in the batch.
+    fn frames_len(&self) -> usize;
+    /// Frame `i` (`i < frames_len()`).
+    fn frame(&mut self, i: usize) -> &mut [u8];
+}
+
+impl FrameBatch for [&mut [u8]] {
+    #[inline]
+    fn frames_len(&self) -> usize {
+        self.len()
+    }
+    #[inline]
+    fn frame(&mut self, i: usize) -> &mut [u8] {
+        self[i]
+    }
+}
+
+impl<const N: usize> FrameBatch for [&mut [u8]; N] {
+    #[inline]
+    fn frames_len(&self) -> usize {
+        N
+    }
+    #[inline]
+    fn frame(&mut self, i: usize) -> &mut [u8] {
+        self[i]
+    }
+}
+
+/// A frame after stage 1: its key, and the rest of its [`fast::V4`].
+#[derive(Clone, Copy)]
+struct Parsed {
+    key: V4Key,
+    flags: u8,
+    ttl: u8,
+}
+
+impl Parsed {
+    #[inline(always)]
+    fn v4(&self) -> fast::V4 {
+        let protocol = self.key.proto();
+        fast::V4 {
+            addrs: self.key.addrs(),
+            ports: self.key.ports(),
+            proto: protocol as u8,
+            protocol,
+            flags: self.flags,
+            ttl: self.ttl,
+            csum_at: super::nat::l4_csum_at(fast::L4, protocol as u8) as u8,
+        }
+    }
+}
+
+/// The new flows waiting to be finished, oldest first: frame index, flow, half insert. Kept
+/// in the [`Pipeline`] (empty between calls), so a batch does not initialise it.
+pub(super) struct Waiting {
+    flows: [Option<(usize, NewV4, PendingV4)>; WAITING_SLOTS],
+    /// Ring position of the oldest.
+    head: usize,
+    len: usize,
+    /// Bit `hash >> 58` of each waiting reply tuple's hash (and maybe of finished ones, until
+    /// none waits): most misses need no search.
+    reply_bits: u64,
+}
+
+impl Waiting {
+    pub(super) fn new() -> Self {
+        Waiting {
+            flows: [const { None }; WAITING_SLOTS],
+            head: 0,
+            len: 0,
+            reply_bits: 0,
+        }
+    }
+
+    /// Whether a waiting flow's reply tuple hashes to `hash` (a hash match: maybe the same
+    /// tuple).
+    #[inline]
+    fn reply_clash(&self, hash: u64) -> bool {
+        self.reply_bits & 1 << (hash >> 58) != 0
+            && (0..self.len).any(|k| {
+                self.flows[(self.head + k) % WAITING_SLOTS]
+                    .as_ref()
+                    .is_some_and(|(_, _, p)| p.reply_hash() == hash)
+            })
+    }
+
+    fn push(&mut self, w: (usize, NewV4, PendingV4)) {
+        self.reply_bits |= 1 << (w.2.reply_hash() >> 58);
+        self.flows[(self.head + self.len) % WAITING_SLOTS] = Some(w);
+        self.len += 1;
+    }
+
+    fn pop(&mut self) -> Option<(usize, NewV4, PendingV4)> {
+        if self.len == 0 {
+            return None;
+        }
+        let w = self.flows[self.head].take();
+        self.head = (self.head + 1) % WAITING_SLOTS;
+        self.len -= 1;
+        if self.len == 0 {
+            self.reply_bits = 0;
+        }
+        w
+    }
+}
+
+impl Pipeline {
+    /// Processes a batch of frames in place: `verdicts[i]` is `frames[i]`'s verdict, as if
+    /// `process` had been called on each frame in order, with one exception: a new fullnat
+    /// flow whose SNAT port turns out to be taken (towards its backend) may get another free
+    /// port than `process` would give it. `verdicts` must be at least as long as `frames`
+    /// (extra entries are left alone); allocates nothing.
+    ///
+    /// The frames go through a software pipeline (parse and hash, request the index slot;
+    /// request the entry; process) with [`STAGE_DISTANCE`] frames between stages, and new
+    /// flows are inserted in two steps ([`WAITING_MAX`] of them half inserted at most), so
+    /// that the flow table's cache misses overlap.
+    pub fn process_batch<B: FrameBatch + ?Sized>(
+        &mut self,
+        frames: &mut B,
+        now: Instant,
+        verdicts: &mut [Verdict],
+    ) {
+        let n = frames.frames_len().min(verdicts.len());
+        // Blocks of D = STAGE_DISTANCE frames: in round k, block k is parsed, block k - 1 has
+        // its entries requested and block k - 2 is processed, so each request has a block's
+        // work (D to 2D frames) to arrive.
+        let d = STAGE_DISTANCE;
+        let block = |k: usize| (k * d).min(n)..((k + 1) * d).min(n);
+        let mut parsed: [Option<Parsed>; RING] = [None; RING];
+        for k in 0..n.div_ceil(d) + 2 {
+            for i in block(k) {
+                parsed[i % RING] = fast::parse(frames.frame(i)).map(|v| {
+                    let key = self.flows.v4_key(v.protocol, v.addrs, v.ports);
+                    self.flows.prefetch_index_v4(&key);
+                    Parsed {
+                        key,
+                        flags: v.flags,
+                        ttl: v.ttl,
+                    }
+                });
+            }
+            if k < 1 {
+                continue;
+            }
+            for i in block(k - 1) {
+                if let Some(p) = &parsed[i % RING] {
+                    self.flows.prefetch_entry_v4(&p.key);
+                }
+            }
+            if k < 2 {
+                continue;
+            }
+            for i in block(k - 2) {
+                let verdict = match &parsed[i % RING] {
+                    Some(p) => match self.flows.lookup_v4(&p.key) {
+                        Some(hit) if self.waiting.len == 0 || !hit.is_inserting() => {
+                            self.forward_v4(frames.frame(i), &p.v4(), &hit, now)
+                        }
+                        hit => {
+                            match self.miss_staged(
+                                frames,
+                                i,
+                                (&p.v4(), &p.key, hit.is_some()),
+                                now,
+                                verdicts,
+                            ) {
+                                Some(verdict) => verdict,
+                                None => continue,
+                            }
+                        }
+                    },
+                    None => {
+                        self.finish_waiting(frames, verdicts);
+                        let v = self.run_general(frames.frame(i), now);
+                        self.count(v)
+                    }
+                };
+                verdicts[i] = verdict;
+            }
+        }
+        self.finish_waiting(frames, verdicts);
+    }
+
+    /// Stage 3 for frame `i` (parsed as `v`, `key`) when its lookup missed, or (`inserting`)
+    /// found a flow still being inserted while flows wait: the frame's counted verdict, or
+    /// `None` when it waits as a new flow.
+    #[inline(never)]
+    fn miss_staged<B: FrameBatch + ?Sized>(
+        &mut self,
+        frames: &mut B,
+        i: usize,
+        (v, key, inserting): (&fast::V4, &V4Key, bool),
+        now: Instant,
+        verdicts: &mut [Verdict],
+    ) -> Option<Verdict> {
+        if inserting || self.waiting.reply_clash(key.hash()) {
+            // The flow found may be a waiting one (whose insert may yet fail), or this
+            // frame's tuple may be a waiting flow's reply tuple: finish them and look again,
+            // as `process` would see them.
+            self.finish_waiting(frames, verdicts);
+            if let Some(hit) = self.flows.lookup_v4(key) {
+                return Some(self.forward_v4(frames.frame(i), v, &hit, now));
+            }
+        }
+        let nv = match self.prepare_v4(v, key, now) {
+            Ok(nv) => nv,
+            Err(verdict) => return Some(self.count(verdict)),
+        };
+        if self.waiting.len == WAITING_MAX {
+            self.finish_oldest(frames, verdicts);
+        }
+        match self.begin_v4(&nv) {
+            Begun::Pending(p) => {
+                self.waiting.push((i, nv, p));
+                None
+            }
+            Begun::Done(out) => {
+                let verdict = self.complete_v4(frames.frame(i), &nv, out);
+                Some(self.count(verdict))
+            }
+        }
+    }
+
+    /// Finishes the waiting new flows, oldest first, and sets their frames' verdicts.
+    #[inline]
+    fn finish_waiting<B: FrameBatch + ?Sized>(&mut self, frames: &mut B, verdicts: &mut [Verdict]) {
+        while self.waiting.len != 0 {
+            self.finish_oldest(frames, verdicts);
+        }
+    }
+
+    /// Finishes the oldest waiting new flow and sets its frame's verdict.
+    fn finish_oldest<B: FrameBatch + ?Sized>(&mut self, frames: &mut B, verdicts: &mut [Verdict]) {
+        if let Some((i, mut nv, p)) = self.waiting.pop() {
+            let out = self.finish_v4(&mut nv, p);
+            let verdict = self.complete_v4(frames.frame(i), &nv, out);
+            verdicts[i] = self.count(verdict);
+        }
+    }
+}

@@ -1,0 +1,473 @@
+//! Stage 2 for a packet without a flow: the frontend's service admits and schedules it, the
+//! flow is inserted (fullnat: with a SNAT port), and the packet leaves rewritten like the
+//! flow's later packets.
+//!
+//! Two drivers share [`Pipeline::schedule`] (every check, in one order, and the scheduler):
+//! [`Pipeline::new_flow`] for any classified packet, and [`Pipeline::new_flow_v4`] for the
+//! fast path's IPv4 TCP/UDP frames, which inserts a [`V4Flow`] and rewrites with
+//! [`nat::rewrite_v4`]: the same flow, verdict and bytes, without `SocketAddr`s or
+//! `FlowKey`s.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Instant;
+
+use config::Mode;
+use flowtable::{
+    Direction, FlowData, FlowHandle, FlowKey, InsertError, PendingV4, Protocol, TcpFlags, Tick,
+    V4Flow, V4Key,
+};
+use lb_algos::{BackendId, FlowTuple, Scheduler};
+
+use super::classify::{PROTO_SCTP, PROTO_TCP, Packet};
+use super::{
+    DropReason, FLAG_FULLNAT, Pipeline, SNAT_TRIES, Verdict, fast, frontend_protocol, nat,
+};
+use crate::snapshot::Frontend;
+
+/// What [`Pipeline::schedule`] decided for a new flow.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Scheduled {
+    /// The backend picked.
+    pub backend: SocketAddr,
+    pub backend_id: BackendId,
+    pub service_id: u32,
+    pub snapshot_gen: u32,
+    pub mode: Mode,
+    /// The packet opens a connection (TCP SYN, SCTP INIT; always for UDP).
+    pub opens: bool,
+}
+
+impl Pipeline {
+    /// Everything before the insert of a new flow for `t` (a packet of IP protocol `proto`,
+    /// TCP flags or SCTP chunk type `flags`, TTL `ttl`): the frontend's service, the TTL,
+    /// whether the packet may open a flow, source ranges, the freeze switches, the rate
+    /// limit, then the scheduler. `Err` is the packet's verdict.
+    #[inline]
+    pub(super) fn schedule(
+        &self,
+        t: &FlowTuple,
+        proto: u8,
+        flags: u8,
+        ttl: u8,
+        now: Instant,
+    ) -> Result<Scheduled, Verdict> {
+        let Some(protocol) = frontend_protocol(proto) else {
+            return Err(Verdict::Pass);
+        };
+        let fe = Frontend {
+            vip: t.dst,
+            protocol,
+            port: t.dst_port,
+        };
+        // Borrow the snapshot (no refcount traffic) for as long as the service is needed.
+        let snapshot = &*self.snapshot;
+        let Some(svc) = snapshot.service_for(&fe) else {
+            return Err(Verdict::Pass);
+        };
+        if ttl <= 1 {
+            return Err(Verdict::Drop(DropReason::TtlExceeded));
+        }
+        let opens = match proto {
+            PROTO_TCP => flags & 0x16 == 0x02, // SYN, no ACK, no RST
+            PROTO_SCTP => flags == 0x02,       // INIT
+            _ => true,
+        };
+        if !opens && !matches!(svc.scheduler, Scheduler::Mh(_)) {
+            return Err(Verdict::Drop(DropReason::NoFlow));
+        }
+        if !svc.admits(t.src) {
+            return Err(Verdict::Drop(DropReason::SourceRange));
+        }
+        if snapshot.frozen || svc.frozen {
+            return Err(Verdict::Drop(DropReason::Frozen));
+        }
+        if !svc.take_token(now) {
+            return Err(Verdict::Drop(DropReason::RateLimited));
+        }
+        let Ok(i) = svc.schedule(t, &*self.flows, &self.affinity, now) else {
+            return Err(Verdict::Drop(DropReason::NoBackend));
+        };
+        match svc.backends.get(i) {
+            Some(b) if b.addr.is_ipv6() == t.src.is_ipv6() => Ok(Scheduled {
+                backend: b.addr,
+                backend_id: b.id,
+                service_id: svc.id,
+                snapshot_gen: snapshot.generation as u32,
+                mode: svc.mode,
+                opens,
+            }),
+            _ => Err(Verdict::Drop(DropReason::NoBackend)),
+        }
+    }
+
+    /// A packet that matched no flow: a new flow if it is for a frontend.
+    pub(super) fn new_flow(
+        &mut self,
+        frame: &mut [u8],
+        p: &Packet,
+        key: FlowKey,
+        now: Instant,
+    ) -> Verdict {
+        let tuple = FlowTuple {
+            src: p.src,
+            src_port: p.sport,
+            dst: p.dst,
+            dst_port: p.dport,
+        };
+        let s = match self.schedule(&tuple, p.proto, p.flags, p.ttl, now) {
+            Ok(s) => s,
+            Err(v) => return v,
+        };
+        let Some(mut nh) = self.next_hop(s.backend.ip()) else {
+            return Verdict::Slow;
+        };
+        let client = SocketAddr::new(p.src, p.sport);
+        let mut data = FlowData {
+            proto: key.proto(),
+            client,
+            vip: SocketAddr::new(p.dst, p.dport),
+            backend: s.backend,
+            snat: client,
+            service_id: s.service_id,
+            backend_id: s.backend_id,
+            snapshot_gen: s.snapshot_gen,
+            flags: 0,
+        };
+        let flags = flowtable::TcpFlags(p.flags);
+        let tick = self.tick(now);
+        let new_flows_before = self.counters.new_flows;
+        let inserted = if s.mode == Mode::Fullnat {
+            data.flags = FLAG_FULLNAT;
+            let snat_ip = match p.src {
+                IpAddr::V4(_) => self.config.snat_v4.map(IpAddr::V4),
+                IpAddr::V6(_) => self.config.snat_v6.map(IpAddr::V6),
+            };
+            let Some(snat_ip) = snat_ip else {
+                return Verdict::Drop(DropReason::NoSnatAddress);
+            };
+            let mut result = Err(DropReason::SnatPortsExhausted);
+            for _ in 0..SNAT_TRIES.min(self.snat.len()) {
+                data.snat = SocketAddr::new(snat_ip, self.snat.next_port());
+                match self.flows.insert_at(&data, flags, tick) {
+                    Err(InsertError::ReplyInUse(_)) => continue,
+                    r => {
+                        result = self.inserted(r, &mut data);
+                        break;
+                    }
+                }
+            }
+            result
+        } else {
+            match self.flows.insert_at(&data, flags, tick) {
+                Err(InsertError::ReplyInUse(_)) => Err(DropReason::ReplyTupleInUse),
+                r => self.inserted(r, &mut data),
+            }
+        };
+        if let Err(r) = inserted {
+            return Verdict::Drop(r);
+        }
+        if data.backend != s.backend {
+            // Another worker's flow was adopted: its backend's next hop.
+            match self.next_hop(data.backend.ip()) {
+                Some(n) => nh = n,
+                None => return Verdict::Slow,
+            }
+        }
+        self.watch_syn(&s, p.proto, new_flows_before);
+        let to = nat::after(&data, Direction::Original);
+        self.send(frame, p, &to, nh, now)
+    }
+
+    /// Maps an insert result; on a lost race adopts the winner's flow.
+    fn inserted(
+        &mut self,
+        r: Result<FlowHandle, InsertError>,
+        data: &mut FlowData,
+    ) -> Result<(), DropReason> {
+        match r {
+            Ok(_) => {
+                self.counters.new_flows += 1;
+                Ok(())
+            }
+            Err(InsertError::Exists(h)) => match self.flows.get(h) {
+                Some(v) => {
+                    *data = v.data;
+                    Ok(())
+                }
+                None => Err(DropReason::FlowTableFull),
+            },
+            Err(e) => Err(insert_drop(e)),
+        }
+    }
+
+    /// A connection-opening packet made a new flow: passive health counts a SYN sent.
+    #[inline]
+    fn watch_syn(&self, s: &Scheduled, proto: u8, new_flows_before: u64) {
+        if s.opens
+            && proto == PROTO_TCP
+            && self.counters.new_flows != new_flows_before
+            && let Some(w) = &self.syn_watch
+        {
+            w.syn(s.backend_id);
+        }
+    }
+
+    /// [`new_flow`](Self::new_flow) for a fast-path frame `v` whose flow key `key` just
+    /// missed: the same decisions, flow, verdict and bytes, in one go.
+    #[inline]
+    pub(super) fn new_flow_v4(
+        &mut self,
+        frame: &mut [u8],
+        v: &fast::V4,
+        key: &V4Key,
+        now: Instant,
+    ) -> Verdict {
+        let mut nv = match self.prepare_v4(v, key, now) {
+            Ok(nv) => nv,
+            Err(verdict) => return verdict,
+        };
+        let out = match self.begin_v4(&nv) {
+            Begun::Pending(p) => self.finish_v4(&mut nv, p),
+            Begun::Done(out) => out,
+        };
+        self.complete_v4(frame, &nv, out)
+    }
+
+    /// The first step of a new IPv4 flow: everything up to its insert (the checks and the
+    /// scheduler, the next hop, the first SNAT port), as [`new_flow`](Self::new_flow) does
+    /// it. `Err` is the frame's verdict.
+    pub(super) fn prepare_v4(
+        &mut self,
+        v: &fast::V4,
+        key: &V4Key,
+        now: Instant,
+    ) -> Result<NewV4, Verdict> {
+        let tuple = FlowTuple {
+            src: IpAddr::V4(Ipv4Addr::from_bits(v.src())),
+            src_port: v.sport(),
+            dst: IpAddr::V4(Ipv4Addr::from_bits(v.dst())),
+            dst_port: v.dport(),
+        };
+        let s = self.schedule(&tuple, v.proto, v.flags, v.ttl, now)?;
+        let SocketAddr::V4(backend) = s.backend else {
+            return Err(Verdict::Drop(DropReason::NoBackend));
+        };
+        let backend_ip = backend.ip().to_bits();
+        let Some(slot) = self.next_hop_v4(backend_ip) else {
+            return Err(Verdict::Slow);
+        };
+        let (port, macs) = (slot.nh.port, slot.macs);
+        let tick = self.tick(now);
+        let fullnat = s.mode == Mode::Fullnat;
+        let snat = match (fullnat, self.config.snat_v4) {
+            (false, _) => None,
+            (true, Some(a)) => Some(a.to_bits()),
+            (true, None) => return Err(Verdict::Drop(DropReason::NoSnatAddress)),
+        };
+        let mut nv = NewV4 {
+            flow: V4Flow {
+                original: *key,
+                reply: *key,
+                service_id: s.service_id,
+                backend_id: s.backend_id,
+                snapshot_gen: s.snapshot_gen,
+                flags: if fullnat { FLAG_FULLNAT } else { 0 },
+            },
+            tcp_flags: TcpFlags(v.flags),
+            proto: v.proto,
+            protocol: v.protocol,
+            snat,
+            tries: SNAT_TRIES.min(self.snat.len()),
+            backend: (backend_ip, backend.port()),
+            port,
+            macs,
+            opens: s.opens,
+            tick,
+        };
+        self.next_reply_v4(&mut nv, v.src(), v.sport());
+        Ok(nv)
+    }
+
+    /// Sets `nv`'s reply tuple: backend -> the next SNAT port (fullnat) or the client.
+    #[inline]
+    fn next_reply_v4(&mut self, nv: &mut NewV4, client: u32, client_port: u16) {
+        let (to, to_port) = match nv.snat {
+            Some(a) => {
+                nv.tries = nv.tries.saturating_sub(1);
+                (a, self.snat.next_port())
+            }
+            None => (client, client_port),
+        };
+        nv.flow.reply = self.flows.v4_key(
+            nv.protocol,
+            nat::pack_addrs(nv.backend.0, to),
+            nat::pack_ports(nv.backend.1, to_port),
+        );
+    }
+
+    /// The second step: the insert's first half ([`FlowTable::insert_v4_begin`]).
+    /// [`Begun::Done`] when it already decided (the flow existed, the table is full).
+    ///
+    /// [`FlowTable::insert_v4_begin`]: flowtable::FlowTable::insert_v4_begin
+    #[inline]
+    pub(super) fn begin_v4(&mut self, nv: &NewV4) -> Begun {
+        match self.flows.insert_v4_begin(&nv.flow, nv.tcp_flags, nv.tick) {
+            Ok(p) => Begun::Pending(p),
+            Err(e) => Begun::Done(self.inserted_v4(nv, Err(e))),
+        }
+    }
+
+    /// The third step: the insert's second half; when the reply tuple is taken, the next
+    /// SNAT ports (fullnat), each inserted in one go, as `new_flow` tries them.
+    #[inline]
+    pub(super) fn finish_v4(&mut self, nv: &mut NewV4, p: PendingV4) -> Result<Out, DropReason> {
+        let mut r = self.flows.insert_v4_finish(p);
+        while let Err(InsertError::ReplyInUse(_)) = r {
+            if nv.snat.is_none() || nv.tries == 0 {
+                break;
+            }
+            // fullnat: the client is not part of the reply tuple.
+            self.next_reply_v4(nv, 0, 0);
+            r = self.flows.insert_v4(&nv.flow, nv.tcp_flags, nv.tick);
+        }
+        self.inserted_v4(nv, r)
+    }
+
+    /// [`inserted`](Self::inserted) for a [`NewV4`]: the way out of the flow inserted, or
+    /// adopted on a lost race.
+    #[inline]
+    fn inserted_v4(
+        &mut self,
+        nv: &NewV4,
+        r: Result<FlowHandle, InsertError>,
+    ) -> Result<Out, DropReason> {
+        match r {
+            Ok(_) => {
+                self.counters.new_flows += 1;
+                // The reply tuple (backend -> snat) reversed.
+                let reply = &nv.flow.reply;
+                Ok(Out {
+                    addrs: reply.addrs().rotate_left(32),
+                    ports: reply.ports().rotate_left(16),
+                    created: true,
+                })
+            }
+            Err(InsertError::Exists(h)) => self.adopted_v4(h),
+            Err(InsertError::ReplyInUse(_)) if nv.snat.is_some() => {
+                Err(DropReason::SnatPortsExhausted)
+            }
+            Err(e) => Err(insert_drop(e)),
+        }
+    }
+
+    /// The way out of another worker's flow `h` (the race's winner).
+    #[cold]
+    #[inline(never)]
+    fn adopted_v4(&self, h: FlowHandle) -> Result<Out, DropReason> {
+        let v = self.flows.get(h).ok_or(DropReason::FlowTableFull)?;
+        let to = nat::after(&v.data, Direction::Original);
+        match (to.src.ip(), to.dst.ip()) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => Ok(Out {
+                addrs: nat::pack_addrs(s.to_bits(), d.to_bits()),
+                ports: nat::pack_ports(to.src.port(), to.dst.port()),
+                created: false,
+            }),
+            // An IPv4 tuple's flow is IPv4.
+            _ => Err(DropReason::FlowTableFull),
+        }
+    }
+
+    /// The last step: the frame's verdict, and its rewrite for the flow's way out.
+    #[inline]
+    pub(super) fn complete_v4(
+        &mut self,
+        frame: &mut [u8],
+        nv: &NewV4,
+        out: Result<Out, DropReason>,
+    ) -> Verdict {
+        let out = match out {
+            Ok(out) => out,
+            Err(r) => return Verdict::Drop(r),
+        };
+        let (mut port, mut macs) = (nv.port, nv.macs);
+        let dst = (out.addrs >> 32) as u32;
+        if dst != nv.backend.0 {
+            // Another worker's flow was adopted: its backend's next hop.
+            let Some(slot) = self.next_hop_v4(dst) else {
+                return Verdict::Slow;
+            };
+            (port, macs) = (slot.nh.port, slot.macs);
+        }
+        if out.created
+            && nv.opens
+            && nv.proto == PROTO_TCP
+            && let Some(w) = &self.syn_watch
+        {
+            w.syn(nv.flow.backend_id);
+        }
+        frame[..12].copy_from_slice(&macs);
+        // The frame's tuple is the flow's original one.
+        let from = (nv.flow.original.addrs(), nv.flow.original.ports());
+        let delta = flowtable::v4_csum_delta(from, (out.addrs, out.ports));
+        nat::rewrite_v4_delta(
+            frame,
+            fast::L3,
+            fast::L4,
+            nat::l4_csum_at(fast::L4, nv.proto),
+            out.addrs,
+            out.ports,
+            delta,
+        );
+        Verdict::Tx(port)
+    }
+}
+
+/// A new IPv4 flow from its scheduling to its verdict: [`Pipeline::prepare_v4`],
+/// [`Pipeline::begin_v4`], [`Pipeline::finish_v4`], [`Pipeline::complete_v4`].
+#[derive(Debug)]
+pub(super) struct NewV4 {
+    /// The flow; its reply tuple is the one being (or last) tried.
+    pub flow: V4Flow,
+    tcp_flags: TcpFlags,
+    proto: u8,
+    protocol: Protocol,
+    /// fullnat: the SNAT address; nat: `None`.
+    snat: Option<u32>,
+    /// SNAT ports left to try.
+    tries: usize,
+    /// The backend's address and port.
+    backend: (u32, u16),
+    /// The backend's next hop: port, then destination and source MACs.
+    port: u16,
+    macs: [u8; 12],
+    opens: bool,
+    tick: Tick,
+}
+
+/// The way out of a new flow: source | destination << 32 and the ports likewise; `created`
+/// when this pipeline inserted it (rather than adopting another worker's).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Out {
+    addrs: u64,
+    ports: u32,
+    created: bool,
+}
+
+/// What [`Pipeline::begin_v4`] did.
+pub(super) enum Begun {
+    /// Half inserted: finish it with [`Pipeline::finish_v4`].
+    Pending(PendingV4),
+    /// Decided already.
+    Done(Result<Out, DropReason>),
+}
+
+/// The drop reason for an insert that made no flow (`Exists` aside).
+fn insert_drop(e: InsertError) -> DropReason {
+    match e {
+        InsertError::Full | InsertError::IndexFull | InsertError::Exists(_) => {
+            DropReason::FlowTableFull
+        }
+        InsertError::ReplyInUse(_) => DropReason::ReplyTupleInUse,
+        InsertError::Invalid(_) => DropReason::NoBackend,
+    }
+}

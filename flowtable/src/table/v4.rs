@@ -1,0 +1,426 @@
+//! The IPv4 per-packet API: packed keys ([`V4Key`]), hits ([`V4Hit`]) and inserts
+//! ([`V4Flow`]), the same flows as the generic [`FlowKey`]/[`FlowData`] API builds, without
+//! 128-bit addresses or `SocketAddr`s.
+
+use super::*;
+
+/// An IPv4 tuple packed the way the per-packet path reads it, with its hash in one table,
+/// from [`FlowTable::v4_key`]: the same flow as the [`FlowKey`] [`V4Key::key`] gives, without
+/// its 128-bit addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct V4Key {
+    /// Source | destination << 32 (`Ipv4Addr::to_bits` values).
+    addrs: u64,
+    /// Source port | destination port << 16.
+    ports: u32,
+    proto: Protocol,
+    hash: u64,
+}
+
+impl V4Key {
+    /// The key as a [`FlowKey`] (for the paths beyond a hit).
+    #[inline]
+    pub fn key(&self) -> FlowKey {
+        FlowKey::v4_bits(
+            self.proto,
+            self.addrs as u32,
+            self.ports as u16,
+            (self.addrs >> 32) as u32,
+            (self.ports >> 16) as u16,
+        )
+    }
+
+    /// Source | destination << 32 (`Ipv4Addr::to_bits` values).
+    #[inline]
+    pub fn addrs(&self) -> u64 {
+        self.addrs
+    }
+
+    /// Source port | destination port << 16.
+    #[inline]
+    pub fn ports(&self) -> u32 {
+        self.ports
+    }
+
+    /// The protocol.
+    #[inline]
+    pub fn proto(&self) -> Protocol {
+        self.proto
+    }
+
+    /// The key's hash in its table: equal keys have equal hashes.
+    #[inline]
+    pub fn hash(&self) -> u64 {
+        self.hash
+    }
+
+    /// [`FlowKey::misc`] of the key.
+    #[inline(always)]
+    fn misc(&self) -> u64 {
+        u64::from(self.ports) | u64::from(self.proto as u8) << 32
+    }
+}
+
+/// How the checksums of an IPv4 packet change when its tuple does: a packet arriving with
+/// addresses `from.0` (source | destination << 32, `Ipv4Addr::to_bits` values) and ports
+/// `from.1` (source | destination << 16) and leaving with `to`'s has its IPv4 header checksum
+/// change by the low half and its TCP/UDP checksum (pseudo-header and ports) by the high half:
+/// one's complement sums (big-endian arithmetic) of `!old + new` over the changed 16-bit
+/// words, the inner sum of RFC 1624 eq. 3 (`HC' = ~(~HC + delta)`). An address that does not
+/// change adds nothing; the ports always add their words. Each half is 0 only when its sum
+/// is, so updates come out exactly as adding the words one by one does.
+///
+/// Each half is in network byte order (`u16::to_be`), as a checksum field read with
+/// `u16::from_ne_bytes` is: a one's complement sum is byte-order independent (RFC 1071
+/// §2(B)), so a rewrite adds it to the field as loaded, with no byte swap per packet.
+#[inline]
+pub fn v4_csum_delta(from: (u64, u32), to: (u64, u32)) -> u32 {
+    // Branch-free: the sum masked to zero when the word did not change.
+    let term = |o: u32, n: u32| (u64::from(!o) + u64::from(n)) & u64::from(o != n).wrapping_neg();
+    let ip = term(from.0 as u32, to.0 as u32) + term((from.0 >> 32) as u32, (to.0 >> 32) as u32);
+    let l4 = ip + u64::from(!from.1) + u64::from(to.1);
+    u32::from(fold16(ip).to_be()) | u32::from(fold16(l4).to_be()) << 16
+}
+
+/// A one's complement sum folded to 16 bits: the same residue modulo 0xffff, 0 only for 0.
+#[inline(always)]
+fn fold16(s: u64) -> u16 {
+    let (x, c) = (s as u32).overflowing_add((s >> 32) as u32);
+    // With a carry, x <= 2^32 - 2.
+    let x = x + u32::from(c);
+    let (y, c) = (x as u16).overflowing_add((x >> 16) as u16);
+    y + u16::from(c)
+}
+
+/// [`FlowHit`] for an IPv4 flow, from [`FlowTable::lookup_v4`]: the outgoing endpoints packed
+/// like a [`V4Key`]'s and the checksum adjustment, 32 bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct V4Hit {
+    /// New source address | new destination address << 32 (`Ipv4Addr::to_bits` values).
+    pub addrs: u64,
+    /// New source port | new destination port << 16.
+    pub ports: u32,
+    /// What the packet's checksums change by: [`v4_csum_delta`] from the tuple it matched to
+    /// `(addrs, ports)`.
+    pub csum_delta: u32,
+    /// The flow's pipeline flags byte ([`FlowData::flags`]).
+    pub flags: u8,
+    reply: bool,
+    entry: u32,
+    backend: u32,
+    ctl: u64,
+}
+
+impl V4Hit {
+    /// Whether the flow was still being inserted when found (its reply tuple possibly not
+    /// indexed yet, the insert possibly about to fail).
+    #[inline]
+    pub fn is_inserting(&self) -> bool {
+        ctl_status(self.ctl) == ST_INSERTING
+    }
+
+    /// The flow.
+    #[inline]
+    pub fn handle(&self) -> FlowHandle {
+        FlowHandle::new(self.entry, ctl_gen(self.ctl))
+    }
+
+    /// Which tuple the packet matched.
+    #[inline]
+    pub fn dir(&self) -> Direction {
+        if self.reply {
+            Direction::Reply
+        } else {
+            Direction::Original
+        }
+    }
+
+    /// New source address (`Ipv4Addr::to_bits`).
+    #[inline]
+    pub fn src(&self) -> u32 {
+        self.addrs as u32
+    }
+
+    /// New destination address (`Ipv4Addr::to_bits`).
+    #[inline]
+    pub fn dst(&self) -> u32 {
+        (self.addrs >> 32) as u32
+    }
+
+    /// New source port.
+    #[inline]
+    pub fn src_port(&self) -> u16 {
+        self.ports as u16
+    }
+
+    /// New destination port.
+    #[inline]
+    pub fn dst_port(&self) -> u16 {
+        (self.ports >> 16) as u16
+    }
+
+    /// The backend the flow was scheduled to.
+    #[inline]
+    pub fn backend_id(&self) -> BackendId {
+        BackendId(self.backend)
+    }
+}
+
+/// A new IPv4 flow for [`FlowTable::insert_v4`]: its two tuples as keys of this table (from
+/// [`FlowTable::v4_key`]) and the rest of its [`FlowData`]. The same flow as the `FlowData`
+/// with `client → vip` = `original` and `backend → snat` = `reply`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct V4Flow {
+    /// Client → VIP.
+    pub original: V4Key,
+    /// Backend → SNAT address (or client in nat mode).
+    pub reply: V4Key,
+    /// [`FlowData::service_id`].
+    pub service_id: u32,
+    /// [`FlowData::backend_id`].
+    pub backend_id: BackendId,
+    /// [`FlowData::snapshot_gen`].
+    pub snapshot_gen: u32,
+    /// [`FlowData::flags`].
+    pub flags: u8,
+}
+
+/// An IPv4 insert between [`FlowTable::insert_v4_begin`] and [`FlowTable::insert_v4_finish`]:
+/// an entry indexed by its original tuple only, that no one else can remove. Finish it.
+#[must_use = "a begun insert holds an entry until insert_v4_finish"]
+#[derive(Debug, PartialEq, Eq)]
+pub struct PendingV4 {
+    entry: u32,
+    gen_: u64,
+    backend: u32,
+    original_hash: u64,
+    reply: V4Key,
+}
+
+impl PendingV4 {
+    /// The hash of the reply tuple this insert will index: equal for equal tuples (a worker
+    /// compares it with the tuples of its later packets).
+    #[inline]
+    pub fn reply_hash(&self) -> u64 {
+        self.reply.hash
+    }
+}
+
+impl FlowTable {
+    /// An IPv4 TCP/UDP/SCTP key from packed fields (`src | dst << 32` as
+    /// `Ipv4Addr::to_bits` values, `src_port | dst_port << 16`), hashed for this table: the
+    /// same flow and hash as `hashed(FlowKey::v4_bits(..))`. (A `V4Key` of another table only
+    /// gives wrong misses.)
+    #[inline(always)]
+    pub fn v4_key(&self, proto: Protocol, addrs: u64, ports: u32) -> V4Key {
+        let misc = u64::from(ports) | u64::from(proto as u8) << 32;
+        V4Key {
+            addrs,
+            ports,
+            proto,
+            hash: self.hash_v4(addrs, misc),
+        }
+    }
+
+    /// [`prefetch_index`](Self::prefetch_index) for a [`V4Key`].
+    #[inline]
+    pub fn prefetch_index_v4(&self, k: &V4Key) {
+        self.index.prefetch(k.hash);
+    }
+
+    /// [`prefetch_entry`](Self::prefetch_entry) for a [`V4Key`].
+    #[inline]
+    pub fn prefetch_entry_v4(&self, k: &V4Key) {
+        self.prefetch_entry_word(self.index.home_word(k.hash));
+    }
+
+    /// [`lookup_hit`](Self::lookup_hit) for an IPv4 key: the same flow, answered as a
+    /// [`V4Hit`]. Wait-free like [`lookup`](Self::lookup).
+    #[inline(always)]
+    pub fn lookup_v4(&self, k: &V4Key) -> Option<V4Hit> {
+        // `Index::probe` spelled out over the probe window.
+        for w in self.index.window(k.hash) {
+            let w = w.load(Ordering::Acquire);
+            // The tag first (the home slot's word usually is the flow's): a key's tag is no
+            // EMPTY/TOMB/FROZEN tag (`index::live_tag`), so a match is a live word.
+            if index::tag_matches(w, k.hash) {
+                let (e, reply) = index::word_entry(w);
+                if let Some(hit) = self.hit_v4(e, reply, k) {
+                    return Some(hit);
+                }
+            } else if w == index::EMPTY || w == index::FROZEN {
+                return None;
+            }
+        }
+        None
+    }
+
+    /// [`hit`](Self::hit) for an IPv4 key.
+    #[inline(always)]
+    fn hit_v4(&self, e: u32, reply: bool, k: &V4Key) -> Option<V4Hit> {
+        let entry = self.entries.get(e as usize)?;
+        let c1 = entry.w[W_CTL].load(Ordering::Acquire);
+        if !ctl_readable(c1) {
+            return None;
+        }
+        let r = usize::from(reply);
+        let meta = entry.w[W_META].load(Ordering::Relaxed);
+        let ids = entry.w[W_IDS].load(Ordering::Relaxed);
+        // IPv4: client | vip << 32, backend | snat << 32 (an IPv6 entry fails the meta test).
+        // Original: matched client -> vip, leaves as snat -> backend; reply: matched
+        // backend -> snat, leaves as vip -> client.
+        let key_addrs = entry.w[W_ADDR + r].load(Ordering::Relaxed);
+        let out_addrs = entry.w[W_ADDR + 1 - r].load(Ordering::Relaxed);
+        // Ports: the matched pair in the low half, the way out's in the high half.
+        let ports = entry.w[W_PORTS]
+            .load(Ordering::Relaxed)
+            .rotate_left(32 * r as u32);
+        let csum = entry.w[W_V4_CSUM].load(Ordering::Relaxed) >> (32 * r);
+        // One test for the protocol and family, the ports and the addresses.
+        let differ = ((meta >> 32) & 0xffff ^ k.misc() >> 32)
+            | u64::from(ports as u32 ^ k.ports)
+            | (key_addrs ^ k.addrs);
+        if differ != 0 {
+            return None;
+        }
+        fence(Ordering::Acquire);
+        let c2 = entry.w[W_CTL].load(Ordering::Relaxed);
+        // Usually the same generation and status as `c1` (readable): one test then.
+        if (c1 ^ c2) >> 40 != 0 && !(ctl_readable(c2) && ctl_gen(c2) == ctl_gen(c1)) {
+            return None;
+        }
+        Some(V4Hit {
+            // The stored pair is (destination, source) of the way out.
+            addrs: out_addrs.rotate_left(32),
+            ports: ((ports >> 32) as u32).rotate_left(16),
+            csum_delta: csum as u32,
+            flags: (meta >> 48) as u8,
+            reply,
+            entry: e,
+            backend: (ids >> 32) as u32,
+            ctl: c2,
+        })
+    }
+    /// [`touch`](Self::touch) for a flow found by [`lookup_v4`](Self::lookup_v4).
+    #[inline]
+    pub fn touch_v4(&self, hit: &V4Hit, tcp_flags: TcpFlags, now: Tick) -> Option<FlowState> {
+        self.touch_ctl(hit.entry, hit.reply, hit.backend, hit.ctl, tcp_flags, now)
+    }
+
+    /// [`insert_at`](Self::insert_at) for an IPv4 flow, for a worker whose [`lookup_v4`]
+    /// of `flow.original` just missed: the same entry, index words, counts and errors, but
+    /// without building `FlowKey`s and without looking the original tuple up again first (a
+    /// flow inserted meanwhile is still found, as [`InsertError::Exists`], by the index
+    /// insert). [`insert_v4_begin`](Self::insert_v4_begin) then
+    /// [`insert_v4_finish`](Self::insert_v4_finish).
+    ///
+    /// [`lookup_v4`]: Self::lookup_v4
+    #[inline]
+    pub fn insert_v4(
+        &self,
+        flow: &V4Flow,
+        tcp_flags: TcpFlags,
+        now: Tick,
+    ) -> Result<FlowHandle, InsertError> {
+        let p = self.insert_v4_begin(flow, tcp_flags, now)?;
+        self.insert_v4_finish(p)
+    }
+
+    /// The first half of [`insert_v4`](Self::insert_v4): takes an entry, writes the flow and
+    /// indexes its original tuple, and asks the CPU for the reply tuple's index slot. The
+    /// flow is visible to lookups of its original tuple from here on (INSERTING, like any
+    /// flow being inserted by another worker), not yet to its reply tuple, and no one can
+    /// remove it: the caller must pass the [`PendingV4`] to
+    /// [`insert_v4_finish`](Self::insert_v4_finish), soon (a worker does before its batch
+    /// ends). In between it may do anything else, other inserts included: meanwhile the
+    /// reply slot's cache miss resolves.
+    ///
+    /// Errors: [`InsertError::Exists`] (the original tuple is taken), `Full`, `IndexFull`,
+    /// `Invalid`; never `ReplyInUse` (that is `insert_v4_finish`'s to say).
+    pub fn insert_v4_begin(
+        &self,
+        flow: &V4Flow,
+        tcp_flags: TcpFlags,
+        now: Tick,
+    ) -> Result<PendingV4, InsertError> {
+        let (o, r) = (&flow.original, &flow.reply);
+        self.index.prefetch(r.hash);
+        if flow.backend_id.0 as usize >= self.backends.len() {
+            return Err(InsertError::Invalid("backend id >= backends_max"));
+        }
+        if o.proto != r.proto {
+            return Err(InsertError::Invalid("tuples of different protocols"));
+        }
+        if o.addrs == r.addrs && o.ports == r.ports {
+            return Err(InsertError::Invalid("original and reply tuples are equal"));
+        }
+        let Some(e) = self.alloc(o.hash, now.0, |_| {}) else {
+            self.counters.0.full.fetch_add(1, Ordering::Relaxed);
+            return Err(InsertError::Full);
+        };
+        let code = self.initial_code(o.proto, tcp_flags);
+        let gen_ = self.write_entry_v4(e, flow, code, now.0);
+        // Same-key tests only run on tag matches (rare): the generic comparison will do.
+        self.publish_original(
+            e,
+            flow.backend_id.0,
+            FlowState::from_u8(code),
+            (o.hash, |w| self.same_key(w, &o.key())),
+        )?;
+        Ok(PendingV4 {
+            entry: e,
+            gen_,
+            backend: flow.backend_id.0,
+            original_hash: o.hash,
+            reply: *r,
+        })
+    }
+
+    /// The second half of [`insert_v4`](Self::insert_v4): indexes the reply tuple and makes
+    /// the flow LIVE, or (with [`InsertError::ReplyInUse`] or `IndexFull`) withdraws and
+    /// frees it.
+    pub fn insert_v4_finish(&self, p: PendingV4) -> Result<FlowHandle, InsertError> {
+        self.publish_reply(
+            p.entry,
+            p.gen_,
+            p.backend,
+            p.original_hash,
+            (p.reply.hash, |w| self.same_key(w, &p.reply.key())),
+        )
+    }
+
+    /// [`write_entry`](Self::write_entry) for a [`V4Flow`]: the same words.
+    #[inline(always)]
+    fn write_entry_v4(&self, e: u32, f: &V4Flow, state: u8, t: u32) -> u64 {
+        let entry = &self.entries[e as usize];
+        let old = entry.w[W_CTL].load(Ordering::Relaxed);
+        let gen_ = (ctl_gen(old) + 1) & GEN_MASK;
+        // As in `write_entry`: readers that see a store below see the old FREE word too.
+        fence(Ordering::Release);
+        let (o, r) = (&f.original, &f.reply);
+        let set = |w: usize, v: u64| entry.w[w].store(v, Ordering::Relaxed);
+        // client | vip << 32 and backend | snat << 32: the keys' own packing.
+        set(W_ADDR, o.addrs);
+        set(W_ADDR + 1, r.addrs);
+        let original = v4_csum_delta(
+            (o.addrs, o.ports),
+            (r.addrs.rotate_left(32), r.ports.rotate_left(16)),
+        );
+        let reply = v4_csum_delta(
+            (r.addrs, r.ports),
+            (o.addrs.rotate_left(32), o.ports.rotate_left(16)),
+        );
+        set(W_V4_CSUM, u64::from(original) | u64::from(reply) << 32);
+        set(W_PORTS, u64::from(o.ports) | u64::from(r.ports) << 32);
+        set(
+            W_IDS,
+            u64::from(f.service_id) | u64::from(f.backend_id.0) << 32,
+        );
+        set(
+            W_META,
+            u64::from(f.snapshot_gen) | u64::from(o.proto as u8) << 32 | u64::from(f.flags) << 48,
+        );
+        entry.w[W_CTL].store(ctl(gen_, ST_INSERTING, state, t), Ordering::Release);
+        gen_
+    }
+}
