@@ -129,6 +129,15 @@ fn run(prefix: &str, json: &Path, target: &str, extra: &[&str]) -> serde_json::V
     v
 }
 
+fn per_backend(v: &serde_json::Value) -> Vec<u64> {
+    v["per_backend"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect()
+}
+
 #[test]
 fn every_target_forwards_to_every_backend_and_reports() {
     if !is_root() {
@@ -163,12 +172,7 @@ fn every_target_forwards_to_every_backend_and_reports() {
             v["forwarded_pps"].as_f64().unwrap() > 0.0,
             "{t}: nothing forwarded"
         );
-        let per: Vec<u64> = v["per_backend"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_u64().unwrap())
-            .collect();
+        let per = per_backend(&v);
         assert_eq!(per.len(), 3, "{t}");
         assert!(
             per.iter().all(|&n| n > 0),
@@ -218,12 +222,7 @@ fn every_target_forwards_to_every_backend_and_reports() {
             ],
         );
         assert!(v["forwarded_pps"].as_f64().unwrap() > 0.0, "xvs saturation");
-        let per: Vec<u64> = v["per_backend"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_u64().unwrap())
-            .collect();
+        let per = per_backend(&v);
         assert!(
             per.len() == 3 && per.iter().all(|&n| n > 0),
             "xvs saturation per backend: {per:?}"
