@@ -6,14 +6,22 @@
 # measured packets; set-up traffic is excluded), and divides by the bench's packet count.
 # Includes the bench's per-frame copy into the work buffer (about 10 instructions).
 #
+# Counts `Pipeline::process`, one frame at a time (`--batch 1`), unless the arguments say
+# `--batch N`: the packet's own work. `process_batch` (the workers' path, the bench's default
+# batch) executes about 110 more instructions per packet, its staging (three passes over the
+# batch, a second index probe to prefetch the entry), and buys with them the overlapped cache
+# misses that make it 4-5x faster in wall-clock time; `--batch 64` counts those.
+#
 #   benches/callgrind.sh                          # --flows 100000 --mix established --rounds 2
-#   benches/callgrind.sh --flows 100000 --mix syn
+#   benches/callgrind.sh --flows 1000000 --mix established
+#   benches/callgrind.sh --flows 1000000 --mix established --batch 64
 #
 # Prints the bench's key=value lines plus `instructions=` and `instructions_per_packet=`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 args=("$@")
 [ ${#args[@]} -eq 0 ] && args=(--flows 100000 --mix established --rounds 2)
+[[ " ${args[*]} " == *" --batch "* ]] || args+=(--batch 1)
 cargo build --release -q -p benches --bin pipeline
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

@@ -11,10 +11,11 @@
 //! - `--mix first-ack`: like `established` without the first ACKs in the set-up: the first
 //!   round's packets each complete a handshake (what `established` measured before).
 //!
-//! Each frame is copied from a pristine array into a work buffer before `process` (which
-//! rewrites it); the copy is part of the time. `--batch N` (N > 1) copies N frames into N
-//! work buffers and hands them to `process_batch`, as an AF_XDP worker does per rx batch.
-//! Run with
+//! Frames go through the pipeline the way a worker drives it: `--batch N` (default: the
+//! config's default `dataplane.batch_size`, 64) copies N frames from a pristine array into N
+//! work buffers and hands them to `process_batch`, as an AF_XDP worker does per receive
+//! batch; `--batch 1` copies one frame at a time and calls `process`. The copy is part of
+//! the time. Run with
 //! `cargo run --release -p benches --bin pipeline -- --flows 1000000 --mix established`.
 
 use std::net::Ipv4Addr;
@@ -182,7 +183,7 @@ fn main() {
     let mut flows = 1_000_000usize;
     let mut mix = String::from("established");
     let mut rounds = 5usize;
-    let mut batch = 1usize;
+    let mut batch = (config::Dataplane::default().batch_size as usize).min(BATCH_MAX);
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
