@@ -34,6 +34,15 @@ use crate::target::{Placement, Running, Services, Target};
 /// Loss allowed at the no-drop rate (RFC 2544 uses 0; veth copy mode never quite gets there).
 pub const NDR_LOSS_MAX: f64 = 0.001;
 
+/// Default rate of the latency trial (`--latency-rate`): well under what the rig carries
+/// for any target here (about 250 kpps for the AF_XDP targets, whose receive copies run on
+/// the generator's core), so queues stay short and the latencies compare the targets, not
+/// the backlog of an overloaded rig.
+pub const LATENCY_RATE_PPS: u64 = 100_000;
+
+/// Seconds of the latency trial, at most.
+const LATENCY_TRIAL_S: f64 = 3.0;
+
 /// A benchmark scenario.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -103,6 +112,9 @@ pub struct RunOpts {
     pub rate_pps: u64,
     /// Run the NDR search after the main run.
     pub ndr: bool,
+    /// Generator mode: the rate of the latency trial every target gets (0 = none), and of
+    /// change-under-load's main run when `rate_pps` is 0.
+    pub latency_rate_pps: u64,
     /// NDR trials (bounded).
     pub ndr_trials: u32,
     /// Seconds per NDR trial.
@@ -153,6 +165,21 @@ pub struct NdrTrial {
     pub loss_ratio: f64,
 }
 
+/// Latency at one offered rate, the same for every target (`--latency-rate`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RateLatency {
+    /// Rate asked.
+    pub rate_pps: u64,
+    /// Rate offered.
+    pub offered_pps: f64,
+    /// Rate forwarded.
+    pub forwarded_pps: f64,
+    /// Loss ratio.
+    pub loss_ratio: f64,
+    /// One-way latency.
+    pub latency_us: Latency,
+}
+
 /// Loss around a configuration change.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Swap {
@@ -160,6 +187,11 @@ pub struct Swap {
     pub loss_pkts: u64,
     /// Packets sent in that window.
     pub window_pkts: u64,
+    /// Packets missing from an equal window ending 100 ms before the change (the loss
+    /// without a change: anything more in `loss_pkts` is the change's); null when the run
+    /// had too little traffic before the change.
+    #[serde(default)]
+    pub before_loss_pkts: Option<u64>,
     /// Seconds into the run the change was made.
     pub at_s: f64,
 }
@@ -234,6 +266,9 @@ pub struct RunResult {
     pub ndr_pps: Option<f64>,
     /// The NDR trials.
     pub ndr_trials: Vec<NdrTrial>,
+    /// Latency at `--latency-rate` (generator mode; null when 0 or another mode).
+    #[serde(default)]
+    pub latency_at_rate: Option<RateLatency>,
     /// Loss around the configuration change (change-under-load).
     pub swap: Option<Swap>,
     /// The target's own counters at exit.
@@ -343,8 +378,20 @@ pub fn run(opts: &RunOpts) -> anyhow::Result<RunResult> {
         vec!["veth copy-mode AF_XDP on a shared 2-core machine; numbers are noisy".to_owned()];
     let mut result = match opts.mode {
         Mode::Generator => {
-            let t = trial(&mut ctx, &mut target, opts.rate_pps, opts.duration_s, true)?;
-            result_from(opts, &ctx, &t)
+            let mut rate = opts.rate_pps;
+            if rate == 0 && opts.scenario == Scenario::ChangeUnderLoad && opts.latency_rate_pps > 0
+            {
+                // A swap's loss is only the swap's at a load the target carries without it.
+                rate = opts.latency_rate_pps;
+                notes.push(format!(
+                    "change-under-load: the main run offers {rate} pps (--latency-rate), a load \
+                     every target carries, so loss around the change is the change's"
+                ));
+            }
+            let t = trial(&mut ctx, &mut target, rate, opts.duration_s, true)?;
+            let mut r = result_from(opts, &ctx, &t);
+            r.rate_pps = rate;
+            r
         }
         Mode::Saturation => saturation(&mut ctx, &target)?,
     };
@@ -355,6 +402,23 @@ pub fn run(opts: &RunOpts) -> anyhow::Result<RunResult> {
     } else if opts.ndr {
         notes.push("--ndr applies to generator mode only".into());
     }
+    if opts.mode == Mode::Generator && opts.latency_rate_pps > 0 {
+        let rate = opts.latency_rate_pps;
+        let t = trial(
+            &mut ctx,
+            &mut target,
+            rate,
+            opts.duration_s.min(LATENCY_TRIAL_S),
+            false,
+        )?;
+        result.latency_at_rate = Some(RateLatency {
+            rate_pps: rate,
+            offered_pps: t.offered_pps,
+            forwarded_pps: t.forwarded_pps,
+            loss_ratio: t.loss_ratio(),
+            latency_us: latency(&t),
+        });
+    }
     if opts.target == Target::Xvs && ctx.gspec.kind != Kind::Udp {
         notes.push("xvs: a SYN is sent first on each TCP flow".into());
     }
@@ -363,8 +427,18 @@ pub fn run(opts: &RunOpts) -> anyhow::Result<RunResult> {
     Ok(result)
 }
 
-fn result_from(opts: &RunOpts, ctx: &Ctx<'_>, t: &Trial) -> RunResult {
+/// A trial's latency percentiles.
+fn latency(t: &Trial) -> Latency {
     let us = |q: f64| (!t.hist.is_empty()).then(|| t.hist.value_at_quantile(q) as f64 / 1000.0);
+    Latency {
+        p50: us(0.5),
+        p99: us(0.99),
+        p999: us(0.999),
+        max: (!t.hist.is_empty()).then(|| t.hist.max() as f64 / 1000.0),
+    }
+}
+
+fn result_from(opts: &RunOpts, ctx: &Ctx<'_>, t: &Trial) -> RunResult {
     let forwarded = t.unique;
     RunResult {
         scenario: opts.scenario,
@@ -388,12 +462,7 @@ fn result_from(opts: &RunOpts, ctx: &Ctx<'_>, t: &Trial) -> RunResult {
         other_frames: t.other,
         bad_checksums: t.bad,
         per_backend: t.per_backend.clone(),
-        latency_us: Latency {
-            p50: us(0.5),
-            p99: us(0.99),
-            p999: us(0.999),
-            max: (!t.hist.is_empty()).then(|| t.hist.max() as f64 / 1000.0),
-        },
+        latency_us: latency(t),
         cpu_ns_per_pkt: t.cpu.ns_per_pkt,
         lb_process_cpu_ns: t.cpu.proc_ns,
         lb_core_softirq_ns: t.cpu.irq_ns,
@@ -403,6 +472,7 @@ fn result_from(opts: &RunOpts, ctx: &Ctx<'_>, t: &Trial) -> RunResult {
         cpu_method: cpu::METHOD.into(),
         ndr_pps: None,
         ndr_trials: Vec::new(),
+        latency_at_rate: None,
         swap: t.swap.clone(),
         target_counters: BTreeMap::new(),
         notes: Vec::new(),
@@ -481,9 +551,12 @@ fn trial(
         let pps = g.pps();
         let from = seq_at.saturating_sub((pps * 0.1) as u64);
         let n = ((pps * 1.1) as u64).min(g.sent.saturating_sub(from));
+        // The same number of packets just before the window.
+        let before = from.checked_sub(n).map(|b| bitmap.missing(b, n));
         Swap {
             loss_pkts: bitmap.missing(from, n),
             window_pkts: n,
+            before_loss_pkts: before,
             at_s: (t - g.start_ns) as f64 / 1e9,
         }
     });
@@ -648,6 +721,7 @@ fn saturation(ctx: &mut Ctx<'_>, target: &Running) -> anyhow::Result<RunResult> 
         cpu_method: cpu::METHOD.into(),
         ndr_pps: None,
         ndr_trials: Vec::new(),
+        latency_at_rate: None,
         swap: None,
         target_counters: BTreeMap::new(),
         notes: Vec::new(),

@@ -92,6 +92,11 @@ struct RunArgs {
     /// Also search the no-drop rate (loss <= 0.1%), binary search.
     #[arg(long)]
     ndr: bool,
+    /// Generator mode: a further trial at this one rate for every target, for latency at a
+    /// load all of them carry (0 = none); change-under-load's main run uses it too unless
+    /// --rate is given.
+    #[arg(long, default_value_t = bench::LATENCY_RATE_PPS)]
+    latency_rate: u64,
     /// NDR trials at most.
     #[arg(long, default_value_t = 7)]
     ndr_trials: u32,
@@ -179,6 +184,7 @@ fn real_main() -> anyhow::Result<()> {
                 duration_s: a.duration,
                 rate_pps: a.rate,
                 ndr: a.ndr,
+                latency_rate_pps: a.latency_rate,
                 ndr_trials: a.ndr_trials,
                 ndr_trial_s: a.ndr_trial_secs,
                 flows: a.flows,

@@ -44,7 +44,9 @@ pub fn report(inputs: &[PathBuf], out: &Path) -> anyhow::Result<Written> {
             .push(r);
     }
     let mut md = String::from(
-        "# perf-lab results\n\nRates in packets/s, latency one-way in µs, CPU in ns per forwarded \
+        "# perf-lab results\n\nRates in packets/s, latency one-way in µs (the main table's: at \
+         the run's rate, which at the rig's limit is mostly queueing; the latency table and \
+         plot: at one rate every target carries), CPU in ns per forwarded \
          packet (kernel targets: the LB core's busy time; busy-polling targets: the time of \
          their polls that moved frames). Loss ratio in %. NDR: highest offered rate with loss \
          ≤ 0.1%. Busy %: the target's and the rig (generator) core's share of the window; a \
@@ -100,15 +102,19 @@ pub fn report(inputs: &[PathBuf], out: &Path) -> anyhow::Result<Written> {
                 }
             }
         }
+        latency_table(&mut md, &rs);
         for r in &rs {
             if let Some(s) = &r.swap {
                 let _ = writeln!(
                     md,
-                    "\n{}: change at {:.2} s lost {} of {} packets in the window (-100 ms..+1 s).",
+                    "\n{}: change at {:.2} s lost {} of {} packets in the window (-100 ms..+1 s){}.",
                     r.target.name(),
                     s.at_s,
                     s.loss_pkts,
-                    s.window_pkts
+                    s.window_pkts,
+                    s.before_loss_pkts
+                        .map(|b| format!("; {b} in as many packets just before it"))
+                        .unwrap_or_default()
                 );
             }
         }
@@ -128,6 +134,45 @@ pub fn report(inputs: &[PathBuf], out: &Path) -> anyhow::Result<Written> {
     std::fs::write(&md_path, md)?;
     written.markdown = md_path;
     Ok(written)
+}
+
+/// The latency trial at one rate (`latency_at_rate`), when the runs have one: the table and
+/// what xvs adds over l2fwd.
+fn latency_table(md: &mut String, rs: &[&RunResult]) {
+    let at: Vec<_> = rs
+        .iter()
+        .filter_map(|r| r.latency_at_rate.as_ref().map(|l| (r.target, l)))
+        .collect();
+    if at.is_empty() {
+        return;
+    }
+    md.push_str(
+        "\nLatency at one offered rate for every target (a load they all carry):\n\n\
+         | target | rate pps | forwarded pps | loss % | p50 µs | p99 µs | p99.9 µs | max µs |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for (t, l) in &at {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            t.name(),
+            l.rate_pps,
+            num(l.forwarded_pps, 0),
+            num(l.loss_ratio * 100.0, 3),
+            opt(l.latency_us.p50, 1),
+            opt(l.latency_us.p99, 1),
+            opt(l.latency_us.p999, 1),
+            opt(l.latency_us.max, 1),
+        );
+    }
+    let p99 = |t: Target| {
+        at.iter()
+            .find(|(x, _)| *x == t)
+            .and_then(|(_, l)| l.latency_us.p99)
+    };
+    if let (Some(x), Some(l)) = (p99(Target::Xvs), p99(Target::L2fwd)) {
+        let _ = writeln!(md, "\nxvs p99 − l2fwd p99 at that rate: {:+.1} µs", x - l);
+    }
 }
 
 fn serde_plain<T: serde::Serialize>(v: &T) -> String {
@@ -324,7 +369,12 @@ pub fn latency_svg(title: &str, rs: &[&RunResult]) -> String {
     let vals: Vec<(String, [f64; 3])> = rs
         .iter()
         .map(|r| {
-            let l = &r.latency_us;
+            // The common-rate trial when there is one: the main run's latency at the rig's
+            // limit is mostly queueing.
+            let l = r
+                .latency_at_rate
+                .as_ref()
+                .map_or(&r.latency_us, |l| &l.latency_us);
             (
                 r.target.name().to_owned(),
                 [

@@ -42,6 +42,7 @@ const KEYS: &[&str] = &[
     "cpu_method",
     "ndr_pps",
     "ndr_trials",
+    "latency_at_rate",
     "swap",
     "target_counters",
     "notes",
@@ -101,6 +102,8 @@ fn run(prefix: &str, json: &Path, target: &str, extra: &[&str]) -> serde_json::V
         "2",
         "--rate",
         "20000",
+        "--latency-rate",
+        "10000",
         "--flows",
         "64",
         "--verify",
@@ -180,6 +183,11 @@ fn every_target_forwards_to_every_backend_and_reports() {
         );
         assert_eq!(v["bad_checksums"].as_u64(), Some(0), "{t}: bad checksums");
         assert!(v["latency_us"]["p50"].as_f64().is_some(), "{t}: no latency");
+        // The latency trial at the common rate ran after the main run, at that rate.
+        let at = &v["latency_at_rate"];
+        assert_eq!(at["rate_pps"].as_u64(), Some(10_000), "{t}: {at}");
+        assert!(at["forwarded_pps"].as_f64().unwrap() > 0.0, "{t}: {at}");
+        assert!(at["latency_us"]["p99"].as_f64().is_some(), "{t}: {at}");
         // A busy-polling target's CPU comes from its own busy count (xvs: its metrics
         // endpoint; l2fwd: its stats file): it must have been read, and be a share.
         let busy = v["target_busy_ratio"].as_f64();
@@ -240,6 +248,7 @@ fn every_target_forwards_to_every_backend_and_reports() {
     let md = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
     assert!(md.contains("## one-service (generator mode)"), "{md}");
     assert!(md.contains("| nft |"));
+    assert!(md.contains("Latency at one offered rate"), "{md}");
     for f in [
         "one-service-generator-rate.svg",
         "one-service-generator-latency.svg",
