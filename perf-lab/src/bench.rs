@@ -396,7 +396,13 @@ pub fn run(opts: &RunOpts) -> anyhow::Result<RunResult> {
         Mode::Saturation => saturation(&mut ctx, &target)?,
     };
     if opts.ndr && opts.mode == Mode::Generator {
-        let (ndr, trials) = ndr(&mut ctx, &mut target, result.offered_pps.unwrap_or(0.0))?;
+        let mut max_offered = result.offered_pps.unwrap_or(0.0);
+        if opts.rate_pps == 0 && result.rate_pps > 0 {
+            // The main run was paced (change-under-load): the search starts from what the
+            // generator offers unpaced, as in every other scenario.
+            max_offered = trial(&mut ctx, &mut target, 0, opts.ndr_trial_s, false)?.offered_pps;
+        }
+        let (ndr, trials) = ndr(&mut ctx, &mut target, max_offered)?;
         result.ndr_pps = ndr;
         result.ndr_trials = trials;
     } else if opts.ndr {
