@@ -6,7 +6,7 @@
 
 use std::fmt::Write;
 
-use super::views::{ServiceView, StatsView};
+use super::views::{BackendView, ServiceView, StatsView};
 
 /// Counts of `/healthz` and `/livez` answers, like kube-proxy's `proxy_healthz_total` and
 /// `proxy_livez_total`.
@@ -76,6 +76,22 @@ impl Out {
 /// u64 counters as f64 samples (exact below 2^53).
 fn f(v: u64) -> f64 {
     v as f64
+}
+
+/// A gauge family with one sample per backend, labelled by service and backend.
+fn backend_gauge(
+    o: &mut Out,
+    services: &[ServiceView],
+    (name, help): (&str, &str),
+    value: impl Fn(&BackendView) -> f64,
+) {
+    o.family(name, "gauge", help);
+    for s in services {
+        for b in &s.backends {
+            let addr = b.addr.to_string();
+            o.sample(name, &[("service", &s.name), ("backend", &addr)], value(b));
+        }
+    }
 }
 
 /// Renders every metric.
@@ -191,36 +207,24 @@ pub fn render(stats: &StatsView, services: &[ServiceView], probes: &ProbeCounts)
             }
         }
     }
-    o.family(
-        "xvs_backend_usable",
-        "gauge",
-        "1 when the backend takes new flows (ready and healthy), else 0.",
+    backend_gauge(
+        &mut o,
+        services,
+        (
+            "xvs_backend_usable",
+            "1 when the backend takes new flows (ready and healthy), else 0.",
+        ),
+        |b| u8::from(b.usable).into(),
     );
-    for s in services {
-        for b in &s.backends {
-            let addr = b.addr.to_string();
-            o.sample(
-                "xvs_backend_usable",
-                &[("service", &s.name), ("backend", &addr)],
-                u8::from(b.usable),
-            );
-        }
-    }
-    o.family(
-        "xvs_backend_weight",
-        "gauge",
-        "Configured backend weight (0: draining).",
+    backend_gauge(
+        &mut o,
+        services,
+        (
+            "xvs_backend_weight",
+            "Configured backend weight (0: draining).",
+        ),
+        |b| b.weight.into(),
     );
-    for s in services {
-        for b in &s.backends {
-            let addr = b.addr.to_string();
-            o.sample(
-                "xvs_backend_weight",
-                &[("service", &s.name), ("backend", &addr)],
-                b.weight,
-            );
-        }
-    }
     o.single(
         "xvs_services",
         "gauge",
