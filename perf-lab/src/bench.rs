@@ -168,14 +168,9 @@ pub struct NdrTrial {
 /// Latency at one offered rate, the same for every target (`--latency-rate`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RateLatency {
-    /// Rate asked.
-    pub rate_pps: u64,
-    /// Rate offered.
-    pub offered_pps: f64,
-    /// Rate forwarded.
-    pub forwarded_pps: f64,
-    /// Loss ratio.
-    pub loss_ratio: f64,
+    /// The trial's rates and loss (flattened: the same keys as an NDR trial's).
+    #[serde(flatten)]
+    pub trial: NdrTrial,
     /// One-way latency.
     pub latency_us: Latency,
 }
@@ -293,6 +288,16 @@ struct Trial {
 }
 
 impl Trial {
+    /// The trial's rates and loss, for a trial asked to run at `rate_pps`.
+    fn summary(&self, rate_pps: u64) -> NdrTrial {
+        NdrTrial {
+            rate_pps,
+            offered_pps: self.offered_pps,
+            forwarded_pps: self.forwarded_pps,
+            loss_ratio: self.loss_ratio(),
+        }
+    }
+
     fn loss_ratio(&self) -> f64 {
         if self.sent == 0 {
             0.0
@@ -418,10 +423,7 @@ pub fn run(opts: &RunOpts) -> anyhow::Result<RunResult> {
             false,
         )?;
         result.latency_at_rate = Some(RateLatency {
-            rate_pps: rate,
-            offered_pps: t.offered_pps,
-            forwarded_pps: t.forwarded_pps,
-            loss_ratio: t.loss_ratio(),
+            trial: t.summary(rate),
             latency_us: latency(&t),
         });
     }
@@ -614,12 +616,7 @@ fn ndr(
             t.loss_ratio() * 100.0,
             if ok { "pass" } else { "fail" }
         );
-        trials.push(NdrTrial {
-            rate_pps: rate,
-            offered_pps: t.offered_pps,
-            forwarded_pps: t.forwarded_pps,
-            loss_ratio: t.loss_ratio(),
-        });
+        trials.push(t.summary(rate));
         if ok {
             best = Some(best.unwrap_or(0.0).max(t.offered_pps));
             lo = rate;
