@@ -35,6 +35,7 @@ use fastpath::pipeline::{DropReason, Pipeline, PipelineConfig, flow_table_config
 use fastpath::snapshot::{L2Table, Neighbour, ServiceSpec, Snapshot, SnapshotBuilder};
 use fastpath::steer::Steering;
 use fastpath::worker::{WorkerCounters, WorkerStats, spawn_worker, worker_specs};
+use fastpath::xsk::napi::NapiDefer;
 use fastpath::xsk::{XskSet, worker_count};
 use flowtable::FlowTable;
 use lb_algos::AffinityTable;
@@ -365,6 +366,13 @@ fn daemon(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<()> {
     };
     let syn_watch = Arc::new(SynWatch::new(cfg.flowtable.backends_max as usize));
     let sync_stats = SyncStats::default();
+    // Busy polling needs the interfaces' NAPI deferral; put back when xvs returns.
+    let _napi_defer = if cfg.dataplane.napi_busy_poll {
+        let names: Vec<&str> = ifnames.iter().map(String::as_str).collect();
+        Some(NapiDefer::apply(&names).map_err(anyhow::Error::msg)?)
+    } else {
+        None
+    };
     // Sockets first, then the program that feeds them.
     let workers = worker_count(&cfg.dataplane);
     let mut sockets = Vec::with_capacity(workers);

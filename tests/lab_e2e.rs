@@ -597,6 +597,66 @@ fn kubernetes_service_is_forwarded() {
     lab.stop_xvs();
 }
 
+/// `napi_defer_hard_irqs` and `gro_flush_timeout` of both xvs interfaces.
+fn napi_defer(lab: &Lab) -> Vec<String> {
+    let mut v = Vec::new();
+    for ifname in ["xvs-c0", "xvs-b0"] {
+        for file in ["napi_defer_hard_irqs", "gro_flush_timeout"] {
+            let o = lab.exec("x", &["cat", &format!("/sys/class/net/{ifname}/{file}")]);
+            assert!(o.status.success(), "{ifname}/{file}");
+            v.push(String::from_utf8_lossy(&o.stdout).trim().to_owned());
+        }
+    }
+    v
+}
+
+#[test]
+fn napi_busy_poll_forwards_and_puts_the_interfaces_back() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut lab = Lab::up();
+    assert_eq!(napi_defer(&lab), ["0", "0", "0", "0"]);
+    // No idle_backoff: the worker polls (and so runs the NAPI) all the time.
+    let config = std::fs::read_to_string(root().join("config/examples/lab.toml"))
+        .unwrap()
+        .replace("batch_size = 64", "batch_size = 64\nnapi_busy_poll = true");
+    lab.start_xvs(&config);
+    assert_eq!(
+        napi_defer(&lab),
+        ["2", "200000", "2", "200000"],
+        "xvs sets the NAPI deferral it needs while it runs"
+    );
+    check_rr(&lab, "http://198.18.100.1/");
+    check_rr(&lab, "http://[2001:2:0:100::1]/");
+    let reply = lab.udp("198.18.100.1", 9000, 40001, "busy");
+    assert!(reply.ends_with(" busy"), "{reply}");
+    let n = 4 << 20;
+    assert_eq!(
+        lab.curl(&format!("http://198.18.100.1/bytes/{n}"), &[])
+            .len(),
+        n
+    );
+    lab.stop_xvs();
+    assert_eq!(
+        napi_defer(&lab),
+        ["0", "0", "0", "0"],
+        "xvs restores the interfaces at exit"
+    );
+    // An operator's own values are kept, and left as they were.
+    lab.exec(
+        "x",
+        &[
+            "sh",
+            "-c",
+            "echo 5 > /sys/class/net/xvs-c0/napi_defer_hard_irqs",
+        ],
+    );
+    lab.start_xvs(&config);
+    assert_eq!(napi_defer(&lab), ["5", "200000", "2", "200000"]);
+    check_rr(&lab, "http://198.18.100.1/");
+    lab.stop_xvs();
+    assert_eq!(napi_defer(&lab), ["5", "0", "0", "0"]);
+}
+
 #[test]
 fn lab_script_cleans_up() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

@@ -162,6 +162,14 @@ pub struct Dataplane {
     pub zero_copy: ZeroCopy,
     /// Sleep this long after this many empty polls (absent: busy-poll forever).
     pub idle_backoff: Option<Dur>,
+    /// Preferred NAPI busy polling: each worker runs its queues' receive NAPI (the driver's
+    /// receive and, in copy mode, the copy into the UMEM) on its own core from its poll loop,
+    /// instead of the kernel running it in softirq wherever the interrupt lands. Sets
+    /// `SO_PREFER_BUSY_POLL` on the sockets and, on interfaces where they are 0,
+    /// `napi_defer_hard_irqs` and `gro_flush_timeout` (restored at exit). Needs a driver
+    /// that gives AF_XDP sockets a NAPI id (veth on Linux 6.18 does not; xvs warns).
+    #[serde(default)]
+    pub napi_busy_poll: bool,
     /// Maglev lookup-table size for `mh` services (prime).
     #[serde(default = "default_mh_table")]
     pub mh_table_size: u32,
@@ -215,6 +223,7 @@ impl Default for Dataplane {
             xdp_mode: XdpMode::default(),
             zero_copy: ZeroCopy::default(),
             idle_backoff: None,
+            napi_busy_poll: false,
             mh_table_size: default_mh_table(),
             drain_timeout: default_drain_timeout(),
         }

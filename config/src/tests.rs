@@ -90,6 +90,7 @@ fn minimal_file_gets_defaults() {
     assert_eq!(c.dataplane.mode, Mode::Fullnat);
     assert_eq!(c.dataplane.batch_size, 64);
     assert_eq!(c.dataplane.mh_table_size, 65537);
+    assert!(!c.dataplane.napi_busy_poll);
     assert_eq!(c.timeouts.tcp_established.get().as_secs(), 900);
     assert_eq!(c.timeouts.tcp_syn.get().as_secs(), 60);
     assert_eq!(c.timeouts.tcp_fin_wait.get().as_secs(), 120);
@@ -321,4 +322,17 @@ fn syntax_errors_have_a_position() {
     assert!(p.key.is_empty());
     let e = load(Path::new("/nonexistent/xvs.toml")).unwrap_err();
     assert!(e.to_string().contains("/nonexistent/xvs.toml"));
+}
+
+#[test]
+fn napi_busy_poll_is_a_boolean() {
+    let text = MINIMAL.replace("[dataplane]\n", "[dataplane]\nnapi_busy_poll = true\n");
+    assert!(parse(&text, "t.toml").unwrap().dataplane.napi_busy_poll);
+    let p = problem(&MINIMAL.replace("[dataplane]\n", "[dataplane]\nnapi_busy_poll = 1\n"));
+    assert_eq!(
+        (p.key.as_str(), p.line),
+        ("dataplane.napi_busy_poll", 3),
+        "{}",
+        p.message
+    );
 }

@@ -7,7 +7,9 @@
 //! 2. Read the clock once (`Instant::now()`): every frame of the poll gets the same `now`.
 //! 3. Reclaim completed tx frames into the free stack (at most [`COMP_ROUNDS`] × batch per
 //!    socket).
-//! 4. For each socket: take at most `batch_size` frames from its rx ring and run
+//! 4. For each socket: with `napi_busy_poll`, first run its receive NAPI on this core
+//!    (`recvfrom(MSG_DONTWAIT)`, up to `batch_size` frames; see [`crate::xsk::napi`]). Then
+//!    take at most `batch_size` frames from its rx ring and run
 //!    `process_batch` over them (staged so that the flow table's cache misses overlap):
 //!    - `Tx(port)`: the descriptor is staged for `port`'s tx ring (shared UMEM: no copy);
 //!      after the batch the stage is produced in one go. Frames the tx ring has no room
@@ -57,7 +59,7 @@ use xsk_rs::umem::Umem;
 use crate::pipeline::{Counters, DropReason, FrameBatch, Pipeline, Verdict};
 use crate::snapshot::Snapshot;
 use crate::xsk::pool::FramePool;
-use crate::xsk::{XskSet, worker_count};
+use crate::xsk::{XskSet, napi, wake_rx, worker_count};
 
 /// Empty polls in a row before the worker sleeps `idle_backoff`.
 pub const IDLE_POLLS: u32 = 1024;
@@ -87,6 +89,9 @@ pub struct WorkerSpec {
     pub batch_size: usize,
     /// Sleep after [`IDLE_POLLS`] empty polls (`None`: busy-poll forever).
     pub idle_backoff: Option<Duration>,
+    /// Run the sockets' receive NAPI from every poll (`[dataplane] napi_busy_poll`; the
+    /// sockets must have been opened with it, see [`crate::xsk::napi`]).
+    pub napi_busy_poll: bool,
     /// Most flow-table entries swept in one poll.
     pub sweep_budget: usize,
     /// Time for one full sweep round of the flow table.
@@ -103,6 +108,7 @@ impl WorkerSpec {
             interfaces: dp.interfaces.iter().map(|i| i.name.clone()).collect(),
             batch_size: (dp.batch_size as usize).clamp(1, BATCH_MAX),
             idle_backoff: dp.idle_backoff.map(|d| d.get()),
+            napi_busy_poll: dp.napi_busy_poll,
             sweep_budget: SWEEP_BUDGET,
             sweep_round: SWEEP_ROUND,
         }
@@ -248,6 +254,9 @@ pub struct Worker {
     stage: Vec<Vec<FrameDesc>>,
     /// Per port: frames currently given to that socket's fill ring.
     in_fill: Vec<u32>,
+    /// Ports whose socket's NAPI id is still to be checked (`napi_busy_poll`: once, at the
+    /// first frames; see [`napi::check_napi_id`]).
+    napi_unchecked: Vec<bool>,
     /// Start of the previous poll, when that poll moved frames (its time is busy time).
     busy_since: Option<Instant>,
     /// When this worker last swept.
@@ -280,6 +289,7 @@ impl Worker {
     ) -> Worker {
         let batch_size = spec.batch_size.clamp(1, BATCH_MAX);
         let ports = xsk.ports.len();
+        let napi_busy_poll = spec.napi_busy_poll;
         let pool = FramePool::new(std::mem::take(&mut xsk.frames));
         let mut w = Worker {
             spec: WorkerSpec { batch_size, ..spec },
@@ -293,6 +303,7 @@ impl Worker {
             verdicts: vec![Verdict::Pass; batch_size],
             stage: (0..ports).map(|_| Vec::with_capacity(batch_size)).collect(),
             in_fill: vec![0; ports],
+            napi_unchecked: vec![napi_busy_poll; ports],
             busy_since: None,
             last_sweep: Instant::now(),
             local: Local::default(),
@@ -405,12 +416,19 @@ impl Worker {
         let Some(s) = self.xsk.ports[port].as_mut() else {
             return false;
         };
+        if self.spec.napi_busy_poll && !wake_rx(s.fd()) {
+            self.local.wakeup_errors += 1;
+        }
         // SAFETY: the descriptors written are frames of this UMEM, now owned by us.
         let n = unsafe { s.rx.consume(&mut self.batch) };
         if n == 0 {
             return false;
         }
         self.in_fill[port] = self.in_fill[port].saturating_sub(n as u32);
+        if self.napi_unchecked[port] {
+            self.napi_unchecked[port] = false;
+            napi::check_napi_id(s.fd(), &s.ifname, self.spec.queue);
+        }
         self.local.rx += n as u64;
         let mut frames = RxFrames {
             umem: &self.xsk.umem,
@@ -545,28 +563,5 @@ impl FrameBatch for RxFrames<'_> {
         // `DataMut` only borrows the descriptor (whose length we do not change). The slice
         // borrows `self` mutably, so no other view of this frame exists meanwhile.
         unsafe { std::slice::from_raw_parts_mut(ptr, len) }
-    }
-}
-
-/// Tells the kernel the fill ring has frames (need_wakeup): a non-blocking `recvfrom`, as
-/// libxdp's samples do. Returns false on an unexpected error.
-fn wake_rx(fd: std::os::fd::RawFd) -> bool {
-    // SAFETY: a zero-length receive with null buffers is valid on an AF_XDP socket.
-    let r = unsafe {
-        libc::recvfrom(
-            fd,
-            std::ptr::null_mut(),
-            0,
-            libc::MSG_DONTWAIT,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-        )
-    };
-    r >= 0 || {
-        let e = io::Error::last_os_error().raw_os_error();
-        matches!(
-            e,
-            Some(libc::EAGAIN | libc::EBUSY | libc::ENOBUFS | libc::ENETDOWN)
-        )
     }
 }

@@ -23,6 +23,8 @@
 //!   and falls back to `XDP_COPY`, `on` fails with [`XskError::ZeroCopyUnavailable`], `off`
 //!   binds copy mode. Sockets sharing a UMEM inherit its mode, so the choice is per worker.
 //!   Every socket uses `XDP_USE_NEED_WAKEUP`. The choice is logged on stderr.
+//! - **NAPI busy polling** per `[dataplane] napi_busy_poll`: the sockets get the preferred
+//!   busy-poll options ([`napi`]), so the worker's poll loop runs the receive NAPI.
 //! - **No libxdp program.** With [`Program::Steering`] (what xvs runs) libxdp's default XDP
 //!   program is inhibited: the steering program (`fastpath::steer`) redirects VIP and SNAT
 //!   traffic into its XSKMAP, where the caller registers [`XskSet::fds`] *before* the worker
@@ -33,6 +35,7 @@
 
 use std::ffi::CString;
 use std::fmt;
+use std::io;
 use std::num::NonZeroU32;
 use std::os::fd::{AsRawFd, RawFd};
 
@@ -42,6 +45,7 @@ use xsk_rs::config::{
 };
 use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue, Umem};
 
+pub mod napi;
 pub mod pool;
 
 /// Which XDP program feeds the sockets.
@@ -317,6 +321,14 @@ impl XskSet {
                 });
             };
             let fd = rx.fd().as_raw_fd();
+            if dp.napi_busy_poll {
+                napi::enable(fd, dp.batch_size).map_err(|detail| XskError::Socket {
+                    ifname: (*name).to_owned(),
+                    queue,
+                    mode,
+                    detail,
+                })?;
+            }
             ports.push(Some(PortSocket {
                 ifname: (*name).to_owned(),
                 rx,
@@ -446,5 +458,29 @@ fn with_source(e: &dyn std::error::Error) -> String {
     match e.source() {
         Some(s) => format!("{e}: {s}"),
         None => e.to_string(),
+    }
+}
+
+/// A non-blocking `recvfrom`, as libxdp's samples do: tells the kernel the fill ring has
+/// frames (need_wakeup) and, on a busy-polling socket, runs its NAPI once. Returns false on
+/// an unexpected error.
+pub fn wake_rx(fd: RawFd) -> bool {
+    // SAFETY: a zero-length receive with null buffers is valid on an AF_XDP socket.
+    let r = unsafe {
+        libc::recvfrom(
+            fd,
+            std::ptr::null_mut(),
+            0,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    };
+    r >= 0 || {
+        let e = io::Error::last_os_error().raw_os_error();
+        matches!(
+            e,
+            Some(libc::EAGAIN | libc::EBUSY | libc::ENOBUFS | libc::ENETDOWN)
+        )
     }
 }
