@@ -257,6 +257,10 @@ pub struct RunResult {
     pub rig_core_busy_ratio: f64,
     /// How CPU was measured.
     pub cpu_method: String,
+    /// AF_XDP targets: whether they ran with NAPI busy polling (null for kernel targets,
+    /// and in results from before the option).
+    #[serde(default)]
+    pub napi_busy_poll: Option<bool>,
     /// No-drop rate (loss <= 0.1%).
     pub ndr_pps: Option<f64>,
     /// The NDR trials.
@@ -431,6 +435,8 @@ pub fn run(opts: &RunOpts) -> anyhow::Result<RunResult> {
         notes.push("xvs: a SYN is sent first on each TCP flow".into());
     }
     result.target_counters = target.stop();
+    result.napi_busy_poll =
+        matches!(opts.target, Target::Xvs | Target::L2fwd).then_some(opts.placement.napi_busy_poll);
     result.notes = notes;
     Ok(result)
 }
@@ -478,6 +484,7 @@ fn result_from(opts: &RunOpts, ctx: &Ctx<'_>, t: &Trial) -> RunResult {
         target_busy_ratio: t.cpu.target_busy_ratio,
         rig_core_busy_ratio: t.cpu.rig_busy_ratio,
         cpu_method: cpu::METHOD.into(),
+        napi_busy_poll: None,
         ndr_pps: None,
         ndr_trials: Vec::new(),
         latency_at_rate: None,
@@ -722,6 +729,7 @@ fn saturation(ctx: &mut Ctx<'_>, target: &Running) -> anyhow::Result<RunResult> 
         target_busy_ratio: cpu.target_busy_ratio,
         rig_core_busy_ratio: cpu.rig_busy_ratio,
         cpu_method: cpu::METHOD.into(),
+        napi_busy_poll: None,
         ndr_pps: None,
         ndr_trials: Vec::new(),
         latency_at_rate: None,

@@ -6,12 +6,18 @@
 //! program feeds both sockets. Runs until SIGTERM/SIGINT, then prints `rx=`, `tx=`,
 //! `tx_full=`, `busy_ns=` lines on stdout and exits. Busy time is counted as xvs counts it:
 //! the time of polls that moved frames (see [`crate::cpu`]); with `--stats` it is also
-//! rewritten to a file every 100 ms, so a window can be measured while it runs.
+//! rewritten to a file every 100 ms, so a window can be measured while it runs. With
+//! `--napi-busy-poll` it busy-polls its sockets' NAPI as xvs does with `[dataplane]
+//! napi_busy_poll` (same socket options, same interface settings, a `recvfrom` per socket
+//! per poll), so the ceiling does the same receive work on its core as xvs.
 
+use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use fastpath::xsk::napi::{self, NapiDefer};
+use fastpath::xsk::wake_rx;
 use xsk_rs::FrameDesc;
 
 use crate::rig::{LB_BACKEND_MAC, backend_mac};
@@ -40,6 +46,7 @@ pub fn run(
     backends: u16,
     core: usize,
     stats: Option<&Path>,
+    napi_busy_poll: bool,
 ) -> anyhow::Result<()> {
     // SAFETY: the handler only stores to an atomic.
     unsafe {
@@ -47,12 +54,23 @@ pub fn run(
         libc::signal(libc::SIGINT, on_stop as *const () as libc::sighandler_t);
     }
     pin(core);
+    let _napi_defer = if napi_busy_poll {
+        Some(NapiDefer::apply(&[in_if, out_if]).map_err(anyhow::Error::msg)?)
+    } else {
+        None
+    };
     let mut qs = Vec::new();
     for q in 0..u32::from(queues) {
         let mut port = Port::open(in_if, q, 4 * RING, Feed::LibxdpDefault)?;
         let out = port.open_shared(out_if, q, Feed::LibxdpDefault)?;
         let mut free = std::mem::take(&mut port.frames);
         let mut out = out;
+        if napi_busy_poll {
+            for (ifname, rings) in [(in_if, &port.rings), (out_if, &out)] {
+                napi::enable(rings.rx.fd().as_raw_fd(), BATCH as u32)
+                    .map_err(|e| anyhow::anyhow!("{ifname} queue {q}: {e}"))?;
+            }
+        }
         let r = RING as usize;
         // SAFETY: frames of this UMEM, on no ring yet.
         unsafe {
@@ -68,7 +86,11 @@ pub fn run(
     if let Some(path) = stats {
         write_stats(path, 0, 0, 0);
     }
-    eprintln!("perf-lab l2fwd: ready ({in_if} -> {out_if}, {queues} queue(s), core {core})");
+    eprintln!(
+        "perf-lab l2fwd: ready ({in_if} -> {out_if}, {queues} queue(s), core {core}, NAPI busy \
+         polling {})",
+        if napi_busy_poll { "on" } else { "off" }
+    );
     let (mut rx_n, mut tx_n, mut full, mut busy_ns) = (0u64, 0u64, 0u64, 0u64);
     let mut descs = vec![FrameDesc::default(); BATCH];
     let mut stage: Vec<FrameDesc> = Vec::with_capacity(BATCH);
@@ -115,6 +137,9 @@ pub fn run(
                 } else {
                     &mut q.out
                 };
+                if napi_busy_poll {
+                    wake_rx(rings.rx.fd().as_raw_fd());
+                }
                 // SAFETY: as above.
                 let n = unsafe { rings.rx.consume(&mut descs) };
                 if n == 0 {

@@ -64,6 +64,9 @@ enum Cmd {
         /// Rewrites `busy_ns=`, `rx=`, `tx=` lines here every 100 ms.
         #[arg(long)]
         stats: Option<PathBuf>,
+        /// Run the sockets' NAPI from the poll loop (as xvs' `napi_busy_poll`).
+        #[arg(long)]
+        napi_busy_poll: bool,
     },
 }
 
@@ -118,6 +121,10 @@ struct RunArgs {
     /// Verify IPv4/L4 checksums at the sinks.
     #[arg(long)]
     verify: bool,
+    /// NAPI busy polling for the AF_XDP targets (xvs' `napi_busy_poll`, l2fwd's own); off
+    /// by default: on this rig's veths it cannot engage (see the README).
+    #[arg(long)]
+    napi_busy_poll: bool,
     /// The xvs binary (default: target/release/xvs, else target/debug/xvs).
     #[arg(long)]
     xvs: Option<PathBuf>,
@@ -167,7 +174,16 @@ fn real_main() -> anyhow::Result<()> {
             backends,
             core,
             stats,
-        } => perf_lab::l2fwd::run(&in_if, &out_if, queues, backends, core, stats.as_deref())?,
+            napi_busy_poll,
+        } => perf_lab::l2fwd::run(
+            &in_if,
+            &out_if,
+            queues,
+            backends,
+            core,
+            stats.as_deref(),
+            napi_busy_poll,
+        )?,
         Cmd::Run(a) => {
             let dir = a.work_dir.clone().unwrap_or_else(|| {
                 let stem = a
@@ -198,6 +214,7 @@ fn real_main() -> anyhow::Result<()> {
                 placement: Placement {
                     lb_core: a.lb_core,
                     gen_core: a.gen_core,
+                    napi_busy_poll: a.napi_busy_poll,
                     xvs: a.xvs.unwrap_or_else(bench::default_xvs),
                     dir,
                 },

@@ -69,6 +69,20 @@ pub fn report(inputs: &[PathBuf], out: &Path) -> anyhow::Result<Written> {
             first.size,
             first.duration_s
         );
+        let busy_poll: Vec<String> = rs
+            .iter()
+            .filter_map(|r| {
+                let b = r.napi_busy_poll?;
+                Some(format!(
+                    "{} {}",
+                    r.target.name(),
+                    if b { "on" } else { "off" }
+                ))
+            })
+            .collect();
+        if !busy_poll.is_empty() {
+            let _ = writeln!(md, "NAPI busy polling: {}.\n", busy_poll.join(", "));
+        }
         md.push_str("| target | offered pps | forwarded pps | loss % | p50 µs | p99 µs | p99.9 µs | ns/pkt | busy % target / rig | NDR pps |\n");
         md.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
         for r in &rs {

@@ -99,6 +99,8 @@ pub struct Placement {
     pub lb_core: usize,
     /// Core for the generator, sinks and slowpaths.
     pub gen_core: usize,
+    /// AF_XDP targets run their receive NAPI from their poll loop (preferred busy polling).
+    pub napi_busy_poll: bool,
     /// The xvs binary.
     pub xvs: PathBuf,
     /// Scratch directory (configs, logs).
@@ -172,30 +174,30 @@ impl Running {
                     rig.backends.to_string(),
                     at.lb_core.to_string(),
                 );
-                r.spawn_ready(
-                    &[
-                        "ip",
-                        "netns",
-                        "exec",
-                        &ns,
-                        &me,
-                        "l2fwd",
-                        "--in",
-                        IF_LB_CLIENT,
-                        "--out",
-                        IF_LB_BACKEND,
-                        "--queues",
-                        &q,
-                        "--backends",
-                        &b,
-                        "--core",
-                        &c,
-                        "--stats",
-                        &stats_arg,
-                    ],
-                    "perf-lab l2fwd: ready",
-                    &at.dir.join("l2fwd.log"),
-                )?;
+                let mut argv = vec![
+                    "ip",
+                    "netns",
+                    "exec",
+                    &ns,
+                    &me,
+                    "l2fwd",
+                    "--in",
+                    IF_LB_CLIENT,
+                    "--out",
+                    IF_LB_BACKEND,
+                    "--queues",
+                    &q,
+                    "--backends",
+                    &b,
+                    "--core",
+                    &c,
+                    "--stats",
+                    &stats_arg,
+                ];
+                if at.napi_busy_poll {
+                    argv.push("--napi-busy-poll");
+                }
+                r.spawn_ready(&argv, "perf-lab l2fwd: ready", &at.dir.join("l2fwd.log"))?;
             }
             Target::Nft | Target::Iptables => {
                 rig.set_lb_rps(&mask(at.lb_core))?;
@@ -393,13 +395,14 @@ pub fn xvs_config(rig: &Rig, svc: &Services, at: &Placement) -> String {
          interfaces = [\n  {{ name = \"{IF_LB_CLIENT}\", queues = {q} }},\n  {{ name = \"{IF_LB_BACKEND}\", queues = {q} }},\n]\n\
          cores = [{lb}]\nslowpath_core = {gen}\nmode = \"{mode}\"\n\
          snat_addresses = [\"{LB_BACKEND_IP}\"]\nsnat_port_range = \"1024-32767\"\n\
-         xdp_mode = \"auto\"\nzero_copy = \"off\"\nbatch_size = 64\n\n\
+         xdp_mode = \"auto\"\nzero_copy = \"off\"\nbatch_size = 64\nnapi_busy_poll = {busy}\n\n\
          [flowtable]\ncapacity = {capacity}\n\n\
          [admin]\nlisten = \"127.0.0.1:{XVS_ADMIN_PORT}\"\n",
         prefix = rig.prefix,
         lb = at.lb_core,
         gen = at.gen_core,
         mode = if svc.snat { "fullnat" } else { "nat" },
+        busy = at.napi_busy_poll,
     );
     let backends: Vec<String> = (1..=svc.backends)
         .map(|i| format!("{{ addr = \"{}:{BACKEND_PORT}\" }}", rig::backend_ip(i)))

@@ -40,6 +40,7 @@ const KEYS: &[&str] = &[
     "target_busy_ratio",
     "rig_core_busy_ratio",
     "cpu_method",
+    "napi_busy_poll",
     "ndr_pps",
     "ndr_trials",
     "latency_at_rate",
@@ -196,6 +197,14 @@ fn every_target_forwards_to_every_backend_and_reports() {
             "{t}: target_busy_ratio {busy:?}"
         );
         assert!(v["cpu_ns_per_pkt"].as_f64().is_some(), "{t}: no CPU figure");
+        // The AF_XDP targets say whether they busy-polled their NAPI (not by default), the
+        // kernel targets have no such setting.
+        let busy_poll = if matches!(*t, "xvs" | "l2fwd") {
+            serde_json::Value::Bool(false)
+        } else {
+            serde_json::Value::Null
+        };
+        assert_eq!(v["napi_busy_poll"], busy_poll, "{t}");
         jsons.push(json);
     }
     // Saturation mode: a burst circulates through the reflectors.
@@ -236,6 +245,7 @@ fn every_target_forwards_to_every_backend_and_reports() {
             "xvs saturation per backend: {per:?}"
         );
         assert!(v["rig_core_busy_ratio"].as_f64().is_some_and(|b| b > 0.0));
+        assert_eq!(v["napi_busy_poll"], false, "xvs saturation");
         jsons.push(json);
     }
 
