@@ -2,6 +2,10 @@
 //! as rows, with xvs/nft and xvs/l2fwd ratios) and hand-written SVG plots per scenario:
 //! `<scenario>-<mode>-rate.svg` (forwarded vs offered rate per target, from the main run and
 //! the NDR trials) and `<scenario>-<mode>-latency.svg` (p50/p99/p99.9 bars per target).
+//!
+//! Several results of one target in one scenario and mode (`campaign.sh` with `REPEATS`)
+//! make one row: the median of each figure over the runs (the worst for a swap's loss),
+//! with the runs' spread of forwarded rates under the table.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -9,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use crate::bench::{Mode, RunResult};
+use crate::bench::{Latency, Mode, RunResult};
 use crate::target::Target;
 
 /// Files written.
@@ -54,8 +58,23 @@ pub fn report(inputs: &[PathBuf], out: &Path) -> anyhow::Result<Written> {
          target's.\n",
     );
     let mut written = Written::default();
-    for ((scenario, mode), mut rs) in groups {
-        rs.sort_by_key(|r| r.target);
+    for ((scenario, mode), all) in groups {
+        let mut by_target: BTreeMap<Target, Vec<&RunResult>> = BTreeMap::new();
+        for r in all {
+            by_target.entry(r.target).or_default().push(r);
+        }
+        let combined: Vec<(RunResult, usize, f64, f64)> = by_target
+            .values()
+            .map(|runs| {
+                let fwd = runs.iter().map(|r| r.forwarded_pps);
+                let (lo, hi) = (
+                    fwd.clone().fold(f64::MAX, f64::min),
+                    fwd.fold(0.0, f64::max),
+                );
+                (combine(runs), runs.len(), lo, hi)
+            })
+            .collect();
+        let rs: Vec<&RunResult> = combined.iter().map(|c| &c.0).collect();
         let _ = writeln!(md, "\n## {scenario} ({mode} mode)\n");
         let first = rs[0];
         let _ = writeln!(
@@ -100,6 +119,19 @@ pub fn report(inputs: &[PathBuf], out: &Path) -> anyhow::Result<Written> {
                 opt(r.target_busy_ratio.map(|b| b * 100.0), 0),
                 num(r.rig_core_busy_ratio * 100.0, 0),
                 opt(r.ndr_pps, 0),
+            );
+        }
+        if combined.iter().any(|c| c.1 > 1) {
+            let spread: Vec<String> = combined
+                .iter()
+                .map(|(r, n, lo, hi)| {
+                    format!("{} {n} ({}–{})", r.target.name(), num(*lo, 0), num(*hi, 0))
+                })
+                .collect();
+            let _ = writeln!(
+                md,
+                "\nMedians of the runs; runs per target (forwarded pps, lowest–highest): {}.",
+                spread.join(", ")
             );
         }
         let get = |t: Target| rs.iter().find(|r| r.target == t);
@@ -148,6 +180,64 @@ pub fn report(inputs: &[PathBuf], out: &Path) -> anyhow::Result<Written> {
     std::fs::write(&md_path, md)?;
     written.markdown = md_path;
     Ok(written)
+}
+
+/// The median of `v` (the mean of the middle two for an even count); `None` when empty.
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// The per-figure median of one target's runs. What is not a figure (per-backend counts, the
+/// NDR trials the rate plot draws, counters, notes) comes from the run whose forwarded rate
+/// is the median; a swap reports the worst run's loss.
+fn combine(runs: &[&RunResult]) -> RunResult {
+    let mut by_fwd = runs.to_vec();
+    by_fwd.sort_by(|a, b| a.forwarded_pps.total_cmp(&b.forwarded_pps));
+    let mut m = by_fwd[(by_fwd.len() - 1) / 2].clone();
+    if runs.len() == 1 {
+        return m;
+    }
+    let med =
+        |f: &dyn Fn(&RunResult) -> Option<f64>| median(runs.iter().filter_map(|r| f(r)).collect());
+    let lat = |f: &dyn Fn(&RunResult) -> Option<&Latency>| Latency {
+        p50: med(&|r| f(r)?.p50),
+        p99: med(&|r| f(r)?.p99),
+        p999: med(&|r| f(r)?.p999),
+        max: med(&|r| f(r)?.max),
+    };
+    m.offered_pps = med(&|r| r.offered_pps);
+    m.forwarded_pps = med(&|r| Some(r.forwarded_pps)).unwrap_or_default();
+    m.loss_ratio = med(&|r| r.loss_ratio);
+    m.latency_us = lat(&|r| Some(&r.latency_us));
+    m.cpu_ns_per_pkt = med(&|r| r.cpu_ns_per_pkt);
+    m.target_busy_ratio = med(&|r| r.target_busy_ratio);
+    m.rig_core_busy_ratio = med(&|r| Some(r.rig_core_busy_ratio)).unwrap_or_default();
+    m.ndr_pps = med(&|r| r.ndr_pps);
+    if let Some(at) = m.latency_at_rate.as_mut() {
+        let trial = |r: &RunResult| r.latency_at_rate.as_ref().map(|l| l.trial.clone());
+        at.trial.offered_pps = med(&|r| Some(trial(r)?.offered_pps)).unwrap_or_default();
+        at.trial.forwarded_pps = med(&|r| Some(trial(r)?.forwarded_pps)).unwrap_or_default();
+        at.trial.loss_ratio = med(&|r| Some(trial(r)?.loss_ratio)).unwrap_or_default();
+        at.latency_us = lat(&|r| r.latency_at_rate.as_ref().map(|l| &l.latency_us));
+    }
+    if let Some(swap) = m.swap.as_mut() {
+        for r in runs {
+            if let Some(s) = &r.swap {
+                swap.loss_pkts = swap.loss_pkts.max(s.loss_pkts);
+                swap.before_loss_pkts = swap.before_loss_pkts.max(s.before_loss_pkts);
+            }
+        }
+    }
+    m
 }
 
 /// The latency trial at one rate (`latency_at_rate`), when the runs have one: the table and
@@ -434,4 +524,74 @@ pub fn latency_svg(title: &str, rs: &[&RunResult]) -> String {
     }
     s.push_str("</svg>\n");
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A change-under-load result of `target` with the given figures.
+    fn result(target: &str, fwd: f64, p99: f64, swap_loss: u64) -> serde_json::Value {
+        serde_json::json!({
+            "scenario": "change-under-load", "target": target, "mode": "generator",
+            "duration_s": 4.0, "kind": "udp", "size": "64", "flows": 1000, "services": 1,
+            "backends": 3, "queues": 1, "rate_pps": 0, "offered_pps": fwd + 10.0,
+            "forwarded_pps": fwd, "sent": 100, "received": 100, "lost": 0, "loss_ratio": 0.0,
+            "duplicates": 0, "other_frames": 0, "bad_checksums": 0,
+            "per_backend": [fwd as u64, 0, 0],
+            "latency_us": {"p50": 1.0, "p99": p99, "p999": p99, "max": p99},
+            "cpu_ns_per_pkt": fwd / 10.0, "lb_process_cpu_ns": null, "lb_core_softirq_ns": 0,
+            "lb_core_busy_ratio": 1.0, "target_busy_ratio": 0.5, "rig_core_busy_ratio": 0.9,
+            "cpu_method": "test", "ndr_pps": fwd, "ndr_trials": [],
+            "latency_at_rate": {"rate_pps": 1000, "offered_pps": 1000.0,
+                "forwarded_pps": 1000.0, "loss_ratio": 0.0,
+                "latency_us": {"p50": 1.0, "p99": p99, "p999": p99, "max": p99}},
+            "swap": {"loss_pkts": swap_loss, "window_pkts": 1000, "before_loss_pkts": 0,
+                "at_s": 2.0},
+            "target_counters": {}, "notes": []
+        })
+    }
+
+    #[test]
+    fn repeated_runs_make_one_row_of_medians_and_the_worst_swap() {
+        let dir = std::env::temp_dir().join(format!("perf-lab-report-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let runs = [
+            ("xvs", 100.0, 10.0, 0),
+            ("xvs", 300.0, 30.0, 7),
+            ("xvs", 200.0, 20.0, 0),
+            ("nft", 400.0, 40.0, 0),
+        ];
+        let mut inputs = Vec::new();
+        for (i, (t, fwd, p99, loss)) in runs.iter().enumerate() {
+            let p = dir.join(format!("{i}.json"));
+            std::fs::write(&p, result(t, *fwd, *p99, *loss).to_string()).unwrap();
+            inputs.push(p);
+        }
+        let w = report(&inputs, &dir.join("out")).unwrap();
+        let md = std::fs::read_to_string(&w.markdown).unwrap();
+        // One xvs row, with the medians (forwarded 200, p99 20, ns/pkt 20, NDR 200).
+        let rows: Vec<&str> = md.lines().filter(|l| l.starts_with("| xvs |")).collect();
+        assert_eq!(rows.len(), 2, "main and latency tables:\n{md}");
+        assert!(
+            rows[0].starts_with("| xvs | 210 | 200 | 0.000 | 1.0 | 20.0 | 20.0 | 20 |"),
+            "{}",
+            rows[0]
+        );
+        assert!(rows[0].ends_with("| 200 |"), "{}", rows[0]);
+        assert!(rows[1].contains("| 20.0 |"), "{}", rows[1]);
+        assert!(md.contains("xvs/nft: forwarded ×0.50"), "{md}");
+        assert!(md.contains("xvs 3 (100–300), nft 1 (400–400)"), "{md}");
+        // A swap reports the worst run's loss.
+        assert!(md.contains("xvs: change at 2.00 s lost 7 of 1000"), "{md}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn median_of_odd_even_and_none() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median(vec![]), None);
+    }
 }
