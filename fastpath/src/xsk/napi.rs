@@ -19,6 +19,14 @@
 //!   worker's core. A worker that does not come back within `gro_flush_timeout` (an
 //!   `idle_backoff` sleep, a stall) hands the NAPI back to the kernel's softirq: traffic
 //!   keeps flowing, on the interrupt's CPU, until the next poll takes it again.
+//!
+//! The kernel busy-polls the NAPI whose id a socket learnt from its received frames, so the
+//! driver must register its XDP receive queues with their NAPI's id. veth on Linux 6.18 does
+//! not (it registers the queue before the NAPI is enabled and given an id): there the
+//! sockets' `SO_INCOMING_NAPI_ID` stays 0, the `recvfrom` polls nothing, and only the
+//! deferral remains (the softirq receive runs from a timer, in larger batches, up to
+//! `gro_flush_timeout` late). [`check_napi_id`] logs which case a socket is in. On this
+//! project's veth lab only that case could be exercised; the polling itself is unmeasured.
 
 use std::io;
 use std::os::fd::RawFd;
