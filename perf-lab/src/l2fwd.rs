@@ -9,7 +9,8 @@
 //! rewritten to a file every 100 ms, so a window can be measured while it runs. With
 //! `--napi-busy-poll` it busy-polls its sockets' NAPI as xvs does with `[dataplane]
 //! napi_busy_poll` (same socket options, same interface settings, a `recvfrom` per socket
-//! per poll), so the ceiling does the same receive work on its core as xvs.
+//! per poll), so the ceiling does the same receive work on its core as xvs (where the driver
+//! gives the sockets a NAPI id; veth on Linux 6.18 does not, see `fastpath::xsk::napi`).
 
 use std::os::fd::AsRawFd;
 use std::path::Path;
