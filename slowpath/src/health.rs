@@ -15,32 +15,49 @@
 //!   (connect, write, read) within one `timeout`. `none`: no probes at all, every backend is
 //!   up and passive reports are ignored (nothing would bring a backend back).
 //! - **Schedule.** Each backend is probed every `interval` from the start of its last probe,
-//!   never twice at once; new backends' first probes are spread over one interval.
+//!   never twice at once (not even when it leaves and comes back while a probe of it is
+//!   still running); new backends' first probes are spread over one interval.
 //! - **Passive.** [`HealthChecker::report_failure`] counts as one failed probe (the daemon
 //!   feeds SYNs that got no SYN-ACK).
-//! - **Bounded.** One scheduler thread and [`PROBE_THREADS`] probe threads, whatever the
-//!   number of backends; a pool saturated by timeouts delays probes, it never spawns more.
-//! - **Callback.** `on_change` runs on the scheduler thread whenever a backend flips, with the
+//! - **Bounded.** One scheduler task and at most [`PROBES_MAX`] probe tasks, whatever the
+//!   number of backends: the scheduler takes a permit of a [`Semaphore`] *before* it spawns
+//!   a probe, so a pool saturated by timeouts delays probes (earliest due first), it never
+//!   spawns more. At most [`PASSIVE_PENDING_MAX`] passive reports wait for the scheduler;
+//!   more are dropped (the active probes still judge the backend).
+//! - **Callback.** `on_change` runs on the scheduler task whenever a backend flips, with the
 //!   state of *every* current target (`true` = up); the daemon maps it onto
 //!   `BackendSpec::usable` and publishes a snapshot. Adding or removing targets does not call
-//!   it (new targets start up; removed ones are simply gone).
+//!   it (new targets start up; removed ones are simply gone). It must not block for long: it
+//!   runs on a runtime worker.
+//! - **Shutdown.** The tasks end when the `shutdown` token is cancelled (or the checker is
+//!   dropped); probes in flight are aborted, not waited for. Once
+//!   [`HealthChecker::join`] returns, `on_change` has been dropped: it is never called again.
+//!
+//! The tasks run on the slowpath's tokio runtime, which needs its I/O and time drivers
+//! (`enable_all`). Every clock read is `tokio::time`'s.
 
-use std::collections::HashMap;
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use config::ProbeKind;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{Semaphore, mpsc};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
-/// Probe threads (concurrent probes at most).
-pub const PROBE_THREADS: usize = 4;
+/// Concurrent probes at most (the probe semaphore's permits).
+pub const PROBES_MAX: usize = 64;
+/// Passive reports waiting for the scheduler at most; more are dropped.
+pub const PASSIVE_PENDING_MAX: usize = 1024;
 /// Longest an HTTP status line may be.
 const STATUS_LINE_MAX: usize = 1024;
-/// Longest the scheduler sleeps without looking at the clock.
-const IDLE_WAIT: Duration = Duration::from_secs(1);
+
+const _: () = assert!(PROBES_MAX > 0 && PROBES_MAX <= Semaphore::MAX_PERMITS);
 
 /// The rise/fall state of one backend; pure, no clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,6 +118,16 @@ pub struct TargetStatus {
     pub last_error: Option<String>,
 }
 
+impl TargetStatus {
+    const fn new() -> TargetStatus {
+        TargetStatus {
+            tracker: Tracker::new(),
+            checks: 0,
+            last_error: None,
+        }
+    }
+}
+
 /// Probe settings (from `[health]`).
 #[derive(Clone, Debug)]
 struct Settings {
@@ -112,40 +139,57 @@ struct Settings {
     http_path: String,
 }
 
-enum Event {
-    Result {
-        addr: SocketAddr,
-        generation: u64,
-        outcome: Result<(), String>,
-    },
-    Passive(SocketAddr),
+/// What the handle tells the scheduler, in the order it was told.
+enum Inbound {
     Targets(Vec<SocketAddr>),
-    Stop,
+    Passive(SocketAddr),
 }
 
-struct Job {
-    addr: SocketAddr,
-    generation: u64,
+/// State shared by the handle and the scheduler task.
+#[derive(Default)]
+struct Shared {
+    /// As of the last event the scheduler handled.
+    status: Mutex<HashMap<SocketAddr, TargetStatus>>,
+    /// Passive reports sent and not yet received by the scheduler.
+    passive_pending: AtomicUsize,
 }
 
-type Status = Arc<Mutex<HashMap<SocketAddr, TargetStatus>>>;
+impl Shared {
+    fn status(&self) -> std::sync::MutexGuard<'_, HashMap<SocketAddr, TargetStatus>> {
+        self.status.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
 
-/// The health checker: a scheduler thread and a fixed pool of probe threads.
+/// The health checker: a scheduler task and at most [`PROBES_MAX`] probe tasks on the
+/// slowpath runtime (see the module doc). Dropping it stops the tasks without waiting.
 pub struct HealthChecker {
-    events: Sender<Event>,
-    status: Status,
+    inbox: mpsc::UnboundedSender<Inbound>,
+    shared: Arc<Shared>,
     probe: ProbeKind,
-    threads: Vec<JoinHandle<()>>,
+    /// A child of the caller's `shutdown`: cancelled by it, or by dropping the checker.
+    stop: CancellationToken,
+    task: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for HealthChecker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HealthChecker")
+            .field("probe", &self.probe)
+            .finish_non_exhaustive()
+    }
 }
 
 impl HealthChecker {
-    /// Starts checking with `cfg` (no targets yet: see [`HealthChecker::set_targets`]).
-    /// `on_change` gets every target's state whenever one flips. With `probe = "none"` no
-    /// thread starts and `on_change` is never called.
+    /// Starts checking with `cfg` on `rt` (the slowpath runtime; no targets yet: see
+    /// [`HealthChecker::set_targets`]). `on_change` gets every target's state whenever one
+    /// flips. The tasks end when `shutdown` is cancelled. With `probe = "none"` no task
+    /// starts and `on_change` is dropped at once, never called.
     pub fn spawn(
+        rt: &tokio::runtime::Handle,
         cfg: &config::Health,
         on_change: impl FnMut(HashMap<SocketAddr, bool>) + Send + 'static,
-    ) -> io::Result<HealthChecker> {
+        shutdown: CancellationToken,
+    ) -> HealthChecker {
         let settings = Settings {
             probe: cfg.probe,
             interval: cfg.interval.get().max(Duration::from_millis(1)),
@@ -154,189 +198,152 @@ impl HealthChecker {
             fall: cfg.fall.max(1),
             http_path: cfg.http_path.clone(),
         };
-        let (events, rx) = mpsc::channel();
-        let status: Status = Arc::default();
-        let mut threads = Vec::new();
-        if settings.probe != ProbeKind::None {
-            let (job_tx, job_rx) = mpsc::channel::<Job>();
-            let job_rx = Arc::new(Mutex::new(job_rx));
-            for i in 0..PROBE_THREADS {
-                let job_rx = Arc::clone(&job_rx);
-                let events = events.clone();
-                let s = settings.clone();
-                threads.push(
-                    std::thread::Builder::new()
-                        .name(format!("xvs-probe-{i}"))
-                        .spawn(move || probe_loop(&job_rx, &events, &s))?,
-                );
-            }
-            let status = Arc::clone(&status);
-            threads.push(
-                std::thread::Builder::new()
-                    .name("xvs-health".into())
-                    .spawn(move || {
-                        Scheduler {
-                            settings,
-                            targets: HashMap::new(),
-                            next_gen: 0,
-                            status,
-                            jobs: job_tx,
-                        }
-                        .run(&rx, on_change)
-                    })?,
-            );
-        }
-        Ok(HealthChecker {
-            events,
-            status,
+        let (inbox, rx) = mpsc::unbounded_channel();
+        let shared = Arc::<Shared>::default();
+        let stop = shutdown.child_token();
+        let task = (settings.probe != ProbeKind::None).then(|| {
+            let scheduler = Scheduler {
+                settings: Arc::new(settings),
+                targets: HashMap::new(),
+                orphans: HashSet::new(),
+                shared: Arc::clone(&shared),
+                permits: Arc::new(Semaphore::new(PROBES_MAX)),
+                probes: JoinSet::new(),
+                due: Vec::new(),
+            };
+            rt.spawn(scheduler.run(rx, on_change, stop.clone()))
+        });
+        HealthChecker {
+            inbox,
+            shared,
             probe: cfg.probe,
-            threads,
-        })
+            stop,
+            task,
+        }
     }
 
-    /// Sets the backends to check. Known ones keep their state; new ones start up.
+    /// Sets the backends to check. Known ones keep their state; new ones start up. Never
+    /// blocks; callable from any thread.
     pub fn set_targets(&self, targets: Vec<SocketAddr>) {
         if self.probe == ProbeKind::None {
-            let mut st = self.status.lock().unwrap_or_else(|e| e.into_inner());
+            let mut st = self.shared.status();
             st.retain(|a, _| targets.contains(a));
             for t in targets {
-                st.entry(t).or_insert_with(|| TargetStatus {
-                    tracker: Tracker::new(),
-                    checks: 0,
-                    last_error: None,
-                });
+                st.entry(t).or_insert_with(TargetStatus::new);
             }
             return;
         }
-        let _ = self.events.send(Event::Targets(targets));
+        // Fails only once the scheduler has ended, when nothing is checked any more.
+        let _ = self.inbox.send(Inbound::Targets(targets));
     }
 
     /// A passive failure (e.g. a SYN that got no SYN-ACK): counted as one failed probe.
-    /// Ignored for unknown targets and with `probe = "none"`.
+    /// Ignored for unknown targets, with `probe = "none"`, and when
+    /// [`PASSIVE_PENDING_MAX`] reports already wait. Never blocks; callable from any thread.
     pub fn report_failure(&self, addr: SocketAddr) {
-        if self.probe != ProbeKind::None {
-            let _ = self.events.send(Event::Passive(addr));
+        if self.probe == ProbeKind::None {
+            return;
+        }
+        let pending = &self.shared.passive_pending;
+        if pending.fetch_add(1, Ordering::AcqRel) >= PASSIVE_PENDING_MAX {
+            pending.fetch_sub(1, Ordering::AcqRel);
+            return;
+        }
+        if self.inbox.send(Inbound::Passive(addr)).is_err() {
+            pending.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
     /// Every target's current status (as of the last event the scheduler handled).
     pub fn status(&self) -> HashMap<SocketAddr, TargetStatus> {
-        self.status
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.shared.status().clone()
     }
 
     /// Whether `addr` is up; targets the checker does not know are up.
     pub fn is_up(&self, addr: SocketAddr) -> bool {
-        self.status
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&addr)
-            .is_none_or(|s| s.tracker.up)
+        self.shared.status().get(&addr).is_none_or(|s| s.tracker.up)
     }
 
-    /// Stops the checker and joins its threads (within one probe `timeout`).
-    pub fn stop(mut self) {
-        let _ = self.events.send(Event::Stop);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
+    /// Waits for the checker's tasks to end (after `shutdown` is cancelled: this does not
+    /// stop them). Probes in flight are aborted, so this takes no probe `timeout`. Once it
+    /// returns, `on_change` has been dropped. A panic of `on_change` is resumed here.
+    pub async fn join(mut self) {
+        if let Some(task) = self.task.take()
+            && let Err(e) = task.await
+            && e.is_panic()
+        {
+            std::panic::resume_unwind(e.into_panic());
         }
     }
 }
 
 impl Drop for HealthChecker {
     fn drop(&mut self) {
-        // Without this the probe threads' event senders would keep the scheduler alive.
-        let _ = self.events.send(Event::Stop);
+        // Nobody can set targets or read the status any more: probing on is pointless.
+        self.stop.cancel();
     }
 }
 
 struct Target {
     status: TargetStatus,
-    generation: u64,
     next_due: Instant,
     in_flight: bool,
 }
 
+/// The outcome of one probe task.
+struct Probed {
+    addr: SocketAddr,
+    outcome: Result<(), String>,
+}
+
 struct Scheduler {
-    settings: Settings,
+    settings: Arc<Settings>,
     targets: HashMap<SocketAddr, Target>,
-    next_gen: u64,
-    status: Status,
-    jobs: Sender<Job>,
+    /// Addresses whose probe is still running although they left the targets: a target
+    /// that comes back waits for that probe to end (never two probes of one address).
+    /// At most [`PROBES_MAX`] entries, one per probe task.
+    orphans: HashSet<SocketAddr>,
+    shared: Arc<Shared>,
+    permits: Arc<Semaphore>,
+    probes: JoinSet<Probed>,
+    /// Scratch: the targets due now, earliest first.
+    due: Vec<(Instant, SocketAddr)>,
 }
 
 impl Scheduler {
-    fn run(mut self, rx: &Receiver<Event>, mut on_change: impl FnMut(HashMap<SocketAddr, bool>)) {
+    async fn run(
+        mut self,
+        mut inbox: mpsc::UnboundedReceiver<Inbound>,
+        mut on_change: impl FnMut(HashMap<SocketAddr, bool>),
+        stop: CancellationToken,
+    ) {
         loop {
-            let now = Instant::now();
-            let mut wait = IDLE_WAIT;
-            for (addr, t) in &mut self.targets {
-                if t.in_flight {
-                    continue;
-                }
-                if t.next_due <= now {
-                    t.in_flight = true;
-                    t.next_due = now + self.settings.interval;
-                    let job = Job {
-                        addr: *addr,
-                        generation: t.generation,
-                    };
-                    if self.jobs.send(job).is_err() {
-                        return;
-                    }
-                } else {
-                    wait = wait.min(t.next_due - now);
-                }
-            }
-            let first = match rx.recv_timeout(wait) {
-                Ok(e) => e,
-                Err(RecvTimeoutError::Timeout) => continue,
-                Err(RecvTimeoutError::Disconnected) => return,
-            };
-            // Handle everything queued, then publish once.
+            let wake = self.start_due_probes(Instant::now());
             let mut flipped = false;
-            let mut changed = false;
-            let mut next = Some(first);
-            while let Some(ev) = next {
-                match ev {
-                    Event::Stop => return,
-                    Event::Targets(list) => {
-                        self.set_targets(list);
-                        changed = true;
-                    }
-                    Event::Result {
-                        addr,
-                        generation,
-                        outcome,
-                    } => {
-                        if let Some(t) = self.targets.get_mut(&addr)
-                            && t.generation == generation
-                        {
-                            t.in_flight = false;
-                            flipped |= record(t, outcome, &self.settings);
-                            changed = true;
-                        }
-                    }
-                    Event::Passive(addr) => {
-                        if let Some(t) = self.targets.get_mut(&addr) {
-                            let why = Err("passive: connection attempt failed".to_owned());
-                            flipped |= record(t, why, &self.settings);
-                            changed = true;
-                        }
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => break,
+                msg = inbox.recv() => {
+                    // `None`: every handle is gone, and dropping the last one cancels `stop`.
+                    let Some(msg) = msg else { break };
+                    flipped |= self.handle(msg);
+                    // Handle everything queued, then publish once.
+                    while let Ok(msg) = inbox.try_recv() {
+                        flipped |= self.handle(msg);
                     }
                 }
-                next = rx.try_recv().ok();
+                Some(done) = self.probes.join_next(), if !self.probes.is_empty() => {
+                    flipped |= self.finished(done);
+                    while let Some(done) = self.probes.try_join_next() {
+                        flipped |= self.finished(done);
+                    }
+                }
+                // The next idle target falls due. Without one (all in flight, or due and
+                // waiting for a permit) a finishing probe or a message wakes the loop.
+                () = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)),
+                    if wake.is_some() => continue,
             }
-            if changed {
-                let snapshot = self
-                    .targets
-                    .iter()
-                    .map(|(a, t)| (*a, t.status.clone()))
-                    .collect();
-                *self.status.lock().unwrap_or_else(|e| e.into_inner()) = snapshot;
-            }
+            self.publish();
             if flipped {
                 on_change(
                     self.targets
@@ -346,119 +353,210 @@ impl Scheduler {
                 );
             }
         }
+        // Aborts the probes in flight and waits until they are gone (their sockets closed).
+        self.probes.shutdown().await;
+    }
+
+    /// Starts every due probe a permit is free for, earliest due first; returns when the
+    /// next idle target falls due, if one is not due yet.
+    fn start_due_probes(&mut self, now: Instant) -> Option<Instant> {
+        let mut wake: Option<Instant> = None;
+        self.due.clear();
+        for (addr, t) in &self.targets {
+            if t.in_flight {
+                continue;
+            }
+            if t.next_due <= now {
+                self.due.push((t.next_due, *addr));
+            } else {
+                wake = Some(wake.map_or(t.next_due, |w| w.min(t.next_due)));
+            }
+        }
+        self.due.sort_unstable();
+        for &(_, addr) in &self.due {
+            let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned() else {
+                // Saturated: the rest stay due; the next probe to finish frees a permit.
+                break;
+            };
+            let Some(t) = self.targets.get_mut(&addr) else {
+                continue;
+            };
+            t.in_flight = true;
+            t.next_due = now + self.settings.interval;
+            let settings = Arc::clone(&self.settings);
+            self.probes.spawn(async move {
+                let outcome = probe(addr, &settings).await;
+                drop(permit);
+                Probed { addr, outcome }
+            });
+        }
+        wake
+    }
+
+    /// Applies one message; returns true when a backend flipped.
+    fn handle(&mut self, msg: Inbound) -> bool {
+        match msg {
+            Inbound::Targets(list) => {
+                self.set_targets(list);
+                false
+            }
+            Inbound::Passive(addr) => {
+                self.shared.passive_pending.fetch_sub(1, Ordering::AcqRel);
+                let s = &self.settings;
+                self.targets.get_mut(&addr).is_some_and(|t| {
+                    let why = Err("passive: connection attempt failed".to_owned());
+                    record(addr, t, why, s.rise, s.fall)
+                })
+            }
+        }
+    }
+
+    /// Applies one finished probe; returns true when a backend flipped.
+    fn finished(&mut self, done: Result<Probed, tokio::task::JoinError>) -> bool {
+        let Probed { addr, outcome } = match done {
+            Ok(p) => p,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // Only `shutdown()` aborts probes, and it waits for them itself.
+            Err(_) => return false,
+        };
+        if self.orphans.remove(&addr) {
+            // The probe of a target that left; a comeback may probe now.
+            if let Some(t) = self.targets.get_mut(&addr) {
+                t.in_flight = false;
+            }
+            return false;
+        }
+        let s = &self.settings;
+        self.targets.get_mut(&addr).is_some_and(|t| {
+            t.in_flight = false;
+            record(addr, t, outcome, s.rise, s.fall)
+        })
     }
 
     fn set_targets(&mut self, list: Vec<SocketAddr>) {
-        self.targets.retain(|a, _| list.contains(a));
-        let new: Vec<SocketAddr> = list
+        let keep: HashSet<SocketAddr> = list.iter().copied().collect();
+        let orphans = &mut self.orphans;
+        self.targets.retain(|a, t| {
+            let kept = keep.contains(a);
+            if !kept && t.in_flight {
+                orphans.insert(*a);
+            }
+            kept
+        });
+        let mut new: Vec<SocketAddr> = keep
             .into_iter()
             .filter(|a| !self.targets.contains_key(a))
             .collect();
+        // A stable order, so the spread does not depend on hashing.
+        new.sort_unstable();
         let now = Instant::now();
         let n = new.len() as u32;
         for (i, addr) in new.into_iter().enumerate() {
-            self.next_gen += 1;
             // Spread first probes over one interval instead of probing everyone at once.
             let offset = self.settings.interval * i as u32 / n.max(1);
             self.targets.insert(
                 addr,
                 Target {
-                    status: TargetStatus {
-                        tracker: Tracker::new(),
-                        checks: 0,
-                        last_error: None,
-                    },
-                    generation: self.next_gen,
+                    status: TargetStatus::new(),
                     next_due: now + offset,
-                    in_flight: false,
+                    in_flight: self.orphans.contains(&addr),
                 },
             );
         }
     }
-}
 
-fn record(t: &mut Target, outcome: Result<(), String>, s: &Settings) -> bool {
-    t.status.checks += 1;
-    let ok = outcome.is_ok();
-    t.status.last_error = outcome.err();
-    t.status.tracker.record(ok, s.rise, s.fall)
-}
-
-fn probe_loop(jobs: &Mutex<Receiver<Job>>, events: &Sender<Event>, s: &Settings) {
-    loop {
-        let job = {
-            let Ok(rx) = jobs.lock() else { return };
-            match rx.recv() {
-                Ok(j) => j,
-                Err(_) => return,
-            }
-        };
-        let outcome = probe(job.addr, s);
-        let ev = Event::Result {
-            addr: job.addr,
-            generation: job.generation,
-            outcome,
-        };
-        if events.send(ev).is_err() {
-            return;
-        }
+    fn publish(&self) {
+        let snapshot = self
+            .targets
+            .iter()
+            .map(|(a, t)| (*a, t.status.clone()))
+            .collect();
+        *self.shared.status() = snapshot;
     }
 }
 
-fn probe(addr: SocketAddr, s: &Settings) -> Result<(), String> {
+/// Records one outcome for `t`; returns true when it flipped.
+fn record(
+    addr: SocketAddr,
+    t: &mut Target,
+    outcome: Result<(), String>,
+    rise: u32,
+    fall: u32,
+) -> bool {
+    t.status.checks += 1;
+    let ok = outcome.is_ok();
+    t.status.last_error = outcome.err();
+    let flipped = t.status.tracker.record(ok, rise, fall);
+    let error = t.status.last_error.as_deref().unwrap_or_default();
+    match (flipped, t.status.tracker.up) {
+        (true, true) => tracing::info!(backend = %addr, checks = t.status.checks, "backend up"),
+        (true, false) => {
+            tracing::warn!(backend = %addr, checks = t.status.checks, error, "backend down");
+        }
+        (false, _) if !ok => tracing::debug!(backend = %addr, error, "health check failed"),
+        (false, _) => {}
+    }
+    flipped
+}
+
+async fn probe(addr: SocketAddr, s: &Settings) -> Result<(), String> {
     match s.probe {
         ProbeKind::None => Ok(()),
-        ProbeKind::Tcp => probe_tcp(addr, s.timeout),
-        ProbeKind::Http => probe_http(addr, s.timeout, &s.http_path),
+        ProbeKind::Tcp => probe_tcp(addr, s.timeout).await,
+        ProbeKind::Http => probe_http(addr, s.timeout, &s.http_path).await,
     }
 }
 
 /// A TCP connect within `timeout`.
-pub fn probe_tcp(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
-    TcpStream::connect_timeout(&addr, timeout)
-        .map(drop)
-        .map_err(|e| format!("tcp connect: {e}"))
+pub async fn probe_tcp(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
+    match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+        Ok(Ok(_conn)) => Ok(()),
+        Ok(Err(e)) => Err(format!("tcp connect: {e}")),
+        Err(_) => Err("tcp connect: timed out".to_owned()),
+    }
 }
 
-/// `GET path HTTP/1.0` within `timeout`; healthy on a 2xx or 3xx status line.
-pub fn probe_http(addr: SocketAddr, timeout: Duration, path: &str) -> Result<(), String> {
-    let deadline = Instant::now() + timeout;
-    let left = || {
-        deadline
-            .checked_duration_since(Instant::now())
-            .filter(|d| !d.is_zero())
-            .ok_or_else(|| "http: timed out".to_owned())
-    };
-    let mut conn =
-        TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("http connect: {e}"))?;
-    conn.set_write_timeout(Some(left()?))
-        .map_err(|e| e.to_string())?;
+/// `GET path HTTP/1.0` within `timeout` (connect, write and read together); healthy on a
+/// 2xx or 3xx status line.
+pub async fn probe_http(addr: SocketAddr, timeout: Duration, path: &str) -> Result<(), String> {
+    let mut stage = "connecting";
+    let result = tokio::time::timeout(timeout, http_exchange(addr, path, &mut stage)).await;
+    result.unwrap_or_else(|_| Err(format!("http: timed out {stage}")))
+}
+
+/// One HTTP exchange, without a deadline; `stage` says how far it got.
+async fn http_exchange(
+    addr: SocketAddr,
+    path: &str,
+    stage: &mut &'static str,
+) -> Result<(), String> {
+    let mut conn = TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("http connect: {e}"))?;
+    *stage = "writing the request";
     let req = format!(
         "GET {path} HTTP/1.0\r\nHost: {addr}\r\nUser-Agent: xvs-health\r\nConnection: close\r\n\r\n"
     );
     conn.write_all(req.as_bytes())
+        .await
         .map_err(|e| format!("http write: {e}"))?;
+    *stage = "waiting for the status line";
     let mut buf = Vec::with_capacity(128);
     let mut chunk = [0u8; 256];
     while !buf.contains(&b'\n') && buf.len() < STATUS_LINE_MAX {
-        conn.set_read_timeout(Some(left()?))
-            .map_err(|e| e.to_string())?;
-        match conn.read(&mut chunk) {
+        match conn.read(&mut chunk).await {
             Ok(0) => break,
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err("http: timed out waiting for the status line".to_owned());
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(format!("http read: {e}")),
         }
     }
-    let line = buf.split(|&b| b == b'\n').next().unwrap_or_default();
+    status_verdict(&buf)
+}
+
+/// Judges the start of a response: healthy on a 2xx or 3xx status line.
+fn status_verdict(head: &[u8]) -> Result<(), String> {
+    let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
     let line = String::from_utf8_lossy(line);
     let mut parts = line.split_whitespace();
     let (Some(version), Some(code)) = (parts.next(), parts.next()) else {
@@ -521,5 +619,30 @@ mod tests {
             assert!(!t.record(false, 3, 3));
         }
         assert!(!t.up, "never three successes in a row");
+    }
+
+    #[test]
+    fn status_lines_are_judged_by_their_code() {
+        for ok in [
+            &b"HTTP/1.0 200 OK\r\n"[..],
+            b"HTTP/1.1 204 No Content\r\nServer: x\r\n",
+            b"HTTP/1.0 302 Found\n",
+            b"HTTP/1.0 399",
+        ] {
+            assert_eq!(
+                status_verdict(ok),
+                Ok(()),
+                "{:?}",
+                String::from_utf8_lossy(ok)
+            );
+        }
+        let err = |head: &[u8]| status_verdict(head).unwrap_err();
+        assert_eq!(err(b"HTTP/1.0 500 Oops\r\n"), "http: status 500");
+        assert_eq!(err(b"HTTP/1.0 199 Early\r\n"), "http: status 199");
+        assert_eq!(err(b"HTTP/1.0 404 Not Found\r\n"), "http: status 404");
+        assert_eq!(err(b""), "http: no status line");
+        assert_eq!(err(b"HTTP/1.0\r\n"), "http: no status line");
+        assert!(err(b"SSH-2.0 OpenSSH\r\n").contains("not an HTTP status line"));
+        assert!(err(b"HTTP/1.0 abc\r\n").contains("bad status code"));
     }
 }

@@ -1,17 +1,20 @@
-//! The health checker against real sockets on 127.0.0.1. Intervals are tens of
-//! milliseconds; waits are generous and only bound how long a failure takes to show.
+//! The health checker against real sockets on 127.0.0.1, on a two-worker runtime like the
+//! daemon's. Intervals are tens of milliseconds; waits are generous and only bound how long a
+//! failure takes to show.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use config::{Dur, Health, ProbeKind};
-use slowpath::health::{HealthChecker, PROBE_THREADS, TargetStatus};
+use slowpath::health::{HealthChecker, PROBES_MAX, TargetStatus};
+use tokio::runtime::Runtime;
+use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -26,33 +29,78 @@ fn cfg(probe: ProbeKind, interval_ms: u64, timeout_ms: u64, rise: u32, fall: u32
     }
 }
 
+fn runtime() -> Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 type Change = (HashMap<SocketAddr, bool>, HashMap<SocketAddr, TargetStatus>);
+
+/// A checker on its own runtime, with its shutdown token.
+struct Checker {
+    rt: Runtime,
+    hc: Arc<HealthChecker>,
+    shutdown: CancellationToken,
+}
+
+impl std::ops::Deref for Checker {
+    type Target = HealthChecker;
+    fn deref(&self) -> &HealthChecker {
+        &self.hc
+    }
+}
+
+impl Checker {
+    /// Cancels the token and joins the checker, failing the test if that takes over `WAIT`.
+    fn stop(self) {
+        self.shutdown.cancel();
+        // `on_change` may hold a strong reference for a moment (see `checker`).
+        let t0 = Instant::now();
+        let mut hc = self.hc;
+        let hc = loop {
+            match Arc::try_unwrap(hc) {
+                Ok(hc) => break hc,
+                Err(again) => hc = again,
+            }
+            assert!(t0.elapsed() < WAIT, "the checker is still referenced");
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        join_within_wait(&self.rt, hc);
+    }
+}
+
+/// Joins `hc`, failing the test if it takes over `WAIT`.
+fn join_within_wait(rt: &Runtime, hc: HealthChecker) {
+    rt.block_on(async { tokio::time::timeout(WAIT, hc.join()).await })
+        .expect("the checker ends within WAIT of the cancellation");
+}
 
 /// A checker whose `on_change` reports the new states together with the checker's status at
 /// that moment (the counts that caused the flip).
-fn checker(c: &Health) -> (Arc<HealthChecker>, Receiver<Change>) {
+fn checker(c: &Health) -> (Checker, Receiver<Change>) {
     let (tx, rx) = mpsc::channel();
     let slot: Arc<OnceLock<Weak<HealthChecker>>> = Arc::default();
     let slot2 = Arc::clone(&slot);
-    let hc = Arc::new(
-        HealthChecker::spawn(c, move |states| {
+    let rt = runtime();
+    let shutdown = CancellationToken::new();
+    let hc = Arc::new(HealthChecker::spawn(
+        rt.handle(),
+        c,
+        move |states| {
             let status = slot2
                 .get()
                 .and_then(Weak::upgrade)
                 .map(|c| c.status())
                 .unwrap_or_default();
             let _ = tx.send((states, status));
-        })
-        .unwrap(),
-    );
+        },
+        shutdown.clone(),
+    ));
     slot.set(Arc::downgrade(&hc)).unwrap();
-    (hc, rx)
-}
-
-fn stop(hc: Arc<HealthChecker>) {
-    if let Ok(hc) = Arc::try_unwrap(hc) {
-        hc.stop();
-    }
+    (Checker { rt, hc, shutdown }, rx)
 }
 
 /// Accepts and closes connections until stopped; dropping it closes the listener.
@@ -181,7 +229,7 @@ fn tcp_backend_falls_and_rises_with_exact_counts() {
         "up after exactly `rise`"
     );
     assert!(hc.is_up(addr));
-    stop(hc);
+    hc.stop();
 }
 
 #[test]
@@ -217,7 +265,7 @@ fn http_probe_judges_the_status_code() {
     let (states, status) = changes.recv_timeout(WAIT).expect("an up flip");
     assert!(states[&addr]);
     assert_eq!(status[&addr].tracker.successes, 2);
-    stop(hc);
+    hc.stop();
 }
 
 #[test]
@@ -238,7 +286,7 @@ fn a_backend_that_never_answers_times_out() {
     );
     // Two probes of at most 40 ms each, one interval apart: far below the generous bound.
     assert!(t0.elapsed() < Duration::from_secs(5));
-    stop(hc);
+    hc.stop();
     drop(silent);
 }
 
@@ -262,18 +310,26 @@ fn passive_failures_count_like_failed_probes() {
     assert!(!states[&addr]);
     assert_eq!(status[&addr].tracker.failures, 2);
     assert_eq!(status.len(), 1);
-    stop(hc);
+    hc.stop();
+}
+
+/// `n` addresses on `ip` that refuse connections: bound, never listening, held until the
+/// vector drops (so no other test's listener can take the port meanwhile).
+fn refusing(ip: &str, n: usize) -> Vec<tokio::net::TcpSocket> {
+    (0..n)
+        .map(|_| {
+            let s = tokio::net::TcpSocket::new_v4().unwrap();
+            s.bind(SocketAddr::new(ip.parse().unwrap(), 0)).unwrap();
+            s
+        })
+        .collect()
 }
 
 #[test]
-fn many_backends_share_the_small_pool() {
-    // More targets than probe threads, all refusing: every one is judged.
-    let addrs: Vec<SocketAddr> = (0..PROBE_THREADS * 3)
-        .map(|_| {
-            let l = TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap() // closed when `l` drops: refused
-        })
-        .collect();
+fn many_backends_share_the_bounded_pool() {
+    // More targets than probes may run at once, all refusing: every one is judged.
+    let refusing = refusing("127.0.0.2", PROBES_MAX * 3);
+    let addrs: Vec<SocketAddr> = refusing.iter().map(|s| s.local_addr().unwrap()).collect();
     let (hc, changes) = checker(&cfg(ProbeKind::Tcp, 20, 20, 1, 1));
     hc.set_targets(addrs.clone());
     wait_until("every backend down", || {
@@ -285,7 +341,158 @@ fn many_backends_share_the_small_pool() {
     wait_until("the smaller set", || hc.status().len() == 2);
     assert!(!hc.is_up(addrs[0]));
     assert!(hc.is_up(addrs[5]), "unknown targets count as up");
-    stop(hc);
+    hc.stop();
+}
+
+#[test]
+fn a_saturated_pool_delays_probes_and_cancelling_aborts_them() {
+    // Twice as many targets as permits, each a listener that completes handshakes (kernel
+    // backlog) and never answers: every HTTP probe hangs for its 60 s timeout. Its own
+    // loopback address keeps other tests' probes away from these ports.
+    let listeners: Vec<TcpListener> = (0..PROBES_MAX * 2)
+        .map(|_| {
+            let l = TcpListener::bind("127.0.0.3:0").unwrap();
+            l.set_nonblocking(true).unwrap();
+            l
+        })
+        .collect();
+    let addrs: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
+    let mut held: Vec<TcpStream> = Vec::new();
+    let accept_all = |held: &mut Vec<TcpStream>| {
+        for l in &listeners {
+            while let Ok((c, _)) = l.accept() {
+                held.push(c);
+            }
+        }
+    };
+    let alive = Arc::new(());
+    let (tx, changes) = mpsc::channel();
+    let rt = runtime();
+    let shutdown = CancellationToken::new();
+    let hc = {
+        let alive = Arc::clone(&alive);
+        HealthChecker::spawn(
+            rt.handle(),
+            &cfg(ProbeKind::Http, 20, 60_000, 1, 1),
+            move |states| {
+                let _alive = &alive;
+                let _ = tx.send(states);
+            },
+            shutdown.clone(),
+        )
+    };
+    hc.set_targets(addrs.clone());
+    wait_until("PROBES_MAX probes connected", || {
+        accept_all(&mut held);
+        held.len() >= PROBES_MAX
+    });
+    // A pool that ignored its bound would show it within milliseconds; a correct one can
+    // never fail here, whatever the pause.
+    std::thread::sleep(Duration::from_millis(200));
+    accept_all(&mut held);
+    assert_eq!(held.len(), PROBES_MAX, "at most PROBES_MAX probes at once");
+    let status = hc.status();
+    assert_eq!(status.len(), addrs.len());
+    assert!(status.values().all(|s| s.checks == 0), "none has finished");
+
+    // Cancelling ends the checker without waiting for the probes' timeouts.
+    shutdown.cancel();
+    join_within_wait(&rt, hc);
+    assert_eq!(Arc::strong_count(&alive), 1, "on_change is dropped by join");
+    assert_eq!(changes.try_recv(), Err(mpsc::TryRecvError::Disconnected));
+    // The aborted probes closed their connections, and no probe started after join.
+    for c in &mut held {
+        c.set_nonblocking(false).unwrap();
+        c.set_read_timeout(Some(WAIT)).unwrap();
+        let mut request = Vec::new();
+        match c.read_to_end(&mut request) {
+            Ok(_) => {}
+            Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
+        }
+    }
+    accept_all(&mut held);
+    assert_eq!(held.len(), PROBES_MAX);
+}
+
+#[test]
+fn a_target_that_comes_back_waits_for_its_running_probe() {
+    // Never answers: the probe hangs until its connection is closed.
+    let l = TcpListener::bind("127.0.0.4:0").unwrap();
+    l.set_nonblocking(true).unwrap();
+    let addr = l.local_addr().unwrap();
+    let mut held: Vec<TcpStream> = Vec::new();
+    let accept = |held: &mut Vec<TcpStream>| {
+        while let Ok((c, _)) = l.accept() {
+            held.push(c);
+        }
+    };
+    let (hc, _changes) = checker(&cfg(ProbeKind::Http, 10, 60_000, 1, 1));
+    hc.set_targets(vec![addr]);
+    wait_until("the first probe", || {
+        accept(&mut held);
+        !held.is_empty()
+    });
+    // It leaves and comes back while its probe still runs.
+    hc.set_targets(vec![]);
+    hc.set_targets(vec![addr]);
+    wait_until("the comeback", || hc.status().contains_key(&addr));
+    // A second probe would show within milliseconds; a correct checker never starts one.
+    std::thread::sleep(Duration::from_millis(200));
+    accept(&mut held);
+    assert_eq!(held.len(), 1, "never two probes of one backend at once");
+    // The old probe ends (no status line); its outcome is not the comeback's.
+    held.clear();
+    wait_until("the comeback's own probe", || {
+        accept(&mut held);
+        !held.is_empty()
+    });
+    assert_eq!(
+        hc.status()[&addr].checks,
+        0,
+        "the old probe's outcome is dropped"
+    );
+    hc.stop();
+}
+
+#[test]
+fn cancelling_ends_the_checker_and_drops_its_callback() {
+    let refusing = refusing("127.0.0.2", 1);
+    let addr = refusing[0].local_addr().unwrap();
+    let alive = Arc::new(());
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (tx, changes) = mpsc::channel();
+    let rt = runtime();
+    let shutdown = CancellationToken::new();
+    let hc = {
+        let (alive, calls) = (Arc::clone(&alive), Arc::clone(&calls));
+        HealthChecker::spawn(
+            rt.handle(),
+            &cfg(ProbeKind::Tcp, 10, 20, 1, 1),
+            move |states| {
+                let _alive = &alive;
+                calls.fetch_add(1, Ordering::SeqCst);
+                let _ = tx.send(states);
+            },
+            shutdown.clone(),
+        )
+    };
+    hc.set_targets(vec![addr]);
+    let states = changes.recv_timeout(WAIT).expect("a down flip");
+    assert_eq!(states, HashMap::from([(addr, false)]));
+    // Probes keep running until the token is cancelled.
+    wait_until("more probes", || {
+        hc.status().get(&addr).is_some_and(|s| s.checks >= 3)
+    });
+    shutdown.cancel();
+    join_within_wait(&rt, hc);
+    let seen = calls.load(Ordering::SeqCst);
+    assert_eq!(Arc::strong_count(&alive), 1, "on_change is dropped by join");
+    assert_eq!(
+        changes.recv_timeout(Duration::from_millis(100)),
+        Err(RecvTimeoutError::Disconnected)
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), seen, "no call after join");
+    assert_eq!(seen, 1, "one flip, one call");
 }
 
 #[test]
@@ -298,5 +505,5 @@ fn probe_none_keeps_everyone_up() {
     assert!(hc.is_up(addr));
     assert_eq!(hc.status()[&addr].checks, 0);
     assert!(changes.try_recv().is_err());
-    stop(hc);
+    hc.stop();
 }
