@@ -11,9 +11,12 @@
 //!   inside a connected prefix), so nothing leaves for any other address.
 //! - [`NeighbourWatcher`] re-reads on netlink events and every `period`, calls back only when
 //!   the table changed, and turns the fastpath's reports of unresolved next hops into
-//!   rate-limited solicitations.
+//!   rate-limited solicitations. It is a task on the slowpath's tokio runtime; the sockets
+//!   it uses are all opened when it starts, in the caller's network namespace (see its
+//!   module doc).
 //!
-//! Everything here is synchronous and off the hot path: plain sockets and one thread.
+//! [`read_l2`] and [`solicit`] are synchronous and off the hot path: plain sockets, opened
+//! per call in the calling thread's network namespace.
 
 mod dump;
 mod watcher;
@@ -100,12 +103,17 @@ pub enum NeighError {
 /// Works in the calling thread's network namespace. A multipath route contributes its
 /// first next hop on a configured interface.
 pub fn read_l2(interfaces: &[String]) -> Result<L2Table, NeighError> {
+    read_l2_on(&mut dump::Dumper::open()?, interfaces)
+}
+
+/// [`read_l2`] over an open dump socket: the namespace read is the socket's, whichever
+/// thread calls.
+fn read_l2_on(sock: &mut dump::Dumper, interfaces: &[String]) -> Result<L2Table, NeighError> {
     if interfaces.len() > usize::from(u16::MAX) + 1 {
         return Err(NeighError::TooManyInterfaces {
             count: interfaces.len(),
         });
     }
-    let mut sock = dump::Dumper::open()?;
     let links = sock.links()?;
     let mut ifindex_port: Vec<(u32, u16)> = Vec::with_capacity(interfaces.len());
     let mut port_macs = Vec::with_capacity(interfaces.len());
@@ -152,48 +160,85 @@ pub fn read_l2(interfaces: &[String]) -> Result<L2Table, NeighError> {
 /// Asks the kernel to resolve `ip` on `interface` (ARP for IPv4, neighbour discovery for
 /// IPv6) by sending one empty UDP datagram to `ip`'s discard port through a socket bound
 /// to `interface`. `ip` must be an on-link next hop: the datagram goes to it alone.
+///
+/// Works in the calling thread's network namespace.
 pub fn solicit(ip: IpAddr, interface: &str) -> Result<(), NeighError> {
-    let err = |source| NeighError::Solicit {
-        ip,
-        interface: interface.to_owned(),
-        source,
+    let sock = solicit_socket(ip.is_ipv6()).map_err(|e| solicit_error(ip, interface, e))?;
+    solicit_on(&sock, ip, interface)
+}
+
+/// A non-blocking UDP socket of one family for [`solicit_on`], bound to no device yet. It
+/// stays in the network namespace it was opened in, whichever thread uses it later.
+fn solicit_socket(ipv6: bool) -> std::io::Result<UdpSocket> {
+    let any: SocketAddr = if ipv6 {
+        (Ipv6Addr::UNSPECIFIED, 0).into()
+    } else {
+        (Ipv4Addr::UNSPECIFIED, 0).into()
     };
-    let (bind, dst): (SocketAddr, SocketAddr) = match ip {
-        IpAddr::V4(v4) => ((Ipv4Addr::UNSPECIFIED, 0).into(), (v4, DISCARD_PORT).into()),
+    let sock = UdpSocket::bind(any)?;
+    sock.set_nonblocking(true)?;
+    Ok(sock)
+}
+
+/// [`solicit`] through `sock` (of `ip`'s family): binds it to `interface` (rebinding it if
+/// an earlier call bound it elsewhere) and sends. Interface names are resolved in the
+/// socket's namespace.
+fn solicit_on(sock: &UdpSocket, ip: IpAddr, interface: &str) -> Result<(), NeighError> {
+    let err = |source| solicit_error(ip, interface, source);
+    bind_to_device(sock, interface).map_err(err)?;
+    let dst: SocketAddr = match ip {
+        IpAddr::V4(v4) => (v4, DISCARD_PORT).into(),
         IpAddr::V6(v6) => {
             // A link-local address means nothing without its link.
             let scope_id = if v6.is_unicast_link_local() {
-                ifindex(interface).map_err(err)?
+                ifindex(sock, interface).map_err(err)?
             } else {
                 0
             };
-            (
-                (Ipv6Addr::UNSPECIFIED, 0).into(),
-                SocketAddrV6::new(v6, DISCARD_PORT, 0, scope_id).into(),
-            )
+            SocketAddrV6::new(v6, DISCARD_PORT, 0, scope_id).into()
         }
     };
-    let sock = UdpSocket::bind(bind).map_err(err)?;
-    bind_to_device(&sock, interface).map_err(err)?;
     sock.send_to(&[], dst).map_err(err)?;
     Ok(())
 }
 
-fn ifindex(interface: &str) -> std::io::Result<u32> {
-    let name = std::ffi::CString::new(interface)
-        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-    // SAFETY: `name` is a valid NUL-terminated string that outlives the call.
-    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
-    if index == 0 {
-        return Err(std::io::Error::last_os_error());
+fn solicit_error(ip: IpAddr, interface: &str, source: std::io::Error) -> NeighError {
+    NeighError::Solicit {
+        ip,
+        interface: interface.to_owned(),
+        source,
     }
-    Ok(index)
 }
 
-fn bind_to_device(sock: &UdpSocket, interface: &str) -> std::io::Result<()> {
+/// `interface`'s index in `sock`'s network namespace (`SIOCGIFINDEX`; `if_nametoindex`
+/// would ask the calling thread's).
+fn ifindex(sock: &UdpSocket, interface: &str) -> std::io::Result<u32> {
+    check_ifname(interface)?;
+    // SAFETY: `ifreq` is plain old data; all zeroes is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, &src) in req.ifr_name.iter_mut().zip(interface.as_bytes()) {
+        *dst = src as libc::c_char;
+    }
+    // SAFETY: `req` is a live ifreq whose name is NUL-terminated (checked length, zeroed).
+    let rc = unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFINDEX as _, &raw mut req) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: SIOCGIFINDEX succeeded, so the kernel wrote the index member.
+    let index = unsafe { req.ifr_ifru.ifru_ifindex };
+    u32::try_from(index).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidData))
+}
+
+/// An interface name the kernel could accept: non-empty, shorter than `IFNAMSIZ`, no NUL.
+fn check_ifname(interface: &str) -> std::io::Result<()> {
     if interface.is_empty() || interface.len() >= libc::IFNAMSIZ || interface.contains('\0') {
         return Err(std::io::Error::from(std::io::ErrorKind::InvalidInput));
     }
+    Ok(())
+}
+
+fn bind_to_device(sock: &UdpSocket, interface: &str) -> std::io::Result<()> {
+    check_ifname(interface)?;
     // SAFETY: the option value is `interface`'s bytes, valid for the length passed.
     let rc = unsafe {
         libc::setsockopt(

@@ -4,15 +4,25 @@
 //!
 //! Needs root (network namespaces); skipped otherwise. Addresses are from the benchmarking
 //! ranges 198.18.0.0/15 and 2001:2::/48 only, and every namespace is deleted on every exit.
+//!
+//! Only one thread at a time enters namespace A (`setns`); the watcher's runtime is built
+//! outside it, so its threads stay in the test's own namespace: the watcher must watch A
+//! all the same, because it is spawned from a thread in A.
 
 use std::net::IpAddr;
 use std::process::Command;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use fastpath::snapshot::{L2Table, Neighbour, Route};
 use slowpath::neigh::{NeighError, NeighbourWatcher, read_l2, solicit};
+use tokio::runtime::Runtime;
+use tokio_util::sync::CancellationToken;
+
+/// The longest a watcher may take to end once cancelled.
+const JOIN_WAIT: Duration = Duration::from_secs(10);
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
@@ -52,6 +62,35 @@ fn mac_of(ns: &str, interface: &str) -> [u8; 6] {
         String::from_utf8_lossy(&out.stderr)
     );
     parse_mac(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+/// `interface`'s link-local address in `ns`, once duplicate address detection is done
+/// (a tentative address answers no neighbour solicitation); up to 5 s.
+fn link_local_of(ns: &str, interface: &str) -> IpAddr {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let out = Command::new("ip")
+            .args([
+                "-n", ns, "-6", "-o", "addr", "show", "dev", interface, "scope", "link",
+            ])
+            .output()
+            .expect("run ip");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let addr = text
+            .split_whitespace()
+            .skip_while(|w| *w != "inet6")
+            .nth(1)
+            .and_then(|a| a.split('/').next())
+            .map(ip);
+        match addr {
+            Some(a) if !text.contains("tentative") => return a,
+            _ => assert!(
+                Instant::now() < deadline,
+                "no usable link-local address on {interface}: {text}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 fn parse_mac(s: &str) -> [u8; 6] {
@@ -295,15 +334,22 @@ fn solicit_resolves_the_peer_and_skips_incomplete_entries() {
     let peer0 = mac_of(&lab.b, &lab.peers[0]);
     let peer1 = mac_of(&lab.b, &lab.peers[1]);
     let interfaces = lab.interfaces();
+    // A link-local next hop needs its link's index (the scope) to be reached at all. The
+    // peer's is the kernel's own (no address outside the benchmarking ranges is added).
+    let peer1_ll = link_local_of(&lab.b, &lab.peers[1]);
+    let peer1_ll_s = peer1_ll.to_string();
     lab.in_a(|| {
         let t = read_l2(&interfaces).unwrap();
         assert!(neighbour(&t, "198.18.0.2").is_none());
         solicit(ip("198.18.0.2"), &p0).unwrap();
         solicit(ip("2001:2:0:1::2"), &p1).unwrap();
+        solicit(peer1_ll, &p1).unwrap();
         // Nobody has this one: it stays INCOMPLETE, then FAILED, never usable.
         solicit(ip("198.18.0.99"), &p0).unwrap();
         let t = poll_l2(&interfaces, |t| {
-            neighbour(t, "198.18.0.2").is_some() && neighbour(t, "2001:2:0:1::2").is_some()
+            neighbour(t, "198.18.0.2").is_some()
+                && neighbour(t, "2001:2:0:1::2").is_some()
+                && neighbour(t, &peer1_ll_s).is_some()
         });
         assert_eq!(
             neighbour(&t, "198.18.0.2"),
@@ -321,8 +367,31 @@ fn solicit_resolves_the_peer_and_skips_incomplete_entries() {
                 port: Some(1)
             })
         );
+        assert_eq!(
+            neighbour(&t, &peer1_ll_s),
+            Some(Neighbour {
+                ip: peer1_ll,
+                mac: peer1,
+                port: Some(1)
+            })
+        );
         assert!(neighbour(&t, "198.18.0.99").is_none(), "{:?}", t.neighbours);
     });
+}
+
+/// A two-worker runtime like the daemon's, built on the calling thread (so outside A).
+fn runtime() -> Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Joins `watcher`, failing the test if it takes over `JOIN_WAIT`.
+fn join_within_wait(rt: &Runtime, watcher: NeighbourWatcher) {
+    rt.block_on(async { tokio::time::timeout(JOIN_WAIT, watcher.join()).await })
+        .expect("the watcher ends within JOIN_WAIT of the cancellation");
 }
 
 #[test]
@@ -332,12 +401,29 @@ fn watcher_reports_changes_and_solicits_requests() {
     }
     let lab = Lab::new();
     let peer1 = mac_of(&lab.b, &lab.peers[1]);
+    let rt = runtime();
+    // The runtime's threads are not in A: there, A's interfaces do not exist.
+    let interfaces = lab.interfaces();
+    let elsewhere = rt
+        .block_on(rt.spawn(async move { read_l2(&interfaces) }))
+        .unwrap();
+    assert!(
+        matches!(elsewhere, Err(NeighError::NoSuchInterface { .. })),
+        "{elsewhere:?}"
+    );
+    let shutdown = CancellationToken::new();
     let (tx, rx) = mpsc::channel();
     // A long period: changes must arrive through netlink events and requests.
     let watcher = lab.in_a(|| {
-        NeighbourWatcher::spawn(lab.interfaces(), Duration::from_secs(30), move |t| {
-            let _ = tx.send(t);
-        })
+        NeighbourWatcher::spawn(
+            rt.handle(),
+            lab.interfaces(),
+            Duration::from_secs(30),
+            move |t| {
+                let _ = tx.send(t);
+            },
+            shutdown.clone(),
+        )
         .unwrap()
     });
     let recv = |pred: &dyn Fn(&L2Table) -> bool| -> L2Table {
@@ -353,6 +439,7 @@ fn watcher_reports_changes_and_solicits_requests() {
     };
     let first = recv(&|_| true);
     assert_eq!(first.port_macs.len(), 2);
+    assert_eq!(first.port_macs[0], mac_of(&lab.a, &lab.ports[0]));
 
     run(&[
         "-n",
@@ -369,12 +456,66 @@ fn watcher_reports_changes_and_solicits_requests() {
     ]);
     recv(&|t| neighbour(t, "198.18.0.88").is_some());
 
-    // On-link on port 1: the watcher finds the port from the routes and solicits.
+    // On-link on port 1: the watcher finds the port from the routes and solicits (through a
+    // socket opened in A, from a thread that is not).
     watcher.request(ip("198.18.1.2"));
     let t = recv(&|t| neighbour(t, "198.18.1.2").is_some());
     assert_eq!(neighbour(&t, "198.18.1.2").unwrap().mac, peer1);
     assert_eq!(watcher.last_error(), None);
-    watcher.stop();
+    shutdown.cancel();
+    join_within_wait(&rt, watcher);
+}
+
+#[test]
+fn cancelling_ends_the_watcher_and_drops_its_callback() {
+    if !is_root() {
+        return;
+    }
+    let lab = Lab::new();
+    let rt = runtime();
+    let shutdown = CancellationToken::new();
+    let alive = Arc::new(());
+    let (tx, rx) = mpsc::channel();
+    let watcher = lab.in_a(|| {
+        let alive = Arc::clone(&alive);
+        NeighbourWatcher::spawn(
+            rt.handle(),
+            lab.interfaces(),
+            Duration::from_millis(10),
+            move |t| {
+                let _alive = &alive;
+                let _ = tx.send(t);
+            },
+            shutdown.clone(),
+        )
+        .unwrap()
+    });
+    rx.recv_timeout(Duration::from_secs(2))
+        .expect("the first table");
+    let requester = watcher.requester();
+    shutdown.cancel();
+    join_within_wait(&rt, watcher);
+    assert_eq!(Arc::strong_count(&alive), 1, "on_change is dropped by join");
+    // A requester that outlives the watcher is harmless.
+    requester.request(ip("198.18.0.2"));
+    // A change after join reaches nobody.
+    run(&[
+        "-n",
+        &lab.a,
+        "neigh",
+        "add",
+        "198.18.0.89",
+        "lladdr",
+        "02:00:00:00:00:89",
+        "nud",
+        "permanent",
+        "dev",
+        &lab.ports[0],
+    ]);
+    while let Ok(t) = rx.try_recv() {
+        assert!(neighbour(&t, "198.18.0.89").is_none(), "a call after join");
+    }
+    assert_eq!(rx.try_recv(), Err(mpsc::TryRecvError::Disconnected));
 }
 
 #[test]

@@ -1,36 +1,66 @@
-//! The background thread that keeps an [`L2Table`] current.
+//! The task that keeps an [`L2Table`] current.
 //!
-//! One thread waits on three things with `poll`: a NETLINK_ROUTE socket subscribed to link,
-//! neighbour and route events; an eventfd that [`NeighbourRequester::request`] and `stop`
-//! ring; and the periodic re-read deadline. Events only bring the next re-read forward (at
-//! most one per [`EVENT_DEBOUNCE`]), so a burst of kernel changes costs one dump. The
+//! One task on the slowpath runtime waits on four things: a NETLINK_ROUTE socket subscribed to
+//! link, neighbour and route events (non-blocking, through [`AsyncFd`]); a bounded queue of
+//! the next hops [`NeighbourRequester::request`] reports; the periodic re-read deadline; and
+//! the shutdown token. Events only bring the next re-read forward (at most one per
+//! [`EVENT_DEBOUNCE`] after the last), so a burst of kernel changes costs one dump. The
 //! periodic read stays as the safety net for events lost to a full socket buffer.
+//!
+//! Requests beyond [`REQUESTS_MAX`] queued are dropped (the fastpath reports again on its
+//! next frame to that destination). Each next hop is solicited at most once per
+//! [`SOLICIT_INTERVAL`]; at most [`SOLICITED_MAX`] next hops are remembered for that, and
+//! past it new ones wait until a re-read prunes the expired entries.
+//!
+//! # Network namespaces
+//!
+//! A socket belongs to the network namespace of the thread that opened it, for its whole
+//! life, whichever thread uses it later; but the runtime's worker and blocking threads need
+//! not be in the namespace of the thread that calls [`NeighbourWatcher::spawn`]. In the
+//! daemon they are (xvs runs whole under `ip netns exec`), in the tests they are not (one
+//! thread enters a namespace with `setns`). So `spawn` opens, synchronously and on the
+//! caller's thread, every socket the watcher will ever use: the event socket, the dump
+//! socket the re-reads use and one UDP socket per address family for solicitations. The
+//! task opens none and resolves interface names only through those sockets
+//! (`SO_BINDTODEVICE`, `SIOCGIFINDEX`), so it watches the caller's namespace whatever
+//! thread runs it, without a thread of its own.
+//!
+//! A dump is a few milliseconds of blocking socket I/O: it runs in `spawn_blocking`, the
+//! dump socket moved there and back, so it never holds a runtime worker. The task ends when
+//! the shutdown token is cancelled (or the watcher dropped), also in the middle of a dump;
+//! `on_change` runs on the task only, so once [`NeighbourWatcher::join`] returns it has been
+//! dropped and is never called again.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::net::{IpAddr, UdpSocket};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fastpath::snapshot::L2Table;
 use netlink_sys::{Socket, protocols::NETLINK_ROUTE};
+use tokio::io::Interest;
+use tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
-use super::{read_l2, solicit};
+use super::dump::Dumper;
+use super::{NeighError, read_l2_on, solicit_on, solicit_socket};
 
 /// How long after a re-read a netlink event may trigger the next one.
 const EVENT_DEBOUNCE: Duration = Duration::from_millis(20);
 /// The shortest interval between two solicitations of one next hop.
 const SOLICIT_INTERVAL: Duration = Duration::from_secs(1);
-/// Unresolved next hops waiting for the watcher thread; more are dropped (the fastpath
+/// Unresolved next hops waiting for the watcher task; more are dropped (the fastpath
 /// reports again on its next frame to them).
 const REQUESTS_MAX: usize = 256;
 /// Next hops remembered for rate limiting; past this, requests wait for the next prune.
 const SOLICITED_MAX: usize = 4096;
 /// Receive buffer for draining netlink events (their content is not read).
 const EVENT_BUF_LEN: usize = 64 * 1024;
+/// The shortest re-read period (a zero one would spin).
+const PERIOD_MIN: Duration = Duration::from_millis(1);
 
 const _: () = assert!(REQUESTS_MAX <= SOLICITED_MAX);
 
@@ -42,52 +72,39 @@ const GROUPS: [u32; 4] = [
     11, // RTNLGRP_IPV6_ROUTE
 ];
 
-/// State shared by the watcher thread, its handle and requesters.
+/// State shared by the watcher task and its handle.
+#[derive(Default)]
 struct Shared {
-    stop: AtomicBool,
-    /// Set by whoever rang `wake` until the thread has drained the requests.
-    wake_pending: AtomicBool,
-    wake: OwnedFd,
     last_error: Mutex<Option<String>>,
 }
 
 impl Shared {
-    fn ring(&self) {
-        if !self.wake_pending.swap(true, Ordering::AcqRel) {
-            let one: u64 = 1;
-            // SAFETY: writes 8 bytes from a live u64 to an eventfd we own. A failure can
-            // only be a saturated counter, which wakes the thread all the same.
-            unsafe { libc::write(self.wake.as_raw_fd(), (&raw const one).cast(), 8) };
-        }
-    }
-
     fn set_error(&self, e: Option<String>) {
         *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = e;
     }
 }
 
-/// Keeps the kernel's L2 view of some interfaces current on a background thread (see the
-/// module doc). Stops when dropped.
+/// Keeps the kernel's L2 view of some interfaces current on a task of the slowpath runtime
+/// (see the module doc). Dropping it stops the task without waiting.
 pub struct NeighbourWatcher {
     shared: Arc<Shared>,
     requester: NeighbourRequester,
-    thread: Option<JoinHandle<()>>,
+    /// A child of the caller's `shutdown`: cancelled by it, or by dropping the watcher.
+    stop: CancellationToken,
+    task: Option<JoinHandle<()>>,
 }
 
 /// A cloneable handle through which the fastpath reports unresolved next hops.
 #[derive(Clone)]
 pub struct NeighbourRequester {
-    tx: SyncSender<IpAddr>,
-    shared: Arc<Shared>,
+    tx: mpsc::Sender<IpAddr>,
 }
 
 impl NeighbourRequester {
     /// Asks the watcher to solicit `ip` (see [`NeighbourWatcher::request`]). Never blocks.
     pub fn request(&self, ip: IpAddr) {
-        match self.tx.try_send(ip) {
-            Ok(()) => self.shared.ring(),
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {}
-        }
+        // Full: dropped, the fastpath asks again. Closed: the watcher has ended.
+        let _ = self.tx.try_send(ip);
     }
 }
 
@@ -107,14 +124,22 @@ impl NeighbourWatcher {
     /// The re-read period to use when there is no reason to pick another.
     pub const DEFAULT_PERIOD: Duration = Duration::from_secs(1);
 
-    /// Starts the thread in the caller's network namespace. It reads at once, then on every
-    /// link/route/neighbour event and every `period`, and calls `on_change` with the table
-    /// whenever it differs from the last one passed (the first read always does). A failed
-    /// read keeps the last table; see [`NeighbourWatcher::last_error`].
+    /// Starts the watcher task on `rt` (the slowpath runtime, with its I/O and time drivers
+    /// enabled). It reads at once, then on every link/route/neighbour event (debounced) and
+    /// every `period`, and calls `on_change` with the table whenever it differs from the
+    /// last one passed (the first good read always does). A failed read keeps the last
+    /// table; see [`NeighbourWatcher::last_error`]. The task ends when `shutdown` is
+    /// cancelled.
+    ///
+    /// Watches the network namespace of the calling thread: every socket is opened here,
+    /// synchronously (see the module doc). Fails when they cannot be opened; a missing
+    /// interface is not an error here but a failed read, retried.
     pub fn spawn(
+        rt: &tokio::runtime::Handle,
         interfaces: Vec<String>,
         period: Duration,
         on_change: impl FnMut(L2Table) + Send + 'static,
+        shutdown: CancellationToken,
     ) -> std::io::Result<Self> {
         let mut events = Socket::new(NETLINK_ROUTE)?;
         events.bind_auto()?;
@@ -122,46 +147,55 @@ impl NeighbourWatcher {
             events.add_membership(g)?;
         }
         events.set_non_blocking(true)?;
-        // SAFETY: plain syscall; the result is checked before use.
-        let fd: RawFd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
+        let dumper = Dumper::open().map_err(|e| match e {
+            NeighError::Socket(io) => io,
+            other => std::io::Error::other(other),
+        })?;
+        let solicitor = Solicitor {
+            v4: solicit_socket(false),
+            v6: solicit_socket(true),
+        };
+        for (family, sock) in [("IPv4", &solicitor.v4), ("IPv6", &solicitor.v6)] {
+            if let Err(e) = sock {
+                tracing::warn!(family, error = %e, "no UDP socket to solicit next hops with");
+            }
         }
-        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
-        let wake = unsafe { OwnedFd::from_raw_fd(fd) };
-        let shared = Arc::new(Shared {
-            stop: AtomicBool::new(false),
-            wake_pending: AtomicBool::new(false),
-            wake,
-            last_error: Mutex::new(None),
-        });
-        let (tx, rx) = std::sync::mpsc::sync_channel(REQUESTS_MAX);
+        let events = {
+            // Registers with `rt`'s reactor; the caller need not be inside the runtime.
+            let _entered = rt.enter();
+            // SAFETY: `Socket` owns its descriptor, closes it only when dropped, and its
+            // `as_raw_fd` always returns that one; the `AsyncFd` owns the `Socket`.
+            unsafe { AsyncFd::register_with_interest(events, Interest::READABLE) }?
+        };
+        let (tx, requests) = mpsc::channel(REQUESTS_MAX);
+        let shared = Arc::<Shared>::default();
         let worker = Worker {
-            interfaces,
-            period,
+            interfaces: interfaces.into(),
+            period: period.max(PERIOD_MIN),
             shared: Arc::clone(&shared),
             events,
-            requests: rx,
+            dumper: Some(dumper),
+            solicitor,
+            requests,
             current: None,
+            read_error: None,
             solicited: HashMap::new(),
         };
-        let thread = std::thread::Builder::new()
-            .name("xvs-neigh".into())
-            .spawn(move || worker.run(on_change))?;
+        let stop = shutdown.child_token();
+        let task = rt.spawn(worker.run(on_change, stop.clone()));
         Ok(NeighbourWatcher {
-            requester: NeighbourRequester {
-                tx,
-                shared: Arc::clone(&shared),
-            },
             shared,
-            thread: Some(thread),
+            requester: NeighbourRequester { tx },
+            stop,
+            task: Some(task),
         })
     }
 
     /// Reports a next hop the fastpath has no MAC for. The watcher solicits it on the
     /// interface its route leaves by (through the route's gateway, if it has one) at most
     /// once per second; requests beyond a small queue, or for destinations no route of
-    /// the configured interfaces covers, are dropped. Never blocks.
+    /// the configured interfaces covers, are dropped. Never blocks; callable from any
+    /// thread.
     pub fn request(&self, ip: IpAddr) {
         self.requester.request(ip);
     }
@@ -180,149 +214,296 @@ impl NeighbourWatcher {
             .clone()
     }
 
-    /// Stops the thread and waits for it.
-    pub fn stop(self) {
-        drop(self);
+    /// Waits for the watcher task to end (after `shutdown` is cancelled: this does not stop
+    /// it). Once it returns, `on_change` has been dropped. A panic of `on_change` is resumed
+    /// here.
+    pub async fn join(mut self) {
+        if let Some(task) = self.task.take()
+            && let Err(e) = task.await
+            && e.is_panic()
+        {
+            std::panic::resume_unwind(e.into_panic());
+        }
     }
 }
 
 impl Drop for NeighbourWatcher {
     fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
-        self.shared.wake_pending.store(false, Ordering::Release);
-        self.shared.ring();
-        if let Some(t) = self.thread.take() {
-            // A panic in `on_change` already ended the thread; nothing left to do.
-            let _ = t.join();
+        self.stop.cancel();
+    }
+}
+
+/// One UDP socket per address family, opened in the watcher's namespace (or why not).
+struct Solicitor {
+    v4: std::io::Result<UdpSocket>,
+    v6: std::io::Result<UdpSocket>,
+}
+
+impl Solicitor {
+    fn solicit(&self, hop: IpAddr, interface: &str) -> Result<(), NeighError> {
+        let sock = if hop.is_ipv6() { &self.v6 } else { &self.v4 };
+        match sock {
+            Ok(sock) => solicit_on(sock, hop, interface),
+            Err(e) => Err(NeighError::Solicit {
+                ip: hop,
+                interface: interface.to_owned(),
+                source: match e.raw_os_error() {
+                    Some(code) => std::io::Error::from_raw_os_error(code),
+                    None => std::io::Error::new(e.kind(), e.to_string()),
+                },
+            }),
         }
     }
 }
 
-/// The watcher thread's state.
+/// The watcher task's state.
 struct Worker {
-    interfaces: Vec<String>,
+    interfaces: Arc<[String]>,
     period: Duration,
     shared: Arc<Shared>,
-    events: Socket,
-    requests: Receiver<IpAddr>,
+    events: AsyncFd<Socket>,
+    /// `None` only while a dump runs (the socket is on the blocking thread).
+    dumper: Option<Dumper>,
+    solicitor: Solicitor,
+    requests: mpsc::Receiver<IpAddr>,
     current: Option<L2Table>,
+    /// The last read's error, to log a failure once rather than every period.
+    read_error: Option<String>,
     /// Next hop → when it was last solicited.
     solicited: HashMap<IpAddr, Instant>,
 }
 
 impl Worker {
-    fn run(mut self, mut on_change: impl FnMut(L2Table)) {
+    async fn run(mut self, mut on_change: impl FnMut(L2Table), stop: CancellationToken) {
+        let mut buf = Vec::with_capacity(EVENT_BUF_LEN);
         let mut last_read = Instant::now();
         let mut next_read = last_read;
-        let mut buf = Vec::with_capacity(EVENT_BUF_LEN);
-        while !self.shared.stop.load(Ordering::Acquire) {
-            let now = Instant::now();
-            if now >= next_read {
-                self.reread(&mut on_change);
+        loop {
+            if Instant::now() >= next_read {
+                tokio::select! {
+                    biased;
+                    () = stop.cancelled() => return,
+                    () = self.reread(&mut on_change) => {}
+                }
                 last_read = Instant::now();
                 next_read = last_read + self.period;
                 self.solicited
                     .retain(|_, at| last_read.duration_since(*at) < SOLICIT_INTERVAL);
             }
-            self.shared.wake_pending.store(false, Ordering::Release);
-            while let Ok(ip) = self.requests.try_recv() {
-                self.solicit(ip);
-            }
-            let (event, _woken) = self.wait(next_read.saturating_duration_since(Instant::now()));
-            if event {
-                self.drain_events(&mut buf);
-                next_read = next_read.min(last_read + EVENT_DEBOUNCE);
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => return,
+                ready = self.events.readable() => {
+                    let Ok(guard) = ready else {
+                        // Only when the runtime's reactor is gone: the runtime is ending.
+                        return;
+                    };
+                    if let Err(e) = drain_events(guard, &mut buf) {
+                        tracing::warn!(error = %e, "reading netlink events failed");
+                    }
+                    next_read = next_read.min(last_read + EVENT_DEBOUNCE);
+                }
+                Some(ip) = self.requests.recv() => {
+                    self.solicit(ip);
+                    while let Ok(ip) = self.requests.try_recv() {
+                        self.solicit(ip);
+                    }
+                }
+                () = tokio::time::sleep_until(next_read) => {}
             }
         }
     }
 
-    fn reread(&mut self, on_change: &mut impl FnMut(L2Table)) {
-        match read_l2(&self.interfaces) {
+    async fn reread(&mut self, on_change: &mut impl FnMut(L2Table)) {
+        let Some(mut dumper) = self.dumper.take() else {
+            // A dump was abandoned with the runtime shutting down: nothing to read with.
+            return;
+        };
+        let interfaces = Arc::clone(&self.interfaces);
+        let dumped = tokio::task::spawn_blocking(move || {
+            let table = read_l2_on(&mut dumper, &interfaces);
+            (dumper, table)
+        })
+        .await;
+        let read = match dumped {
+            Ok((dumper, read)) => {
+                self.dumper = Some(dumper);
+                read
+            }
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => return,
+        };
+        match read {
             Ok(table) => {
+                if self.read_error.take().is_some() {
+                    tracing::info!(interfaces = ?self.interfaces, "reading the L2 table works again");
+                }
                 self.shared.set_error(None);
                 if self.current.as_ref() != Some(&table) {
+                    tracing::debug!(
+                        routes = table.routes.len(),
+                        neighbours = table.neighbours.len(),
+                        "L2 table changed"
+                    );
                     self.current = Some(table.clone());
                     on_change(table);
                 }
             }
-            Err(e) => self.shared.set_error(Some(e.to_string())),
+            Err(e) => {
+                let e = e.to_string();
+                if self.read_error.as_ref() != Some(&e) {
+                    tracing::warn!(interfaces = ?self.interfaces, error = %e, "reading the L2 table failed");
+                }
+                self.read_error = Some(e.clone());
+                self.shared.set_error(Some(e));
+            }
         }
     }
 
     fn solicit(&mut self, ip: IpAddr) {
         let Some(table) = &self.current else { return };
-        // Longest matching prefix; its gateway, if any, is the next hop to resolve.
-        let Some(route) = table
-            .routes
-            .iter()
-            .filter(|r| r.prefix.contains(ip))
-            .max_by_key(|r| r.prefix.prefix)
-        else {
+        let Some((hop, port)) = next_hop(table, ip) else {
             return;
         };
-        let hop = route.gateway.unwrap_or(ip);
-        if table.neighbours.iter().any(|n| n.ip == hop) {
+        if !admit(&mut self.solicited, hop, Instant::now()) {
             return;
         }
-        let now = Instant::now();
-        if let Some(at) = self.solicited.get(&hop)
-            && now.duration_since(*at) < SOLICIT_INTERVAL
-        {
-            return;
-        }
-        if self.solicited.len() >= SOLICITED_MAX && !self.solicited.contains_key(&hop) {
-            return;
-        }
-        self.solicited.insert(hop, now);
-        let Some(interface) = self.interfaces.get(usize::from(route.port)) else {
+        let Some(interface) = self.interfaces.get(usize::from(port)) else {
             return;
         };
-        if let Err(e) = solicit(hop, interface) {
+        tracing::debug!(next_hop = %hop, interface = %interface, "soliciting");
+        if let Err(e) = self.solicitor.solicit(hop, interface) {
+            tracing::warn!(next_hop = %hop, interface = %interface, error = %e, "solicitation failed");
             self.shared.set_error(Some(e.to_string()));
         }
     }
+}
 
-    /// Waits up to `timeout`; returns (netlink event readable, woken through the eventfd).
-    fn wait(&self, timeout: Duration) -> (bool, bool) {
-        let mut fds = [
-            libc::pollfd {
-                fd: self.events.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: self.shared.wake.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        // Round up so that the deadline has passed when poll times out.
-        let timeout_ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
-        // SAFETY: `fds` is a live array of two pollfds.
-        let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
-        if rc <= 0 {
-            // Timeout, or EINTR: the loop re-checks everything either way.
-            return (false, false);
+/// The next hop to resolve for `ip` and the port it is on: the gateway of the longest
+/// matching route, or `ip` itself on a connected route. `None` when no route covers `ip`
+/// or the kernel already has the next hop's MAC.
+fn next_hop(table: &L2Table, ip: IpAddr) -> Option<(IpAddr, u16)> {
+    let route = table
+        .routes
+        .iter()
+        .filter(|r| r.prefix.contains(ip))
+        .max_by_key(|r| r.prefix.prefix)?;
+    let hop = route.gateway.unwrap_or(ip);
+    if table.neighbours.iter().any(|n| n.ip == hop) {
+        return None;
+    }
+    Some((hop, route.port))
+}
+
+/// Whether `hop` may be solicited at `now`, recording it if so: at most once per
+/// [`SOLICIT_INTERVAL`], and only while fewer than [`SOLICITED_MAX`] hops are remembered.
+fn admit(solicited: &mut HashMap<IpAddr, Instant>, hop: IpAddr, now: Instant) -> bool {
+    match solicited.get(&hop) {
+        Some(at) if now.duration_since(*at) < SOLICIT_INTERVAL => return false,
+        Some(_) => {}
+        None if solicited.len() >= SOLICITED_MAX => return false,
+        None => {}
+    }
+    solicited.insert(hop, now);
+    true
+}
+
+/// Empties the event socket; what changed does not matter, a re-read follows.
+fn drain_events(
+    mut guard: AsyncFdReadyGuard<'_, Socket>,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<()> {
+    loop {
+        buf.clear();
+        match guard.try_io(|sock| sock.get_ref().recv(buf, 0)) {
+            Ok(Ok(_)) => {}
+            // ENOBUFS: events were lost; the re-read that follows covers them.
+            Ok(Err(e)) if e.raw_os_error() == Some(libc::ENOBUFS) => {}
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Ok(Err(e)) => {
+                // Wait for the next readiness event rather than spin on the error.
+                guard.clear_ready();
+                return Err(e);
+            }
+            // Would block: drained, readiness cleared.
+            Err(_would_block) => return Ok(()),
         }
-        let woken = fds[1].revents != 0;
-        if woken {
-            let mut count: u64 = 0;
-            // SAFETY: reads 8 bytes into a live u64 from a non-blocking eventfd we own.
-            unsafe { libc::read(self.shared.wake.as_raw_fd(), (&raw mut count).cast(), 8) };
-        }
-        (fds[0].revents != 0, woken)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use fastpath::snapshot::{Neighbour, Route};
+
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
     }
 
-    /// Empties the event socket; what changed does not matter, a re-read follows.
-    fn drain_events(&self, buf: &mut Vec<u8>) {
-        loop {
-            buf.clear();
-            match self.events.recv(buf, 0) {
-                Ok(_) => {}
-                // ENOBUFS: events were lost; the re-read that follows covers them.
-                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {}
-                Err(_) => return,
-            }
+    fn table() -> L2Table {
+        L2Table {
+            routes: vec![
+                Route {
+                    prefix: "0.0.0.0/0".parse().unwrap(),
+                    port: 0,
+                    gateway: Some(ip("198.18.0.254")),
+                },
+                Route {
+                    prefix: "198.18.0.0/24".parse().unwrap(),
+                    port: 0,
+                    gateway: None,
+                },
+                Route {
+                    prefix: "198.18.1.0/24".parse().unwrap(),
+                    port: 1,
+                    gateway: None,
+                },
+            ],
+            neighbours: vec![Neighbour {
+                ip: ip("198.18.1.7"),
+                mac: [2, 0, 0, 0, 0, 7],
+                port: Some(1),
+            }],
+            port_macs: vec![[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]],
         }
+    }
+
+    #[test]
+    fn next_hop_is_the_longest_match_gateway_or_the_address() {
+        let t = table();
+        assert_eq!(next_hop(&t, ip("198.18.1.9")), Some((ip("198.18.1.9"), 1)));
+        assert_eq!(next_hop(&t, ip("198.18.0.9")), Some((ip("198.18.0.9"), 0)));
+        assert_eq!(
+            next_hop(&t, ip("203.0.113.1")),
+            Some((ip("198.18.0.254"), 0)),
+            "off-link: the default route's gateway"
+        );
+        assert_eq!(next_hop(&t, ip("198.18.1.7")), None, "already resolved");
+        assert_eq!(next_hop(&t, ip("2001:2::1")), None, "no route");
+    }
+
+    #[test]
+    fn admit_rate_limits_each_hop_and_bounds_the_memory() {
+        let t0 = Instant::now();
+        let mut solicited = HashMap::new();
+        let hop = ip("198.18.0.2");
+        assert!(admit(&mut solicited, hop, t0));
+        assert!(!admit(&mut solicited, hop, t0 + SOLICIT_INTERVAL / 2));
+        assert!(admit(&mut solicited, hop, t0 + SOLICIT_INTERVAL));
+
+        let mut full: HashMap<IpAddr, Instant> = (0..SOLICITED_MAX as u32)
+            .map(|i| (IpAddr::V4(i.into()), t0))
+            .collect();
+        assert!(
+            !admit(&mut full, hop, t0),
+            "a new hop waits once SOLICITED_MAX are remembered"
+        );
+        let known = IpAddr::V4(0u32.into());
+        assert!(
+            admit(&mut full, known, t0 + SOLICIT_INTERVAL),
+            "a remembered hop is still solicited again"
+        );
+        assert_eq!(full.len(), SOLICITED_MAX);
     }
 }
