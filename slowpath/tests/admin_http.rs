@@ -138,6 +138,7 @@ impl AdminSource for Fake {
             timeout: Duration::from_secs(60),
             fastpath_running: true,
             node_eligible: true,
+            not_ready: None,
         }
     }
 
@@ -509,6 +510,7 @@ fn control_defaults_to_not_supported() {
                 timeout: Duration::from_secs(60),
                 fastpath_running: true,
                 node_eligible: true,
+                not_ready: None,
             }
         }
     }

@@ -17,6 +17,8 @@
 //!
 //! `/healthz` is 200 when all of these hold, else 503 with a `reason`:
 //! - the fastpath workers run;
+//! - the daemon is ready ([`HealthView::not_ready`] is `None`; e.g. the Kubernetes source has
+//!   produced its first snapshot);
 //! - the slowpath has synced at least once, and its last sync (`lastUpdated`) is younger than
 //!   the health timeout (kube-proxy: 2 × `syncPeriod`). The daemon counts a periodic pass that
 //!   finds nothing to publish as a sync, so an idle but live slowpath stays healthy, and a
@@ -227,6 +229,9 @@ pub fn evaluate(h: &HealthView, now: SystemTime, healthz: bool) -> Result<(), St
     if !h.fastpath_running {
         return Err("fastpath workers are not running".to_owned());
     }
+    if let Some(reason) = &h.not_ready {
+        return Err(reason.clone());
+    }
     let Some(last) = h.last_updated else {
         return Err("no sync completed yet".to_owned());
     };
@@ -337,6 +342,7 @@ mod tests {
             timeout: Duration::from_secs(60),
             fastpath_running: true,
             node_eligible: true,
+            not_ready: None,
         };
         assert_eq!(evaluate(&ok, now, true), Ok(()));
         let stale = HealthView {
@@ -368,8 +374,25 @@ mod tests {
         assert_eq!(evaluate(&deleting, now, false), Ok(()));
         let stopped = HealthView {
             fastpath_running: false,
-            ..ok
+            ..ok.clone()
         };
         assert!(evaluate(&stopped, now, false).is_err());
+        // Not ready: both probes fail with the daemon's reason, even with a fresh sync.
+        let waiting = HealthView {
+            not_ready: Some("waiting for the first sync of the Kubernetes source".to_owned()),
+            ..ok.clone()
+        };
+        let why = Err("waiting for the first sync of the Kubernetes source".to_owned());
+        assert_eq!(evaluate(&waiting, now, true), why);
+        assert_eq!(evaluate(&waiting, now, false), why);
+        // A stopped fastpath is reported first.
+        let both = HealthView {
+            fastpath_running: false,
+            ..waiting
+        };
+        assert_eq!(
+            evaluate(&both, now, true),
+            Err("fastpath workers are not running".to_owned())
+        );
     }
 }
