@@ -24,16 +24,18 @@
 //!
 //! `HEAD` is accepted wherever `GET` is. Another method on a known endpoint is 405 with
 //! `Allow`; any other path is 404. Every answer is JSON (`{"error": ...}` for errors) except
-//! `/metrics`, and carries `Cache-Control: no-store`.
+//! `/metrics` and the 400/431 that hyper itself gives a malformed or oversized head (no
+//! body), and carries `Cache-Control: no-store`.
 //!
 //! # Limits (and why)
 //!
 //! The server runs on the daemon's tokio runtime; a connection costs a task and a few KiB,
 //! not a thread, so slow or idle clients cannot starve the probes. Each connection state has a
 //! bound, so nothing a client does holds a connection open for long:
-//! - at most [`MAX_CONNECTIONS`] open connections per listener; over it a new connection is
-//!   closed at once (counted in `xvs_admin_connections_rejected_total`). Listeners have
-//!   separate budgets, so a flood on one leaves the others answering;
+//! - at most [`MAX_CONNECTIONS`] open connections per listener (`xvs_admin_connections`);
+//!   over it a new connection is closed at once (counted in
+//!   `xvs_admin_connections_rejected_total`). Listeners have separate budgets, so a flood on
+//!   one leaves the others answering;
 //! - the whole request head must arrive within [`HEADER_TIMEOUT`] (not per read: a client
 //!   dripping a byte a second is cut off too). The same timer runs while a keep-alive
 //!   connection waits for its next request, so idle connections close after it;
@@ -155,8 +157,12 @@ pub type ControlFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>
 /// `services`, `flows` and `stats` run on tokio's blocking pool, at most [`BLOCKING_MAX`] at a
 /// time; each should take a few milliseconds. `health` runs inline on the runtime for every
 /// probe: it must only read atomics or take uncontended locks. The future of `control` is
-/// awaited on the runtime. A call still running after [`REQUEST_TIMEOUT`] is answered 503 (the
-/// call itself is not cancelled: a blocking one keeps its slot until it returns).
+/// awaited on the runtime.
+///
+/// A request not answered within [`REQUEST_TIMEOUT`] gets 503. A blocking call cannot be
+/// cancelled: it runs to its end and keeps its slot meanwhile, so a stuck source holds at
+/// most [`BLOCKING_MAX`] threads. A `control` future is dropped; what it already set in
+/// motion (a command sent to the controller) may still take effect.
 pub trait AdminSource: Send + Sync + 'static {
     /// Services of the published snapshot, with backend connection counts.
     fn services(&self) -> Vec<ServiceView>;

@@ -11,8 +11,10 @@
 
 use std::fs::{self, DirBuilder};
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -78,14 +80,14 @@ pub(super) fn bind(path: &Path) -> Result<(UnixListener, SocketFile), AdminError
                 path: path.to_owned(),
             });
         }
-        Ok(_) => match UnixStream::connect(path) {
-            Ok(_) => {
+        Ok(_) => match served(path) {
+            Ok(true) => {
                 return Err(AdminError::SocketInUse {
                     path: path.to_owned(),
                 });
             }
             // Nobody listens: a socket left by a process that died.
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => match fs::remove_file(path) {
+            Ok(false) => match fs::remove_file(path) {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => {
                     return Err(fail("removing the stale socket")(e));
                 }
@@ -130,4 +132,85 @@ pub(super) fn bind(path: &Path) -> Result<(UnixListener, SocketFile), AdminError
             id: (m.dev(), m.ino()),
         },
     ))
+}
+
+/// Whether a process listens on the socket `path`: a non-blocking connect succeeds, or finds
+/// the backlog full (a blocking one would wait for a hung server for ever), rather than being
+/// refused.
+fn served(path: &Path) -> io::Result<bool> {
+    // SAFETY: plain socket(2); the fd is owned right below.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: sockaddr_un is plain data; all zeroes is a valid (empty) address.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = path.as_os_str().as_bytes();
+    // One byte stays zero: the terminating NUL.
+    if bytes.len() >= addr.sun_path.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the path is too long for a unix socket",
+        ));
+    }
+    for (d, &b) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = b as libc::c_char;
+    }
+    let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+    // SAFETY: `addr` is a valid sockaddr_un of `len` bytes, alive for the call.
+    let rc = unsafe {
+        libc::connect(
+            fd.as_raw_fd(),
+            (&raw const addr).cast::<libc::sockaddr>(),
+            len,
+        )
+    };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EAGAIN | libc::EINPROGRESS) => Ok(true),
+        Some(libc::ECONNREFUSED) => Ok(false),
+        _ => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn served_tells_live_from_stale_and_never_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        let listener = UnixListener::bind(&path).unwrap();
+        // Never accepted: the backlog fills up (its size is somaxconn), and a blocking
+        // connect would then wait for ever. Each probe must still say "live".
+        let backlog: usize = fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(4096);
+        for i in 0..backlog + 16 {
+            assert!(served(&path).unwrap(), "probe {i}");
+        }
+        drop(listener);
+        assert!(
+            !served(&path).unwrap(),
+            "a socket nobody listens on is stale"
+        );
+        assert_eq!(
+            served(&dir.path().join("missing")).unwrap_err().kind(),
+            io::ErrorKind::NotFound
+        );
+    }
 }
