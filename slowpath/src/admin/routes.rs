@@ -60,7 +60,7 @@ pub(super) fn router(api: Arc<Api>, exposure: Exposure) -> Router {
     r.fallback(not_found).with_state(api)
 }
 
-/// A JSON response (pretty, newline-terminated, like the blocking server's).
+/// A JSON response: pretty and newline-terminated, for people reading it with curl.
 pub(super) fn json(status: StatusCode, body: &impl serde::Serialize) -> Response {
     let mut bytes = serde_json::to_vec_pretty(body).unwrap_or_else(|_| b"{}".to_vec());
     bytes.push(b'\n');
