@@ -1,334 +1,736 @@
-//! A small blocking HTTP/1.1 server: one acceptor thread and a fixed pool of handler threads.
-//!
-//! Limits: request head at most [`HEAD_MAX`] bytes, body at most [`BODY_MAX`] bytes (read and
-//! discarded), [`IO_TIMEOUT`] per read/write, at most [`QUEUE_MAX`] accepted connections
-//! waiting for a handler (more are answered 503 at once). One request per connection
-//! (`Connection: close`): admin clients are scrapers and CLIs, not browsers.
+//! The transport: listeners bound at start-up, one accept loop per listener on the caller's
+//! tokio runtime, and a hyper HTTP/1.1 connection per accepted client with the limits of the
+//! module docs. What each request gets is [`routes`](super::routes)' business.
 
-use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-/// Most bytes of request line + headers.
+use axum::Router;
+use axum::body::Body;
+use axum::http::header::{CACHE_CONTROL, CONNECTION, CONTENT_LENGTH};
+use axum::http::{HeaderValue, Request, StatusCode};
+use axum::response::Response;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio::time::Sleep;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+use tracing::{debug, error, info, warn};
+
+use super::AdminSource;
+use super::metrics::ProbeCounts;
+use super::routes::{self, Api};
+use super::socket::{self, SocketFile};
+
+/// Open connections per listener; a connection over it is closed at once.
+pub const MAX_CONNECTIONS: usize = 512;
+/// Time for a whole request head to arrive, and for an idle keep-alive connection to send
+/// its next one.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time for a request to be read and answered (body, handler, source calls); then 503.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time a response write may make no progress before the connection is dropped.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long [`AdminServer::run`] lets requests in flight finish after shutdown.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// Most bytes of request line + headers (more: 431).
 pub const HEAD_MAX: usize = 8 * 1024;
-/// Most bytes of a request body.
+/// Most bytes of a request body (more: 413).
 pub const BODY_MAX: usize = 8 * 1024;
-/// Read and write timeout of a connection.
-pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
-/// Handler threads.
-pub const HANDLERS: usize = 2;
-/// Accepted connections waiting for a handler.
-pub const QUEUE_MAX: usize = 32;
-/// Longest wait for the client's FIN after a response.
-const LINGER: Duration = Duration::from_millis(500);
-/// Most bytes discarded while waiting for it.
-const LINGER_BYTES: u64 = 64 * 1024;
-/// How often the acceptor looks at the stop flag.
-const STOP_POLL_MS: i32 = 100;
+/// Expensive [`AdminSource`] calls running at once (on tokio's blocking pool).
+pub const BLOCKING_MAX: usize = 4;
+/// A connection's read buffer: a full head, then the body streams through it.
+const READ_BUF_MAX: usize = 16 * 1024;
+/// First and longest pause after an accept error (EMFILE and friends).
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
-/// A parsed request.
-#[derive(Debug)]
-pub struct Request {
-    /// Method, as sent (`GET`, `POST`...).
-    pub method: String,
-    /// Path without the query.
-    pub path: String,
-    /// The query string (after `?`), possibly empty.
-    pub query: String,
+// hyper refuses a read buffer under 8 KiB; the head limit must fit in the buffer.
+const _: () = assert!(READ_BUF_MAX >= 8192 && HEAD_MAX <= READ_BUF_MAX);
+const _: () = assert!(MAX_CONNECTIONS > 0 && BLOCKING_MAX > 0);
+const _: () = assert!(ACCEPT_BACKOFF_MIN.as_millis() < ACCEPT_BACKOFF_MAX.as_millis());
+
+/// Where and what the admin API serves (the `[admin]` table).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdminConfig {
+    /// `[admin] listen` (default 127.0.0.1:10249, kube-proxy's metrics address): /metrics,
+    /// read-only /v1/*, and /healthz, /livez.
+    pub listen: SocketAddr,
+    /// `[admin] healthz_listen` (default 0.0.0.0:10256): ONLY /healthz and /livez. None: not
+    /// served separately. If equal to `listen` (and not port 0), one listener serves the
+    /// `listen` set.
+    pub healthz_listen: Option<SocketAddr>,
+    /// `[admin] socket` (default /run/xvs/xvs.sock): a unix socket, mode 0600, serving
+    /// everything `listen` serves plus the control endpoints. None: no socket.
+    pub socket: Option<PathBuf>,
+    /// `[admin] enable_control`: control endpoints act (only on the socket); otherwise 403
+    /// naming the key.
+    pub control_enabled: bool,
 }
 
-impl Request {
-    /// The value of query parameter `key`, if present.
-    pub fn param(&self, key: &str) -> Option<&str> {
-        self.query.split('&').find_map(|kv| {
-            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-            (k == key).then_some(v)
-        })
-    }
+/// The server's limits. [`Default`] is the constants of this module; tests shorten them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdminLimits {
+    /// Open connections per listener ([`MAX_CONNECTIONS`]).
+    pub max_connections: usize,
+    /// Whole-head and keep-alive idle timeout ([`HEADER_TIMEOUT`]).
+    pub header_timeout: Duration,
+    /// Per-request deadline ([`REQUEST_TIMEOUT`]).
+    pub request_timeout: Duration,
+    /// Longest stalled response write ([`WRITE_TIMEOUT`]).
+    pub write_timeout: Duration,
+    /// Shutdown grace for requests in flight ([`SHUTDOWN_GRACE`]).
+    pub shutdown_grace: Duration,
 }
 
-/// A response.
-#[derive(Debug)]
-pub struct Response {
-    /// Status code.
-    pub status: u16,
-    /// Content-Type.
-    pub content_type: &'static str,
-    /// Body.
-    pub body: Vec<u8>,
-    /// Extra headers (name, value).
-    pub headers: Vec<(&'static str, String)>,
-}
-
-impl Response {
-    /// A JSON response.
-    pub fn json(status: u16, body: &impl serde::Serialize) -> Response {
-        let mut body = serde_json::to_vec_pretty(body).unwrap_or_else(|_| b"{}".to_vec());
-        body.push(b'\n');
-        Response {
-            status,
-            content_type: "application/json",
-            body,
-            headers: Vec::new(),
-        }
-    }
-
-    /// A JSON error: `{"error": message}`.
-    pub fn error(status: u16, message: &str) -> Response {
-        Response::json(status, &serde_json::json!({ "error": message }))
-    }
-
-    /// A plain-text response.
-    pub fn text(status: u16, content_type: &'static str, body: String) -> Response {
-        Response {
-            status,
-            content_type,
-            body: body.into_bytes(),
-            headers: Vec::new(),
+impl Default for AdminLimits {
+    fn default() -> AdminLimits {
+        AdminLimits {
+            max_connections: MAX_CONNECTIONS,
+            header_timeout: HEADER_TIMEOUT,
+            request_timeout: REQUEST_TIMEOUT,
+            write_timeout: WRITE_TIMEOUT,
+            shutdown_grace: SHUTDOWN_GRACE,
         }
     }
 }
 
-fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        400 => "Bad Request",
-        403 => "Forbidden",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        408 => "Request Timeout",
-        409 => "Conflict",
-        413 => "Payload Too Large",
-        431 => "Request Header Fields Too Large",
-        500 => "Internal Server Error",
-        503 => "Service Unavailable",
-        505 => "HTTP Version Not Supported",
-        _ => "",
+/// Why the admin server could not start. Every message names the `[admin]` key at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// A TCP address (`listen` or `healthz_listen`) could not be bound.
+    #[error("[admin] {key} {addr}: {source}")]
+    Listen {
+        /// The config key: `listen` or `healthz_listen`.
+        key: &'static str,
+        /// The address asked for.
+        addr: SocketAddr,
+        /// What bind(2) said.
+        source: io::Error,
+    },
+    /// Another process accepts connections on the socket path.
+    #[error(
+        "[admin] socket {}: in use by another process (another xvs?); stop it or choose another path",
+        path.display()
+    )]
+    SocketInUse {
+        /// The socket path.
+        path: PathBuf,
+    },
+    /// The socket path exists and is not a socket; it is left alone.
+    #[error(
+        "[admin] socket {}: exists and is not a unix socket; remove it or choose another path",
+        path.display()
+    )]
+    NotASocket {
+        /// The socket path.
+        path: PathBuf,
+    },
+    /// A step of preparing or binding the socket failed.
+    #[error("[admin] socket {}: {what}: {source}", path.display())]
+    Socket {
+        /// The socket path.
+        path: PathBuf,
+        /// The step: "creating its directory", "binding"...
+        what: &'static str,
+        /// The system's error.
+        source: io::Error,
+    },
+}
+
+/// Which set of endpoints a listener serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Exposure {
+    /// `[admin] listen`: read-only API and probes.
+    Listen,
+    /// `[admin] healthz_listen`: probes only.
+    Healthz,
+    /// `[admin] socket`: everything, control included.
+    Socket,
+}
+
+impl Exposure {
+    /// The `listener` label of the server's metrics.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Exposure::Listen => "listen",
+            Exposure::Healthz => "healthz",
+            Exposure::Socket => "socket",
+        }
     }
 }
 
-/// Handles one request; must not block for long (it holds one of [`HANDLERS`] threads).
-pub type Handler = dyn Fn(&Request) -> Response + Send + Sync;
+/// Connection counts of one listener.
+#[derive(Debug)]
+pub(super) struct ListenerStats {
+    pub(super) exposure: Exposure,
+    /// Connections open now.
+    pub(super) open: AtomicUsize,
+    /// Connections closed at once because `open` was at the bound.
+    pub(super) rejected: AtomicU64,
+}
 
-/// The running server.
-pub struct Server {
+impl ListenerStats {
+    fn try_open(self: &Arc<Self>, max: usize) -> Option<ConnSlot> {
+        let mut n = self.open.load(Ordering::Relaxed);
+        loop {
+            if n >= max {
+                return None;
+            }
+            match self
+                .open
+                .compare_exchange_weak(n, n + 1, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return Some(ConnSlot(Arc::clone(self))),
+                Err(now) => n = now,
+            }
+        }
+    }
+}
+
+/// One of a listener's `max_connections` slots, given back on drop.
+struct ConnSlot(Arc<ListenerStats>);
+
+impl Drop for ConnSlot {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+enum StdListener {
+    Tcp(std::net::TcpListener),
+    Unix(std::os::unix::net::UnixListener),
+}
+
+struct Bound {
+    listener: StdListener,
+    stats: Arc<ListenerStats>,
+}
+
+/// The admin server, bound and not yet serving. Dropping it without [`AdminServer::run`]
+/// closes the listeners and removes the socket file.
+pub struct AdminServer {
+    bound: Vec<Bound>,
     local: SocketAddr,
-    stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
+    healthz: Option<SocketAddr>,
+    socket: Option<SocketFile>,
+    api: Arc<Api>,
+    limits: AdminLimits,
 }
 
-impl Server {
-    /// Binds `listen` and serves `handler` until [`Server::stop`].
-    pub fn start(listen: SocketAddr, name: &str, handler: Arc<Handler>) -> io::Result<Server> {
-        let listener = TcpListener::bind(listen)?;
-        let local = listener.local_addr()?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let (tx, rx) = mpsc::sync_channel::<TcpStream>(QUEUE_MAX);
-        let rx = Arc::new(Mutex::new(rx));
-        let mut threads = Vec::with_capacity(HANDLERS + 1);
-        for i in 0..HANDLERS {
-            let rx = Arc::clone(&rx);
-            let handler = Arc::clone(&handler);
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("{name}-{i}"))
-                    .spawn(move || handle_loop(&rx, &*handler))?,
-            );
-        }
-        let stop2 = Arc::clone(&stop);
-        threads.push(
-            std::thread::Builder::new()
-                .name(format!("{name}-accept"))
-                .spawn(move || accept_loop(listener, tx, &stop2))?,
-        );
-        Ok(Server {
+impl AdminServer {
+    /// Binds every listener now (std listeners set non-blocking; no runtime needed), so errors
+    /// are immediate and name the key and address, e.g. `[admin] healthz_listen
+    /// 0.0.0.0:10256: Address already in use`.
+    pub fn bind(
+        cfg: &AdminConfig,
+        source: Arc<dyn AdminSource>,
+    ) -> Result<AdminServer, AdminError> {
+        AdminServer::bind_with(cfg, source, AdminLimits::default())
+    }
+
+    /// [`AdminServer::bind`] with other limits than the defaults.
+    pub fn bind_with(
+        cfg: &AdminConfig,
+        source: Arc<dyn AdminSource>,
+        limits: AdminLimits,
+    ) -> Result<AdminServer, AdminError> {
+        let tcp = |key: &'static str, addr: SocketAddr| {
+            let l = std::net::TcpListener::bind(addr)
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .map_err(|source| AdminError::Listen { key, addr, source })?;
+            let local =
+                l.local_addr()
+                    .map_err(|source| AdminError::Listen { key, addr, source })?;
+            Ok::<_, AdminError>((l, local))
+        };
+        let stats = |exposure| {
+            Arc::new(ListenerStats {
+                exposure,
+                open: AtomicUsize::new(0),
+                rejected: AtomicU64::new(0),
+            })
+        };
+        let mut bound = Vec::with_capacity(3);
+        let (listen, local) = tcp("listen", cfg.listen)?;
+        bound.push(Bound {
+            listener: StdListener::Tcp(listen),
+            stats: stats(Exposure::Listen),
+        });
+        // Port 0 asks for a port of its own each time, so two port-0 addresses never share.
+        let healthz = match cfg.healthz_listen {
+            None => None,
+            Some(a) if a == cfg.listen && a.port() != 0 => Some(local),
+            Some(a) => {
+                let (l, addr) = tcp("healthz_listen", a)?;
+                bound.push(Bound {
+                    listener: StdListener::Tcp(l),
+                    stats: stats(Exposure::Healthz),
+                });
+                Some(addr)
+            }
+        };
+        let socket = match &cfg.socket {
+            None => None,
+            Some(path) => {
+                let (l, file) = socket::bind(path)?;
+                bound.push(Bound {
+                    listener: StdListener::Unix(l),
+                    stats: stats(Exposure::Socket),
+                });
+                Some(file)
+            }
+        };
+        let api = Arc::new(Api {
+            source,
+            control_enabled: cfg.control_enabled,
+            probes: Mutex::new(ProbeCounts::default()),
+            blocking: Arc::new(Semaphore::new(BLOCKING_MAX)),
+            listeners: bound.iter().map(|b| Arc::clone(&b.stats)).collect(),
+            timed_out: AtomicU64::new(0),
+        });
+        Ok(AdminServer {
+            bound,
             local,
-            stop,
-            threads,
+            healthz,
+            socket,
+            api,
+            limits,
         })
     }
 
-    /// The bound address (the port chosen when `listen` had port 0).
+    /// The `listen` address (the real port when 0 was asked).
     pub fn local_addr(&self) -> SocketAddr {
         self.local
     }
 
-    /// Stops accepting, lets the handlers finish their connections, and joins every thread.
-    pub fn stop(self) {
-        self.stop.store(true, Ordering::SeqCst);
-        for t in self.threads {
-            let _ = t.join();
+    /// Where `/healthz` is served for outside: the `healthz_listen` address (the `listen`
+    /// one when both are equal), or None without `healthz_listen`.
+    pub fn healthz_addr(&self) -> Option<SocketAddr> {
+        self.healthz
+    }
+
+    /// The unix socket's path, when there is one.
+    pub fn socket_path(&self) -> Option<&Path> {
+        self.socket.as_ref().map(SocketFile::path)
+    }
+
+    /// Serves until `shutdown` is cancelled, then stops accepting, lets requests in flight
+    /// finish (at most [`SHUTDOWN_GRACE`], then their connections are dropped), removes the
+    /// socket file and returns. Must be spawned on a multi-thread tokio runtime (the
+    /// expensive source calls use its blocking pool).
+    pub async fn run(self, shutdown: CancellationToken) {
+        let AdminServer {
+            bound,
+            local,
+            healthz,
+            socket,
+            api,
+            limits,
+        } = self;
+        info!(
+            listen = %local,
+            healthz = ?healthz,
+            socket = ?socket.as_ref().map(SocketFile::path),
+            control = api.control_enabled,
+            "admin API serving"
+        );
+        let loops = bound
+            .into_iter()
+            .map(|b| accept_loop(b, Arc::clone(&api), limits, shutdown.clone()));
+        futures::future::join_all(loops).await;
+        // The listeners are closed; now the socket file goes.
+        drop(socket);
+        debug!("admin API stopped");
+    }
+}
+
+enum Listener {
+    Tcp(tokio::net::TcpListener),
+    Unix(tokio::net::UnixListener),
+}
+
+enum Accepted {
+    Tcp(tokio::net::TcpStream, SocketAddr),
+    Unix(tokio::net::UnixStream),
+}
+
+impl Listener {
+    fn from_std(l: StdListener) -> io::Result<Listener> {
+        Ok(match l {
+            StdListener::Tcp(l) => Listener::Tcp(tokio::net::TcpListener::from_std(l)?),
+            StdListener::Unix(l) => Listener::Unix(tokio::net::UnixListener::from_std(l)?),
+        })
+    }
+
+    async fn accept(&self) -> io::Result<Accepted> {
+        match self {
+            Listener::Tcp(l) => l.accept().await.map(|(s, a)| Accepted::Tcp(s, a)),
+            Listener::Unix(l) => l.accept().await.map(|(s, _)| Accepted::Unix(s)),
         }
     }
 }
 
-fn accept_loop(listener: TcpListener, tx: SyncSender<TcpStream>, stop: &AtomicBool) {
-    while !stop.load(Ordering::SeqCst) {
-        let mut pfd = libc::pollfd {
-            fd: listener.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, for the duration of the call.
-        let n = unsafe { libc::poll(&mut pfd, 1, STOP_POLL_MS) };
-        if n <= 0 {
-            continue;
-        }
-        let Ok((conn, _)) = listener.accept() else {
-            // EMFILE and friends: back off instead of spinning.
-            std::thread::sleep(Duration::from_millis(10));
-            continue;
-        };
-        let _ = conn.set_read_timeout(Some(IO_TIMEOUT));
-        let _ = conn.set_write_timeout(Some(IO_TIMEOUT));
-        match tx.try_send(conn) {
-            Ok(()) => {}
-            Err(TrySendError::Full(mut conn)) => {
-                let _ =
-                    write_response(&mut conn, &Response::error(503, "admin server busy"), false);
-            }
-            Err(TrySendError::Disconnected(_)) => return,
-        }
-    }
-    // Dropping `tx` ends the handlers once the queue is drained.
+/// Errors of accept(2) that concern one connection, not the listener: retry at once.
+fn per_connection(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
+            | io::ErrorKind::WouldBlock
+    )
 }
 
-fn handle_loop(rx: &Mutex<Receiver<TcpStream>>, handler: &Handler) {
+async fn accept_loop(b: Bound, api: Arc<Api>, limits: AdminLimits, shutdown: CancellationToken) {
+    let stats = b.stats;
+    let name = stats.exposure.name();
+    let listener = match Listener::from_std(b.listener) {
+        Ok(l) => l,
+        Err(e) => {
+            error!(listener = name, error = %e, "cannot register the admin listener with the runtime");
+            return;
+        }
+    };
+    let router = routes::router(Arc::clone(&api), stats.exposure);
+    let mut conns = JoinSet::new();
+    let mut backoff = ACCEPT_BACKOFF_MIN;
     loop {
-        let conn = {
-            let Ok(rx) = rx.lock() else { return };
-            match rx.recv() {
-                Ok(c) => c,
-                Err(_) => return,
+        let accepted = tokio::select! {
+            () = shutdown.cancelled() => break,
+            Some(done) = conns.join_next(), if !conns.is_empty() => {
+                if let Err(e) = done
+                    && e.is_panic()
+                {
+                    warn!(listener = name, "an admin connection task panicked");
+                }
+                continue;
+            }
+            r = listener.accept() => r,
+        };
+        let conn = match accepted {
+            Ok(c) => {
+                backoff = ACCEPT_BACKOFF_MIN;
+                c
+            }
+            Err(e) if per_connection(&e) => {
+                debug!(listener = name, error = %e, "admin accept");
+                continue;
+            }
+            Err(e) => {
+                // EMFILE, ENFILE, ENOBUFS...: the condition lasts, so wait instead of spinning.
+                warn!(listener = name, error = %e, backoff_ms = backoff.as_millis() as u64, "admin accept failed; pausing");
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    () = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                continue;
             }
         };
-        serve_one(conn, handler);
-    }
-}
-
-fn serve_one(mut conn: TcpStream, handler: &Handler) {
-    let (resp, head_only) = match read_request(&mut conn) {
-        Ok(req) => {
-            let head = req.method == "HEAD";
-            (handler(&req), head)
-        }
-        Err(ReadError::Io(_)) => return,
-        Err(ReadError::Bad(status, msg)) => (Response::error(status, msg), false),
-    };
-    let _ = write_response(&mut conn, &resp, head_only);
-    let _ = conn.shutdown(std::net::Shutdown::Write);
-    // Lingering close: closing with unread input (a refused oversized request) would send a
-    // RST that can destroy the response before the client reads it. Wait briefly for the
-    // client's FIN, discarding a bounded amount of input.
-    let _ = conn.set_read_timeout(Some(LINGER));
-    let _ = io::copy(&mut (&mut conn).take(LINGER_BYTES), &mut io::sink());
-}
-
-enum ReadError {
-    Io(#[allow(dead_code)] io::Error),
-    Bad(u16, &'static str),
-}
-
-fn read_request(conn: &mut TcpStream) -> Result<Request, ReadError> {
-    let mut r = BufReader::new(conn.take(HEAD_MAX as u64 + 1));
-    let mut head_len = 0usize;
-    let mut line = Vec::new();
-    let mut read_line = |line: &mut Vec<u8>| -> Result<(), ReadError> {
-        line.clear();
-        let n = r.read_until(b'\n', line).map_err(ReadError::Io)?;
-        head_len += n;
-        if head_len > HEAD_MAX {
-            return Err(ReadError::Bad(431, "request head too large"));
-        }
-        if n == 0 || line.last() != Some(&b'\n') {
-            return Err(ReadError::Io(io::ErrorKind::UnexpectedEof.into()));
-        }
-        while matches!(line.last(), Some(b'\n' | b'\r')) {
-            line.pop();
-        }
-        Ok(())
-    };
-    read_line(&mut line)?;
-    let request_line = String::from_utf8(line.clone())
-        .map_err(|_| ReadError::Bad(400, "request line is not UTF-8"))?;
-    let mut parts = request_line.split(' ');
-    let (Some(method), Some(target), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(ReadError::Bad(400, "malformed request line"));
-    };
-    if !version.starts_with("HTTP/1.") {
-        return Err(ReadError::Bad(505, "only HTTP/1.x is served"));
-    }
-    if method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase()) {
-        return Err(ReadError::Bad(400, "malformed method"));
-    }
-    let mut content_length = 0usize;
-    loop {
-        read_line(&mut line)?;
-        if line.is_empty() {
-            break;
-        }
-        let Some(colon) = line.iter().position(|&b| b == b':') else {
-            return Err(ReadError::Bad(400, "malformed header"));
+        let Some(slot) = stats.try_open(limits.max_connections) else {
+            drop(conn);
+            stats.rejected.fetch_add(1, Ordering::Relaxed);
+            debug!(
+                listener = name,
+                max = limits.max_connections,
+                "admin connection refused: too many open"
+            );
+            continue;
         };
-        let name = &line[..colon];
-        if name.eq_ignore_ascii_case(b"content-length") {
-            content_length = std::str::from_utf8(&line[colon + 1..])
-                .ok()
-                .and_then(|v| v.trim().parse().ok())
-                .ok_or(ReadError::Bad(400, "malformed Content-Length"))?;
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            return Err(ReadError::Bad(
-                400,
-                "chunked request bodies are not accepted",
+        let (router, api, shutdown) = (router.clone(), Arc::clone(&api), shutdown.clone());
+        match conn {
+            Accepted::Tcp(s, peer) => conns.spawn(serve_conn(
+                s,
+                peer.to_string(),
+                router,
+                api,
+                limits,
+                shutdown,
+                slot,
+            )),
+            Accepted::Unix(s) => conns.spawn(serve_conn(
+                s,
+                "unix".to_owned(),
+                router,
+                api,
+                limits,
+                shutdown,
+                slot,
+            )),
+        };
+    }
+    // Stop accepting now: new clients get refused rather than queued behind the shutdown.
+    drop(listener);
+    let drained = tokio::time::timeout(limits.shutdown_grace, async {
+        while conns.join_next().await.is_some() {}
+    })
+    .await
+    .is_ok();
+    if !drained {
+        debug!(
+            listener = name,
+            left = conns.len(),
+            "admin connections still busy after the shutdown grace; dropping them"
+        );
+        conns.shutdown().await;
+    }
+}
+
+async fn serve_conn<I>(
+    io: I,
+    peer: String,
+    router: Router,
+    api: Arc<Api>,
+    limits: AdminLimits,
+    shutdown: CancellationToken,
+    _slot: ConnSlot,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let io = TokioIo::new(WriteDeadline::new(io, limits.write_timeout));
+    let svc = hyper::service::service_fn(move |req| {
+        handle(
+            req,
+            router.clone(),
+            Arc::clone(&api),
+            limits.request_timeout,
+        )
+    });
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_header_size(HEAD_MAX)
+        .max_buf_size(READ_BUF_MAX)
+        .keep_alive(true);
+    let conn = builder.serve_connection(io, svc);
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        () = shutdown.cancelled() => {
+            // Finishes the request in flight, if any, then closes; idle connections close now.
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        // Timeouts, resets, malformed requests: the client's problem, not the server's.
+        debug!(peer, error = %e, "admin connection ended");
+    }
+}
+
+/// One request: the body (bounded), the router, all within the request deadline.
+async fn handle(
+    req: Request<Incoming>,
+    router: Router,
+    api: Arc<Api>,
+    deadline: Duration,
+) -> Result<Response, Infallible> {
+    let mut resp = match tokio::time::timeout(deadline, dispatch(req, router)).await {
+        Ok(r) => r,
+        Err(_) => {
+            api.timed_out.fetch_add(1, Ordering::Relaxed);
+            debug!(
+                deadline_ms = deadline.as_millis() as u64,
+                "admin request timed out"
+            );
+            routes::error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!(
+                    "the request was not answered within {:.1}s; try again later",
+                    deadline.as_secs_f64()
+                ),
+            )
+        }
+    };
+    resp.headers_mut()
+        .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(resp)
+}
+
+async fn dispatch(req: Request<Incoming>, router: Router) -> Response {
+    let declared = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > BODY_MAX as u64) {
+        return closing(routes::error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request body too large",
+        ));
+    }
+    // Read the whole (small) body before routing: no handler sees a half-read request, and
+    // the connection stays usable for the next one.
+    let (parts, body) = req.into_parts();
+    let body = match Limited::new(body, BODY_MAX).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) if e.is::<LengthLimitError>() => {
+            return closing(routes::error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request body too large",
             ));
         }
+        Err(e) => {
+            return closing(routes::error(
+                StatusCode::BAD_REQUEST,
+                &format!("reading the request body: {e}"),
+            ));
+        }
+    };
+    match router
+        .oneshot(Request::from_parts(parts, Body::from(body)))
+        .await
+    {
+        Ok(r) => r,
+        Err(never) => match never {},
     }
-    if content_length > BODY_MAX {
-        return Err(ReadError::Bad(413, "request body too large"));
-    }
-    // The body carries nothing the admin API reads; consume it so the client sees a clean close.
-    // Part of it may already sit in the reader's buffer.
-    let buffered = r.buffer().len().min(content_length);
-    r.consume(buffered);
-    let mut body = r
-        .into_inner()
-        .into_inner()
-        .take((content_length - buffered) as u64);
-    io::copy(&mut body, &mut io::sink()).map_err(ReadError::Io)?;
-    let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    Ok(Request {
-        method: method.to_owned(),
-        path: path.to_owned(),
-        query: query.to_owned(),
-    })
 }
 
-fn write_response(conn: &mut TcpStream, resp: &Response, head_only: bool) -> io::Result<()> {
-    let mut head = format!(
-        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\nCache-Control: no-store\r\n",
-        resp.status,
-        reason(resp.status),
-        resp.content_type,
-        resp.body.len()
-    );
-    for (k, v) in &resp.headers {
-        head.push_str(k);
-        head.push_str(": ");
-        head.push_str(v);
-        head.push_str("\r\n");
+/// `resp` with `Connection: close`: the rest of the request was not read, so the connection
+/// cannot carry another.
+fn closing(mut resp: Response) -> Response {
+    resp.headers_mut()
+        .insert(CONNECTION, HeaderValue::from_static("close"));
+    resp
+}
+
+/// A stream whose writes fail with `TimedOut` once one has made no progress for `limit`:
+/// hyper has no write timeout, and a client that never reads would otherwise hold its
+/// connection (and its slot) for ever.
+pub(super) struct WriteDeadline<I> {
+    io: I,
+    limit: Duration,
+    /// Armed by the first write that could not proceed; disarmed by any progress.
+    stalled: Option<Pin<Box<Sleep>>>,
+}
+
+impl<I> WriteDeadline<I> {
+    pub(super) fn new(io: I, limit: Duration) -> WriteDeadline<I> {
+        WriteDeadline {
+            io,
+            limit,
+            stalled: None,
+        }
     }
-    head.push_str("\r\n");
-    let mut out = head.into_bytes();
-    if !head_only {
-        out.extend_from_slice(&resp.body);
+
+    /// After the inner write returned `r`: disarm on progress; on `Pending`, arm (once) and
+    /// fail when the deadline has passed.
+    fn check<T>(&mut self, cx: &mut Context<'_>, r: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        if r.is_ready() {
+            self.stalled = None;
+            return r;
+        }
+        let limit = self.limit;
+        let sleep = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the client read nothing for {:.1}s", limit.as_secs_f64()),
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
     }
-    conn.write_all(&out)?;
-    conn.flush()
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for WriteDeadline<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.check(cx, r)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.check(cx, r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let r = Pin::new(&mut self.io).poll_flush(cx);
+        self.check(cx, r)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let r = Pin::new(&mut self.io).poll_shutdown(cx);
+        self.check(cx, r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn a_stalled_write_fails_after_the_limit() {
+        // 64 bytes of buffer, and the reader never reads.
+        let (near, mut far) = tokio::io::duplex(64);
+        let mut w = WriteDeadline::new(near, Duration::from_millis(50));
+        let err = w.write_all(&[7; 1024]).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        // What fitted was written.
+        let mut got = vec![0; 64];
+        far.read_exact(&mut got).await.unwrap();
+        assert_eq!(got, vec![7; 64]);
+    }
+
+    #[tokio::test]
+    async fn a_slow_reader_is_not_a_stalled_one() {
+        // The reader takes 64 bytes every 20 ms: each pause is shorter than the limit, the
+        // whole write much longer. Progress disarms the deadline.
+        let (near, mut far) = tokio::io::duplex(64);
+        let reader = tokio::spawn(async move {
+            let mut total = 0;
+            let mut buf = [0; 64];
+            loop {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                match far.read(&mut buf).await.unwrap() {
+                    0 => return total,
+                    n => total += n,
+                }
+            }
+        });
+        let mut w = WriteDeadline::new(near, Duration::from_millis(500));
+        w.write_all(&[1; 64 * 40]).await.unwrap();
+        w.shutdown().await.unwrap();
+        drop(w);
+        assert_eq!(reader.await.unwrap(), 64 * 40);
+    }
 }

@@ -1,4 +1,16 @@
-//! The admin HTTP API, on `[admin] listen` (default 127.0.0.1:10256, kube-proxy's healthz port).
+//! The admin HTTP API, served on three exposures, like kube-proxy's split between its metrics
+//! and healthz addresses.
+//!
+//! | exposure | config | serves |
+//! |---|---|---|
+//! | `listen` | `[admin] listen`, default 127.0.0.1:10249 (kube-proxy's metrics address) | `/healthz`, `/livez`, `/metrics`, the read-only `/v1/*`; control endpoints answer 403 |
+//! | `healthz` | `[admin] healthz_listen`, default 0.0.0.0:10256 (kube-proxy's healthz port) | only `/healthz` and `/livez`; every other path is 404 |
+//! | `socket` | `[admin] socket`, default /run/xvs/xvs.sock, a unix socket of mode 0600 | what `listen` serves, plus the control endpoints |
+//!
+//! The health port is the one that must be reachable from outside the node (load balancers,
+//! the kubelet's probes), so it answers nothing else: `/v1/flows` (client addresses) and
+//! `/metrics` stay on loopback, and state changes need the owner of the socket file (root),
+//! not merely a route to the node.
 //!
 //! | endpoint | answer |
 //! |---|---|
@@ -8,15 +20,46 @@
 //! | `GET /v1/services` | [`ServicesResponse`] |
 //! | `GET /v1/flows?limit=N` | [`FlowsResponse`]; N defaults to 100, clamped to 1..=10000 |
 //! | `GET /v1/stats` | [`StatsView`] |
-//! | `POST /v1/freeze`, `/v1/unfreeze` (`?service=NAME`: one service), `/v1/drain`, `/v1/undrain` | 403 unless `[admin] enable_control`; then [`AdminSource::control`] |
+//! | `POST /v1/freeze`, `/v1/unfreeze` (`?service=NAME`: one service), `/v1/drain`, `/v1/undrain` | on the socket: 403 unless `[admin] enable_control`, then [`AdminSource::control`]; on TCP: 403 |
 //!
-//! `HEAD` is accepted wherever `GET` is. Another method on a read endpoint is 405, on a
-//! control endpoint (other than POST) also 405; any other path is 404.
+//! `HEAD` is accepted wherever `GET` is. Another method on a known endpoint is 405 with
+//! `Allow`; any other path is 404. Every answer is JSON (`{"error": ...}` for errors) except
+//! `/metrics` and the 400/431 that hyper itself gives a malformed or oversized head (no
+//! body), and carries `Cache-Control: no-store`.
+//!
+//! # Limits (and why)
+//!
+//! The server runs on the daemon's tokio runtime; a connection costs a task and a few KiB,
+//! not a thread, so slow or idle clients cannot starve the probes. Each connection state has a
+//! bound, so nothing a client does holds a connection open for long:
+//! - at most [`MAX_CONNECTIONS`] open connections per listener (`xvs_admin_connections`);
+//!   over it a new connection is closed at once (counted in
+//!   `xvs_admin_connections_rejected_total`). Listeners have separate budgets, so a flood on
+//!   one leaves the others answering;
+//! - the whole request head must arrive within [`HEADER_TIMEOUT`] (not per read: a client
+//!   dripping a byte a second is cut off too). The same timer runs while a keep-alive
+//!   connection waits for its next request, so idle connections close after it;
+//! - a head larger than [`HEAD_MAX`] is answered 431, a body larger than [`BODY_MAX`] 413;
+//! - a request (its body, the handler, the source's answer) must be done within
+//!   [`REQUEST_TIMEOUT`], else 503 (counted in `xvs_admin_requests_timed_out_total`);
+//! - a response write that makes no progress for [`WRITE_TIMEOUT`] ends the connection (a
+//!   client that asks for 10,000 flows and never reads them);
+//! - the expensive [`AdminSource`] calls (`services`, `flows`, `stats`, and `/metrics`, which
+//!   calls two of them) run on tokio's blocking pool, at most [`BLOCKING_MAX`] at a time.
+//!   `/healthz` and `/livez` call only [`AdminSource::health`] and answer inline, so they
+//!   never queue behind a scrape.
+//!
+//! Keep-alive is allowed (Prometheus reuses its connection); `Connection: close` is honoured
+//! (`xvs status` sends it and reads to EOF). Shutdown ([`AdminServer::run`]'s token) stops
+//! accepting, lets requests in flight finish for up to [`SHUTDOWN_GRACE`], removes the socket
+//! file and returns.
 //!
 //! # Health semantics (kube-proxy's)
 //!
 //! `/healthz` is 200 when all of these hold, else 503 with a `reason`:
 //! - the fastpath workers run;
+//! - the daemon is ready ([`HealthView::not_ready`] is `None`; e.g. the Kubernetes source has
+//!   produced its first snapshot);
 //! - the slowpath has synced at least once, and its last sync (`lastUpdated`) is younger than
 //!   the health timeout (kube-proxy: 2 × `syncPeriod`). The daemon counts a periodic pass that
 //!   finds nothing to publish as a sync, so an idle but live slowpath stays healthy, and a
@@ -33,29 +76,93 @@
 
 mod http;
 pub mod metrics;
+mod routes;
+mod socket;
 pub mod views;
 
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::future::Future;
+use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
-pub use http::{BODY_MAX, HANDLERS, HEAD_MAX, IO_TIMEOUT, QUEUE_MAX};
+pub use http::{
+    AdminConfig, AdminError, AdminLimits, AdminServer, BLOCKING_MAX, BODY_MAX, HEAD_MAX,
+    HEADER_TIMEOUT, MAX_CONNECTIONS, REQUEST_TIMEOUT, SHUTDOWN_GRACE, WRITE_TIMEOUT,
+};
 pub use views::*;
-
-use http::{Request, Response, Server};
-use metrics::ProbeCounts;
 
 /// `/v1/flows` limit when the request has none.
 pub const FLOWS_DEFAULT: usize = 100;
 /// Largest `/v1/flows` limit.
 pub const FLOWS_MAX: usize = 10_000;
-/// The state-changing endpoints, as `/v1/<action>`.
+/// The state-changing endpoints, as `/v1/<action>` (the names of [`ControlAction`]).
 pub const CONTROL_ACTIONS: &[&str] = &["freeze", "unfreeze", "drain", "undrain"];
 /// Content type of `/metrics`.
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// What the admin API reads from the daemon. Called on the admin server's threads, at most
-/// [`HANDLERS`] at a time; each call should take a few milliseconds.
+/// A state-changing action, `POST /v1/<name>` on the unix socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ControlAction {
+    /// Refuse new flows (of one service, or all), keep established ones.
+    Freeze,
+    /// Undo [`ControlAction::Freeze`].
+    Unfreeze,
+    /// Make `/healthz` fail so that upstream load balancers move away; stop nothing.
+    Drain,
+    /// Undo [`ControlAction::Drain`].
+    Undrain,
+}
+
+impl ControlAction {
+    /// Every action, in [`CONTROL_ACTIONS`] order.
+    pub const ALL: [ControlAction; 4] = [
+        ControlAction::Freeze,
+        ControlAction::Unfreeze,
+        ControlAction::Drain,
+        ControlAction::Undrain,
+    ];
+
+    /// The name in the path and in answers: `freeze`, `unfreeze`, `drain`, `undrain`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ControlAction::Freeze => "freeze",
+            ControlAction::Unfreeze => "unfreeze",
+            ControlAction::Drain => "drain",
+            ControlAction::Undrain => "undrain",
+        }
+    }
+
+    /// The action named `name` (exactly as [`ControlAction::name`] spells it).
+    pub fn parse(name: &str) -> Option<ControlAction> {
+        ControlAction::ALL.into_iter().find(|a| a.name() == name)
+    }
+}
+
+impl std::fmt::Display for ControlAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+// CONTROL_ACTIONS and ControlAction::ALL name the same actions in the same order.
+const _: () = {
+    assert!(CONTROL_ACTIONS.len() == ControlAction::ALL.len());
+};
+
+/// What [`AdminSource::control`] returns: resolves once the action took effect (`Ok`) or was
+/// refused (`Err`, answered 409 with the message).
+pub type ControlFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+
+/// What the admin API reads from the daemon.
+///
+/// `services`, `flows` and `stats` run on tokio's blocking pool, at most [`BLOCKING_MAX`] at a
+/// time; each should take a few milliseconds. `health` runs inline on the runtime for every
+/// probe: it must only read atomics or take uncontended locks. The future of `control` is
+/// awaited on the runtime.
+///
+/// A request not answered within [`REQUEST_TIMEOUT`] gets 503. A blocking call cannot be
+/// cancelled: it runs to its end and keeps its slot meanwhile, so a stuck source holds at
+/// most [`BLOCKING_MAX`] threads. A `control` future is dropped; what it already set in
+/// motion (a command sent to the controller) may still take effect.
 pub trait AdminSource: Send + Sync + 'static {
     /// Services of the published snapshot, with backend connection counts.
     fn services(&self) -> Vec<ServiceView>;
@@ -63,161 +170,15 @@ pub trait AdminSource: Send + Sync + 'static {
     fn flows(&self, limit: usize) -> Vec<FlowViewJson>;
     /// Counters: workers, flow table, steering, sync loop.
     fn stats(&self) -> StatsView;
-    /// What `/healthz` and `/livez` decide from.
+    /// What `/healthz` and `/livez` decide from. Must not block.
     fn health(&self) -> HealthView;
-    /// Performs a state-changing action (`freeze`, `unfreeze`, `drain`, `undrain`), for one
-    /// service when `service` is given (`?service=NAME`, percent-decoded). Only called when
-    /// `[admin] enable_control` is on. `Err` is answered 409 with the message.
-    fn control(&self, action: &str, service: Option<&str>) -> Result<(), String> {
+    /// Performs a state-changing action, for one service when `service` is given
+    /// (`?service=NAME`, percent-decoded). Only called for requests on the unix socket with
+    /// `[admin] enable_control` on. `Err` is answered 409 with the message.
+    fn control(&self, action: ControlAction, service: Option<String>) -> ControlFuture {
         let _ = (action, service);
-        Err("not supported".to_owned())
+        Box::pin(async { Err("not supported".to_owned()) })
     }
-}
-
-/// A running admin server. Dropping it leaves the server running; call [`AdminHandle::stop`].
-pub struct AdminHandle {
-    server: Server,
-}
-
-impl AdminHandle {
-    /// The bound address (the chosen port when `listen` had port 0).
-    pub fn local_addr(&self) -> SocketAddr {
-        self.server.local_addr()
-    }
-
-    /// Stops accepting, finishes requests in progress and joins the server's threads
-    /// (within about 100 ms plus [`IO_TIMEOUT`] for a stalled client).
-    pub fn stop(self) {
-        self.server.stop();
-    }
-}
-
-/// Binds `listen` and serves the admin API from `source` on its own threads (one acceptor,
-/// [`HANDLERS`] handlers). Fails only when the address cannot be bound.
-pub fn serve(
-    listen: SocketAddr,
-    source: Arc<dyn AdminSource>,
-    control_enabled: bool,
-) -> std::io::Result<AdminHandle> {
-    let api = Api {
-        source,
-        control_enabled,
-        probes: Mutex::new(ProbeCounts::default()),
-    };
-    let server = Server::start(
-        listen,
-        "xvs-admin",
-        Arc::new(move |r: &Request| api.route(r)),
-    )?;
-    Ok(AdminHandle { server })
-}
-
-struct Api {
-    source: Arc<dyn AdminSource>,
-    control_enabled: bool,
-    probes: Mutex<ProbeCounts>,
-}
-
-impl Api {
-    fn route(&self, req: &Request) -> Response {
-        let read = matches!(req.method.as_str(), "GET" | "HEAD");
-        let path = req.path.as_str();
-        if let Some(action) = path.strip_prefix("/v1/")
-            && CONTROL_ACTIONS.contains(&action)
-        {
-            if req.method != "POST" {
-                return not_allowed("POST");
-            }
-            if !self.control_enabled {
-                return Response::error(
-                    403,
-                    "control endpoints are disabled; set [admin] enable_control = true",
-                );
-            }
-            let service = req.param("service").map(percent_decode);
-            return match self.source.control(action, service.as_deref()) {
-                Ok(()) => Response::json(
-                    200,
-                    &serde_json::json!({ "action": action, "service": service, "ok": true }),
-                ),
-                Err(e) => Response::error(409, &e),
-            };
-        }
-        let known = matches!(
-            path,
-            "/healthz" | "/livez" | "/metrics" | "/v1/services" | "/v1/flows" | "/v1/stats"
-        );
-        if !known {
-            return Response::error(404, "no such endpoint");
-        }
-        if !read {
-            return not_allowed("GET, HEAD");
-        }
-        match path {
-            "/healthz" => self.health(true),
-            "/livez" => self.health(false),
-            "/metrics" => {
-                let stats = self.source.stats();
-                let services = self.source.services();
-                let body = {
-                    let p = self.probes.lock().unwrap_or_else(|e| e.into_inner());
-                    metrics::render(&stats, &services, &p)
-                };
-                Response::text(200, METRICS_CONTENT_TYPE, body)
-            }
-            "/v1/services" => Response::json(
-                200,
-                &ServicesResponse {
-                    services: self.source.services(),
-                },
-            ),
-            "/v1/flows" => {
-                let limit = match req.param("limit") {
-                    None | Some("") => FLOWS_DEFAULT,
-                    Some(v) => match v.parse::<usize>() {
-                        Ok(n) => n.clamp(1, FLOWS_MAX),
-                        Err(_) => {
-                            return Response::error(400, "limit must be a non-negative integer");
-                        }
-                    },
-                };
-                let mut flows = self.source.flows(limit);
-                flows.truncate(limit);
-                Response::json(200, &FlowsResponse { limit, flows })
-            }
-            "/v1/stats" => Response::json(200, &self.source.stats()),
-            _ => Response::error(404, "no such endpoint"),
-        }
-    }
-
-    fn health(&self, healthz: bool) -> Response {
-        let h = self.source.health();
-        let now = SystemTime::now();
-        let verdict = evaluate(&h, now, healthz);
-        {
-            let mut p = self.probes.lock().unwrap_or_else(|e| e.into_inner());
-            match (healthz, verdict.is_ok()) {
-                (true, true) => p.healthz_ok += 1,
-                (true, false) => p.healthz_fail += 1,
-                (false, true) => p.livez_ok += 1,
-                (false, false) => p.livez_fail += 1,
-            }
-        }
-        let body = HealthzBody {
-            last_updated: h.last_updated.map(rfc3339).unwrap_or_default(),
-            current_time: rfc3339(now),
-            node_eligible: healthz.then_some(h.node_eligible),
-            fastpath_running: h.fastpath_running,
-            reason: verdict.as_ref().err().cloned(),
-        };
-        Response::json(if verdict.is_ok() { 200 } else { 503 }, &body)
-    }
-}
-
-fn not_allowed(allow: &str) -> Response {
-    let mut r = Response::error(405, "method not allowed");
-    r.headers.push(("Allow", allow.to_owned()));
-    r
 }
 
 /// The health rules of the module docs, at `now`. `healthz`: also require node eligibility
@@ -226,6 +187,9 @@ pub fn evaluate(h: &HealthView, now: SystemTime, healthz: bool) -> Result<(), St
     let age = |t: SystemTime| now.duration_since(t).unwrap_or(Duration::ZERO);
     if !h.fastpath_running {
         return Err("fastpath workers are not running".to_owned());
+    }
+    if let Some(reason) = &h.not_ready {
+        return Err(reason.clone());
     }
     let Some(last) = h.last_updated else {
         return Err("no sync completed yet".to_owned());
@@ -276,6 +240,14 @@ pub fn rfc3339(t: SystemTime) -> String {
         rem % 60,
         d.subsec_millis()
     )
+}
+
+/// The raw value of query parameter `key` in `query` (the part after `?`), if present.
+fn query_param<'q>(query: &'q str, key: &str) -> Option<&'q str> {
+    query.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        (k == key).then_some(v)
+    })
 }
 
 /// Decodes `%XX` escapes and `+` (a space) in a query value; malformed escapes stay as written.
@@ -337,6 +309,7 @@ mod tests {
             timeout: Duration::from_secs(60),
             fastpath_running: true,
             node_eligible: true,
+            not_ready: None,
         };
         assert_eq!(evaluate(&ok, now, true), Ok(()));
         let stale = HealthView {
@@ -368,8 +341,44 @@ mod tests {
         assert_eq!(evaluate(&deleting, now, false), Ok(()));
         let stopped = HealthView {
             fastpath_running: false,
-            ..ok
+            ..ok.clone()
         };
         assert!(evaluate(&stopped, now, false).is_err());
+        // Not ready: both probes fail with the daemon's reason, even with a fresh sync.
+        let waiting = HealthView {
+            not_ready: Some("waiting for the first sync of the Kubernetes source".to_owned()),
+            ..ok.clone()
+        };
+        let why = Err("waiting for the first sync of the Kubernetes source".to_owned());
+        assert_eq!(evaluate(&waiting, now, true), why);
+        assert_eq!(evaluate(&waiting, now, false), why);
+        // A stopped fastpath is reported first.
+        let both = HealthView {
+            fastpath_running: false,
+            ..waiting
+        };
+        assert_eq!(
+            evaluate(&both, now, true),
+            Err("fastpath workers are not running".to_owned())
+        );
+    }
+
+    #[test]
+    fn query_parameters() {
+        assert_eq!(query_param("x=1&limit=7", "limit"), Some("7"));
+        assert_eq!(query_param("limit", "limit"), Some(""));
+        assert_eq!(query_param("limits=3", "limit"), None);
+        assert_eq!(query_param("", "limit"), None);
+    }
+
+    #[test]
+    fn control_action_names() {
+        for (a, name) in ControlAction::ALL.into_iter().zip(CONTROL_ACTIONS) {
+            assert_eq!(a.name(), *name);
+            assert_eq!(ControlAction::parse(name), Some(a));
+            assert_eq!(a.to_string(), *name);
+        }
+        assert_eq!(ControlAction::parse("Freeze"), None);
+        assert_eq!(ControlAction::parse("stats"), None);
     }
 }

@@ -455,6 +455,9 @@ pub struct HealthView {
     /// False while the Node is being deleted: `/healthz` fails so that load balancers drain
     /// this node; `/livez` ignores it.
     pub node_eligible: bool,
+    /// `Some(reason)` while the daemon is not ready to serve at all (e.g. "waiting for the
+    /// first sync of the Kubernetes source"): `/healthz` and `/livez` both fail with it.
+    pub not_ready: Option<String>,
 }
 
 /// The body of `/healthz` and `/livez`, as kube-proxy answers (same field names).
