@@ -51,7 +51,15 @@ pub fn summary(name: &str, c: &Config) -> String {
         dp.snat_port_range
     );
     let _ = writeln!(s, "flowtable: capacity {} flows", c.flowtable.capacity);
-    let _ = writeln!(s, "admin: http://{}", c.admin.listen);
+    let _ = writeln!(
+        s,
+        "admin: http://{} (metrics, read-only API), healthz http://{}, socket {} (control {})",
+        c.admin.listen,
+        c.admin.healthz_listen(),
+        c.admin.socket.display(),
+        if c.admin.enable_control { "on" } else { "off" }
+    );
+    let _ = writeln!(s, "log: {} ({})", c.log.level, log_format(c.log.format));
     if c.services.is_empty() {
         return s;
     }
@@ -95,4 +103,11 @@ pub fn summary(name: &str, c: &Config) -> String {
         }
     }
     s
+}
+
+fn log_format(f: config::LogFormat) -> &'static str {
+    match f {
+        config::LogFormat::Text => "text",
+        config::LogFormat::Json => "json",
+    }
 }

@@ -8,10 +8,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use mimalloc::MiMalloc;
 
-mod admin_source;
 mod check;
 mod pcap;
-mod policy;
 mod run;
 mod sim;
 mod status;
@@ -86,9 +84,38 @@ enum Command {
         #[arg(long, default_value_t = 100)]
         limit: usize,
     },
-    /// Run the load balancer (needs root and the configured interfaces).
+    /// Refuse new flows (of the node, or of one service) while established ones continue
+    /// (control socket, `[admin] enable_control`).
+    Freeze {
+        #[command(flatten)]
+        admin: AdminArgs,
+        /// Only this service (a Kubernetes `namespace/name` covers all its ports).
+        #[arg(long)]
+        service: Option<String>,
+    },
+    /// Undo `xvs freeze` (of the node, or of one service).
+    Unfreeze {
+        #[command(flatten)]
+        admin: AdminArgs,
+        /// Only this service.
+        #[arg(long)]
+        service: Option<String>,
+    },
+    /// Turn /healthz 503 so upstream load balancers move away; traffic keeps flowing.
+    Drain {
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Undo `xvs drain`.
+    Undrain {
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Run the load balancer (needs the capabilities `xvs run` names, and the configured
+    /// interfaces).
     Run {
-        /// The config file (default: the embedded lab config, config/examples/lab.toml).
+        /// The config file. Without it xvs runs the embedded DEMO config
+        /// (config/examples/lab.toml, the netns lab of scripts/demo) and says so loudly.
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
@@ -97,19 +124,29 @@ enum Command {
 /// Where a running xvs answers, and how to print it.
 #[derive(clap::Args)]
 struct AdminArgs {
-    /// The admin API address (`[admin] listen` of the running xvs).
-    #[arg(long, default_value = "127.0.0.1:10256")]
-    admin: std::net::SocketAddr,
+    /// The admin API's TCP address (`[admin] listen` of the running xvs; read-only).
+    #[arg(long, conflicts_with = "socket")]
+    admin: Option<std::net::SocketAddr>,
+    /// The control socket (`[admin] socket`). Default: /run/xvs/xvs.sock when it exists,
+    /// else --admin 127.0.0.1:10249.
+    #[arg(long)]
+    socket: Option<PathBuf>,
     /// Print the API's JSON instead of tables.
     #[arg(long)]
     json: bool,
+}
+
+impl AdminArgs {
+    fn endpoint(&self) -> status::Endpoint {
+        status::Endpoint::choose(self.admin, self.socket.clone())
+    }
 }
 
 /// Loads a config file, or prints its problems; `None` means exit with `EXIT_BAD_CONFIG`.
 pub fn load_config(path: Option<&PathBuf>) -> Option<config::Config> {
     let loaded = match path {
         Some(p) => config::load(p),
-        None => config::parse(config::LAB_TOML, "<embedded lab.toml>"),
+        None => config::parse(config::LAB_TOML, "<embedded demo config lab.toml>"),
     };
     match loaded {
         Ok(c) => Some(c),
@@ -118,6 +155,14 @@ pub fn load_config(path: Option<&PathBuf>) -> Option<config::Config> {
             None
         }
     }
+}
+
+fn control(admin: &AdminArgs, action: &'static str, service: Option<String>) -> ExitCode {
+    status::main(
+        status::StatusCmd::Control { action, service },
+        &admin.endpoint(),
+        admin.json,
+    )
 }
 
 fn main() -> ExitCode {
@@ -136,14 +181,20 @@ fn main() -> ExitCode {
             report,
         } => pcap::main(&config, &input, &output, report.as_deref()),
         Command::Status { admin } => {
-            status::main(status::StatusCmd::Status, admin.admin, admin.json)
+            status::main(status::StatusCmd::Status, &admin.endpoint(), admin.json)
         }
         Command::Services { admin } => {
-            status::main(status::StatusCmd::Services, admin.admin, admin.json)
+            status::main(status::StatusCmd::Services, &admin.endpoint(), admin.json)
         }
-        Command::Flows { admin, limit } => {
-            status::main(status::StatusCmd::Flows { limit }, admin.admin, admin.json)
-        }
+        Command::Flows { admin, limit } => status::main(
+            status::StatusCmd::Flows { limit },
+            &admin.endpoint(),
+            admin.json,
+        ),
+        Command::Freeze { admin, service } => control(&admin, "freeze", service),
+        Command::Unfreeze { admin, service } => control(&admin, "unfreeze", service),
+        Command::Drain { admin } => control(&admin, "drain", None),
+        Command::Undrain { admin } => control(&admin, "undrain", None),
         Command::Run { config } => run::main(config.as_ref()),
     }
 }

@@ -1,12 +1,20 @@
-//! `xvs status`, `xvs services`, `xvs flows`: read a running xvs through its admin API
-//! (`[admin] listen`, default 127.0.0.1:10256) and print tables, or the raw JSON with `--json`.
+//! `xvs status`, `xvs services`, `xvs flows`: read a running xvs through its admin API and
+//! print tables, or the raw JSON with `--json`; `xvs freeze|unfreeze|drain|undrain` act on it.
+//!
+//! Where: `--socket PATH` (the control socket, `[admin] socket`, default
+//! `/run/xvs/xvs.sock`), or `--admin ADDR` (`[admin] listen`, read-only); without either, the
+//! default socket when it exists, else `127.0.0.1:10249`. Control commands need the socket
+//! (and `[admin] enable_control`).
 //!
 //! Exit codes: 0 when the API answered (and, for `status`, xvs is healthy); 1 when xvs cannot
 //! be reached, answers something unexpected, or (`status`) reports itself unhealthy.
 
+use std::fmt;
 use std::fmt::Write as _;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
@@ -19,8 +27,53 @@ const IO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest response accepted (10 000 flows are a few MiB).
 const RESPONSE_MAX: u64 = 64 << 20;
 
-/// What to show.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Where a running xvs answers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `[admin] listen`: read-only.
+    Tcp(SocketAddr),
+    /// `[admin] socket`: read-only and control.
+    Unix(PathBuf),
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Endpoint::Tcp(a) => write!(f, "{a}"),
+            Endpoint::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+/// The default control socket (`[admin] socket`).
+pub const DEFAULT_SOCKET: &str = "/run/xvs/xvs.sock";
+/// The default read-only address (`[admin] listen`).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:10249";
+
+impl Endpoint {
+    /// `--admin` if given, else `--socket` if given, else the default socket when it exists,
+    /// else the default listen address.
+    pub fn choose(admin: Option<SocketAddr>, socket: Option<PathBuf>) -> Endpoint {
+        match (admin, socket) {
+            (Some(a), _) => Endpoint::Tcp(a),
+            (None, Some(p)) => Endpoint::Unix(p),
+            (None, None) if std::path::Path::new(DEFAULT_SOCKET).exists() => {
+                Endpoint::Unix(DEFAULT_SOCKET.into())
+            }
+            (None, None) => Endpoint::Tcp(DEFAULT_LISTEN.parse().expect("a valid address")),
+        }
+    }
+
+    fn hint(&self) -> &'static str {
+        match self {
+            Endpoint::Tcp(_) => "its [admin] listen address",
+            Endpoint::Unix(_) => "its [admin] socket",
+        }
+    }
+}
+
+/// What to show or do.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StatusCmd {
     /// Health, sync state, counters.
     Status,
@@ -31,9 +84,17 @@ pub enum StatusCmd {
         /// At most this many (the server clamps to 1..=10000).
         limit: usize,
     },
+    /// A control action (`freeze`, `unfreeze`, `drain`, `undrain`), for one service or the
+    /// node.
+    Control {
+        /// The action, as its endpoint names it.
+        action: &'static str,
+        /// One service (`freeze`/`unfreeze` only).
+        service: Option<String>,
+    },
 }
 
-pub fn main(cmd: StatusCmd, admin: SocketAddr, json: bool) -> ExitCode {
+pub fn main(cmd: StatusCmd, admin: &Endpoint, json: bool) -> ExitCode {
     match run(cmd, admin, json) {
         Ok((out, healthy)) => {
             print!("{out}");
@@ -52,7 +113,7 @@ pub fn main(cmd: StatusCmd, admin: SocketAddr, json: bool) -> ExitCode {
 }
 
 /// The text to print and whether the exit code is 0.
-fn run(cmd: StatusCmd, admin: SocketAddr, json: bool) -> Result<(String, bool), String> {
+fn run(cmd: StatusCmd, admin: &Endpoint, json: bool) -> Result<(String, bool), String> {
     match cmd {
         StatusCmd::Status => {
             let (hcode, hbody) = get(admin, "/healthz")?;
@@ -92,7 +153,36 @@ fn run(cmd: StatusCmd, admin: SocketAddr, json: bool) -> Result<(String, bool), 
             }
             Ok((render_flows(&r), true))
         }
+        StatusCmd::Control { action, service } => {
+            let mut path = format!("/v1/{action}");
+            if let Some(s) = &service {
+                path.push_str("?service=");
+                path.push_str(&percent_encode(s));
+            }
+            let (code, body) = request(admin, "POST", &path)?;
+            if code != 200 {
+                return Err(error_answer(admin, "POST", &path, code, &body));
+            }
+            if json {
+                return Ok((body, true));
+            }
+            let what = service.map_or_else(|| "the node".to_owned(), |s| format!("service {s}"));
+            Ok((format!("{action}: {what}: ok\n"), true))
+        }
     }
+}
+
+/// `%XX`-escapes everything in a query value but unreserved characters.
+fn percent_encode(v: &str) -> String {
+    let mut out = String::new();
+    for b in v.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
 }
 
 fn pretty(v: &serde_json::Value) -> String {
@@ -101,21 +191,23 @@ fn pretty(v: &serde_json::Value) -> String {
     s
 }
 
-fn expect_ok(admin: SocketAddr, path: &str, code: u16, body: &str) -> Result<(), String> {
+fn expect_ok(admin: &Endpoint, path: &str, code: u16, body: &str) -> Result<(), String> {
     if code == 200 {
         return Ok(());
     }
+    Err(error_answer(admin, "GET", path, code, body))
+}
+
+fn error_answer(admin: &Endpoint, method: &str, path: &str, code: u16, body: &str) -> String {
     let detail = serde_json::from_str::<serde_json::Value>(body)
         .ok()
         .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
         .unwrap_or_else(|| body.trim().chars().take(200).collect());
-    Err(format!(
-        "the xvs admin API at {admin} answered {code} to GET {path}: {detail}"
-    ))
+    format!("the xvs admin API at {admin} answered {code} to {method} {path}: {detail}")
 }
 
 fn parse<T: serde::de::DeserializeOwned>(
-    admin: SocketAddr,
+    admin: &Endpoint,
     path: &str,
     body: &str,
 ) -> Result<T, String> {
@@ -125,24 +217,53 @@ fn parse<T: serde::de::DeserializeOwned>(
 }
 
 /// One GET: the status code and the body.
-fn get(admin: SocketAddr, path: &str) -> Result<(u16, String), String> {
+fn get(admin: &Endpoint, path: &str) -> Result<(u16, String), String> {
+    request(admin, "GET", path)
+}
+
+/// A connection to the admin API.
+trait Conn: Read + Write {}
+impl<T: Read + Write> Conn for T {}
+
+/// One request: the status code and the body.
+fn request(admin: &Endpoint, method: &str, path: &str) -> Result<(u16, String), String> {
     let unreachable = |e: io::Error| {
         let why = match e.kind() {
             io::ErrorKind::ConnectionRefused => "connection refused".to_owned(),
             io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => "timed out".to_owned(),
+            io::ErrorKind::NotFound => "no such socket".to_owned(),
+            io::ErrorKind::PermissionDenied => {
+                "permission denied (the socket is root's)".to_owned()
+            }
             _ => e.to_string(),
         };
         format!(
-            "cannot reach the xvs admin API at {admin}: {why} — is xvs running? (its [admin] listen address)"
+            "cannot reach the xvs admin API at {admin}: {why} — is xvs running? ({})",
+            admin.hint()
         )
     };
-    let mut conn = TcpStream::connect_timeout(&admin, CONNECT_TIMEOUT).map_err(unreachable)?;
     let io_err = |e: io::Error| format!("reading from the xvs admin API at {admin}: {e}");
-    conn.set_read_timeout(Some(IO_TIMEOUT)).map_err(io_err)?;
-    conn.set_write_timeout(Some(IO_TIMEOUT)).map_err(io_err)?;
+    let mut conn: Box<dyn Conn> = match admin {
+        Endpoint::Tcp(a) => {
+            let c = TcpStream::connect_timeout(a, CONNECT_TIMEOUT).map_err(unreachable)?;
+            c.set_read_timeout(Some(IO_TIMEOUT)).map_err(io_err)?;
+            c.set_write_timeout(Some(IO_TIMEOUT)).map_err(io_err)?;
+            Box::new(c)
+        }
+        Endpoint::Unix(p) => {
+            let c = UnixStream::connect(p).map_err(unreachable)?;
+            c.set_read_timeout(Some(IO_TIMEOUT)).map_err(io_err)?;
+            c.set_write_timeout(Some(IO_TIMEOUT)).map_err(io_err)?;
+            Box::new(c)
+        }
+    };
+    let host = match admin {
+        Endpoint::Tcp(a) => a.to_string(),
+        Endpoint::Unix(_) => "localhost".to_owned(),
+    };
     write!(
         conn,
-        "GET {path} HTTP/1.1\r\nHost: {admin}\r\nUser-Agent: xvs-cli\r\nAccept: application/json\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: xvs-cli\r\nAccept: application/json\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
     )
     .map_err(io_err)?;
     let mut raw = Vec::new();
@@ -150,7 +271,7 @@ fn get(admin: SocketAddr, path: &str) -> Result<(u16, String), String> {
         .read_to_end(&mut raw)
         .map_err(io_err)?;
     parse_response(&raw)
-        .ok_or_else(|| format!("malformed HTTP response from {admin} to GET {path}"))
+        .ok_or_else(|| format!("malformed HTTP response from {admin} to {method} {path}"))
 }
 
 /// Splits an HTTP/1.x response into status and body (honouring Content-Length when present).
@@ -204,7 +325,7 @@ fn table(indent: &str, header: &[&str], rows: &[Vec<String>]) -> String {
 }
 
 fn render_status(
-    admin: SocketAddr,
+    admin: &Endpoint,
     code: u16,
     h: &HealthzBody,
     s: &StatsView,
@@ -507,21 +628,24 @@ mod tests {
             let l = TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap()
         };
-        let e = run(StatusCmd::Status, addr, false).unwrap_err();
+        let e = run(StatusCmd::Status, &Endpoint::Tcp(addr), false).unwrap_err();
         assert_eq!(
             e,
             format!(
                 "cannot reach the xvs admin API at {addr}: connection refused — is xvs running? (its [admin] listen address)"
             )
         );
-        assert_eq!(main(StatusCmd::Services, addr, false), ExitCode::FAILURE);
+        assert_eq!(
+            main(StatusCmd::Services, &Endpoint::Tcp(addr), false),
+            ExitCode::FAILURE
+        );
     }
 
     #[test]
     fn services_table_and_json() {
         let body = serde_json::to_string(&services()).unwrap();
         let (addr, t) = server(vec![("/v1/services", 200, body.clone())], 2);
-        let (out, ok) = run(StatusCmd::Services, addr, false).unwrap();
+        let (out, ok) = run(StatusCmd::Services, &Endpoint::Tcp(addr), false).unwrap();
         assert!(ok);
         assert!(
             out.starts_with("web  198.18.100.1:80/tcp  wrr fullnat  affinity 10800s  limit 100/s burst 20 (7 refused)  FROZEN\n"),
@@ -535,7 +659,7 @@ mod tests {
             out.contains("  198.18.1.1:8080  4       yes     12      3\n"),
             "{out}"
         );
-        let (raw, _) = run(StatusCmd::Services, addr, true).unwrap();
+        let (raw, _) = run(StatusCmd::Services, &Endpoint::Tcp(addr), true).unwrap();
         assert_eq!(raw, body);
         t.join().unwrap();
     }
@@ -563,7 +687,7 @@ mod tests {
             )],
             1,
         );
-        let (out, _) = run(StatusCmd::Flows { limit: 1 }, addr, false).unwrap();
+        let (out, _) = run(StatusCmd::Flows { limit: 1 }, &Endpoint::Tcp(addr), false).unwrap();
         let lines: Vec<&str> = out.lines().collect();
         assert!(lines[0].starts_with("PROTO  CLIENT"), "{out}");
         assert!(lines[1].starts_with("udp    198.18.0.1:5353"), "{out}");
@@ -600,7 +724,7 @@ mod tests {
             ],
             4,
         );
-        let (out, ok) = run(StatusCmd::Status, addr, false).unwrap();
+        let (out, ok) = run(StatusCmd::Status, &Endpoint::Tcp(addr), false).unwrap();
         assert!(ok);
         assert!(
             out.starts_with(&format!("xvs at {addr}: healthy\n")),
@@ -613,7 +737,7 @@ mod tests {
             !out.contains("bad_checksum"),
             "zero drops are not listed: {out}"
         );
-        let (raw, _) = run(StatusCmd::Status, addr, true).unwrap();
+        let (raw, _) = run(StatusCmd::Status, &Endpoint::Tcp(addr), true).unwrap();
         let v: serde_json::Value = serde_json::from_str(&raw).unwrap();
         assert_eq!(v["healthz"]["status"], 200);
         assert_eq!(v["stats"]["generation"], 7);
@@ -623,7 +747,7 @@ mod tests {
             vec![("/healthz", 503, sick.into()), ("/v1/stats", 200, s)],
             2,
         );
-        let (out, ok) = run(StatusCmd::Status, addr, false).unwrap();
+        let (out, ok) = run(StatusCmd::Status, &Endpoint::Tcp(addr), false).unwrap();
         assert!(!ok, "unhealthy: exit 1");
         assert!(
             out.contains("UNHEALTHY (503): fastpath workers are not running"),
@@ -635,7 +759,7 @@ mod tests {
     #[test]
     fn error_answers_are_reported() {
         let (addr, t) = server(vec![], 1);
-        let e = run(StatusCmd::Services, addr, false).unwrap_err();
+        let e = run(StatusCmd::Services, &Endpoint::Tcp(addr), false).unwrap_err();
         assert!(
             e.contains("answered 404 to GET /v1/services: no such endpoint"),
             "{e}"
@@ -646,5 +770,86 @@ mod tests {
             Some((200, "{}".to_owned()))
         );
         assert_eq!(parse_response(b"garbage"), None);
+    }
+
+    /// Answers one connection on a unix socket with `(code, body)`; returns the request
+    /// line it got.
+    fn unix_server(path: &std::path::Path, code: u16, body: &'static str) -> JoinHandle<String> {
+        let l = std::os::unix::net::UnixListener::bind(path).unwrap();
+        std::thread::spawn(move || {
+            let (mut conn, _) = l.accept().unwrap();
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 1024];
+            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                let k = conn.read(&mut chunk).unwrap();
+                if k == 0 {
+                    break;
+                }
+                buf.extend_from_slice(&chunk[..k]);
+            }
+            let _ = write!(
+                conn,
+                "HTTP/1.1 {code} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            String::from_utf8_lossy(&buf)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_owned()
+        })
+    }
+
+    #[test]
+    fn control_commands_go_to_the_socket() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("xvs.sock");
+        let t = unix_server(&sock, 200, "{\"ok\":true}");
+        let ep = Endpoint::Unix(sock.clone());
+        let freeze = StatusCmd::Control {
+            action: "freeze",
+            service: Some("ns/web:http".into()),
+        };
+        let (out, ok) = run(freeze.clone(), &ep, false).unwrap();
+        assert!(ok);
+        assert_eq!(out, "freeze: service ns/web:http: ok\n");
+        assert_eq!(
+            t.join().unwrap(),
+            "POST /v1/freeze?service=ns%2Fweb%3Ahttp HTTP/1.1"
+        );
+        // A refusal is an error with the server's reason.
+        std::fs::remove_file(&sock).unwrap();
+        let t = unix_server(
+            &sock,
+            403,
+            "{\"error\":\"control endpoints are disabled; set [admin] enable_control = true\"}",
+        );
+        let e = run(freeze, &ep, false).unwrap_err();
+        assert!(e.contains("answered 403 to POST /v1/freeze?service=ns%2Fweb%3Ahttp: control endpoints are disabled"), "{e}");
+        t.join().unwrap();
+        // No server: says which socket and which key.
+        std::fs::remove_file(&sock).unwrap();
+        let drain = StatusCmd::Control {
+            action: "drain",
+            service: None,
+        };
+        let e = run(drain, &ep, false).unwrap_err();
+        assert_eq!(
+            e,
+            format!(
+                "cannot reach the xvs admin API at unix:{}: no such socket — is xvs running? (its [admin] socket)",
+                sock.display()
+            )
+        );
+    }
+
+    #[test]
+    fn endpoint_choice() {
+        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        assert_eq!(Endpoint::choose(Some(a), None), Endpoint::Tcp(a));
+        assert_eq!(
+            Endpoint::choose(None, Some("/x.sock".into())),
+            Endpoint::Unix("/x.sock".into())
+        );
     }
 }

@@ -45,13 +45,28 @@ fn daemonset_runs_that_config_with_the_capabilities_it_needs() {
     let ds = deploy("daemonset.yaml");
     assert!(ds.contains("hostNetwork: true"));
     assert!(ds.contains(r#"args: ["run", "--config", "/etc/xvs/xvs.toml"]"#));
-    for cap in ["BPF", "NET_ADMIN", "NET_RAW", "IPC_LOCK"] {
-        assert!(
-            ds.contains(&format!("\"{cap}\"")),
-            "missing capability {cap}"
-        );
-    }
-    assert!(ds.contains("path: /healthz") && ds.contains("path: /livez"));
+    // Drops ALL and adds exactly the capabilities `xvs run` checks for with this config.
+    let cfg = config::parse(&embedded_config(), "deploy/configmap.yaml").unwrap();
+    let want: Vec<String> = daemon::caps::required(&cfg)
+        .iter()
+        .map(|n| format!("\"{}\"", n.cap.name.trim_start_matches("CAP_")))
+        .collect();
+    assert!(ds.contains(r#"drop: ["ALL"]"#));
+    let add = ds
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("add: "))
+        .expect("a capabilities add list");
+    assert_eq!(add, format!("[{}]", want.join(", ")));
+    // Probes on the healthz listener (named port), which the ConfigMap binds on the node.
+    assert_eq!(cfg.admin.healthz_listen().port(), 10256);
+    assert!(ds.contains("name: healthz, containerPort: 10256"));
+    assert!(ds.contains("name: metrics, containerPort: 10249"));
+    assert!(
+        ds.contains("path: /healthz, port: healthz") && ds.contains("path: /livez, port: healthz")
+    );
+    // The control socket's directory is a hostPath.
+    assert!(cfg.admin.socket.starts_with("/run/xvs"));
+    assert!(ds.contains("mountPath: /run/xvs") && ds.contains("path: /run/xvs"));
     let rbac = deploy("rbac.yaml");
     for res in ["services", "nodes", "endpointslices"] {
         assert!(rbac.contains(res), "RBAC lacks {res}");

@@ -62,45 +62,52 @@ impl Lab {
             .args(args))
     }
 
+    /// The control socket of this lab's xvs (in the lab's own directory, so labs never
+    /// share one).
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("xvs.sock")
+    }
+
+    /// `config` with this lab's control socket, unless it names one.
+    fn with_socket(&self, config: &str) -> String {
+        if config.contains("\nsocket = ") {
+            return config.to_owned();
+        }
+        let line = format!(
+            "[admin]\nsocket = {:?}",
+            self.socket().display().to_string()
+        );
+        if config.contains("[admin]") {
+            config.replacen("[admin]", &line, 1)
+        } else {
+            format!("{config}\n{line}\n")
+        }
+    }
+
     /// Starts `xvs run` in the xvs node with `config` (TOML text) and waits until it says it
     /// forwards.
     fn start_xvs(&mut self, config: &str) {
+        let child = self.spawn_xvs(config, &[]);
+        match wait_ready(child) {
+            Ok((child, _)) => self.xvs = Some(child),
+            Err(log) => panic!("xvs did not become ready:\n{log}"),
+        }
+    }
+
+    /// Spawns `xvs run` on `config` in the xvs node, behind `wrapper` (e.g. `setpriv ...`).
+    fn spawn_xvs(&mut self, config: &str, wrapper: &[&str]) -> Child {
         self.stop_xvs();
         let path = self.dir.path().join("xvs.toml");
-        std::fs::write(&path, config).unwrap();
-        let mut child = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &self.ns("x"),
-                env!("CARGO_BIN_EXE_xvs"),
-                "run",
-                "--config",
-            ])
+        std::fs::write(&path, self.with_socket(config)).unwrap();
+        Command::new("ip")
+            .args(["netns", "exec", &self.ns("x")])
+            .args(wrapper)
+            .args([env!("CARGO_BIN_EXE_xvs"), "run", "--config"])
             .arg(&path)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("start xvs");
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut log = String::new();
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                log.push_str(&line);
-                log.push('\n');
-                if line.contains("xvs: ready") {
-                    let _ = tx.send(Ok(log.clone()));
-                }
-            }
-            let _ = tx.send(Err(log));
-        });
-        match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(Ok(_)) => {}
-            Ok(Err(log)) => panic!("xvs exited before it was ready:\n{log}"),
-            Err(_) => panic!("xvs not ready after 30 s"),
-        }
-        self.xvs = Some(child);
+            .expect("start xvs")
     }
 
     /// Stops xvs with SIGTERM and returns its stdout (the final counters).
@@ -158,6 +165,44 @@ impl Lab {
             String::from_utf8_lossy(&o.stderr)
         );
         String::from_utf8(o.stdout).unwrap().trim().to_owned()
+    }
+}
+
+/// Whether a log line is xvs's "ready" (text: `INFO xvs: ready ...`; json: target `xvs`,
+/// message `ready`).
+fn is_ready_line(line: &str) -> bool {
+    line.contains("xvs: ready")
+        || serde_json::from_str::<serde_json::Value>(line)
+            .is_ok_and(|v| v["target"] == "xvs" && v["fields"]["message"] == "ready")
+}
+
+/// Waits (30 s at most) until `child` logs that it is ready; `Ok` with the child and the log
+/// so far, `Err` with the log when it exits or times out first.
+fn wait_ready(mut child: Child) -> Result<(Child, String), String> {
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut log = String::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            log.push_str(&line);
+            log.push('\n');
+            if is_ready_line(&line) {
+                let _ = tx.send(Ok(log.clone()));
+            }
+        }
+        let _ = tx.send(Err(log));
+    });
+    match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(Ok(log)) => Ok((child, log)),
+        Ok(Err(log)) => {
+            let _ = child.wait();
+            Err(format!("xvs exited before it was ready:\n{log}"))
+        }
+        Err(_) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err("xvs not ready after 30 s".to_owned())
+        }
     }
 }
 
@@ -386,7 +431,12 @@ fn admin_api_and_status_commands() {
     lab.start_xvs(&lab_config());
     http_round(&lab, "http://198.18.100.1/", 3);
     let xvs = env!("CARGO_BIN_EXE_xvs");
-    let o = lab.exec("x", &[xvs, "services", "--json"]);
+    let sock = lab.socket().display().to_string();
+    // Read-only commands over TCP ([admin] listen) and over the control socket.
+    let o = lab.exec(
+        "x",
+        &[xvs, "services", "--json", "--admin", "127.0.0.1:10249"],
+    );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let web = v["services"]
@@ -397,14 +447,32 @@ fn admin_api_and_status_commands() {
         .unwrap();
     assert_eq!(web["backends"].as_array().unwrap().len(), 3);
     assert_eq!(web["scheduler"], "rr");
-    let o = lab.exec("x", &[xvs, "flows", "--json", "--limit", "50"]);
+    let o = lab.exec(
+        "x",
+        &[xvs, "flows", "--json", "--limit", "50", "--socket", &sock],
+    );
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(v["flows"].as_array().unwrap().len() >= 3, "{v}");
-    let o = lab.exec("x", &[xvs, "status"]);
+    let o = lab.exec("x", &[xvs, "status", "--socket", &sock]);
     assert!(
         o.status.success(),
         "status: {}",
         String::from_utf8_lossy(&o.stdout)
+    );
+    // The socket is the owner's alone.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(lab.socket())
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    // Control is off ([admin] enable_control): the socket refuses it, naming the key.
+    let o = lab.exec("x", &[xvs, "freeze", "--socket", &sock]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("enable_control"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
     );
     let o = lab.exec(
         "x",
@@ -413,7 +481,7 @@ fn admin_api_and_status_commands() {
             "-sS",
             "--max-time",
             "3",
-            "http://127.0.0.1:10256/metrics",
+            "http://127.0.0.1:10249/metrics",
         ],
     );
     let metrics = String::from_utf8(o.stdout).unwrap();
@@ -422,19 +490,28 @@ fn admin_api_and_status_commands() {
         "{metrics}"
     );
     assert!(metrics.contains("xvs_backend_connections{"), "{metrics}");
-    let o = lab.exec(
-        "x",
-        &[
-            "curl",
-            "-s",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-            "http://127.0.0.1:10256/healthz",
-        ],
+    // The healthz listener (every address, port 10256) serves health and nothing else.
+    assert_eq!(
+        http_code(&lab, "GET", "http://198.18.0.1:10256/healthz"),
+        "200"
     );
-    assert_eq!(o.stdout, b"200");
+    assert_eq!(
+        http_code(&lab, "GET", "http://127.0.0.1:10256/livez"),
+        "200"
+    );
+    assert_eq!(
+        http_code(&lab, "GET", "http://198.18.0.1:10256/metrics"),
+        "404"
+    );
+    assert_eq!(
+        http_code(&lab, "GET", "http://198.18.0.1:10256/v1/flows"),
+        "404"
+    );
+    // The metrics listener is node-local and refuses control.
+    assert_eq!(
+        http_code(&lab, "POST", "http://127.0.0.1:10249/v1/freeze"),
+        "403"
+    );
     lab.stop_xvs();
 }
 
@@ -547,11 +624,47 @@ fn unhealthy_backend_gets_no_new_flows() {
 }
 
 /// `xvs run` with the Kubernetes source: a Service and its EndpointSlice from an API server
-/// (a small fake speaking the list/watch protocol) become a forwarding frontend.
+/// (a small fake speaking the list/watch protocol) become a forwarding frontend. Until the
+/// API server has answered, `/healthz` is 503 and says why. Logs are JSON lines here.
 #[test]
 fn kubernetes_service_is_forwarded() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut lab = Lab::up();
+    let kubeconfig = lab.dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://127.0.0.1:16443\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\nusers:\n- name: fake\n  user: {}\ncurrent-context: fake\n",
+    )
+    .unwrap();
+    let lab_toml = lab_config().replace("format = \"text\"", "format = \"json\"");
+    let dataplane_and_rest =
+        &lab_toml[lab_toml.find("[dataplane]").unwrap()..lab_toml.find("[[services]]").unwrap()];
+    let config = format!(
+        "[node]\nname = \"xvs-lab\"\naddresses = [\"198.18.0.1\"]\n{dataplane_and_rest}\n[kubernetes]\nkubeconfig = \"{}\"\nmin_sync_period = \"100ms\"\n{}",
+        kubeconfig.display(),
+        &lab_toml[lab_toml.find("[[neighbours]]").unwrap()..]
+    );
+    // xvs first: the API server is not there yet.
+    let child = lab.spawn_xvs(&config, &[]);
+    let (child, log) = wait_ready(child).unwrap_or_else(|log| panic!("{log}"));
+    lab.xvs = Some(child);
+    let ready: serde_json::Value = log
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .find(|v: &serde_json::Value| v["fields"]["message"] == "ready")
+        .unwrap_or_else(|| panic!("no JSON ready line:\n{log}"));
+    assert_eq!(ready["level"], "INFO", "{ready}");
+    assert_eq!(ready["target"], "xvs", "{ready}");
+    assert_eq!(ready["fields"]["workers"], 1, "{ready}");
+    assert_eq!(ready["fields"]["services"], 0, "{ready}");
+    assert!(ready["timestamp"].is_string(), "{ready}");
+    let (code, body) = admin(&lab, "GET", "/healthz");
+    assert_eq!(code, "503", "{body}");
+    assert!(
+        body.contains("waiting for the first sync of the Kubernetes source"),
+        "{body}"
+    );
+
     let mut api = Command::new("ip")
         .args(["netns", "exec", &lab.ns("x"), "python3"])
         .arg(root().join("tests/assets/fake-kube-api.py"))
@@ -560,23 +673,8 @@ fn kubernetes_service_is_forwarded() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let kubeconfig = lab.dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://127.0.0.1:16443\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\nusers:\n- name: fake\n  user: {}\ncurrent-context: fake\n",
-    )
-    .unwrap();
-    let lab_toml = lab_config();
-    let dataplane_and_rest =
-        &lab_toml[lab_toml.find("[dataplane]").unwrap()..lab_toml.find("[[services]]").unwrap()];
-    let config = format!(
-        "[node]\nname = \"xvs-lab\"\naddresses = [\"198.18.0.1\"]\n{dataplane_and_rest}\n[kubernetes]\nkubeconfig = \"{}\"\nmin_sync_period = \"100ms\"\n{}",
-        kubeconfig.display(),
-        &lab_toml[lab_toml.find("[[neighbours]]").unwrap()..]
-    );
-    lab.start_xvs(&config);
     let mut bodies = Vec::new();
-    for _ in 0..100 {
+    for _ in 0..200 {
         let o = lab.exec(
             "c",
             &["curl", "-sS", "--max-time", "1", "http://198.18.100.1/"],
@@ -590,11 +688,96 @@ fn kubernetes_service_is_forwarded() {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+    let (code, body) = admin(&lab, "GET", "/healthz");
     let _ = api.kill();
     let _ = api.wait();
     bodies.sort();
     assert_eq!(bodies, ["backend-1", "backend-2", "backend-3"]);
+    assert_eq!(code, "200", "{body}");
     lab.stop_xvs();
+}
+
+/// `setpriv` arguments that run xvs as `nobody` with exactly `caps` (ambient, so they survive
+/// the exec).
+fn as_nobody_with(caps: &[&str]) -> Vec<String> {
+    let list: Vec<String> = caps.iter().map(|c| format!("+{c}")).collect();
+    let list = list.join(",");
+    vec![
+        "setpriv".into(),
+        "--reuid=65534".into(),
+        "--regid=65534".into(),
+        "--clear-groups".into(),
+        format!("--inh-caps={list}"),
+        format!("--ambient-caps={list}"),
+    ]
+}
+
+/// Privileges are capabilities, not uid 0: as `nobody` with exactly the capabilities xvs
+/// names, it forwards; without one of them it refuses, naming it.
+#[test]
+fn runs_as_a_non_root_user_with_exactly_its_capabilities() {
+    use std::os::unix::fs::PermissionsExt;
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut lab = Lab::up();
+    // nobody reads the config and owns the directory of its control socket.
+    std::fs::set_permissions(lab.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let run_dir = lab.dir.path().join("run");
+    std::fs::create_dir(&run_dir).unwrap();
+    std::os::unix::fs::chown(&run_dir, Some(65534), Some(65534)).unwrap();
+    let sock = run_dir.join("xvs.sock");
+    let config = lab_config().replacen(
+        "[admin]",
+        &format!("[admin]\nsocket = {:?}", sock.display().to_string()),
+        1,
+    );
+    let caps = ["bpf", "perfmon", "net_admin", "net_raw", "ipc_lock"];
+    let wrapper = as_nobody_with(&caps);
+    let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
+    let child = lab.spawn_xvs(&config, &wrapper);
+    let (child, _) = wait_ready(child).unwrap_or_else(|log| panic!("{log}"));
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    let uid = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    assert!(
+        uid.split_whitespace().skip(1).all(|u| u == "65534"),
+        "{uid}"
+    );
+    lab.xvs = Some(child);
+    check_rr(&lab, "http://198.18.100.1/");
+    let reply = lab.udp("198.18.100.1", 9000, 40002, "caps");
+    assert!(reply.ends_with(" caps"), "{reply}");
+    let o = lab.exec(
+        "x",
+        &[
+            env!("CARGO_BIN_EXE_xvs"),
+            "status",
+            "--socket",
+            &sock.display().to_string(),
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    let out = lab.stop_xvs();
+    assert!(out.contains("tx="), "{out}");
+    // Each capability is needed, and a missing one is named.
+    for missing in ["net_raw", "perfmon"] {
+        let some: Vec<&str> = caps.iter().copied().filter(|c| *c != missing).collect();
+        let wrapper = as_nobody_with(&some);
+        let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
+        let mut child = lab.spawn_xvs(&config, &wrapper);
+        let code = child.wait().unwrap().code();
+        let mut err = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        assert_eq!(code, Some(1), "{err}");
+        let name = format!("CAP_{}", missing.to_uppercase());
+        assert!(
+            err.contains(&format!("missing capabilities: {name} (")),
+            "{err}"
+        );
+    }
 }
 
 /// `napi_defer_hard_irqs` and `gro_flush_timeout` of both xvs interfaces.
@@ -668,8 +851,8 @@ fn lab_script_cleans_up() {
     assert!(Path::new("/var/run/netns").exists());
 }
 
-/// `curl` inside the xvs node against its admin API; returns (HTTP code, body).
-fn admin(lab: &Lab, method: &str, path: &str) -> (String, String) {
+/// `curl` inside the xvs node; the HTTP status code ("000" when nothing answered).
+fn http_code(lab: &Lab, method: &str, url: &str) -> String {
     let o = lab.exec(
         "x",
         &[
@@ -679,11 +862,38 @@ fn admin(lab: &Lab, method: &str, path: &str) -> (String, String) {
             "3",
             "-X",
             method,
+            "-o",
+            "/dev/null",
             "-w",
-            "\n%{http_code}",
-            &format!("http://127.0.0.1:10256{path}"),
+            "%{http_code}",
+            url,
         ],
     );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// `curl` inside the xvs node against its admin API: GETs from `[admin] listen`
+/// (127.0.0.1:10249), POSTs (control) through the control socket. Returns (HTTP code, body).
+fn admin(lab: &Lab, method: &str, path: &str) -> (String, String) {
+    let sock = lab.socket().display().to_string();
+    let mut args = vec![
+        "curl",
+        "-s",
+        "--max-time",
+        "3",
+        "-X",
+        method,
+        "-w",
+        "\n%{http_code}",
+    ];
+    let url = if method == "GET" {
+        format!("http://127.0.0.1:10249{path}")
+    } else {
+        args.extend(["--unix-socket", &sock]);
+        format!("http://localhost{path}")
+    };
+    args.push(&url);
+    let o = lab.exec("x", &args);
     let out = String::from_utf8(o.stdout).unwrap();
     let (body, code) = out.rsplit_once('\n').unwrap_or(("", &out));
     (code.to_owned(), body.to_owned())
@@ -721,8 +931,8 @@ fn freeze_udp_resteer_and_graceful_drain() {
     let mut lab = Lab::up();
     let config = lab_config()
         .replace(
-            "listen = \"127.0.0.1:10256\"",
-            "listen = \"127.0.0.1:10256\"\nenable_control = true",
+            "listen = \"127.0.0.1:10249\"",
+            "listen = \"127.0.0.1:10249\"\nenable_control = true",
         )
         .replace(
             "batch_size = 64",
@@ -760,7 +970,13 @@ fn freeze_udp_resteer_and_graceful_drain() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(out.stdout.len(), 3 << 20);
-    assert_eq!(admin(&lab, "POST", "/v1/unfreeze").0, "200");
+    // The CLI does the same through the socket.
+    let sock = lab.socket().display().to_string();
+    let o = lab.exec(
+        "x",
+        &[env!("CARGO_BIN_EXE_xvs"), "unfreeze", "--socket", &sock],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     std::thread::sleep(Duration::from_millis(300));
     check_rr(&lab, "http://198.18.100.1/");
     // A service name that does not exist is refused.
@@ -792,6 +1008,10 @@ fn freeze_udp_resteer_and_graceful_drain() {
     std::thread::sleep(Duration::from_millis(300));
     let (code, body) = admin(&lab, "GET", "/healthz");
     assert_eq!(code, "503", "{body}");
+    assert_eq!(
+        http_code(&lab, "GET", "http://198.18.0.1:10256/healthz"),
+        "503"
+    );
     assert_eq!(admin(&lab, "GET", "/livez").0, "200");
     let out = download.join().unwrap();
     assert!(

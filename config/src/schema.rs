@@ -33,9 +33,12 @@ pub struct Config {
     /// Static next hops: pinned MACs, and the whole neighbour table for `xvs pcap`.
     #[serde(default)]
     pub neighbours: Vec<Neighbour>,
-    /// The admin HTTP server.
+    /// The admin surface: healthz, metrics and read-only API, the control socket.
     #[serde(default)]
     pub admin: Admin,
+    /// Logs.
+    #[serde(default)]
+    pub log: Log,
     /// Active backend health checks.
     #[serde(default)]
     pub health: Health,
@@ -104,7 +107,7 @@ pub enum ZeroCopy {
 }
 
 /// One interface the fastpath serves.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Interface {
     /// Kernel interface name.
@@ -119,10 +122,10 @@ fn one_u16() -> u16 {
 }
 
 /// `[dataplane]`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Dataplane {
-    /// Interfaces served; one worker per (interface, queue).
+    /// Interfaces served; worker q serves queue q of every interface that has it.
     #[serde(default)]
     pub interfaces: Vec<Interface>,
     /// Cores the workers are pinned to, in order; worker i runs on `cores[i % len]`.
@@ -231,9 +234,14 @@ impl Default for Dataplane {
 }
 
 impl Dataplane {
-    /// Number of fastpath workers: one per (interface, queue).
+    /// Number of fastpath workers: the most queues of any interface (worker q serves queue q
+    /// of every interface that has it). `xvs check` and `xvs run` both count this way.
     pub fn workers(&self) -> usize {
-        self.interfaces.iter().map(|i| usize::from(i.queues)).sum()
+        self.interfaces
+            .iter()
+            .map(|i| usize::from(i.queues))
+            .max()
+            .unwrap_or(0)
     }
 }
 
@@ -556,27 +564,100 @@ pub struct Neighbour {
     pub mac: Mac,
 }
 
-/// `[admin]`.
+/// `[admin]`: the admin surface, split by exposure as kube-proxy's is.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Admin {
-    /// Listen address of /healthz, /livez, /metrics and /v1/* (kube-proxy's healthz port).
+    /// `/metrics`, the read-only `/v1/*` and `/healthz`, `/livez` (kube-proxy's metrics
+    /// address, `127.0.0.1:10249`: node-local by default, since `/v1/flows` shows clients).
     #[serde(default = "default_admin_listen")]
     pub listen: SocketAddr,
-    /// Allow state-changing endpoints (freeze, drain). Off by default.
+    /// Only `/healthz` and `/livez`, for the kubelet's probes and upstream load balancers
+    /// (default `0.0.0.0:10256`, kube-proxy's healthz address; when `listen` itself uses
+    /// port 10256, as configs written before the split do, the default is `listen`: one
+    /// listener serves both sets). See [`Admin::healthz_listen`].
+    pub healthz_listen: Option<SocketAddr>,
+    /// The control socket (a unix socket, mode 0600): everything `listen` serves plus
+    /// freeze/drain when `enable_control` is set; `xvs status`, `xvs freeze`... use it.
+    #[serde(default = "default_admin_socket")]
+    pub socket: PathBuf,
+    /// Allow state-changing endpoints (freeze, drain), on the control socket only. Off by
+    /// default.
     #[serde(default)]
     pub enable_control: bool,
 }
 
+/// kube-proxy's healthz port.
+pub const HEALTHZ_PORT: u16 = 10256;
+
 fn default_admin_listen() -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], 10256))
+    SocketAddr::from(([127, 0, 0, 1], 10249))
+}
+
+fn default_admin_socket() -> PathBuf {
+    PathBuf::from("/run/xvs/xvs.sock")
 }
 
 impl Default for Admin {
     fn default() -> Self {
         Admin {
             listen: default_admin_listen(),
+            healthz_listen: None,
+            socket: default_admin_socket(),
             enable_control: false,
+        }
+    }
+}
+
+impl Admin {
+    /// The healthz listener's address: `healthz_listen` when set; otherwise `0.0.0.0:10256`,
+    /// or `listen` when that already uses port 10256 (the two would collide).
+    pub fn healthz_listen(&self) -> SocketAddr {
+        self.healthz_listen.unwrap_or_else(|| {
+            if self.listen.port() == HEALTHZ_PORT {
+                self.listen
+            } else {
+                SocketAddr::from(([0, 0, 0, 0], HEALTHZ_PORT))
+            }
+        })
+    }
+}
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One human-readable line per event: time, level, target, message, fields.
+    #[default]
+    Text,
+    /// One JSON object per line (for Loki, Elasticsearch): `timestamp`, `level`, `target`,
+    /// `fields` (with `message`).
+    Json,
+}
+
+/// `[log]`: the daemon's logs, on stderr.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Log {
+    /// A filter: a level (`error`, `warn`, `info`, `debug`, `trace`, `off`) and/or
+    /// `target=level` items separated by commas, e.g. `"info,kube=warn"`. `RUST_LOG`, when
+    /// set, replaces it.
+    #[serde(default = "default_log_level")]
+    pub level: String,
+    /// `text` or `json`.
+    #[serde(default)]
+    pub format: LogFormat,
+}
+
+fn default_log_level() -> String {
+    "info".to_owned()
+}
+
+impl Default for Log {
+    fn default() -> Self {
+        Log {
+            level: default_log_level(),
+            format: LogFormat::default(),
         }
     }
 }

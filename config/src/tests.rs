@@ -97,8 +97,12 @@ fn minimal_file_gets_defaults() {
     assert_eq!(c.timeouts.tcp_time_wait.get().as_secs(), 120);
     assert_eq!(c.timeouts.tcp_close.get().as_secs(), 10);
     assert_eq!(c.timeouts.udp.get().as_secs(), 300);
-    assert_eq!(c.admin.listen.to_string(), "127.0.0.1:10256");
+    assert_eq!(c.admin.listen.to_string(), "127.0.0.1:10249");
+    assert_eq!(c.admin.healthz_listen().to_string(), "0.0.0.0:10256");
+    assert_eq!(c.admin.socket, Path::new("/run/xvs/xvs.sock"));
     assert!(!c.admin.enable_control);
+    assert_eq!(c.log.level, "info");
+    assert_eq!(c.log.format, LogFormat::Text);
     let s = &c.services[0];
     assert_eq!(s.scheduler, SchedulerName::Wrr);
     assert_eq!(s.backends[1].weight, 3);
@@ -335,4 +339,48 @@ fn napi_busy_poll_is_a_boolean() {
         "{}",
         p.message
     );
+}
+
+#[test]
+fn admin_listeners_split_by_exposure() {
+    let with = |admin: &str| MINIMAL.to_owned() + "\n[admin]\n" + admin;
+    // A config written before the split (everything on 10256) keeps one listener.
+    let c = parse(&with("listen = \"127.0.0.1:10256\"\n"), "t.toml").unwrap();
+    assert_eq!(c.admin.healthz_listen(), c.admin.listen);
+    let c = parse(
+        &with("listen = \"127.0.0.1:10249\"\nhealthz_listen = \"[::]:10256\"\n"),
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(c.admin.healthz_listen().to_string(), "[::]:10256");
+    // Same port, one side the wildcard of the other's family: cannot both be bound.
+    let p = problem(&with(
+        "listen = \"127.0.0.1:10250\"\nhealthz_listen = \"0.0.0.0:10250\"\n",
+    ));
+    assert_eq!(p.key, "admin.healthz_listen", "{}", p.message);
+    assert!(p.message.contains("overlaps admin.listen"), "{}", p.message);
+    let p = problem(&with("socket = \"xvs.sock\"\n"));
+    assert_eq!(p.key, "admin.socket", "{}", p.message);
+}
+
+#[test]
+fn log_level_and_format() {
+    let with = |log: &str| MINIMAL.to_owned() + "\n[log]\n" + log;
+    let c = parse(
+        &with("level = \"info,kube=warn,xvs=DEBUG\"\nformat = \"json\"\n"),
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(c.log.format, LogFormat::Json);
+    for bad in ["loud", "info,kube=", "=warn", ""] {
+        let p = problem(&with(&format!("level = {bad:?}\n")));
+        assert_eq!(
+            (p.key.as_str(), p.line),
+            ("log.level", 17),
+            "{bad}: {}",
+            p.message
+        );
+    }
+    let p = problem(&with("format = \"xml\"\n"));
+    assert_eq!(p.key, "log.format", "{}", p.message);
 }

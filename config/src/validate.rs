@@ -28,6 +28,8 @@ pub fn validate(c: &Config) -> Found {
     neighbours(c, &mut out);
     health(c, &mut out);
     kubernetes(c, &mut out);
+    admin(c, &mut out);
+    log(c, &mut out);
     out
 }
 
@@ -438,6 +440,72 @@ fn kubernetes(c: &Config, out: &mut Found) {
             out,
             KeyPath::of(&["services"]),
             "[[services]] is the static source; remove it or remove [kubernetes]",
+        );
+    }
+}
+
+fn admin(c: &Config, out: &mut Found) {
+    let a = &c.admin;
+    let at = |k: &str| KeyPath::of(&["admin", k]);
+    let (listen, healthz) = (a.listen, a.healthz_listen());
+    // Same port on the same address, or on an address and the wildcard of its family:
+    // the second bind would fail. Identical addresses mean one listener serves both.
+    let overlap = listen != healthz
+        && listen.port() == healthz.port()
+        && listen.port() != 0
+        && listen.is_ipv4() == healthz.is_ipv4()
+        && (listen.ip() == healthz.ip()
+            || listen.ip().is_unspecified()
+            || healthz.ip().is_unspecified());
+    if overlap {
+        err(
+            out,
+            at("healthz_listen"),
+            format!(
+                "{healthz} overlaps admin.listen {listen}: both cannot be bound; give them different ports, or the same address to serve both on one listener"
+            ),
+        );
+    }
+    if !a.socket.is_absolute() || a.socket.file_name().is_none() {
+        err(
+            out,
+            at("socket"),
+            format!("{} is not an absolute path to a file", a.socket.display()),
+        );
+    }
+}
+
+/// Levels a `[log] level` filter may name.
+const LOG_LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+fn log(c: &Config, out: &mut Found) {
+    let level = c.log.level.trim();
+    let bad = |item: &str| -> Option<String> {
+        let (target, lvl) = match item.split_once('=') {
+            Some((t, l)) => (Some(t.trim()), l.trim()),
+            None => (None, item.trim()),
+        };
+        let target_ok = target.is_none_or(|t| {
+            !t.is_empty()
+                && t.chars()
+                    .all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '_' | ':' | '-'))
+        });
+        let level_ok = LOG_LEVELS.iter().any(|l| l.eq_ignore_ascii_case(lvl));
+        (!(target_ok && level_ok)).then(|| item.to_owned())
+    };
+    let problems: Vec<String> = if level.is_empty() {
+        vec![String::new()]
+    } else {
+        level.split(',').filter_map(bad).collect()
+    };
+    if let Some(first) = problems.first() {
+        err(
+            out,
+            KeyPath::of(&["log", "level"]),
+            format!(
+                "{first:?} is not a log filter item: use a level ({}) or target=level, separated by commas",
+                LOG_LEVELS.join(", ")
+            ),
         );
     }
 }

@@ -1,1 +1,24 @@
-//! placeholder
+//! The xvs daemon as a library: between the data plane (`fastpath`), the slowpath's sources
+//! and servers (`slowpath`), and the `xvs` binary, which keeps only argument parsing and
+//! printing.
+//!
+//! - [`controller`]: the sans-IO controller. Events and `now` in, actions out; no threads,
+//!   sockets, files or clock, so the daemon's rules (publish, endpoint removal, id reclaim,
+//!   drain, reload, readiness) are tested on a fake clock without root.
+//! - [`driver`]: the thin driver that owns the I/O: the flow table, AF_XDP sockets and pinned
+//!   workers, the steering programs, ONE tokio runtime for the slowpath (Kubernetes source,
+//!   health checks, neighbours, admin servers, health-check node ports) with one shutdown
+//!   signal, and the loop that feeds the controller and performs its actions.
+//! - [`preflight`] and [`caps`]: what `xvs run` checks before it touches anything, capabilities
+//!   by name rather than uid 0.
+//! - [`logging`]: `tracing` with `[log]` level and format; library logs (`log` users too) go
+//!   through it.
+//!
+//! The fastpath never imports any of this; the arrows point from here down.
+
+pub mod admin;
+pub mod caps;
+pub mod controller;
+pub mod driver;
+pub mod logging;
+pub mod preflight;

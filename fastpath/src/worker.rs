@@ -188,6 +188,26 @@ pub struct WorkerCounters {
 }
 
 impl WorkerCounters {
+    /// Adds `other`'s counts to these (for totals over workers); `generation` keeps the
+    /// higher of the two.
+    pub fn add(&mut self, other: &WorkerCounters) {
+        self.rx += other.rx;
+        self.tx += other.tx;
+        self.tx_ring_full += other.tx_ring_full;
+        self.tx_no_port += other.tx_no_port;
+        self.wakeup_errors += other.wakeup_errors;
+        self.pass += other.pass;
+        self.slow += other.slow;
+        for (t, d) in self.drops.iter_mut().zip(other.drops) {
+            *t += d;
+        }
+        self.new_flows += other.new_flows;
+        self.expired += other.expired;
+        self.generation = self.generation.max(other.generation);
+        self.polls += other.polls;
+        self.busy_ns += other.busy_ns;
+    }
+
     /// Drops for one reason.
     pub fn dropped(&self, reason: DropReason) -> u64 {
         self.drops[reason as usize]
@@ -317,11 +337,12 @@ impl Worker {
     pub fn pin(&self) {
         let Some(id) = self.spec.core else { return };
         if core_affinity::set_for_current(core_affinity::CoreId { id }) {
-            eprintln!("xvs: worker {} pinned to core {id}", self.spec.index);
+            tracing::info!(worker = self.spec.index, core = id, "worker pinned");
         } else {
-            eprintln!(
-                "xvs: worker {}: could not pin to core {id}; running unpinned",
-                self.spec.index
+            tracing::warn!(
+                worker = self.spec.index,
+                core = id,
+                "could not pin the worker to its core; running unpinned"
             );
         }
     }

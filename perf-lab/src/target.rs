@@ -119,8 +119,8 @@ pub struct Running {
     stats: Option<PathBuf>,
 }
 
-/// The port of xvs' admin endpoint (127.0.0.1 in the LB namespace).
-pub const XVS_ADMIN_PORT: u16 = 10256;
+/// The port of xvs' metrics endpoint, `[admin] listen` (127.0.0.1 in the LB namespace).
+pub const XVS_ADMIN_PORT: u16 = 10249;
 
 fn mask(core: usize) -> String {
     format!("{:x}", 1u64 << core)
@@ -386,6 +386,8 @@ fn all_services(svc: &Services) -> impl Iterator<Item = (u32, &'static str, u16)
 
 /// The xvs config for the rig.
 pub fn xvs_config(rig: &Rig, svc: &Services, at: &Placement) -> String {
+    // The control socket lives with the run's files, so rigs never share one.
+    let socket = at.dir.join("xvs.sock");
     let q = rig.queues;
     let capacity = (u64::from(svc.flows) * 2).max(65536).next_power_of_two();
     let mut s = format!(
@@ -397,7 +399,8 @@ pub fn xvs_config(rig: &Rig, svc: &Services, at: &Placement) -> String {
          snat_addresses = [\"{LB_BACKEND_IP}\"]\nsnat_port_range = \"1024-32767\"\n\
          xdp_mode = \"auto\"\nzero_copy = \"off\"\nbatch_size = 64\nnapi_busy_poll = {busy}\n\n\
          [flowtable]\ncapacity = {capacity}\n\n\
-         [admin]\nlisten = \"127.0.0.1:{XVS_ADMIN_PORT}\"\n",
+         [admin]\nlisten = \"127.0.0.1:{XVS_ADMIN_PORT}\"\nsocket = {socket:?}\n",
+        socket = socket.display().to_string(),
         prefix = rig.prefix,
         lb = at.lb_core,
         gen = at.gen_core,

@@ -3,3 +3,4 @@ pub mod admin;
 pub mod health;
 pub mod k8s;
 pub mod neigh;
+pub mod repeat;

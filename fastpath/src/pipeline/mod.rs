@@ -6,7 +6,7 @@
 //!   and never panics, whatever the bytes (proptest and a counting allocator check it). It
 //!   rewrites the frame in place when the verdict is [`Verdict::Tx`]; for every other verdict
 //!   the frame is left as it arrived.
-//! - One `Pipeline` per worker (interface, queue). It shares the [`FlowTable`] and the
+//! - One `Pipeline` per worker (queue q of every interface). It shares the [`FlowTable`] and the
 //!   [`AffinityTable`] with every other worker, and owns its SNAT port slice, its fragment
 //!   table and its counters. The snapshot is swapped in between batches with
 //!   [`Pipeline::set_snapshot`]; `process` only reads it.

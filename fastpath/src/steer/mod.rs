@@ -279,7 +279,7 @@ impl Steering {
             config::XdpMode::Auto => match try_attach(prog, XdpAttach::Native) {
                 Ok(id) => (id, XdpAttach::Native),
                 Err(native) => {
-                    eprintln!("xvs: {native}; falling back to generic XDP on {ifname}");
+                    tracing::warn!(interface = %ifname, error = %native, "native XDP failed; falling back to generic XDP");
                     (try_attach(prog, XdpAttach::Generic)?, XdpAttach::Generic)
                 }
             },
@@ -299,10 +299,7 @@ impl Steering {
                 ifname: ifname.to_owned(),
             }
         })?;
-        eprintln!(
-            "xvs: XDP steering attached to {ifname} in {} mode",
-            attached.name()
-        );
+        tracing::info!(interface = %ifname, mode = attached.name(), "XDP steering attached");
 
         let xsks = ebpf.take_map("xsks").ok_or(SteerError::Missing("xsks"))?;
         let xsks = XskMap::try_from(xsks).map_err(|source| SteerError::Map {
@@ -495,9 +492,11 @@ fn remove_leftovers(ifname: &str, ifindex: u32) -> Result<(), SteerError> {
         .map(|info| info.id())
         .collect();
     for a in attached.into_iter().filter(|a| ours.contains(&a.prog_id)) {
-        eprintln!(
-            "xvs: removing leftover XDP program {PROGRAM_NAME} (id {}) from {ifname}",
-            a.prog_id
+        tracing::warn!(
+            interface = %ifname,
+            program = PROGRAM_NAME,
+            id = a.prog_id,
+            "removing a leftover XDP program"
         );
         netlink::detach_legacy(ifindex, a.mode_flag).map_err(leftover)?;
     }

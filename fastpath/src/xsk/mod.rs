@@ -194,11 +194,7 @@ pub struct XskSet {
 /// Workers needed for `dp`: the most queues of any interface (worker q serves queue q of
 /// every interface that has it).
 pub fn worker_count(dp: &Dataplane) -> usize {
-    dp.interfaces
-        .iter()
-        .map(|i| usize::from(i.queues))
-        .max()
-        .unwrap_or(0)
+    dp.workers()
 }
 
 impl XskSet {
@@ -231,20 +227,21 @@ impl XskSet {
             match XskSet::try_open(dp, &names, queue, program, &sizes, mode) {
                 Ok(set) => {
                     let ifs: Vec<&str> = names.iter().flatten().copied().collect();
-                    eprintln!(
-                        "xvs: AF_XDP queue {queue} of {ifs}: {mode} mode (zero_copy = {zc:?}), \
-                         need_wakeup, one UMEM of {frames} x {size} B shared by {sockets} \
-                         socket(s), fill depth {fill}",
-                        ifs = ifs.join(", "),
-                        zc = dp.zero_copy,
-                        frames = sizes.frames,
-                        size = dp.frame_size,
-                        fill = set.fill_target,
+                    tracing::info!(
+                        queue,
+                        interfaces = %ifs.join(", "),
+                        mode = %mode,
+                        zero_copy = ?dp.zero_copy,
+                        umem_frames = sizes.frames,
+                        frame_size = dp.frame_size,
+                        sockets,
+                        fill_depth = set.fill_target,
+                        "AF_XDP sockets open (need_wakeup, one UMEM shared by the sockets)"
                     );
                     return Ok(set);
                 }
                 Err(e) if !tries.is_empty() => {
-                    eprintln!("xvs: AF_XDP queue {queue}: {e}; falling back to copy mode");
+                    tracing::warn!(queue, error = %e, "AF_XDP zero-copy failed; falling back to copy mode");
                 }
                 Err(XskError::Socket {
                     ifname,

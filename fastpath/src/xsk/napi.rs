@@ -100,19 +100,33 @@ pub fn sockopt(fd: RawFd, opt: libc::c_int) -> io::Result<i32> {
 /// the deferral settings. Called once per socket, at its first frames.
 #[cold]
 pub fn check_napi_id(fd: RawFd, ifname: &str, queue: u32) {
-    eprintln!("{}", napi_id_report(fd, ifname, queue));
+    let (ok, report) = napi_id_report(fd, ifname, queue);
+    if ok {
+        tracing::info!(interface = ifname, queue, "{report}");
+    } else {
+        tracing::warn!(interface = ifname, queue, "{report}");
+    }
 }
 
-/// The line [`check_napi_id`] logs.
-pub fn napi_id_report(fd: RawFd, ifname: &str, queue: u32) -> String {
+/// What [`check_napi_id`] logs, and whether it is good news (else a warning).
+pub fn napi_id_report(fd: RawFd, ifname: &str, queue: u32) -> (bool, String) {
     match sockopt(fd, libc::SO_INCOMING_NAPI_ID) {
-        Ok(0) => format!(
-            "xvs: warning: {ifname} queue {queue}: the driver gives this socket no NAPI id, so \
-             napi_busy_poll cannot poll its receive (it stays in softirq, with the interface's \
-             napi_defer_hard_irqs/gro_flush_timeout delaying it); turn napi_busy_poll off here"
+        Ok(0) => (
+            false,
+            format!(
+                "{ifname} queue {queue}: the driver gives this socket no NAPI id, so \
+                 napi_busy_poll cannot poll its receive (it stays in softirq, with the interface's \
+                 napi_defer_hard_irqs/gro_flush_timeout delaying it); turn napi_busy_poll off here"
+            ),
         ),
-        Ok(id) => format!("xvs: {ifname} queue {queue}: busy-polling NAPI {id}"),
-        Err(e) => format!("xvs: {ifname} queue {queue}: SO_INCOMING_NAPI_ID: {e}"),
+        Ok(id) => (
+            true,
+            format!("{ifname} queue {queue}: busy-polling NAPI {id}"),
+        ),
+        Err(e) => (
+            false,
+            format!("{ifname} queue {queue}: SO_INCOMING_NAPI_ID: {e}"),
+        ),
     }
 }
 
@@ -145,12 +159,17 @@ impl NapiDefer {
                     .map_err(|e| format!("napi_busy_poll: reading {}: {e}", path.display()))?;
                 let old = old.trim().to_owned();
                 if old != "0" {
-                    eprintln!("xvs: {name}: {file} = {old} (kept)");
+                    tracing::info!(interface = %name, file, value = %old, "NAPI setting kept");
                     continue;
                 }
                 std::fs::write(&path, want.to_string())
                     .map_err(|e| format!("napi_busy_poll: writing {}: {e}", path.display()))?;
-                eprintln!("xvs: {name}: {file} = {want} (was 0; restored at exit)");
+                tracing::info!(
+                    interface = %name,
+                    file,
+                    value = want,
+                    "NAPI setting changed from 0 (restored at exit)"
+                );
                 done.changed.push((path, old));
             }
         }
@@ -167,7 +186,7 @@ impl Drop for NapiDefer {
     fn drop(&mut self) {
         for (path, old) in self.changed.drain(..).rev() {
             if let Err(e) = std::fs::write(&path, &old) {
-                eprintln!("xvs: could not restore {} to {old}: {e}", path.display());
+                tracing::warn!(file = %path.display(), value = %old, error = %e, "could not restore a NAPI setting");
             }
         }
     }
@@ -240,7 +259,8 @@ mod tests {
         let e = enable(fd, 70_000).unwrap_err();
         assert!(e.contains("SO_BUSY_POLL_BUDGET = 70000"), "{e}");
         // Loopback has no NAPI: the socket has no id to busy-poll, and the report says so.
-        let r = napi_id_report(fd, "lo", 0);
+        let (ok, r) = napi_id_report(fd, "lo", 0);
+        assert!(!ok, "{r}");
         assert!(
             r.contains("lo queue 0: the driver gives this socket no NAPI id"),
             "{r}"

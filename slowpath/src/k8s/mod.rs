@@ -10,8 +10,8 @@
 //!   EndpointSlice retranslates its Service only and patches the sorted spec list (10k
 //!   Services: tens of microseconds; see `benches/src/bin/scale.rs`). Its result always
 //!   equals [`build_model`] of the same objects.
-//! - [`spawn`]: a thread with its own tokio runtime running kube-rs watchers that feed an
-//!   [`IncrementalModel`], batching changes by `[kubernetes] min_sync_period`, retranslating
+//! - [`connect`] and [`watch`]: kube-rs watchers (on the daemon's slowpath runtime; [`spawn`]
+//!   runs them on a thread of their own for tests) that feed an [`IncrementalModel`], batching changes by `[kubernetes] min_sync_period`, retranslating
 //!   everything every `sync_period`, and handing each whole model to a callback. Nothing is
 //!   published until every watcher has finished its initial list, and an API server outage
 //!   never publishes an empty model: the model keeps the last state while the watchers
@@ -35,7 +35,7 @@ use std::fmt;
 use fastpath::snapshot::ServiceSpec;
 
 pub use incremental::IncrementalModel;
-pub use source::{SourceHandle, SourceStats, spawn};
+pub use source::{SourceHandle, SourceStats, connect, spawn, watch};
 pub use translate::{NodeInfo, build_model, build_specs};
 
 /// Label on Services (and mirrored on their EndpointSlices) naming the proxy that owns them.

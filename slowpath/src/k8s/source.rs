@@ -12,7 +12,8 @@
 //!   model's objects are replaced only once the relist is complete).
 //! - Only the Services whose objects changed are translated again; every `sync_period` all
 //!   of them are (a safety net; unchanged results cost no further work).
-//! - Problems are logged to stderr the first time they appear, not at every sync.
+//! - Problems are logged the first time they appear, not at every sync; a failing watch is
+//!   logged with backoff and a count ([`RepeatLog`]), and once more when it recovers.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -30,11 +31,13 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
+use tokio_util::sync::CancellationToken;
 
 use super::translate::NodeInfo;
 use super::{
     IncrementalModel, K8sError, K8sModel, LABEL_HEADLESS, LABEL_SERVICE_PROXY_NAME, Problem,
 };
+use crate::repeat::RepeatLog;
 
 /// Counters of the source, readable from any thread.
 #[derive(Debug, Default)]
@@ -65,7 +68,7 @@ pub struct SourceStats {
 #[derive(Debug)]
 pub struct SourceHandle {
     stats: Arc<SourceStats>,
-    stop: tokio::sync::watch::Sender<bool>,
+    stop: CancellationToken,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -81,7 +84,7 @@ impl SourceHandle {
     }
 
     fn shutdown(&mut self) {
-        let _ = self.stop.send(true);
+        self.stop.cancel();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -95,19 +98,19 @@ impl Drop for SourceHandle {
 }
 
 /// Starts the Kubernetes source of `cfg` (which must have a `[kubernetes]` table) on a thread
-/// of its own. `on_model` is called on that thread with every model. Returns once the client
-/// is built (the kubeconfig or in-cluster configuration was readable); connection problems
-/// after that are retried, never returned.
+/// of its own with its own runtime: for tests and tools. The daemon runs [`connect`] and
+/// [`watch`] on its slowpath runtime instead. `on_model` is called on that thread with every
+/// model. Returns once the client is built (the kubeconfig or in-cluster configuration was
+/// readable); connection problems after that are retried, never returned.
 pub fn spawn(
     cfg: &Config,
     on_model: impl FnMut(K8sModel) + Send + 'static,
 ) -> Result<SourceHandle, K8sError> {
-    let k8s = cfg.kubernetes.clone().ok_or(K8sError::NotConfigured)?;
     let cfg = cfg.clone();
     let stats = Arc::new(SourceStats::default());
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stop = CancellationToken::new();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), K8sError>>();
-    let thread_stats = stats.clone();
+    let (thread_stats, thread_stop) = (stats.clone(), stop.clone());
     let thread = std::thread::Builder::new()
         .name("xvs-k8s".to_owned())
         .spawn(move || {
@@ -122,7 +125,7 @@ pub fn spawn(
                 }
             };
             rt.block_on(async move {
-                let client = match client(&k8s).await {
+                let client = match connect(&cfg).await {
                     Ok(c) => c,
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
@@ -130,13 +133,13 @@ pub fn spawn(
                     }
                 };
                 let _ = ready_tx.send(Ok(()));
-                run(client, &cfg, thread_stats, stop_rx, on_model).await;
+                watch(client, &cfg, thread_stats, on_model, thread_stop).await;
             });
         })?;
     let started = ready_rx.recv();
     let handle = SourceHandle {
         stats,
-        stop: stop_tx,
+        stop,
         thread: Some(thread),
     };
     match started {
@@ -146,6 +149,14 @@ pub fn spawn(
             "the kubernetes source thread ended before starting",
         ))),
     }
+}
+
+/// Builds the API client of `cfg`'s `[kubernetes]` table: the kubeconfig it names, else the
+/// in-cluster configuration. Fails at once when neither is usable; reaching the API server
+/// is [`watch`]'s business.
+pub async fn connect(cfg: &Config) -> Result<Client, K8sError> {
+    let k8s = cfg.kubernetes.as_ref().ok_or(K8sError::NotConfigured)?;
+    client(k8s).await
 }
 
 async fn client(k: &Kubernetes) -> Result<Client, K8sError> {
@@ -192,7 +203,7 @@ type Events<K> = BoxStream<'static, Result<Event<K>, watcher::Error>>;
 
 /// A watcher with kube's default backoff. Its events carry the objects: the loop feeds them
 /// to the [`IncrementalModel`], which is the only copy of the cluster state kept.
-fn watch<K>(api: Api<K>, wc: watcher::Config) -> Events<K>
+fn watcher_of<K>(api: Api<K>, wc: watcher::Config) -> Events<K>
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
@@ -237,31 +248,36 @@ enum Change {
     Node(Box<Event<Node>>),
 }
 
-async fn run(
+/// Runs the watchers until `stop` is cancelled (see the module doc): `on_model` gets every
+/// model, `stats` is kept current.
+pub async fn watch(
     client: Client,
     cfg: &Config,
     stats: Arc<SourceStats>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
     mut on_model: impl FnMut(K8sModel),
+    stop: CancellationToken,
 ) {
     let Some(k8s) = cfg.kubernetes.as_ref() else {
         return;
     };
     let node_name = node_name(cfg);
     let selector = label_selector(k8s.service_proxy_name.as_deref());
-    let mut svc_events = watch(
+    let mut svc_events = watcher_of(
         Api::<Service>::all(client.clone()),
         watcher::Config::default().labels(&selector),
     );
-    let mut slice_events = watch(
+    let mut slice_events = watcher_of(
         Api::<EndpointSlice>::all(client.clone()),
         watcher::Config::default().labels(&selector),
     );
-    let mut node_events = watch(
+    let mut node_events = watcher_of(
         Api::<Node>::all(client),
         watcher::Config::default().fields(&format!("metadata.name={node_name}")),
     );
     let names = ["Service", "EndpointSlice", "Node"];
+    // An API server outage fails every watch at each retry: log each watch's errors with
+    // backoff and a count, and once when it recovers.
+    let mut failing: [RepeatLog; 3] = Default::default();
     let mut synced = [false; 3];
     let mut ended = [false; 3];
     let min_sync = k8s.min_sync_period.0;
@@ -289,7 +305,7 @@ async fn run(
             }
         };
         let (i, ev) = tokio::select! {
-            _ = stop.changed() => return,
+            () = stop.cancelled() => return,
             ev = svc_events.next(), if !ended[0] => (0, ev.map(|r| r.map(|e| Change::Service(Box::new(e))))),
             ev = slice_events.next(), if !ended[1] => (1, ev.map(|r| r.map(|e| Change::Slice(Box::new(e))))),
             ev = node_events.next(), if !ended[2] => (2, ev.map(|r| r.map(|e| Change::Node(Box::new(e))))),
@@ -309,10 +325,17 @@ async fn run(
             }
         };
         let change = match ev {
-            Some(Ok(c)) => c,
+            Some(Ok(c)) => {
+                if let Some(errors) = failing[i].recovered() {
+                    tracing::info!(watch = names[i], errors, "watch recovered");
+                }
+                c
+            }
             Some(Err(e)) => {
                 stats.watch_errors.fetch_add(1, Ordering::Relaxed);
-                eprintln!("xvs k8s: {} watch: {e} (retrying)", names[i]);
+                if let Some(errors) = failing[i].failed(Instant::now()) {
+                    tracing::warn!(watch = names[i], errors, error = %e, "watch failing, retrying with backoff");
+                }
                 continue;
             }
             None => {
@@ -406,7 +429,7 @@ fn log_problems(problems: &[Problem], logged: &mut HashSet<Problem>) {
     let now: HashSet<Problem> = problems.iter().cloned().collect();
     for p in problems {
         if !logged.contains(p) {
-            eprintln!("xvs k8s: ignored: {p}");
+            tracing::warn!(object = %p.object, reason = %p.reason, "ignored");
         }
     }
     *logged = now;

@@ -1,0 +1,186 @@
+//! The daemon's side of the admin API: what `/v1/*`, `/metrics`, `/healthz` read, and where
+//! control commands go. Reads come from shared state (snapshots loaded, counters read
+//! relaxed, the flow table scanned lock-free), on the admin server's blocking pool; nothing
+//! here blocks the fastpath. Commands are sent to the driver's loop, which hands them to the
+//! controller and answers.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use arc_swap::ArcSwap;
+use fastpath::snapshot::Snapshot;
+use fastpath::steer::SteerCounters;
+use fastpath::worker::WorkerStats;
+use flowtable::FlowTable;
+use slowpath::admin::{
+    AdminSource, ControlAction, ControlFuture, FlowTableView, FlowViewJson, GovernanceView,
+    HealthView, ServiceView, StatsView, SteerView, SyncView, WorkerView,
+};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::controller::{Command, Status};
+
+/// Sync bookkeeping the driver updates and the admin API reads.
+#[derive(Debug, Default)]
+pub struct SyncStats {
+    /// Unix time of the last completed sync, in milliseconds (0: none yet).
+    pub last_unix_ms: AtomicU64,
+    /// Duration of the last snapshot build and publish, in microseconds.
+    pub last_duration_us: AtomicU64,
+    /// Snapshots published.
+    pub syncs: AtomicU64,
+}
+
+impl SyncStats {
+    /// Records a completed sync that took `took` (`None`: a periodic pass with nothing to
+    /// publish, which keeps the last duration).
+    pub fn synced(&self, took: Option<Duration>) {
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        self.last_unix_ms
+            .store(now.as_millis() as u64, Ordering::Relaxed);
+        if let Some(took) = took {
+            self.last_duration_us
+                .store(took.as_micros() as u64, Ordering::Relaxed);
+            self.syncs.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The controller's status as the admin API shows it: its [`Status`] with the pending
+/// change's age turned into wall-clock time.
+#[derive(Clone, Debug, Default)]
+pub struct StatusView {
+    /// The controller's status.
+    pub status: Status,
+    /// When the oldest unpublished change arrived.
+    pub pending_since: Option<SystemTime>,
+}
+
+impl StatusView {
+    /// `status` as of `now` (its `Instant`s become `SystemTime`s against `wall_now`).
+    pub fn new(status: Status, now: Instant, wall_now: SystemTime) -> StatusView {
+        let pending_since = status
+            .pending_since
+            .map(|t| wall_now - now.saturating_duration_since(t));
+        StatusView {
+            status,
+            pending_since,
+        }
+    }
+}
+
+/// A command from the admin API with the channel its answer goes back on.
+pub type CommandMsg = (Command, oneshot::Sender<Result<(), String>>);
+
+/// Everything the admin API shows about a running daemon.
+pub struct DaemonState {
+    /// The published snapshot.
+    pub snapshot: Arc<ArcSwap<Snapshot>>,
+    /// The flow table.
+    pub flows: Arc<FlowTable>,
+    /// Per-worker counters.
+    pub workers: Vec<Arc<WorkerStats>>,
+    /// Steering counters per interface, refreshed by the driver once a second.
+    pub steer: Mutex<Vec<(String, SteerCounters)>>,
+    /// Sync bookkeeping.
+    pub sync: Arc<SyncStats>,
+    /// False once a worker thread has ended.
+    pub fastpath_running: AtomicBool,
+    /// `/healthz` fails when the last sync is older than this (kube-proxy: 2 × sync period).
+    pub healthz_timeout: Duration,
+    /// The controller's status, as last emitted.
+    pub status: Arc<ArcSwap<StatusView>>,
+    /// Where commands go.
+    pub commands: mpsc::UnboundedSender<CommandMsg>,
+}
+
+/// The controller's command for an admin action; `Err` when it does not apply.
+pub fn command(action: ControlAction, service: Option<String>) -> Result<Command, String> {
+    Ok(match (action, service) {
+        (ControlAction::Freeze, s) => Command::Freeze(s),
+        (ControlAction::Unfreeze, s) => Command::Unfreeze(s),
+        (ControlAction::Drain, None) => Command::Drain,
+        (ControlAction::Undrain, None) => Command::Undrain,
+        (a, Some(_)) => {
+            return Err(format!(
+                "{} applies to the whole node, not a service",
+                a.name()
+            ));
+        }
+    })
+}
+
+impl AdminSource for DaemonState {
+    fn services(&self) -> Vec<ServiceView> {
+        ServiceView::from_snapshot(&self.snapshot.load(), &*self.flows)
+    }
+
+    fn flows(&self, limit: usize) -> Vec<FlowViewJson> {
+        FlowViewJson::collect(&self.flows, &self.snapshot.load(), limit, Instant::now())
+    }
+
+    fn stats(&self) -> StatsView {
+        let steer = self.steer.lock().map(|s| s.clone()).unwrap_or_default();
+        let last = self.sync.last_unix_ms.load(Ordering::Relaxed);
+        let st = self.status.load();
+        let s = &st.status;
+        StatsView {
+            generation: self.snapshot.load().generation,
+            workers: self
+                .workers
+                .iter()
+                .enumerate()
+                .map(|(i, w)| WorkerView::from_counters(i, &w.read()))
+                .collect(),
+            flowtable: FlowTableView::from_table(&self.flows),
+            steering: steer
+                .iter()
+                .map(|(name, c)| SteerView::from_counters(name, c))
+                .collect(),
+            sync: SyncView {
+                last_sync_unix_s: (last != 0).then(|| last as f64 / 1000.0),
+                last_duration_s: self.sync.last_duration_us.load(Ordering::Relaxed) as f64 / 1e6,
+                syncs: self.sync.syncs.load(Ordering::Relaxed),
+                reloads_ok: s.reloads_ok,
+                reloads_failed: s.reloads_failed,
+            },
+            governance: GovernanceView {
+                frozen: s.frozen,
+                frozen_services: s.frozen_services.clone(),
+                draining: s.draining,
+                flows_resteered: s.flows_resteered,
+                flows_ended: s.flows_ended,
+            },
+        }
+    }
+
+    fn health(&self) -> HealthView {
+        let last = self.sync.last_unix_ms.load(Ordering::Relaxed);
+        let st = self.status.load();
+        HealthView {
+            last_updated: (last != 0).then(|| SystemTime::UNIX_EPOCH + Duration::from_millis(last)),
+            oldest_pending: st.pending_since,
+            timeout: self.healthz_timeout,
+            fastpath_running: self.fastpath_running.load(Ordering::Relaxed),
+            // A draining node answers 503 on /healthz (like a node being deleted) so
+            // upstream load balancers stop sending; /livez ignores it.
+            node_eligible: !st.status.draining,
+            not_ready: st.status.not_ready.clone(),
+        }
+    }
+
+    fn control(&self, action: ControlAction, service: Option<String>) -> ControlFuture {
+        let commands = self.commands.clone();
+        Box::pin(async move {
+            let cmd = command(action, service)?;
+            let (tx, rx) = oneshot::channel();
+            commands
+                .send((cmd, tx))
+                .map_err(|_| "xvs is stopping".to_owned())?;
+            rx.await.map_err(|_| "xvs is stopping".to_owned())?
+        })
+    }
+}

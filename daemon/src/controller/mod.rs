@@ -1,0 +1,678 @@
+//! The sans-IO controller: what the daemon decides, with no threads, sockets, files or clock.
+//!
+//! Events come in ([`Controller::handle`]: a model from the Kubernetes source, health and
+//! neighbour changes, a reloaded config, a signal, the driver's acknowledgement of a publish;
+//! [`Controller::command`]: an admin command), time passes ([`Controller::tick`] with `now` and
+//! a sample of the workers' counters), and actions go out ([`Controller::poll_action`]):
+//! publish a snapshot and steer for it, tell the health checker its targets or a passive
+//! failure, solicit a next hop, serve health-check node ports, load the config file, update
+//! the status `/healthz` answers from, stop. The driver ([`crate::driver`]) does the I/O.
+//!
+//! The flow table, the SYN watch and the published snapshots are shared memory, not I/O: the
+//! controller reads them and applies the endpoint-removal policy ([`removal`]) to the flow
+//! table itself, so the whole policy runs in tests on an in-memory table, with a fake clock
+//! and without root, like quinn-proto's connection tests.
+//!
+//! # Rules
+//!
+//! - **Publish.** Every change (model, health, neighbours, reload, freeze) marks the state
+//!   dirty; the next `tick` builds one snapshot of everything and emits
+//!   [`Action::Publish`]. The driver stores it, steers for it and answers
+//!   [`Event::Published`]; only then is the publish a sync, and the first removal pass runs.
+//!   A build that fails keeps the old snapshot (counted, logged).
+//! - **Endpoint removal** ([`removal`]): after every publish, and a second pass
+//!   [`SECOND_PASS`] later (catching flows a worker inserted with the previous snapshot
+//!   meanwhile); only after the second pass are retired backend ids that no flow holds handed
+//!   back to the builder.
+//! - **Ready.** Until the configured source has produced its first model and that model was
+//!   published, [`Status::not_ready`] says why, and `/healthz` and `/livez` answer 503
+//!   (kube-proxy waits for its first sync the same way). The static source is ready at once.
+//! - **Sync age.** With nothing to publish, a periodic pass every `sync_period` emits
+//!   [`Action::Synced`], so an idle but live slowpath stays healthy (kube-proxy's
+//!   `lastUpdated`), and [`Status::pending_since`] says how long a change has waited.
+//! - **Drain.** The first stop signal drains ([`drain`]): `/healthz` turns 503, traffic keeps
+//!   flowing, and the daemon stops when no established flow is left and nothing was forwarded
+//!   for a second, or at `[dataplane] drain_timeout`. A second signal (or a zero timeout)
+//!   stops at once. `drain` through the admin API turns `/healthz` 503 without stopping.
+//! - **Reload.** SIGHUP or a change of the file asks the driver to load it
+//!   ([`Action::LoadConfig`]). A config that does not load is refused and counted; the running
+//!   one stays. Services and pinned neighbours take effect; a changed `[dataplane]` needs a
+//!   restart, and is reported as such. With the Kubernetes source the services come from the
+//!   API, so a reload does not touch them.
+//! - **Passive health and neighbours**, once a second: backends whose SYNs got no SYN-ACK
+//!   ([`passive`]) are reported to the health checker; next hops the snapshot cannot resolve
+//!   are solicited.
+
+mod drain;
+pub mod passive;
+pub mod removal;
+mod steer;
+#[cfg(test)]
+mod testlab;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use config::{Config, ProbeKind, RemovedBackendPolicy};
+use fastpath::passive::SynWatch;
+use fastpath::snapshot::{L2Table, Neighbour, ServiceSpec, Snapshot, SnapshotBuilder};
+use flowtable::FlowTable;
+use lb_algos::ConnCounts;
+use slowpath::k8s::{HealthCheckNodePort, K8sModel};
+
+pub use drain::{Drain, QUIET};
+pub use passive::{PASSIVE_MIN_SYNS, PassiveHealth};
+pub use removal::{Removal, end_removed_flows, reclaim_ids};
+pub use steer::{SteerKey, SteerSet, ip_proto};
+
+/// The second removal pass runs this long after a publish.
+pub const SECOND_PASS: Duration = Duration::from_secs(1);
+/// Passive health samples and neighbour solicitations run this often.
+pub const HOUSEKEEPING: Duration = Duration::from_secs(1);
+/// The periodic sync pass of the static source (kube-proxy's default `--sync-period`).
+pub const DEFAULT_SYNC_PERIOD: Duration = Duration::from_secs(30);
+
+/// What happens to the controller.
+#[derive(Debug)]
+pub enum Event {
+    /// A new model from the Kubernetes source.
+    Model(Box<K8sModel>),
+    /// The health checker's view changed: every target, up or not.
+    Health(HashMap<SocketAddr, bool>),
+    /// Routes and neighbours changed.
+    L2(L2Table),
+    /// The config file, as the driver read it after [`Action::LoadConfig`].
+    Reload(Reload),
+    /// A signal.
+    Signal(Signal),
+    /// The driver stored the snapshot of generation `generation` (from [`Action::Publish`])
+    /// where the workers load it, and steered for it; `steer_error` says why steering failed,
+    /// if it did (the snapshot is live either way).
+    Published {
+        /// The snapshot's generation.
+        generation: u64,
+        /// Why writing the steering maps failed.
+        steer_error: Option<String>,
+    },
+}
+
+/// The config file, read.
+#[derive(Debug)]
+pub enum Reload {
+    /// It loaded and validated.
+    Loaded(Box<Config>),
+    /// It did not: the problems, as `config` words them (key, line, column).
+    Invalid(String),
+    /// The daemon runs on the embedded config: there is no file.
+    NoFile,
+}
+
+/// Signals the daemon acts on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Signal {
+    /// SIGTERM or SIGINT: the first drains, the second stops.
+    Stop,
+    /// SIGHUP, or the file changed: reload.
+    Reload,
+}
+
+/// An admin command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// Refuse every new flow, or (with a name) those of one service: its name, or a
+    /// Kubernetes `namespace/name` covering every port of it.
+    Freeze(Option<String>),
+    /// Undo a freeze (of the node, or of the named service).
+    Unfreeze(Option<String>),
+    /// `/healthz` answers 503; traffic still flows.
+    Drain,
+    /// Undo [`Command::Drain`].
+    Undrain,
+}
+
+/// What the workers' counters said at a tick.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sample {
+    /// Frames transmitted by all workers so far.
+    pub tx_frames: u64,
+    /// Every worker thread still runs.
+    pub workers_running: bool,
+}
+
+/// Why the daemon stops.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// The drain after a stop signal finished: why.
+    Drained(String),
+    /// A stop signal with no drain (a second signal, or `drain_timeout = "0s"`).
+    Signal,
+    /// A worker thread ended: a failure.
+    WorkerExited,
+}
+
+/// What the controller asks the driver to do, in order.
+#[derive(Debug)]
+pub enum Action {
+    /// Store `snapshot` where the workers load it, write `steering` into the steering maps,
+    /// then answer [`Event::Published`].
+    Publish {
+        /// The new snapshot.
+        snapshot: Arc<Snapshot>,
+        /// What the steering programs must redirect for it.
+        steering: SteerSet,
+    },
+    /// A periodic pass found nothing to publish: record it as a sync.
+    Synced,
+    /// The backends the health checker probes.
+    HealthTargets(Vec<SocketAddr>),
+    /// A passive health failure of one backend (counts as one failed probe).
+    HealthFailure(SocketAddr),
+    /// Ask the kernel to resolve this next hop.
+    Solicit(IpAddr),
+    /// The health-check node ports to serve (`externalTrafficPolicy: Local`).
+    HealthCheckNodePorts(Vec<HealthCheckNodePort>),
+    /// Read the config file and answer [`Event::Reload`].
+    LoadConfig,
+    /// The status changed: what `/healthz`, `/livez` and `/v1/stats` show.
+    Status(Status),
+    /// Stop the daemon.
+    Stop(StopReason),
+}
+
+/// What the admin surface shows of the controller.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Status {
+    /// Why the node is not ready yet (no first snapshot from its source): `/healthz` and
+    /// `/livez` answer 503 with this.
+    pub not_ready: Option<String>,
+    /// `/healthz` answers 503: an admin drain, or the drain after a stop signal.
+    pub draining: bool,
+    /// Every new flow refused.
+    pub frozen: bool,
+    /// Services refused new flows, by name.
+    pub frozen_services: Vec<String>,
+    /// Since when a change has waited to be published.
+    pub pending_since: Option<Instant>,
+    /// UDP flows removed so they are scheduled again.
+    pub flows_resteered: u64,
+    /// TCP/SCTP flows of removed backends ended.
+    pub flows_ended: u64,
+    /// Reloads applied.
+    pub reloads_ok: u64,
+    /// Reloads refused (the running config stayed).
+    pub reloads_failed: u64,
+    /// Snapshot builds that failed (the old snapshot stayed).
+    pub publish_failures: u64,
+}
+
+/// The daemon's decisions (see the module doc).
+pub struct Controller {
+    cfg: Config,
+    builder: SnapshotBuilder,
+    /// Services as the source describes them, before health and freezes are applied.
+    specs: Vec<ServiceSpec>,
+    /// Backends the health checker has marked down.
+    down: HashSet<SocketAddr>,
+    l2: L2Table,
+    /// The last snapshot built (and, once acknowledged, published).
+    current: Option<Arc<Snapshot>>,
+    flows: Arc<FlowTable>,
+    syn_watch: Arc<SynWatch>,
+    passive: PassiveHealth,
+    frozen: bool,
+    frozen_services: BTreeSet<String>,
+    admin_drain: bool,
+    stop_signals: u32,
+    drain: Option<Drain>,
+    stopping: bool,
+    /// Since when a change waits for the next publish.
+    dirty_since: Option<Instant>,
+    /// The publish the driver has not acknowledged yet: (generation, since when its
+    /// changes waited).
+    awaiting: Option<(u64, Instant)>,
+    second_pass: Option<Instant>,
+    last_sync: Option<Instant>,
+    next_housekeeping: Instant,
+    sync_period: Duration,
+    /// The configured source has produced its first model.
+    source_ready: bool,
+    /// ...and it has been published.
+    synced_once: bool,
+    counters: Status,
+    /// The status last emitted.
+    emitted: Option<Status>,
+    actions: VecDeque<Action>,
+}
+
+impl Controller {
+    /// A controller for `cfg` at `now`, over the shared flow table and SYN watch, with the
+    /// kernel's routes and neighbours as read at start. The first [`Controller::tick`]
+    /// publishes the first snapshot.
+    pub fn new(
+        cfg: Config,
+        flows: Arc<FlowTable>,
+        syn_watch: Arc<SynWatch>,
+        l2: L2Table,
+        now: Instant,
+    ) -> Controller {
+        let specs = ServiceSpec::from_config(&cfg);
+        let sync_period = cfg
+            .kubernetes
+            .as_ref()
+            .map_or(DEFAULT_SYNC_PERIOD, |k| k.sync_period.get());
+        let source_ready = cfg.kubernetes.is_none();
+        let mut c = Controller {
+            builder: SnapshotBuilder::from_config(&cfg),
+            specs,
+            down: HashSet::new(),
+            l2,
+            current: None,
+            flows,
+            syn_watch,
+            passive: PassiveHealth::default(),
+            frozen: false,
+            frozen_services: BTreeSet::new(),
+            admin_drain: false,
+            stop_signals: 0,
+            drain: None,
+            stopping: false,
+            dirty_since: Some(now),
+            awaiting: None,
+            second_pass: None,
+            last_sync: None,
+            next_housekeeping: now,
+            sync_period,
+            source_ready,
+            synced_once: false,
+            counters: Status::default(),
+            emitted: None,
+            actions: VecDeque::new(),
+            cfg,
+        };
+        c.actions
+            .push_back(Action::HealthTargets(health_targets(&c.specs)));
+        c
+    }
+
+    /// The next action to perform, in order.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// The snapshot last built.
+    pub fn snapshot(&self) -> Option<&Arc<Snapshot>> {
+        self.current.as_ref()
+    }
+
+    /// How often a sync happens with nothing to publish (`[kubernetes] sync_period`, else
+    /// [`DEFAULT_SYNC_PERIOD`]); `/healthz` allows twice this.
+    pub fn sync_period(&self) -> Duration {
+        self.sync_period
+    }
+
+    /// The running config (its `[dataplane]` is the one the daemon started with).
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The status as of now (also emitted as [`Action::Status`] when it changes).
+    pub fn status(&self) -> Status {
+        let mut s = self.counters.clone();
+        s.not_ready = self.not_ready();
+        s.draining = self.admin_drain || self.drain.is_some();
+        s.frozen = self.frozen;
+        s.frozen_services = self.frozen_services.iter().cloned().collect();
+        s.pending_since = match (self.dirty_since, self.awaiting) {
+            (Some(d), Some((_, a))) => Some(d.min(a)),
+            (d, a) => d.or(a.map(|(_, since)| since)),
+        };
+        s
+    }
+
+    fn not_ready(&self) -> Option<String> {
+        if !self.source_ready {
+            Some(
+                "waiting for the first sync of the Kubernetes source (every watch listed)"
+                    .to_owned(),
+            )
+        } else if !self.synced_once {
+            Some("the first snapshot is not published yet".to_owned())
+        } else {
+            None
+        }
+    }
+
+    fn mark_dirty(&mut self, now: Instant) {
+        self.dirty_since.get_or_insert(now);
+    }
+
+    /// Takes in one event at `now`.
+    pub fn handle(&mut self, now: Instant, event: Event) {
+        match event {
+            Event::Model(model) => {
+                let model = *model;
+                self.actions
+                    .push_back(Action::HealthCheckNodePorts(model.health_check_node_ports));
+                self.specs = model.specs;
+                self.source_ready = true;
+                self.mark_dirty(now);
+            }
+            Event::Health(states) => {
+                self.down = states
+                    .into_iter()
+                    .filter(|(_, up)| !up)
+                    .map(|(a, _)| a)
+                    .collect();
+                self.mark_dirty(now);
+            }
+            Event::L2(l2) => {
+                self.l2 = l2;
+                self.mark_dirty(now);
+            }
+            Event::Reload(r) => self.reload(now, r),
+            Event::Signal(Signal::Reload) => self.actions.push_back(Action::LoadConfig),
+            Event::Signal(Signal::Stop) => self.stop_signal(now),
+            Event::Published {
+                generation,
+                steer_error,
+            } => self.published(now, generation, steer_error),
+        }
+        self.emit_status();
+    }
+
+    /// Performs an admin command at `now`; `Err` says why it was refused.
+    pub fn command(&mut self, now: Instant, cmd: Command) -> Result<(), String> {
+        match cmd {
+            Command::Freeze(None) => self.frozen = true,
+            Command::Unfreeze(None) => self.frozen = false,
+            Command::Freeze(Some(name)) => {
+                let known = self
+                    .current
+                    .as_ref()
+                    .is_some_and(|s| s.services.iter().any(|e| names(&name, &e.name)));
+                if !known {
+                    return Err(format!("no service named {name:?}"));
+                }
+                self.frozen_services.insert(name);
+            }
+            Command::Unfreeze(Some(name)) => {
+                if !self.frozen_services.remove(&name) {
+                    return Err(format!("service {name:?} is not frozen"));
+                }
+            }
+            Command::Drain | Command::Undrain => {
+                self.admin_drain = cmd == Command::Drain;
+                self.emit_status();
+                return Ok(());
+            }
+        }
+        // Freezes live in the snapshot: publish one.
+        self.mark_dirty(now);
+        self.emit_status();
+        Ok(())
+    }
+
+    /// Time passes: publishes what changed, runs the removal pass that is due, the periodic
+    /// sync, passive health and solicitations, and the drain.
+    pub fn tick(&mut self, now: Instant, sample: Sample) {
+        if self.stopping {
+            return;
+        }
+        if !sample.workers_running {
+            self.stop(StopReason::WorkerExited);
+            return;
+        }
+        if let Some(d) = &mut self.drain {
+            let established = self.current.as_deref().map_or(0, |snap| {
+                snap.services
+                    .iter()
+                    .flat_map(|s| s.backends.iter())
+                    .map(|b| u64::from(self.flows.active(b.id)))
+                    .sum()
+            });
+            if let Some(why) = d.done(now, sample.tx_frames, established) {
+                tracing::info!(target: "xvs", reason = %why, "drain finished");
+                self.stop(StopReason::Drained(why));
+                return;
+            }
+        }
+        if self.awaiting.is_none() {
+            if let Some(since) = self.dirty_since.take() {
+                self.publish(since);
+            } else if self.synced_once
+                && self
+                    .last_sync
+                    .is_some_and(|t| now.saturating_duration_since(t) >= self.sync_period)
+            {
+                // A periodic pass that finds nothing to publish still counts as a sync.
+                self.last_sync = Some(now);
+                self.actions.push_back(Action::Synced);
+            }
+        }
+        if self.second_pass.is_some_and(|t| now >= t) {
+            self.second_pass = None;
+            self.end_removed_flows();
+            reclaim_ids(&self.flows, &mut self.builder);
+        }
+        if now >= self.next_housekeeping {
+            self.next_housekeeping = now + HOUSEKEEPING;
+            self.housekeeping();
+        }
+        self.emit_status();
+    }
+
+    fn publish(&mut self, since: Instant) {
+        // Health and per-service freezes are applied to a copy, made only when there is
+        // something to apply (10,000 Services: the copy alone would cost milliseconds).
+        let adjusted;
+        let specs: &[ServiceSpec] = if self.down.is_empty() && self.frozen_services.is_empty() {
+            &self.specs
+        } else {
+            let mut v = self.specs.clone();
+            for s in &mut v {
+                // Health applies to what the source says is usable (readiness stays).
+                for b in &mut s.backends {
+                    b.usable &= !self.down.contains(&b.addr);
+                }
+                s.frozen |= self.frozen_services.iter().any(|f| names(f, &s.name));
+            }
+            adjusted = v;
+            &adjusted
+        };
+        self.builder.set_frozen(self.frozen);
+        let l2 = merge_pins(self.l2.clone(), &self.cfg);
+        match self.builder.build(specs, &l2) {
+            Ok(snap) => {
+                let snap = Arc::new(snap);
+                self.awaiting = Some((snap.generation, since));
+                self.current = Some(Arc::clone(&snap));
+                let steering = SteerSet::of(&snap, &self.cfg.dataplane);
+                self.actions.push_back(Action::Publish {
+                    snapshot: snap,
+                    steering,
+                });
+            }
+            Err(e) => {
+                self.counters.publish_failures += 1;
+                tracing::error!(error = %e, "building a snapshot failed; the old one stays");
+            }
+        }
+    }
+
+    fn published(&mut self, now: Instant, generation: u64, steer_error: Option<String>) {
+        if self.awaiting.is_none_or(|(g, _)| g != generation) {
+            tracing::warn!(
+                generation,
+                "acknowledgement of a publish that was not asked for"
+            );
+            return;
+        }
+        self.awaiting = None;
+        if let Some(e) = steer_error {
+            self.counters.publish_failures += 1;
+            tracing::error!(error = %e, generation, "steering for a new snapshot failed");
+        }
+        if self.source_ready {
+            self.synced_once = true;
+        }
+        self.last_sync = Some(now);
+        self.end_removed_flows();
+        self.second_pass = Some(now + SECOND_PASS);
+    }
+
+    /// The endpoint-removal policy over the flow table (see [`removal`]).
+    fn end_removed_flows(&mut self) {
+        let Some(snap) = &self.current else { return };
+        let r = end_removed_flows(
+            &self.flows,
+            &self.builder,
+            snap,
+            self.cfg.flowtable.removed_backend_tcp,
+        );
+        self.counters.flows_resteered += r.resteered;
+        self.counters.flows_ended += r.ended;
+        if r.resteered + r.ended > 0 {
+            tracing::info!(
+                resteered_udp = r.resteered,
+                ended_tcp_sctp = r.ended,
+                "flows of removed backends"
+            );
+        }
+    }
+
+    fn housekeeping(&mut self) {
+        let Some(snap) = self.current.clone() else {
+            return;
+        };
+        for ip in unresolved(&snap, &self.l2) {
+            self.actions.push_back(Action::Solicit(ip));
+        }
+        if self.cfg.health.probe != ProbeKind::None {
+            for addr in self.passive.sample(&self.syn_watch, &snap) {
+                self.actions.push_back(Action::HealthFailure(addr));
+            }
+        }
+    }
+
+    fn stop_signal(&mut self, now: Instant) {
+        self.stop_signals += 1;
+        let timeout = self.cfg.dataplane.drain_timeout.get();
+        if self.stop_signals == 1 && !timeout.is_zero() {
+            tracing::info!(
+                target: "xvs",
+                timeout = ?timeout,
+                "draining: /healthz answers 503; stopping when established flows end and traffic stops (signal again to stop now)"
+            );
+            self.drain = Some(Drain::new(now, timeout));
+        } else {
+            self.stop(StopReason::Signal);
+        }
+    }
+
+    fn stop(&mut self, why: StopReason) {
+        if !self.stopping {
+            self.stopping = true;
+            self.actions.push_back(Action::Stop(why));
+        }
+    }
+
+    fn reload(&mut self, now: Instant, r: Reload) {
+        let new = match r {
+            Reload::Loaded(new) => *new,
+            Reload::Invalid(problems) => {
+                self.counters.reloads_failed += 1;
+                tracing::error!(%problems, "reload refused; the running config stays");
+                return;
+            }
+            Reload::NoFile => {
+                self.counters.reloads_failed += 1;
+                tracing::warn!("running on the embedded config: there is no file to reload");
+                return;
+            }
+        };
+        if new.dataplane != self.cfg.dataplane {
+            tracing::warn!("reload: [dataplane] changed; it takes effect at the next restart");
+        }
+        let dataplane = std::mem::take(&mut self.cfg.dataplane);
+        let kubernetes = self.cfg.kubernetes.take();
+        self.cfg = new;
+        self.cfg.dataplane = dataplane;
+        if kubernetes.is_some() {
+            // The source was started with its settings; its models stay the services.
+            self.cfg.kubernetes = kubernetes;
+        } else {
+            self.specs = ServiceSpec::from_config(&self.cfg);
+            self.actions
+                .push_back(Action::HealthTargets(health_targets(&self.specs)));
+        }
+        self.counters.reloads_ok += 1;
+        tracing::info!(target: "xvs", services = self.specs.len(), "reloaded");
+        self.mark_dirty(now);
+    }
+
+    fn emit_status(&mut self) {
+        let s = self.status();
+        if self.emitted.as_ref() != Some(&s) {
+            self.emitted = Some(s.clone());
+            self.actions.push_back(Action::Status(s));
+        }
+    }
+
+    /// The policy the removal passes apply.
+    pub fn removal_policy(&self) -> RemovedBackendPolicy {
+        self.cfg.flowtable.removed_backend_tcp
+    }
+}
+
+/// Whether `filter` names service `name`: the name itself, or (Kubernetes) the
+/// `namespace/name` before its `:port`.
+pub fn names(filter: &str, name: &str) -> bool {
+    name == filter || name.split_once(':').is_some_and(|(svc, _)| svc == filter)
+}
+
+/// The kernel's view merged with the config's pinned `[[neighbours]]`: a pin overrides the
+/// MAC the kernel has and keeps the port the kernel learnt it on.
+fn merge_pins(mut l2: L2Table, cfg: &Config) -> L2Table {
+    for pin in &cfg.neighbours {
+        match l2.neighbours.iter_mut().find(|n| n.ip == pin.ip) {
+            Some(n) => n.mac = pin.mac.0,
+            None => l2.neighbours.push(Neighbour {
+                ip: pin.ip,
+                mac: pin.mac.0,
+                port: None,
+            }),
+        }
+    }
+    l2
+}
+
+/// Next hops the fastpath will need that the kernel has not resolved yet: every backend and
+/// every gateway of the configured interfaces' routes (clients off-link are behind one).
+fn unresolved(snap: &Snapshot, l2: &L2Table) -> Vec<IpAddr> {
+    let gateways = l2.routes.iter().filter_map(|r| r.gateway);
+    let mut v: Vec<IpAddr> = snap
+        .services
+        .iter()
+        .flat_map(|s| s.backends.iter().map(|b| b.addr.ip()))
+        .chain(gateways)
+        .filter(|ip| snap.next_hop(*ip, 0).is_none())
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// Every backend address of `specs`, for the health checker.
+fn health_targets(specs: &[ServiceSpec]) -> Vec<SocketAddr> {
+    let mut v: Vec<SocketAddr> = specs
+        .iter()
+        .flat_map(|s| s.backends.iter().map(|b| b.addr))
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}

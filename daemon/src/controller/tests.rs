@@ -1,0 +1,563 @@
+//! The controller on a fake clock: a [`Harness`] plays the driver (it stores each published
+//! snapshot in an in-memory pipeline and acknowledges it), and frames go through that
+//! pipeline so flows exist in the shared table. No root, no sockets, no threads.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fastpath::pipeline::{Pipeline, PipelineConfig, Verdict, flow_table_config};
+use fastpath::snapshot::{L2Table, Neighbour, Snapshot};
+use lb_algos::AffinityTable;
+
+use super::testlab::{CFG, dst_of, frame, ip};
+use super::*;
+
+/// The controller with a pretend driver around it.
+struct Harness {
+    ctl: Controller,
+    pipeline: Option<Pipeline>,
+    syn: Arc<SynWatch>,
+    flows: Arc<FlowTable>,
+    now: Instant,
+    /// Frames the pipeline transmitted (the sample's `tx_frames`).
+    tx: u64,
+    /// Every action performed, in order (publishes as `Published(generation)`).
+    log: Vec<Seen>,
+    status: Status,
+    stopped: Option<StopReason>,
+    workers_running: bool,
+}
+
+/// An action as the harness saw it.
+#[derive(Debug, PartialEq)]
+enum Seen {
+    Published(u64),
+    Synced,
+    HealthTargets(Vec<SocketAddr>),
+    HealthFailure(SocketAddr),
+    Solicit(IpAddr),
+    HealthCheckNodePorts(usize),
+    LoadConfig,
+}
+
+fn lab_l2() -> L2Table {
+    L2Table {
+        neighbours: ["198.18.1.1", "198.18.1.2", "198.18.1.3", "198.18.0.2"]
+            .iter()
+            .map(|ip| Neighbour {
+                ip: ip.parse().unwrap(),
+                mac: [2, 0, 0, 0, 0, 1],
+                port: None,
+            })
+            .collect(),
+        ..L2Table::default()
+    }
+}
+
+impl Harness {
+    fn new(text: &str) -> Harness {
+        let cfg = config::parse(text, "t.toml").unwrap();
+        let now = Instant::now();
+        let flows = Arc::new(FlowTable::new(flow_table_config(&cfg), now).unwrap());
+        let syn = Arc::new(SynWatch::new(cfg.flowtable.backends_max as usize));
+        let ctl = Controller::new(cfg, Arc::clone(&flows), Arc::clone(&syn), lab_l2(), now);
+        let mut h = Harness {
+            ctl,
+            pipeline: None,
+            syn,
+            flows,
+            now,
+            tx: 0,
+            log: Vec::new(),
+            status: Status::default(),
+            stopped: None,
+            workers_running: true,
+        };
+        h.status = h.ctl.status();
+        h
+    }
+
+    /// Advances the fake clock by `d`, ticks, and performs the actions.
+    fn step(&mut self, d: Duration) {
+        self.now += d;
+        let sample = Sample {
+            tx_frames: self.tx,
+            workers_running: self.workers_running,
+        };
+        self.ctl.tick(self.now, sample);
+        self.perform();
+    }
+
+    fn event(&mut self, ev: Event) {
+        self.ctl.handle(self.now, ev);
+        self.perform();
+    }
+
+    fn perform(&mut self) {
+        while let Some(a) = self.ctl.poll_action() {
+            match a {
+                Action::Publish { snapshot, .. } => {
+                    let g = snapshot.generation;
+                    self.install(snapshot);
+                    self.log.push(Seen::Published(g));
+                    self.ctl.handle(
+                        self.now,
+                        Event::Published {
+                            generation: g,
+                            steer_error: None,
+                        },
+                    );
+                }
+                Action::Synced => self.log.push(Seen::Synced),
+                Action::HealthTargets(t) => self.log.push(Seen::HealthTargets(t)),
+                Action::HealthFailure(a) => self.log.push(Seen::HealthFailure(a)),
+                Action::Solicit(ip) => self.log.push(Seen::Solicit(ip)),
+                Action::HealthCheckNodePorts(p) => {
+                    self.log.push(Seen::HealthCheckNodePorts(p.len()))
+                }
+                Action::LoadConfig => self.log.push(Seen::LoadConfig),
+                Action::Status(s) => self.status = s,
+                Action::Stop(why) => self.stopped = Some(why),
+            }
+        }
+    }
+
+    fn install(&mut self, snap: Arc<Snapshot>) {
+        match &mut self.pipeline {
+            Some(p) => p.set_snapshot(snap),
+            None => {
+                let cfg = self.ctl.config();
+                let mut p = Pipeline::new(
+                    PipelineConfig::from_config(cfg, 0, 1),
+                    Arc::clone(&self.flows),
+                    Arc::new(AffinityTable::new(64, self.now)),
+                    snap,
+                );
+                p.set_syn_watch(Arc::clone(&self.syn));
+                self.pipeline = Some(p);
+            }
+        }
+    }
+
+    /// Sends a frame through the pipeline; the backend it went to, if transmitted.
+    fn send(&mut self, f: &[u8]) -> Option<IpAddr> {
+        let mut f = f.to_vec();
+        let p = self.pipeline.as_mut().expect("nothing published yet");
+        match p.process(&mut f, self.now) {
+            Verdict::Tx(_) => {
+                self.tx += 1;
+                Some(dst_of(&f))
+            }
+            _ => None,
+        }
+    }
+
+    fn published(&self) -> usize {
+        self.log
+            .iter()
+            .filter(|s| matches!(s, Seen::Published(_)))
+            .count()
+    }
+
+    fn reload(&mut self, text: &str) {
+        let r = match config::parse(text, "t.toml") {
+            Ok(c) => Reload::Loaded(Box::new(c)),
+            Err(e) => Reload::Invalid(e.to_string()),
+        };
+        self.event(Event::Reload(r));
+    }
+
+    /// Backend ids of service `name` in the last snapshot, by address.
+    fn ids(&self, name: &str) -> HashMap<SocketAddr, u32> {
+        let snap = self.ctl.snapshot().unwrap();
+        let s = snap.services.iter().find(|s| s.name == name).unwrap();
+        s.backends.iter().map(|b| (b.addr, b.id.0)).collect()
+    }
+}
+
+const TICK: Duration = Duration::from_millis(100);
+const DNS: [u8; 4] = [198, 18, 100, 53];
+const WEB: [u8; 4] = [198, 18, 100, 80];
+const SYN: u8 = 0x02;
+const ACK: u8 = 0x10;
+
+fn without_backend_1(text: &str) -> String {
+    text.replace("{ addr = \"198.18.1.1:53\" }, ", "")
+        .replace("{ addr = \"198.18.1.1:80\" }, ", "")
+}
+
+#[test]
+fn static_source_is_ready_once_its_first_snapshot_is_published() {
+    let mut h = Harness::new(CFG);
+    assert_eq!(
+        h.status.not_ready.as_deref(),
+        Some("the first snapshot is not published yet")
+    );
+    h.step(TICK);
+    assert_eq!(h.published(), 1);
+    assert_eq!(h.status.not_ready, None);
+    assert_eq!(h.status.pending_since, None);
+    // The health checker got every backend first.
+    assert_eq!(
+        h.log[0],
+        Seen::HealthTargets(
+            [
+                "198.18.1.1:53",
+                "198.18.1.1:80",
+                "198.18.1.2:53",
+                "198.18.1.2:80"
+            ]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect()
+        )
+    );
+    // Nothing changes: no publish, but a sync every sync_period (30 s) keeps healthz fresh.
+    for _ in 0..299 {
+        h.step(TICK);
+    }
+    assert_eq!(h.published(), 1);
+    assert!(!h.log.contains(&Seen::Synced));
+    h.step(TICK);
+    assert_eq!(h.log.last(), Some(&Seen::Synced));
+}
+
+const K8S_CFG: &str = r#"
+[dataplane]
+mode = "nat"
+[kubernetes]
+kubeconfig = "/nonexistent"
+"#;
+
+#[test]
+fn kubernetes_source_is_not_ready_until_its_first_model_is_published() {
+    let mut h = Harness::new(K8S_CFG);
+    let waiting =
+        Some("waiting for the first sync of the Kubernetes source (every watch listed)".to_owned());
+    assert_eq!(h.status.not_ready, waiting);
+    // Neighbour changes publish snapshots meanwhile (0 services), but the node is not
+    // ready, and no periodic sync pretends otherwise.
+    h.step(TICK);
+    h.event(Event::L2(L2Table::default()));
+    for _ in 0..400 {
+        h.step(TICK);
+    }
+    assert_eq!(h.published(), 2);
+    assert_eq!(h.status.not_ready, waiting);
+    assert!(!h.log.contains(&Seen::Synced));
+    // The first model (the API server answered every list) makes it ready once published.
+    let cfg = config::parse(CFG, "t.toml").unwrap();
+    let model = slowpath::k8s::K8sModel {
+        specs: ServiceSpec::from_config(&cfg),
+        source_ranges: HashMap::new(),
+        health_check_node_ports: Vec::new(),
+        problems: Vec::new(),
+    };
+    h.event(Event::Model(Box::new(model)));
+    assert_eq!(
+        h.status.not_ready.as_deref(),
+        Some("the first snapshot is not published yet")
+    );
+    assert_eq!(h.log.last(), Some(&Seen::HealthCheckNodePorts(0)));
+    h.step(TICK);
+    assert_eq!(h.status.not_ready, None);
+    assert_eq!(h.ctl.snapshot().unwrap().services.len(), 2);
+}
+
+#[test]
+fn removed_backend_flows_end_and_ids_come_back_only_after_the_second_pass() {
+    let mut h = Harness::new(CFG);
+    h.step(TICK);
+    // rr: client ports 1000/1001 (UDP) and 2000/2001 (TCP) go to .1 and .2.
+    assert_eq!(
+        h.send(&frame(true, 1000, DNS, 53, 0)),
+        Some(ip("198.18.1.1"))
+    );
+    assert_eq!(
+        h.send(&frame(true, 1001, DNS, 53, 0)),
+        Some(ip("198.18.1.2"))
+    );
+    assert_eq!(
+        h.send(&frame(false, 2000, WEB, 80, SYN)),
+        Some(ip("198.18.1.1"))
+    );
+    assert_eq!(
+        h.send(&frame(false, 2001, WEB, 80, SYN)),
+        Some(ip("198.18.1.2"))
+    );
+    let old = h.ids("web")[&"198.18.1.1:80".parse().unwrap()];
+    let old_dns = h.ids("dns")[&"198.18.1.1:53".parse().unwrap()];
+    // Backend .1 leaves both services (a reload of the static source).
+    h.reload(&without_backend_1(CFG));
+    assert_eq!(h.status.reloads_ok, 1);
+    assert!(
+        h.status.pending_since.is_some(),
+        "the change waits for a tick"
+    );
+    h.step(TICK);
+    assert_eq!((h.status.flows_resteered, h.status.flows_ended), (1, 1));
+    // The UDP flow is scheduled again; the TCP flow of .1 has no flow any more.
+    assert_eq!(
+        h.send(&frame(true, 1000, DNS, 53, 0)),
+        Some(ip("198.18.1.2"))
+    );
+    assert_eq!(h.send(&frame(false, 2000, WEB, 80, ACK)), None);
+    assert_eq!(
+        h.send(&frame(false, 2001, WEB, 80, ACK)),
+        Some(ip("198.18.1.2"))
+    );
+    // A new backend before the second pass: the retired id is not reused yet.
+    let with_3 = |t: &str| {
+        t.replace(
+            "198.18.1.2:80\" }]",
+            "198.18.1.2:80\" }, { addr = \"198.18.1.3:80\" }]",
+        )
+    };
+    h.reload(&with_3(&without_backend_1(CFG)));
+    h.step(TICK);
+    let early = h.ids("web")[&"198.18.1.3:80".parse().unwrap()];
+    assert!(
+        ![old, old_dns].contains(&early),
+        "retired ids ({old}, {old_dns}) reused before the second pass: {early}"
+    );
+    // Take .3 out again, let the second pass run (1 s after the last publish), then add a
+    // fourth address: it gets a reclaimed id, .1's among them.
+    h.reload(&without_backend_1(CFG));
+    for _ in 0..11 {
+        h.step(TICK);
+    }
+    let with_4 = |t: &str| {
+        t.replace(
+            "198.18.1.2:80\" }]",
+            "198.18.1.2:80\" }, { addr = \"198.18.1.4:80\" }]",
+        )
+    };
+    h.reload(&with_4(&without_backend_1(CFG)));
+    h.step(TICK);
+    let late = h.ids("web")[&"198.18.1.4:80".parse().unwrap()];
+    assert!(
+        [old, old_dns, early].contains(&late),
+        "a reclaimed id ({old}, {old_dns} or {early}) is reused, got {late}"
+    );
+}
+
+#[test]
+fn a_flow_inserted_with_the_previous_snapshot_is_caught_by_the_second_pass() {
+    let mut h = Harness::new(CFG);
+    h.step(TICK);
+    // A second pipeline stands for a worker that has not loaded the new snapshot yet.
+    let old_snap = Arc::clone(h.ctl.snapshot().unwrap());
+    let cfg = h.ctl.config().clone();
+    let mut laggard = Pipeline::new(
+        PipelineConfig::from_config(&cfg, 0, 1),
+        Arc::clone(&h.flows),
+        Arc::new(AffinityTable::new(64, h.now)),
+        old_snap,
+    );
+    h.reload(&without_backend_1(CFG));
+    h.step(TICK);
+    assert_eq!((h.status.flows_resteered, h.status.flows_ended), (0, 0));
+    // The laggard inserts a UDP flow to .1 after the first pass.
+    let mut f = frame(true, 1000, DNS, 53, 0);
+    assert!(matches!(laggard.process(&mut f, h.now), Verdict::Tx(_)));
+    assert_eq!(dst_of(&f), ip("198.18.1.1"));
+    for _ in 0..9 {
+        h.step(TICK);
+    }
+    assert_eq!(h.status.flows_resteered, 0, "second pass not due yet");
+    h.step(TICK);
+    assert_eq!(h.status.flows_resteered, 1);
+    assert_eq!(
+        h.send(&frame(true, 1000, DNS, 53, 0)),
+        Some(ip("198.18.1.2"))
+    );
+}
+
+#[test]
+fn a_bad_reload_keeps_the_running_services() {
+    let mut h = Harness::new(CFG);
+    h.step(TICK);
+    h.reload("[[services]]\nname = \"x\"\nvip = \"not an address\"\n");
+    h.event(Event::Reload(Reload::NoFile));
+    assert_eq!((h.status.reloads_ok, h.status.reloads_failed), (0, 2));
+    h.step(TICK);
+    assert_eq!(h.published(), 1, "nothing to publish");
+    assert_eq!(h.ctl.snapshot().unwrap().services.len(), 2);
+    // SIGHUP asks the driver for the file; a good one applies.
+    h.event(Event::Signal(Signal::Reload));
+    assert_eq!(h.log.last(), Some(&Seen::LoadConfig));
+    let text = CFG
+        .replace("name = \"dns\"", "name = \"dns2\"")
+        .replace("mode = \"nat\"", "mode = \"nat\"\nbatch_size = 32");
+    h.reload(&text);
+    h.step(TICK);
+    assert_eq!(h.status.reloads_ok, 1);
+    let snap = h.ctl.snapshot().unwrap();
+    assert!(snap.services.iter().any(|s| s.name == "dns2"));
+    // The dataplane the daemon started with stays until a restart.
+    assert_eq!(h.ctl.config().dataplane.batch_size, 64);
+}
+
+#[test]
+fn drain_ends_when_idle_for_a_second() {
+    let mut h = Harness::new(CFG);
+    h.step(TICK);
+    assert_eq!(
+        h.send(&frame(false, 2000, WEB, 80, SYN)),
+        Some(ip("198.18.1.1"))
+    );
+    h.event(Event::Signal(Signal::Stop));
+    assert!(h.status.draining, "healthz turns 503 at once");
+    // Traffic continues: the drain waits.
+    for _ in 0..20 {
+        h.step(TICK);
+        h.send(&frame(false, 2000, WEB, 80, ACK));
+    }
+    assert_eq!(h.stopped, None);
+    // The client closes (RST ends the flow at once); a second of quiet ends the drain.
+    h.send(&frame(false, 2000, WEB, 80, 0x04));
+    for _ in 0..9 {
+        h.step(TICK);
+    }
+    assert_eq!(h.stopped, None);
+    h.step(TICK);
+    h.step(TICK);
+    assert!(
+        matches!(&h.stopped, Some(StopReason::Drained(why)) if why.starts_with("idle")),
+        "{:?}",
+        h.stopped
+    );
+}
+
+#[test]
+fn drain_gives_up_at_the_timeout_and_a_second_signal_stops_at_once() {
+    let mut h =
+        Harness::new(&CFG.replace("mode = \"nat\"", "mode = \"nat\"\ndrain_timeout = \"3s\""));
+    h.step(TICK);
+    h.send(&frame(false, 2000, WEB, 80, SYN));
+    h.send(&frame(false, 2000, WEB, 80, ACK));
+    h.event(Event::Signal(Signal::Stop));
+    for _ in 0..29 {
+        h.step(TICK);
+    }
+    assert_eq!(h.stopped, None, "an established flow holds the drain");
+    h.step(TICK);
+    assert!(
+        matches!(&h.stopped, Some(StopReason::Drained(why)) if why.contains("timeout") && why.contains("1 established")),
+        "{:?}",
+        h.stopped
+    );
+    let mut h = Harness::new(CFG);
+    h.step(TICK);
+    h.event(Event::Signal(Signal::Stop));
+    h.event(Event::Signal(Signal::Stop));
+    assert_eq!(h.stopped, Some(StopReason::Signal));
+    // drain_timeout 0: the first signal stops.
+    let mut h =
+        Harness::new(&CFG.replace("mode = \"nat\"", "mode = \"nat\"\ndrain_timeout = \"0s\""));
+    h.step(TICK);
+    h.event(Event::Signal(Signal::Stop));
+    assert_eq!(h.stopped, Some(StopReason::Signal));
+    assert!(!h.status.draining);
+}
+
+#[test]
+fn a_worker_that_ends_stops_the_daemon() {
+    let mut h = Harness::new(CFG);
+    h.step(TICK);
+    h.workers_running = false;
+    h.step(TICK);
+    assert_eq!(h.stopped, Some(StopReason::WorkerExited));
+}
+
+#[test]
+fn freeze_publishes_and_admin_drain_only_turns_healthz() {
+    let mut h = Harness::new(CFG);
+    h.step(TICK);
+    assert_eq!(
+        h.ctl.command(h.now, Command::Freeze(Some("nope".into()))),
+        Err("no service named \"nope\"".into())
+    );
+    h.ctl
+        .command(h.now, Command::Freeze(Some("web".into())))
+        .unwrap();
+    h.perform();
+    h.step(TICK);
+    assert_eq!(h.published(), 2);
+    assert_eq!(h.status.frozen_services, ["web"]);
+    assert_eq!(h.send(&frame(false, 2000, WEB, 80, SYN)), None, "frozen");
+    assert!(h.send(&frame(true, 1000, DNS, 53, 0)).is_some());
+    h.ctl
+        .command(h.now, Command::Unfreeze(Some("web".into())))
+        .unwrap();
+    assert_eq!(
+        h.ctl.command(h.now, Command::Unfreeze(Some("web".into()))),
+        Err("service \"web\" is not frozen".into())
+    );
+    h.ctl.command(h.now, Command::Drain).unwrap();
+    h.perform();
+    h.step(TICK);
+    assert!(h.status.draining);
+    assert_eq!(h.stopped, None);
+    assert!(h.send(&frame(false, 2000, WEB, 80, SYN)).is_some());
+    h.ctl.command(h.now, Command::Undrain).unwrap();
+    h.perform();
+    assert!(!h.status.draining);
+}
+
+#[test]
+fn health_changes_and_passive_failures() {
+    let text = CFG.to_owned() + "[health]\nprobe = \"tcp\"\n";
+    let mut h = Harness::new(&text);
+    h.step(TICK);
+    // The checker marks .1:80 down: the next snapshot takes no new flows to it.
+    let down: SocketAddr = "198.18.1.1:80".parse().unwrap();
+    h.event(Event::Health(HashMap::from([(down, false)])));
+    h.step(TICK);
+    for p in 0..4 {
+        assert_eq!(
+            h.send(&frame(false, 3000 + p, WEB, 80, SYN)),
+            Some(ip("198.18.1.2"))
+        );
+    }
+    // .2 never answers those SYNs: after a second to be answered, a passive failure.
+    for _ in 0..25 {
+        h.step(TICK);
+    }
+    assert!(
+        h.log
+            .contains(&Seen::HealthFailure("198.18.1.2:80".parse().unwrap())),
+        "{:?}",
+        h.log
+    );
+}
+
+#[test]
+fn unresolved_next_hops_are_solicited() {
+    let mut h = Harness::new(CFG);
+    h.event(Event::L2(L2Table::default()));
+    h.step(TICK);
+    let solicited: Vec<&Seen> = h
+        .log
+        .iter()
+        .filter(|s| matches!(s, Seen::Solicit(_)))
+        .collect();
+    assert_eq!(
+        solicited,
+        [
+            &Seen::Solicit(ip("198.18.1.1")),
+            &Seen::Solicit(ip("198.18.1.2"))
+        ]
+    );
+    // At most once per second.
+    h.step(TICK);
+    assert_eq!(
+        h.log
+            .iter()
+            .filter(|s| matches!(s, Seen::Solicit(_)))
+            .count(),
+        2
+    );
+}

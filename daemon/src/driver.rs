@@ -1,0 +1,584 @@
+//! The driver: everything the controller does not do. It owns the I/O and performs the
+//! controller's actions.
+//!
+//! - **Threads.** The fastpath workers, pinned, one per queue (AF_XDP sockets, the flow
+//!   table, the published snapshot). The slowpath is ONE tokio runtime ([`RUNTIME_THREADS`]
+//!   threads, named `xvs-slow`, pinned to `[dataplane] slowpath_core` when set) running every
+//!   background service: the Kubernetes watchers, the health checker, the neighbour watcher,
+//!   the healthCheckNodePort servers, the admin servers, and signal handling. One
+//!   [`CancellationToken`] stops them all. The calling thread runs the controller loop.
+//! - **Start-up order** matters for "nothing is lost": the flow table, the first snapshot
+//!   (static services and the kernel's routes and neighbours) and the AF_XDP sockets exist
+//!   before the steering program redirects anything to them; the admin servers come last, so
+//!   `/healthz` never answers before there is something to be healthy about.
+//! - **The loop** wakes on an event (a model, a health or neighbour change, a signal, an
+//!   admin command) or every [`TICK`], hands everything queued to the controller, ticks it
+//!   with the workers' counters, and performs its actions. Once a second it also checks the
+//!   config file's modification time (a change reloads it like SIGHUP) and refreshes the
+//!   steering counters.
+//! - **Shutdown** reverses start-up: the steering program is detached first (traffic falls
+//!   back to the kernel), then the workers stop, then the slowpath services; the final
+//!   counters are returned to the caller.
+
+use std::collections::HashMap;
+use std::net::Ipv6Addr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::Context;
+use arc_swap::ArcSwap;
+use config::Config;
+use fastpath::passive::SynWatch;
+use fastpath::pipeline::{Pipeline, PipelineConfig, flow_table_config};
+use fastpath::snapshot::{L2Table, Snapshot, SnapshotBuilder};
+use fastpath::steer::{SteerCounters, Steering};
+use fastpath::worker::{WorkerCounters, WorkerStats, spawn_worker, worker_specs};
+use fastpath::xsk::XskSet;
+use fastpath::xsk::napi::NapiDefer;
+use flowtable::FlowTable;
+use lb_algos::AffinityTable;
+use slowpath::admin::{AdminConfig, AdminServer};
+use slowpath::health::HealthChecker;
+use slowpath::k8s::HealthCheckNodePort;
+use slowpath::k8s::hcnp::HealthCheckServers;
+use slowpath::neigh::{NeighbourWatcher, read_l2};
+use slowpath::repeat::RepeatLog;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::admin::{CommandMsg, DaemonState, StatusView, SyncStats};
+use crate::controller::{Action, Controller, Event, Reload, Sample, Signal, SteerSet, StopReason};
+
+/// ClientIP affinity entries shared by all workers.
+pub const AFFINITY_CAPACITY: usize = 1 << 16;
+/// How often the loop ticks the controller without an event.
+pub const TICK: Duration = Duration::from_millis(100);
+/// Threads of the slowpath runtime.
+pub const RUNTIME_THREADS: usize = 2;
+/// How long the slowpath services get to end after the shutdown signal.
+const SERVICES_STOP: Duration = Duration::from_secs(5);
+
+/// What a run leaves: the final counters, and why it failed, if it did.
+pub struct Outcome {
+    /// Every worker's counters, summed.
+    pub counters: WorkerCounters,
+    /// Flows in the table at the end.
+    pub flows_live: usize,
+    /// Steering counters per interface (`None` when they could not be read).
+    pub steer: Vec<(String, Option<SteerCounters>)>,
+    /// A runtime failure (a worker ended), after which the daemon stopped.
+    pub failure: Option<anyhow::Error>,
+}
+
+/// Runs the daemon with `cfg` (read from `path`, which SIGHUP reloads; `None`: the embedded
+/// config) until a stop signal, a drain, or a failure. `Err` is a start-up failure, with
+/// context naming what could not be set up.
+pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
+    // In a DaemonSet the downward API gives the node's name (see deploy/daemonset.yaml).
+    if cfg.node.name.is_none()
+        && let Ok(name) = std::env::var("NODE_NAME")
+    {
+        cfg.node.name = Some(name);
+    }
+    let slowpath_core = cfg.dataplane.slowpath_core;
+    if let Some(id) = slowpath_core
+        && !core_affinity::set_for_current(core_affinity::CoreId { id })
+    {
+        tracing::warn!(
+            core = id,
+            "could not pin the slowpath to its core; running unpinned"
+        );
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(RUNTIME_THREADS)
+        .thread_name("xvs-slow")
+        .on_thread_start(move || {
+            if let Some(id) = slowpath_core {
+                core_affinity::set_for_current(core_affinity::CoreId { id });
+            }
+        })
+        .enable_all()
+        .build()
+        .context("starting the slowpath runtime")?;
+    let shutdown = CancellationToken::new();
+    // Whatever happens below, the slowpath's services stop with the runtime.
+    let _cancel_on_exit = shutdown.clone().drop_guard();
+    let (ev_tx, ev_rx) = mpsc::unbounded_channel::<Event>();
+    let (cmd_tx, cmd_rx) = mpsc::unbounded_channel::<CommandMsg>();
+    let mut tasks: Vec<tokio::task::JoinHandle<()>> = Vec::new();
+    tasks.push(spawn_signals(&rt, ev_tx.clone(), shutdown.clone())?);
+
+    // The API client is built (kubeconfig or in-cluster config read) before anything of the
+    // node is touched, so a bad one fails fast; reaching the API server is the watchers'
+    // business, retried for ever.
+    let k8s_client = match &cfg.kubernetes {
+        Some(_) => Some(
+            rt.block_on(slowpath::k8s::connect(&cfg))
+                .context("starting the Kubernetes source")?,
+        ),
+        None => None,
+    };
+
+    let epoch = Instant::now();
+    let flows = Arc::new(
+        FlowTable::new(flow_table_config(&cfg), epoch).context("allocating the flow table")?,
+    );
+    let affinity = Arc::new(AffinityTable::new(AFFINITY_CAPACITY, epoch));
+    let syn_watch = Arc::new(SynWatch::new(cfg.flowtable.backends_max as usize));
+    let ifnames: Vec<String> = cfg
+        .dataplane
+        .interfaces
+        .iter()
+        .map(|i| i.name.clone())
+        .collect();
+    let l2 = read_l2(&ifnames).context("reading routes and neighbours")?;
+    let mut ctl = Controller::new(
+        cfg.clone(),
+        Arc::clone(&flows),
+        Arc::clone(&syn_watch),
+        l2,
+        epoch,
+    );
+
+    // Busy polling needs the interfaces' NAPI deferral; put back when xvs returns.
+    let _napi_defer = if cfg.dataplane.napi_busy_poll {
+        let names: Vec<&str> = ifnames.iter().map(String::as_str).collect();
+        Some(NapiDefer::apply(&names).map_err(anyhow::Error::msg)?)
+    } else {
+        None
+    };
+    // Sockets first, then the program that feeds them.
+    let workers = cfg.dataplane.workers();
+    let mut sockets = Vec::with_capacity(workers);
+    for spec in worker_specs(&cfg.dataplane) {
+        let set = XskSet::open(&cfg.dataplane, spec.queue)
+            .with_context(|| format!("opening AF_XDP sockets for queue {}", spec.queue))?;
+        sockets.push((spec, set));
+    }
+    let mut steers = Vec::with_capacity(ifnames.len());
+    for name in &ifnames {
+        steers.push(Steering::attach(name, cfg.dataplane.xdp_mode)?);
+    }
+    for (spec, set) in &sockets {
+        for (port, fd) in set.fds() {
+            steers[port].register_socket(spec.queue, fd)?;
+        }
+    }
+
+    // The slowpath's services, on the runtime.
+    let health = {
+        let tx = ev_tx.clone();
+        HealthChecker::spawn(
+            rt.handle(),
+            &cfg.health,
+            move |states| {
+                let _ = tx.send(Event::Health(states));
+            },
+            shutdown.clone(),
+        )
+    };
+    let neighbours = {
+        let tx = ev_tx.clone();
+        NeighbourWatcher::spawn(
+            rt.handle(),
+            ifnames.clone(),
+            NeighbourWatcher::DEFAULT_PERIOD,
+            move |l2| {
+                let _ = tx.send(Event::L2(l2));
+            },
+            shutdown.clone(),
+        )
+        .context("starting the neighbour watcher")?
+    };
+    let hcnp = match &cfg.kubernetes {
+        Some(_) => {
+            let (tx, task) = spawn_hcnp(&rt, shutdown.clone());
+            tasks.push(task);
+            Some(tx)
+        }
+        None => None,
+    };
+    if let Some(client) = k8s_client {
+        let (tx, stop, source_cfg) = (ev_tx.clone(), shutdown.clone(), cfg.clone());
+        let stats = Arc::new(slowpath::k8s::SourceStats::default());
+        tasks.push(rt.spawn(async move {
+            slowpath::k8s::watch(
+                client,
+                &source_cfg,
+                stats,
+                move |model| {
+                    let _ = tx.send(Event::Model(Box::new(model)));
+                },
+                stop,
+            )
+            .await;
+        }));
+    }
+    drop(ev_tx);
+
+    // The first snapshot, published and steered before any worker runs.
+    let initial = SnapshotBuilder::from_config(&cfg).build(&[], &L2Table::default())?;
+    let mut io = Io {
+        current: Arc::new(ArcSwap::from_pointee(initial)),
+        steers,
+        sync: Arc::new(SyncStats::default()),
+        status: Arc::new(ArcSwap::from_pointee(StatusView::default())),
+        health: &health,
+        neighbours: &neighbours,
+        hcnp,
+        path,
+        seen_mtime: path.and_then(mtime),
+        stop: None,
+    };
+    let now = Instant::now();
+    ctl.tick(
+        now,
+        Sample {
+            tx_frames: 0,
+            workers_running: true,
+        },
+    );
+    io.perform(&mut ctl, now);
+
+    let stop_workers = Arc::new(AtomicBool::new(false));
+    let mut handles: Vec<JoinHandle<()>> = Vec::with_capacity(workers);
+    let mut stats: Vec<Arc<WorkerStats>> = Vec::with_capacity(workers);
+    for (spec, set) in sockets {
+        let mut pipeline = Pipeline::new(
+            PipelineConfig::from_config(&cfg, spec.index, workers),
+            Arc::clone(&flows),
+            Arc::clone(&affinity),
+            io.current.load_full(),
+        );
+        pipeline.set_syn_watch(Arc::clone(&syn_watch));
+        let (h, s) = spawn_worker(
+            spec,
+            set,
+            pipeline,
+            Arc::clone(&io.current),
+            Arc::clone(&stop_workers),
+        )
+        .context("starting a worker thread")?;
+        handles.push(h);
+        stats.push(s);
+    }
+
+    let sync_period = ctl.sync_period();
+    let state = Arc::new(DaemonState {
+        snapshot: Arc::clone(&io.current),
+        flows: Arc::clone(&flows),
+        workers: stats.clone(),
+        steer: Mutex::new(Vec::new()),
+        sync: Arc::clone(&io.sync),
+        fastpath_running: AtomicBool::new(true),
+        healthz_timeout: 2 * sync_period,
+        status: Arc::clone(&io.status),
+        commands: cmd_tx,
+    });
+    let admin_cfg = AdminConfig {
+        listen: cfg.admin.listen,
+        healthz_listen: Some(cfg.admin.healthz_listen()),
+        socket: Some(cfg.admin.socket.clone()),
+        control_enabled: cfg.admin.enable_control,
+    };
+    let admin = AdminServer::bind(&admin_cfg, Arc::clone(&state) as _)?;
+    let (admin_addr, healthz_addr) = (admin.local_addr(), admin.healthz_addr());
+    tasks.push(rt.spawn(admin.run(shutdown.clone())));
+    tracing::info!(
+        target: "xvs",
+        services = io.current.load().services.len(),
+        workers,
+        interfaces = %ifnames.join(", "),
+        admin = %format!("http://{admin_addr}"),
+        healthz = %healthz_addr.map_or_else(String::new, |a| format!("http://{a}")),
+        socket = %cfg.admin.socket.display(),
+        "ready"
+    );
+
+    let stopped = rt.block_on(io.run(&mut ctl, ev_rx, cmd_rx, &state, &handles));
+
+    // Detach first: from here on the kernel sees every frame, then the workers stop.
+    let steer: Vec<_> = io
+        .steers
+        .iter()
+        .map(|s| (s.ifname().to_owned(), s.counters().ok()))
+        .collect();
+    for st in std::mem::take(&mut io.steers) {
+        if let Err(e) = st.detach() {
+            tracing::warn!(error = %e, "detaching the steering program");
+        }
+    }
+    stop_workers.store(true, Ordering::SeqCst);
+    for h in handles {
+        let _ = h.join();
+    }
+    state.fastpath_running.store(false, Ordering::Relaxed);
+    drop(io);
+    shutdown.cancel();
+    rt.block_on(async {
+        let all = async {
+            for t in tasks {
+                let _ = t.await;
+            }
+            health.join().await;
+            neighbours.join().await;
+        };
+        if tokio::time::timeout(SERVICES_STOP, all).await.is_err() {
+            tracing::warn!("slowpath services did not stop within {SERVICES_STOP:?}");
+        }
+    });
+    rt.shutdown_timeout(Duration::from_secs(1));
+    let mut counters = WorkerCounters::default();
+    for s in &stats {
+        counters.add(&s.read());
+    }
+    tracing::info!(target: "xvs", "stopped");
+    Ok(Outcome {
+        counters,
+        flows_live: flows.len(),
+        steer,
+        failure: match stopped {
+            StopReason::WorkerExited => Some(anyhow::anyhow!("a worker thread ended unexpectedly")),
+            _ => None,
+        },
+    })
+}
+
+/// The I/O the controller's actions need, and the loop around it.
+struct Io<'a> {
+    current: Arc<ArcSwap<Snapshot>>,
+    steers: Vec<Steering>,
+    sync: Arc<SyncStats>,
+    status: Arc<ArcSwap<StatusView>>,
+    health: &'a HealthChecker,
+    neighbours: &'a NeighbourWatcher,
+    hcnp: Option<mpsc::UnboundedSender<Vec<HealthCheckNodePort>>>,
+    path: Option<&'a Path>,
+    seen_mtime: Option<SystemTime>,
+    stop: Option<StopReason>,
+}
+
+impl Io<'_> {
+    /// Feeds the controller until it stops; returns why.
+    async fn run(
+        &mut self,
+        ctl: &mut Controller,
+        mut events: mpsc::UnboundedReceiver<Event>,
+        mut commands: mpsc::UnboundedReceiver<CommandMsg>,
+        state: &DaemonState,
+        workers: &[JoinHandle<()>],
+    ) -> StopReason {
+        let mut next_second = Instant::now();
+        loop {
+            tokio::select! {
+                Some(ev) = events.recv() => ctl.handle(Instant::now(), ev),
+                Some((cmd, reply)) = commands.recv() => {
+                    let _ = reply.send(ctl.command(Instant::now(), cmd));
+                }
+                () = tokio::time::sleep(TICK) => {}
+            }
+            // Everything else that is queued goes into the same tick.
+            while let Ok(ev) = events.try_recv() {
+                ctl.handle(Instant::now(), ev);
+            }
+            while let Ok((cmd, reply)) = commands.try_recv() {
+                let _ = reply.send(ctl.command(Instant::now(), cmd));
+            }
+            let now = Instant::now();
+            if now >= next_second {
+                next_second = now + Duration::from_secs(1);
+                if let Some(p) = self.path
+                    && let Some(m) = mtime(p)
+                    && Some(m) != self.seen_mtime
+                {
+                    self.seen_mtime = Some(m);
+                    ctl.handle(now, Event::Signal(Signal::Reload));
+                }
+                if let Ok(mut s) = state.steer.lock() {
+                    *s = self
+                        .steers
+                        .iter()
+                        .filter_map(|st| Some((st.ifname().to_owned(), st.counters().ok()?)))
+                        .collect();
+                }
+            }
+            let running = !workers.iter().any(JoinHandle::is_finished);
+            if !running {
+                state.fastpath_running.store(false, Ordering::Relaxed);
+            }
+            let tx_frames = state.workers.iter().map(|w| w.read().tx).sum();
+            ctl.tick(
+                now,
+                Sample {
+                    tx_frames,
+                    workers_running: running,
+                },
+            );
+            self.perform(ctl, now);
+            if let Some(why) = self.stop.take() {
+                return why;
+            }
+        }
+    }
+
+    /// Performs the controller's queued actions; `t0` is when this round of work began (a
+    /// publish's sync duration counts from there).
+    fn perform(&mut self, ctl: &mut Controller, t0: Instant) {
+        while let Some(action) = ctl.poll_action() {
+            match action {
+                Action::Publish { snapshot, steering } => {
+                    let generation = snapshot.generation;
+                    // New frontends are steered after the snapshot that knows them is
+                    // published; gone ones stop being steered at the same moment (their
+                    // flows would be refused anyway).
+                    self.current.store(snapshot);
+                    let steer_error = steer_all(&mut self.steers, &steering)
+                        .err()
+                        .map(|e| format!("{e:#}"));
+                    self.sync.synced(Some(t0.elapsed()));
+                    ctl.handle(
+                        Instant::now(),
+                        Event::Published {
+                            generation,
+                            steer_error,
+                        },
+                    );
+                }
+                Action::Synced => self.sync.synced(None),
+                Action::HealthTargets(t) => self.health.set_targets(t),
+                Action::HealthFailure(addr) => self.health.report_failure(addr),
+                Action::Solicit(ip) => self.neighbours.request(ip),
+                Action::HealthCheckNodePorts(ports) => {
+                    if let Some(tx) = &self.hcnp {
+                        let _ = tx.send(ports);
+                    }
+                }
+                Action::LoadConfig => {
+                    let reload = match self.path {
+                        None => Reload::NoFile,
+                        Some(p) => {
+                            // The file as this reload reads it: a later change reloads again.
+                            self.seen_mtime = mtime(p);
+                            match config::load(p) {
+                                Ok(c) => Reload::Loaded(Box::new(c)),
+                                Err(e) => Reload::Invalid(e.to_string()),
+                            }
+                        }
+                    };
+                    ctl.handle(Instant::now(), Event::Reload(reload));
+                }
+                Action::Status(s) => {
+                    let view = StatusView::new(s, Instant::now(), SystemTime::now());
+                    self.status.store(Arc::new(view));
+                }
+                Action::Stop(why) => {
+                    match &why {
+                        StopReason::Drained(_) => {}
+                        StopReason::Signal => tracing::info!(target: "xvs", "stopping"),
+                        StopReason::WorkerExited => {
+                            tracing::error!("a worker thread ended unexpectedly; stopping")
+                        }
+                    }
+                    self.stop = Some(why);
+                }
+            }
+        }
+    }
+}
+
+/// Points every steering program at `set`.
+fn steer_all(steers: &mut [Steering], set: &SteerSet) -> anyhow::Result<()> {
+    for st in steers.iter_mut() {
+        st.set_frontends(&set.frontends)?;
+        st.set_backends(&set.backends)?;
+        st.set_snat(&set.snat_addresses, set.snat_ports)?;
+    }
+    Ok(())
+}
+
+fn mtime(p: &Path) -> Option<SystemTime> {
+    std::fs::metadata(p).and_then(|m| m.modified()).ok()
+}
+
+/// SIGTERM and SIGINT (stop; the second stops at once) and SIGHUP (reload), as events.
+fn spawn_signals(
+    rt: &tokio::runtime::Runtime,
+    tx: mpsc::UnboundedSender<Event>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let _enter = rt.enter();
+    let mut term = signal(SignalKind::terminate()).context("handling SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("handling SIGINT")?;
+    let mut hup = signal(SignalKind::hangup()).context("handling SIGHUP")?;
+    Ok(rt.spawn(async move {
+        loop {
+            let sig = tokio::select! {
+                _ = term.recv() => Signal::Stop,
+                _ = int.recv() => Signal::Stop,
+                _ = hup.recv() => Signal::Reload,
+                () = shutdown.cancelled() => return,
+            };
+            if tx.send(Event::Signal(sig)).is_err() {
+                return;
+            }
+        }
+    }))
+}
+
+/// The healthCheckNodePort servers of `externalTrafficPolicy: Local` Services, following
+/// the latest list of ports.
+fn spawn_hcnp(
+    rt: &tokio::runtime::Runtime,
+    shutdown: CancellationToken,
+) -> (
+    mpsc::UnboundedSender<Vec<HealthCheckNodePort>>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Vec<HealthCheckNodePort>>();
+    let task = rt.spawn(async move {
+        // kube-proxy binds these on every address of the node.
+        let mut servers = HealthCheckServers::new(Ipv6Addr::UNSPECIFIED.into());
+        // A port that cannot be bound fails again at every model: logged with backoff.
+        let mut failing: HashMap<u16, RepeatLog> = HashMap::new();
+        loop {
+            let ports = tokio::select! {
+                p = rx.recv() => match p {
+                    Some(p) => p,
+                    None => return,
+                },
+                () = shutdown.cancelled() => return,
+            };
+            let failed = servers.update(&ports).await;
+            let now = Instant::now();
+            for (port, e) in &failed {
+                if let Some(errors) = failing.entry(*port).or_default().failed(now) {
+                    tracing::warn!(port, errors, error = %e, "healthCheckNodePort not served (retried at the next sync)");
+                }
+            }
+            failing.retain(|port, log| {
+                if failed.iter().any(|(p, _)| p == port) {
+                    return true;
+                }
+                if let Some(errors) = log.recovered()
+                    && servers.ports().contains(port)
+                {
+                    tracing::info!(port, errors, "healthCheckNodePort served");
+                }
+                false
+            });
+        }
+    });
+    (tx, task)
+}
+
+/// The path a daemon was started with, for messages.
+pub fn describe(path: Option<&PathBuf>) -> String {
+    path.map_or_else(
+        || "the embedded lab config (config/examples/lab.toml)".to_owned(),
+        |p| p.display().to_string(),
+    )
+}

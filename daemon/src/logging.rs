@@ -1,0 +1,166 @@
+//! The daemon's logs: `tracing` events on stderr, filtered by `[log] level` (or `RUST_LOG`,
+//! which replaces it), formatted as `[log] format` says:
+//!
+//! - `text`: `2026-11-23T10:00:00.123456Z  INFO xvs: ready services=3 workers=1`: UTC time,
+//!   level, target, message, then the event's fields as `key=value`;
+//! - `json`: one object per line, `{"timestamp":..,"level":"INFO","fields":{"message":..,
+//!   ...},"target":..}`, for Loki or Elasticsearch.
+//!
+//! Operator-facing lifecycle events (ready, draining, reloaded, stopped) use the target `xvs`;
+//! everything else the module path. Libraries that log through `log` (aya, xsk-rs) are
+//! bridged by `tracing-log`; kube and hyper use `tracing` already. Nothing on the per-packet
+//! path logs.
+
+use std::io::IsTerminal;
+
+use config::{Log, LogFormat};
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::MakeWriter;
+
+/// The filter of `log`, or of `rust_log` when given (the `RUST_LOG` environment variable).
+/// `Err` names what is wrong with `RUST_LOG` (the config's own filter was validated at load).
+pub fn filter(log: &Log, rust_log: Option<&str>) -> Result<EnvFilter, String> {
+    match rust_log.filter(|v| !v.trim().is_empty()) {
+        Some(v) => EnvFilter::try_new(v).map_err(|e| format!("RUST_LOG={v:?}: {e}")),
+        None => EnvFilter::try_new(&log.level).map_err(|e| format!("log.level: {e}")),
+    }
+}
+
+/// A subscriber for `log` that writes to `writer`.
+pub fn subscriber<W>(
+    log: &Log,
+    rust_log: Option<&str>,
+    writer: W,
+    ansi: bool,
+) -> Result<Box<dyn tracing::Subscriber + Send + Sync>, String>
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    let filter = filter(log, rust_log)?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(writer)
+        .with_target(true);
+    Ok(match log.format {
+        LogFormat::Text => Box::new(builder.with_ansi(ansi).finish()),
+        LogFormat::Json => Box::new(
+            builder
+                .json()
+                .with_current_span(false)
+                .with_span_list(false)
+                .finish(),
+        ),
+    })
+}
+
+/// Installs the process's logger on stderr (once; later calls keep the first). Also routes
+/// `log` records into it.
+pub fn init(log: &Log) -> Result<(), String> {
+    let rust_log = std::env::var("RUST_LOG").ok();
+    let sub = subscriber(
+        log,
+        rust_log.as_deref(),
+        std::io::stderr,
+        std::io::stderr().is_terminal(),
+    )?;
+    if tracing::subscriber::set_global_default(sub).is_ok() {
+        // Only fails when another `log` logger is installed: then that one stays.
+        let _ = tracing_log::LogTracer::init();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// A writer that keeps what it is given.
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'w> MakeWriter<'w> for Buf {
+        type Writer = Buf;
+        fn make_writer(&'w self) -> Buf {
+            self.clone()
+        }
+    }
+
+    impl Buf {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        }
+    }
+
+    fn emit(log: &Log, rust_log: Option<&str>) -> String {
+        let buf = Buf::default();
+        let sub = subscriber(log, rust_log, buf.clone(), false).unwrap();
+        tracing::subscriber::with_default(sub, || {
+            tracing::info!(target: "xvs", services = 3, interface = "xvs-c0", "ready");
+            tracing::debug!(target: "xvs", "hidden at info");
+            tracing::warn!(target: "kube_runtime::watcher", error = "refused", "watch failed");
+        });
+        buf.text()
+    }
+
+    #[test]
+    fn json_lines_carry_level_target_and_fields() {
+        let log = Log {
+            level: "info".into(),
+            format: LogFormat::Json,
+        };
+        let out = emit(&log, None);
+        let lines: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+            .collect();
+        assert_eq!(lines.len(), 2, "debug is filtered out: {out}");
+        let ready = &lines[0];
+        assert_eq!(ready["level"], "INFO");
+        assert_eq!(ready["target"], "xvs");
+        assert_eq!(ready["fields"]["message"], "ready");
+        assert_eq!(ready["fields"]["services"], 3);
+        assert_eq!(ready["fields"]["interface"], "xvs-c0");
+        assert!(
+            ready["timestamp"]
+                .as_str()
+                .is_some_and(|t| t.ends_with('Z')),
+            "{ready}"
+        );
+        assert_eq!(lines[1]["level"], "WARN");
+        assert_eq!(lines[1]["fields"]["error"], "refused");
+    }
+
+    #[test]
+    fn text_lines_and_filters() {
+        let log = Log {
+            level: "warn,xvs=debug".into(),
+            format: LogFormat::Text,
+        };
+        let out = emit(&log, None);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 3, "{out}");
+        assert!(
+            lines[0].contains("INFO xvs: ready services=3 interface=\"xvs-c0\""),
+            "{out}"
+        );
+        assert!(lines[1].contains("DEBUG xvs: hidden at info"), "{out}");
+        // RUST_LOG replaces the config's filter; a bad one is named.
+        let out = emit(&log, Some("error"));
+        assert!(out.is_empty(), "{out}");
+        let e = filter(&log, Some("xvs=loud")).unwrap_err();
+        assert!(e.contains("RUST_LOG"), "{e}");
+    }
+}

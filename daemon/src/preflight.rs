@@ -1,0 +1,94 @@
+//! What `xvs run` checks before it touches anything, so that it refuses clearly instead of
+//! failing half-way: capabilities, interfaces, and a full-NAT port range the kernel would
+//! also hand out.
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+use std::path::Path;
+
+use config::Config;
+
+use crate::caps;
+
+/// Checks that need the machine: the capabilities of [`crate::caps::required`], every
+/// configured interface present, and a full-NAT port range that the kernel does not also
+/// hand out on the same addresses. `Err` is one sentence naming what is wrong.
+pub fn preflight(cfg: &Config) -> Result<(), String> {
+    let needs = caps::required(cfg);
+    let effective =
+        caps::effective().map_err(|e| format!("reading this process's capabilities: {e}"))?;
+    let missing = caps::missing(effective, &needs);
+    if !missing.is_empty() {
+        let list: Vec<String> = missing.iter().map(ToString::to_string).collect();
+        return Err(format!(
+            "missing capabilities: {}; run as root, or grant them (setcap, systemd AmbientCapabilities=, the DaemonSet's securityContext)",
+            list.join(", ")
+        ));
+    }
+    if cfg.dataplane.interfaces.is_empty() {
+        return Err("no [dataplane] interfaces configured: nothing to forward on".into());
+    }
+    for ifc in &cfg.dataplane.interfaces {
+        if !Path::new("/sys/class/net").join(&ifc.name).exists() {
+            return Err(format!(
+                "interface {} (dataplane.interfaces) does not exist in this network namespace",
+                ifc.name
+            ));
+        }
+    }
+    let local = local_addresses();
+    let snat_local = cfg
+        .dataplane
+        .snat_addresses
+        .iter()
+        .any(|a| local.contains(a));
+    if snat_local && let Some((lo, hi)) = kernel_port_range() {
+        let r = cfg.dataplane.snat_port_range;
+        if u32::from(r.first) <= hi && lo <= u32::from(r.last) {
+            return Err(format!(
+                "dataplane.snat_port_range {r} overlaps the kernel's ephemeral ports {lo}-{hi} on a SNAT address this node also uses: replies to the kernel's own connections would be taken by xvs; choose a range outside {lo}-{hi} (or set net.ipv4.ip_local_port_range)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn kernel_port_range() -> Option<(u32, u32)> {
+    let s = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    let mut it = s.split_whitespace().map(|x| x.parse::<u32>().ok());
+    Some((it.next()??, it.next()??))
+}
+
+/// The addresses configured on this namespace's interfaces (from /proc, no netlink needed).
+fn local_addresses() -> HashSet<IpAddr> {
+    let mut out = HashSet::new();
+    // SAFETY: getifaddrs fills a list we free with freeifaddrs; we only read it in between.
+    unsafe {
+        let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+        if libc::getifaddrs(&mut head) != 0 {
+            return out;
+        }
+        let mut cur = head;
+        while !cur.is_null() {
+            let sa = (*cur).ifa_addr;
+            if !sa.is_null() {
+                match i32::from((*sa).sa_family) {
+                    libc::AF_INET => {
+                        let sin = &*(sa as *const libc::sockaddr_in);
+                        out.insert(IpAddr::from(
+                            u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
+                        ));
+                    }
+                    libc::AF_INET6 => {
+                        let sin6 = &*(sa as *const libc::sockaddr_in6);
+                        out.insert(IpAddr::from(sin6.sin6_addr.s6_addr));
+                    }
+                    _ => {}
+                }
+            }
+            cur = (*cur).ifa_next;
+        }
+        libc::freeifaddrs(head);
+    }
+    out
+}
