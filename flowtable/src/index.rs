@@ -16,6 +16,7 @@
 //! lookup may stop at the first `EMPTY`/`FROZEN` slot or after `MAX_PROBE` slots.
 //! See the crate docs for how inserts, removals and cleanups keep (I) without locks.
 
+use crate::mem::Slab;
 use crate::sync::{AtomicU64, Ordering, spin};
 
 pub(crate) const EMPTY: u64 = 0;
@@ -56,7 +57,7 @@ pub(crate) fn tag_matches(w: u64, hash: u64) -> bool {
 
 pub(crate) struct Index {
     /// `homes + MAX_PROBE` slots.
-    pub(crate) slots: Box<[AtomicU64]>,
+    pub(crate) slots: Slab<AtomicU64>,
     /// Number of home slots.
     homes: u64,
 }
@@ -79,15 +80,36 @@ pub(crate) enum Claim {
 }
 
 impl Index {
-    /// An index with `homes` home slots (at least one), and `MAX_PROBE` slots behind them.
-    pub(crate) fn new(homes: usize) -> Self {
+    /// Slots for an index with `homes` home slots: `homes + MAX_PROBE`.
+    pub(crate) fn slots_for(homes: usize) -> usize {
+        homes.max(1) + MAX_PROBE
+    }
+
+    /// An index over `slots` ([`Index::slots_for`] of `homes`; all `EMPTY` for a new table).
+    pub(crate) fn over(slots: Slab<AtomicU64>, homes: usize) -> Self {
         let homes = homes.max(1);
+        debug_assert_eq!(slots.len(), Self::slots_for(homes));
         Index {
-            slots: (0..homes + MAX_PROBE)
-                .map(|_| AtomicU64::new(EMPTY))
-                .collect(),
+            slots,
             homes: homes as u64,
         }
+    }
+
+    /// A new, empty index on the heap (unit tests).
+    #[cfg(test)]
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) fn new(homes: usize) -> Self {
+        let n = Self::slots_for(homes);
+        #[cfg(not(loom))]
+        let slots = {
+            let m = crate::mem::Mapping::anonymous(n * 8).expect("map an index");
+            let s = m.slab(0, n);
+            std::mem::forget(m); // a test index lives for the test process
+            s
+        };
+        #[cfg(loom)]
+        let slots = Slab::boxed((0..n).map(|_| AtomicU64::new(EMPTY)).collect());
+        Self::over(slots, homes)
     }
 
     #[inline]

@@ -3,9 +3,12 @@
 //!
 //! # Contract
 //!
-//! - Allocated once in [`FlowTable::new`] (capacity, backends, timeouts); nothing allocates
-//!   afterwards. No clock is read: every call that needs time takes `now: Instant`, stored as
-//!   100 ms ticks since the `epoch` given to `new`.
+//! - Allocated once in [`FlowTable::new`] (anonymous memory) or [`FlowTable::open`] (a state
+//!   file that outlives the process: the next process of the boot adopts its flows after a
+//!   recovery pass; see `table/persist.rs`); nothing allocates afterwards.
+//! - No clock is read on the table's paths: every call that needs time takes `now: Instant`,
+//!   stored as 100 ms ticks since the table's epoch (the one given to `new`; boot, for a state
+//!   file, whose epoch every later process shares).
 //! - Every flow is reachable by its **original** tuple (client → VIP) and its **reply** tuple
 //!   (backend → SNAT address, or client in nat mode); both lead to one entry.
 //!   [`FlowTable::lookup`] says which direction matched.
@@ -38,6 +41,11 @@
 //! ```
 //!
 //! # Memory layout
+//!
+//! One region (`table/store.rs`): a header page (layout version, geometry, boot id, clock
+//! epoch, hash seed, owner, and the shared scalars: free-list head, counters, sweep cursor),
+//! then the entries, the cold half-lines, the index and the backend counts, page-aligned. A
+//! state file is exactly that region.
 //!
 //! - **Entries**: two slabs of `capacity` entries. The hot line (64 bytes, cache-line aligned,
 //!   eight `AtomicU64`): a control word `gen:22 | status:2 | state:8 | last_seen:32`, one word
@@ -114,6 +122,7 @@
 
 mod index;
 pub mod key;
+mod mem;
 pub mod state;
 mod sync;
 mod table;
@@ -126,3 +135,5 @@ pub use table::{
     FlowTableStats, FlowView, HashedKey, InsertError, PendingV4, SweepStats, Tick, V4Flow, V4Hit,
     V4Key, v4_csum_delta,
 };
+#[cfg(not(loom))]
+pub use table::{Imported, Opened, RECORD_VERSION, Recovery, previous_path};

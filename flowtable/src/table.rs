@@ -7,10 +7,18 @@ use lb_algos::{BackendId, ConnCounts};
 
 use crate::index::{self, Claim, Index};
 use crate::key::{Direction, FlowData, FlowKey, Protocol, bits_addr};
+#[cfg(not(loom))]
+use crate::mem::Mapping;
+use crate::mem::{One, Slab};
 use crate::state::{FlowState, STATE_CODES, TcpFlags, TcpState, Timeouts};
 use crate::sync::{AtomicU64, AtomicUsize, Ordering, Padded, fence};
 
+#[cfg(not(loom))]
+mod persist;
+mod store;
 mod v4;
+#[cfg(not(loom))]
+pub use persist::{Imported, Opened, RECORD_VERSION, Recovery, previous_path};
 pub use v4::{PendingV4, V4Flow, V4Hit, V4Key, v4_csum_delta};
 
 /// Largest capacity: entry numbers must fit the index word's 32-bit field with room for the
@@ -22,10 +30,6 @@ const TICK_MS: u64 = 100;
 
 /// Entries probed for an embryonic or expired victim when the free list is empty.
 const VICTIM_PROBE: usize = 32;
-
-/// Index slots per flow (two keys per flow at load factor 0.625).
-const INDEX_SLOTS_NUM: usize = 16;
-const INDEX_SLOTS_DEN: usize = 5;
 
 // Entry words: 0..8 in the hot line (`Entry`), 8..12 in the cold half-line (`Cold`).
 const W_CTL: usize = 0;
@@ -280,6 +284,22 @@ pub enum Error {
     /// `backends_max` is zero or does not fit a `BackendId`.
     #[error("backends_max must be in 1..=2^32, got {0}")]
     BackendsMax(usize),
+    /// A state file could not be used.
+    #[error("flow state {path}: {detail}")]
+    State {
+        /// The file.
+        path: String,
+        /// What went wrong.
+        detail: String,
+    },
+    /// The memory could not be mapped.
+    #[error("mapping {bytes} bytes for the flow table failed: {}", std::io::Error::from_raw_os_error(*errno))]
+    Memory {
+        /// Bytes asked for.
+        bytes: usize,
+        /// The OS error number.
+        errno: i32,
+    },
 }
 
 /// Why an insert did not add a flow.
@@ -409,22 +429,48 @@ pub struct SweepStats {
 /// The lock-free conntrack table. Share it by reference (`&FlowTable` or `Arc<FlowTable>`); every
 /// method takes `&self`. See the crate docs for the concurrency protocol.
 pub struct FlowTable {
-    entries: Box<[Entry]>,
-    cold: Box<[Cold]>,
+    entries: Slab<Entry>,
+    cold: Slab<Cold>,
     index: Index,
     /// Free-list head: `tag:32 | entry+1:32` (0 in the low half = empty). The tag defeats ABA.
-    free: Padded<AtomicU64>,
+    free: One<Padded<AtomicU64>>,
     /// Flows that left the table (expired, removed, recycled): `len` is `inserted` minus this.
-    departed: Padded<AtomicU64>,
-    sweep_cursor: Padded<AtomicUsize>,
-    counters: Padded<Counters>,
-    backends: Box<[BackendCount]>,
+    departed: One<Padded<AtomicU64>>,
+    sweep_cursor: One<Padded<AtomicUsize>>,
+    counters: One<Padded<Counters>>,
+    backends: Slab<BackendCount>,
+    /// The header of a table in a state file ([`FlowTable::open`]).
+    #[cfg_attr(loom, allow(dead_code))]
+    header: Option<One<store::Header>>,
     timeouts: Timeouts,
     timeout_ticks: [u32; STATE_CODES],
     /// `FlowState::next` on state codes: `[dir][flags_index(flags)][code]`, for `touch`.
     next_code: [[[u8; CODES_PAD]; 16]; 2],
     seeds: [u64; 6],
     epoch: Instant,
+    /// The state file, locked while the table lives (a table made by `open`).
+    #[cfg(not(loom))]
+    #[allow(dead_code)]
+    lock: Option<shm::StateFile>,
+    /// The memory the slabs above point into; declared last, so dropped after them.
+    #[cfg(not(loom))]
+    #[allow(dead_code)]
+    mem: Mapping,
+}
+
+/// Idle timeouts per state code, in ticks.
+fn timeout_ticks(t: &Timeouts) -> [u32; STATE_CODES] {
+    let mut ticks = [0; STATE_CODES];
+    for (code, v) in ticks.iter_mut().enumerate() {
+        *v = ticks_of(t.for_state(FlowState::from_u8(code as u8)));
+    }
+    ticks
+}
+
+/// The hash function's keys from a seed.
+fn seeds(seed: u64) -> [u64; 6] {
+    let mut s = seed;
+    std::array::from_fn(|_| splitmix(&mut s) | 1)
 }
 
 fn splitmix(x: &mut u64) -> u64 {
@@ -460,46 +506,60 @@ impl FlowTable {
         if config.backends_max == 0 || config.backends_max as u64 > 1 << 32 {
             return Err(Error::BackendsMax(config.backends_max));
         }
-        let cold: Box<[Cold]> = (0..cap)
-            .map(|_| Cold {
-                w: std::array::from_fn(|_| AtomicU64::new(0)),
-            })
-            .collect();
-        let entries: Box<[Entry]> = (0..cap)
-            .map(|i| {
-                let e = Entry {
-                    w: std::array::from_fn(|_| AtomicU64::new(0)),
-                };
-                // Free list 0 -> 1 -> ... -> cap-1.
-                let next = if i + 1 < cap { i as u64 + 2 } else { 0 };
-                e.w[W_IDS].store(next, Ordering::Relaxed);
-                e
-            })
-            .collect();
-        let index_homes = cap * INDEX_SLOTS_NUM / INDEX_SLOTS_DEN;
-        let mut timeout_ticks = [0; STATE_CODES];
-        for (code, t) in timeout_ticks.iter_mut().enumerate() {
-            *t = ticks_of(config.timeouts.for_state(FlowState::from_u8(code as u8)));
+        #[cfg(not(loom))]
+        {
+            let lay = store::Layout::of(cap, config.backends_max);
+            let mem = Mapping::anonymous(lay.total).map_err(|e| Error::Memory {
+                bytes: lay.total,
+                errno: e.raw_os_error().unwrap_or(0),
+            })?;
+            if lay.total >= 1 << 30 {
+                mem.advise_huge();
+            }
+            let t = FlowTable::carve(mem, &lay, &config, config.hash_seed, epoch, false);
+            t.init_fresh(&lay, None);
+            Ok(t)
         }
-        let mut s = config.hash_seed;
-        let seeds = std::array::from_fn(|_| splitmix(&mut s) | 1);
-        Ok(FlowTable {
-            entries,
-            cold,
-            index: Index::new(index_homes),
-            free: Padded(AtomicU64::new(1)),
-            departed: Padded(AtomicU64::new(0)),
-            sweep_cursor: Padded(AtomicUsize::new(0)),
-            counters: Padded(Counters::default()),
-            backends: (0..config.backends_max)
-                .map(|_| BackendCount(AtomicU64::new(0)))
-                .collect(),
-            timeouts: config.timeouts,
-            timeout_ticks,
-            next_code: next_code_table(),
-            seeds,
-            epoch,
-        })
+        #[cfg(loom)]
+        {
+            let lay = store::Layout::of(cap, config.backends_max);
+            let zeros =
+                |n: usize| -> Box<[AtomicU64]> { (0..n).map(|_| AtomicU64::new(0)).collect() };
+            let t = FlowTable {
+                entries: Slab::boxed(
+                    (0..cap)
+                        .map(|_| Entry {
+                            w: std::array::from_fn(|_| AtomicU64::new(0)),
+                        })
+                        .collect(),
+                ),
+                cold: Slab::boxed(
+                    (0..cap)
+                        .map(|_| Cold {
+                            w: std::array::from_fn(|_| AtomicU64::new(0)),
+                        })
+                        .collect(),
+                ),
+                index: Index::over(Slab::boxed(zeros(lay.index_slots)), lay.homes),
+                free: One::boxed(Padded(AtomicU64::new(0))),
+                departed: One::boxed(Padded(AtomicU64::new(0))),
+                sweep_cursor: One::boxed(Padded(AtomicUsize::new(0))),
+                counters: One::boxed(Padded(Counters::default())),
+                backends: Slab::boxed(
+                    (0..config.backends_max)
+                        .map(|_| BackendCount(AtomicU64::new(0)))
+                        .collect(),
+                ),
+                header: None,
+                timeouts: config.timeouts,
+                timeout_ticks: timeout_ticks(&config.timeouts),
+                next_code: next_code_table(),
+                seeds: seeds(config.hash_seed),
+                epoch,
+            };
+            t.init_fresh(&lay, None);
+            Ok(t)
+        }
     }
 
     /// Entries allocated.
@@ -1052,6 +1112,38 @@ impl FlowTable {
         t: u32,
         on_evict: impl FnMut(ExpiredFlow),
     ) -> Result<FlowHandle, InsertError> {
+        self.insert_state(data, FlowState::initial(data.proto, tcp_flags), t, on_evict)
+    }
+
+    /// Insert a flow that already has a life: in `state`, last seen `last_seen` (a flow read
+    /// back from an export, another table, or a peer). Like [`insert`](Self::insert) in every
+    /// other way, including [`InsertError::Exists`] for a tuple that is already here.
+    pub fn restore(
+        &self,
+        data: &FlowData,
+        state: FlowState,
+        last_seen: Instant,
+    ) -> Result<FlowHandle, InsertError> {
+        let fits = matches!(
+            (state, data.proto),
+            (FlowState::Tcp(_), Protocol::Tcp)
+                | (FlowState::Udp, Protocol::Udp)
+                | (FlowState::Icmp, Protocol::Icmp | Protocol::Icmpv6)
+                | (FlowState::Sctp(_), Protocol::Sctp)
+        );
+        if !fits {
+            return Err(InsertError::Invalid("state of another protocol"));
+        }
+        self.insert_state(data, state, self.ticks(last_seen), |_| {})
+    }
+
+    fn insert_state(
+        &self,
+        data: &FlowData,
+        state: FlowState,
+        t: u32,
+        on_evict: impl FnMut(ExpiredFlow),
+    ) -> Result<FlowHandle, InsertError> {
         if !data.same_family() {
             return Err(InsertError::Invalid("addresses of different families"));
         }
@@ -1074,7 +1166,6 @@ impl FlowTable {
             self.counters.0.full.fetch_add(1, Ordering::Relaxed);
             return Err(InsertError::Full);
         };
-        let state = FlowState::initial(data.proto, tcp_flags);
         let gen_ = self.write_entry(e, data, state, t);
         self.publish(
             e,
