@@ -17,10 +17,18 @@
 //! - The caller checks that the returned [`BackendId`] is still a usable backend of the
 //!   service (it may have been removed or drained since); if not, it schedules and inserts
 //!   again, overriding the entry.
+//! - **Outlives the process** when made by [`AffinityTable::open`]: the slots live in a state
+//!   file (a shared mapping, see the `shm` crate), with a header holding the geometry, the
+//!   boot id and the clock epoch; the next process of the boot adopts it (a slot a dead
+//!   writer left locked is cleared), so clients keep their backends across a restart.
 
+use std::io;
 use std::net::IpAddr;
+use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use shm::{Mapping, Plain, Slab, StateFile};
 
 use crate::BackendId;
 use crate::hash::fmix64;
@@ -34,6 +42,7 @@ const WAYS: usize = 4;
 const SEED: u64 = 0x6166_6669_6e69_7479;
 
 #[derive(Default)]
+#[repr(C)]
 struct Slot {
     lock: SeqLock,
     /// `service << 32 | family`, family 4 or 6; 0 = empty.
@@ -45,11 +54,57 @@ struct Slot {
     last_used_s: AtomicU32,
 }
 
+// SAFETY: repr(C) over integer atomics (the seqlock is one AtomicU64).
+unsafe impl Plain for Slot {}
+
+/// The header page of an affinity state file.
+#[repr(C)]
+struct Header {
+    magic: AtomicU64,
+    version: AtomicU64,
+    slots: AtomicU64,
+    boot_id: [AtomicU64; 2],
+    /// CLOCK_MONOTONIC of second 0, in ns.
+    epoch_mono_ns: AtomicU64,
+}
+
+// SAFETY: repr(C) over integer atomics.
+unsafe impl Plain for Header {}
+
+/// `XVSAFFIN`.
+const MAGIC: u64 = u64::from_le_bytes(*b"XVSAFFIN");
+/// The slot layout's version; another version is not adopted.
+const VERSION: u64 = 1;
+
+/// What [`AffinityTable::open`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AffinityOpened {
+    /// No state: a new table.
+    Created,
+    /// The table of an earlier process of this boot: `entries` client entries kept,
+    /// `cleared` slots a dead writer left locked.
+    Adopted {
+        /// Slots in use.
+        entries: usize,
+        /// Slots cleared.
+        cleared: usize,
+    },
+    /// A state that could not be adopted (another size, version or boot); a new table.
+    Replaced {
+        /// Why.
+        reason: String,
+    },
+}
+
 /// The ClientIP affinity table. See the module doc for its contract.
 pub struct AffinityTable {
-    slots: Box<[Slot]>,
+    slots: Slab<Slot>,
     bucket_mask: usize,
     epoch: Instant,
+    /// The state file, locked while the table lives.
+    _lock: Option<StateFile>,
+    /// The memory `slots` points into; declared last, so dropped after it.
+    _mem: Mapping,
 }
 
 impl std::fmt::Debug for AffinityTable {
@@ -76,12 +131,123 @@ impl AffinityTable {
     /// A table of at least `capacity` entries (rounded up to a power of two, at least 4, at
     /// most [`CAPACITY_MAX`]). Times are stored relative to `epoch`; pass the process start.
     pub fn new(capacity: usize, epoch: Instant) -> AffinityTable {
-        let n = capacity.clamp(WAYS, CAPACITY_MAX).next_power_of_two();
+        let n = Self::slots_for(capacity);
+        let mem = Mapping::anonymous(n * std::mem::size_of::<Slot>())
+            .expect("mapping the affinity table");
         AffinityTable {
-            slots: (0..n).map(|_| Slot::default()).collect(),
+            slots: mem.slab(0, n),
             bucket_mask: n / WAYS - 1,
             epoch,
+            _lock: None,
+            _mem: mem,
         }
+    }
+
+    fn slots_for(capacity: usize) -> usize {
+        capacity.clamp(WAYS, CAPACITY_MAX).next_power_of_two()
+    }
+
+    /// The table in state file `path` (see the module doc): the one an earlier process of
+    /// this boot left there, or a new one (which replaces a state of another size, version
+    /// or boot). The file stays locked while the table lives.
+    pub fn open(
+        path: &Path,
+        capacity: usize,
+        now: Instant,
+    ) -> io::Result<(AffinityTable, AffinityOpened)> {
+        let n = Self::slots_for(capacity);
+        let header = shm::page_round(std::mem::size_of::<Header>());
+        let total = header + n * std::mem::size_of::<Slot>();
+        let boot = shm::boot_id()?;
+        let named = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
+        let mut replaced = None;
+        if let Some(state) = StateFile::open_existing(path).map_err(named)? {
+            let size = state.size().map_err(named)?;
+            let seen = (size >= header)
+                .then(|| Mapping::shared(&state.file, size))
+                .transpose()
+                .map_err(named)?;
+            let why = match &seen {
+                None => Some(format!("{size} bytes: no header")),
+                Some(mem) => {
+                    let h = mem.one::<Header>(0);
+                    let r = |a: &AtomicU64| a.load(Ordering::Acquire);
+                    if r(&h.magic) != MAGIC || r(&h.version) != VERSION {
+                        Some("not an affinity state of this version".to_owned())
+                    } else if r(&h.slots) != n as u64 {
+                        Some(format!("{} slots ({n} configured)", r(&h.slots)))
+                    } else if [r(&h.boot_id[0]), r(&h.boot_id[1])] != boot {
+                        Some("written before the last reboot".to_owned())
+                    } else if size < total {
+                        Some(format!("{size} bytes, {total} needed"))
+                    } else {
+                        None
+                    }
+                }
+            };
+            match (why, seen) {
+                (None, Some(mem)) => {
+                    let h = mem.one::<Header>(0);
+                    let epoch = shm::instant_of(h.epoch_mono_ns.load(Ordering::Relaxed));
+                    if let Some(epoch) = epoch {
+                        let t = AffinityTable {
+                            slots: mem.slab(header, n),
+                            bucket_mask: n / WAYS - 1,
+                            epoch,
+                            _lock: Some(state),
+                            _mem: mem,
+                        };
+                        let (entries, cleared) = t.recover();
+                        return Ok((t, AffinityOpened::Adopted { entries, cleared }));
+                    }
+                    replaced = Some("its clock epoch is out of range".to_owned());
+                }
+                (why, _) => replaced = why,
+            }
+            std::fs::remove_file(path).map_err(named)?;
+        }
+        let state = StateFile::create(path, total).map_err(named)?;
+        let mem = Mapping::shared(&state.file, total).map_err(named)?;
+        let h = mem.one::<Header>(0);
+        // Seconds since boot: every later process of the boot shares the epoch.
+        let epoch = shm::instant_of(0).unwrap_or(now);
+        h.version.store(VERSION, Ordering::Relaxed);
+        h.slots.store(n as u64, Ordering::Relaxed);
+        h.boot_id[0].store(boot[0], Ordering::Relaxed);
+        h.boot_id[1].store(boot[1], Ordering::Relaxed);
+        h.epoch_mono_ns
+            .store(shm::mono_of(epoch), Ordering::Relaxed);
+        h.magic.store(MAGIC, Ordering::Release);
+        state.commit().map_err(named)?;
+        let t = AffinityTable {
+            slots: mem.slab(header, n),
+            bucket_mask: n / WAYS - 1,
+            epoch,
+            _lock: Some(state),
+            _mem: mem,
+        };
+        let opened = match replaced {
+            None => AffinityOpened::Created,
+            Some(reason) => AffinityOpened::Replaced { reason },
+        };
+        Ok((t, opened))
+    }
+
+    /// Clears slots a dead writer left locked; returns (slots in use, slots cleared).
+    fn recover(&self) -> (usize, usize) {
+        let mut cleared = 0;
+        for s in self.slots.iter() {
+            if s.lock.reset_if_held() {
+                s.head.store(0, Ordering::Relaxed);
+                cleared += 1;
+            }
+        }
+        let used = self
+            .slots
+            .iter()
+            .filter(|s| s.head.load(Ordering::Relaxed) != 0)
+            .count();
+        (used, cleared)
     }
 
     /// Slots allocated.
@@ -270,5 +436,49 @@ mod tests {
                 });
             }
         });
+    }
+
+    #[test]
+    fn a_state_file_keeps_clients_on_their_backends_across_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("affinity");
+        let t0 = Instant::now();
+        let (t, opened) = AffinityTable::open(&path, 1024, t0).unwrap();
+        assert_eq!(opened, AffinityOpened::Created);
+        for i in 0..100 {
+            assert!(t.insert(1, client(i), BackendId(i % 7), t0));
+        }
+        // A writer that died holding slot 0's lock.
+        let _held = t.slots[0].lock.try_write().map(std::mem::forget);
+        drop(t);
+
+        let (t, opened) = AffinityTable::open(&path, 1024, Instant::now()).unwrap();
+        let AffinityOpened::Adopted { entries, cleared } = opened else {
+            panic!("{opened:?}")
+        };
+        assert_eq!(cleared, 1);
+        // Slot 0 held a client or was empty: 99 or 100 kept.
+        assert!((99..=100).contains(&entries), "{entries}");
+        let hits = (0..100)
+            .filter(|&i| {
+                t.lookup(1, client(i), Instant::now(), TIMEOUT_DEFAULT) == Some(BackendId(i % 7))
+            })
+            .count();
+        assert_eq!(hits, entries);
+        // The cleared slot is writable again.
+        assert!(t.slots[0].lock.try_write().is_some());
+        // Locked while open.
+        assert!(AffinityTable::open(&path, 1024, Instant::now()).is_err());
+        drop(t);
+        // Another size starts afresh.
+        let (t, opened) = AffinityTable::open(&path, 4096, Instant::now()).unwrap();
+        assert!(
+            matches!(opened, AffinityOpened::Replaced { ref reason } if reason.contains("1024 slots")),
+            "{opened:?}"
+        );
+        assert_eq!(
+            t.lookup(1, client(1), Instant::now(), TIMEOUT_DEFAULT),
+            None
+        );
     }
 }

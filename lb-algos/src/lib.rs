@@ -41,7 +41,7 @@ pub mod sh;
 pub mod wlc;
 pub mod wrr;
 
-pub use affinity::AffinityTable;
+pub use affinity::{AffinityOpened, AffinityTable};
 pub use locality::ENTRIES_MAX as LOCALITY_ENTRIES_MAX;
 
 /// Identifies a backend in the global per-backend connection-count table kept by the flow

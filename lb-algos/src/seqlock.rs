@@ -10,11 +10,23 @@
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 
 #[derive(Debug, Default)]
+#[repr(transparent)]
 pub(crate) struct SeqLock {
     seq: AtomicU64,
 }
 
 impl SeqLock {
+    /// Undoes a write that will never finish (its writer's process died): makes the
+    /// sequence even again and says whether it was held. One thread, before any reader.
+    pub(crate) fn reset_if_held(&self) -> bool {
+        let s = self.seq.load(Ordering::Relaxed);
+        if s & 1 == 0 {
+            return false;
+        }
+        self.seq.store(s.wrapping_add(1), Ordering::Relaxed);
+        true
+    }
+
     /// Starts a read; `None` while a writer holds the slot.
     #[inline]
     pub(crate) fn read_begin(&self) -> Option<u64> {
