@@ -20,10 +20,11 @@ pub(super) enum Counter {
     MatchIpv6Ext = 9,
     Redirected = 10,
     NoSocket = 11,
+    Held = 12,
 }
 
 impl Counter {
-    pub(super) const ALL: [Counter; 12] = [
+    pub(super) const ALL: [Counter; 13] = [
         Counter::PassNotIp,
         Counter::PassMalformed,
         Counter::PassNotOurs,
@@ -36,13 +37,14 @@ impl Counter {
         Counter::MatchIpv6Ext,
         Counter::Redirected,
         Counter::NoSocket,
+        Counter::Held,
     ];
 }
 
 /// Frames seen by the steering program since it was loaded, summed over CPUs.
 ///
 /// Every frame lands in exactly one `pass_*` or `match_*` field; every matched frame also
-/// lands in `redirected` or `no_socket`.
+/// lands in exactly one of `redirected`, `no_socket` and `held`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SteerCounters {
     /// Not IPv4/IPv6 (ARP, LLDP...): passed.
@@ -67,8 +69,13 @@ pub struct SteerCounters {
     pub match_ipv6_ext: u64,
     /// Matched frames handed to the queue's AF_XDP socket.
     pub redirected: u64,
-    /// Matched frames passed to the kernel because no socket is registered for the queue.
+    /// Matched frames passed to the kernel because no socket is registered for the queue
+    /// and no restart hold runs.
     pub no_socket: u64,
+    /// Matched frames dropped because no socket is registered for the queue while a restart
+    /// hold runs (see [`Steering::set_hold`](super::Steering::set_hold)): the only frames the
+    /// program drops.
+    pub held: u64,
 }
 
 impl SteerCounters {
@@ -105,6 +112,7 @@ impl SteerCounters {
             Counter::MatchIpv6Ext => &mut self.match_ipv6_ext,
             Counter::Redirected => &mut self.redirected,
             Counter::NoSocket => &mut self.no_socket,
+            Counter::Held => &mut self.held,
         };
         *slot += n;
     }
@@ -131,6 +139,7 @@ mod tests {
             "C_MATCH_IPV6_EXT",
             "C_REDIRECTED",
             "C_NO_SOCKET",
+            "C_HELD",
         ];
         for (name, counter) in names.iter().zip(Counter::ALL) {
             let decl = format!("{name} = {},", counter as u32);

@@ -10,8 +10,11 @@
 //! frames to a frontend (VIP:port/proto), to a SNAT address within the port range, from a
 //! backend (nat-mode replies), later fragments to a VIP or SNAT address, ICMP errors about
 //! xvs traffic, and IPv6 with extension headers to a VIP or SNAT address. Everything else,
-//! including malformed frames, gets `XDP_PASS`; the program never drops. A matched frame on a
-//! queue with no registered socket is passed too (and counted as `no_socket`).
+//! including malformed frames, gets `XDP_PASS`. A matched frame on a queue with no registered
+//! socket is passed too (counted `no_socket`), except while a restart hold runs
+//! ([`Steering::set_hold`]): then it is dropped (counted `held`), so that while no xvs runs
+//! the kernel does not answer xvs's frames with RSTs that would kill the flows the next xvs
+//! adopts. That is the only frame the program ever drops.
 //!
 //! Map updates are full replaces done as insert-new-then-delete-gone, so an entry present in
 //! both the old and the new set is never missing, not even for one packet.
@@ -27,14 +30,14 @@ use std::io;
 use std::net::IpAddr;
 use std::os::fd::RawFd;
 
-use aya::maps::{HashMap, MapData, MapError, PerCpuArray, XskMap};
+use aya::maps::{Array, HashMap, MapData, MapError, PerCpuArray, XskMap};
 use aya::programs::links::FdLink;
 use aya::programs::{ProgramError, Xdp};
 use aya::{Ebpf, EbpfError, Pod};
 
 use counters::Counter;
 pub use counters::SteerCounters;
-use maps::{AddrKey, PortKey, PortRange};
+use maps::{AddrKey, Hold, PortKey, PortRange};
 
 /// The program's name in the kernel (what `ip link` and `bpftool` show).
 pub const PROGRAM_NAME: &str = "xvs_steer";
@@ -235,6 +238,7 @@ pub struct Steering {
     backends: Mirrored<PortKey, u32>,
     snat: Mirrored<AddrKey, PortRange>,
     counters: PerCpuArray<MapData, u64>,
+    hold: Array<MapData, Hold>,
     /// Keeps the program loaded; declared last so the link goes first.
     _ebpf: Ebpf,
 }
@@ -313,6 +317,11 @@ impl Steering {
             map: "counters",
             source,
         })?;
+        let hold = ebpf.take_map("hold").ok_or(SteerError::Missing("hold"))?;
+        let hold = Array::try_from(hold).map_err(|source| SteerError::Map {
+            map: "hold",
+            source,
+        })?;
         Ok(Steering {
             ifname: ifname.to_owned(),
             attached,
@@ -323,6 +332,7 @@ impl Steering {
             backends: Mirrored::new(&mut ebpf, "backends", maps::BACKENDS_MAX)?,
             snat: Mirrored::new(&mut ebpf, "snat", maps::SNAT_MAX)?,
             counters,
+            hold,
             _ebpf: ebpf,
         })
     }
@@ -407,6 +417,24 @@ impl Steering {
         self.snat.replace(&keys)
     }
 
+    /// Sets the restart hold: until `CLOCK_MONOTONIC` (the clock of `bpf_ktime_get_ns`, see
+    /// [`monotonic_ns`]) reaches `deadline_ns`, frames xvs owns that find no AF_XDP socket on
+    /// their queue are dropped (counted `held`) instead of passed (`no_socket`); 0, or any
+    /// deadline already past, holds nothing. The live daemon refreshes it (now +
+    /// `restart_hold`) about every second, so the hold runs out `restart_hold` after the
+    /// process stops refreshing it; `owner_pid` records who set it.
+    pub fn set_hold(&mut self, deadline_ns: u64, owner_pid: u32) -> Result<(), SteerError> {
+        let hold = Hold {
+            deadline_ns,
+            owner_pid,
+            pad: 0,
+        };
+        self.hold.set(0, hold, 0).map_err(|source| SteerError::Map {
+            map: "hold",
+            source,
+        })
+    }
+
     /// The program's counters, summed over CPUs.
     pub fn counters(&self) -> Result<SteerCounters, SteerError> {
         let mut sum = SteerCounters::default();
@@ -451,6 +479,19 @@ impl Drop for Steering {
     fn drop(&mut self) {
         drop(self.link.take());
     }
+}
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds: the clock `bpf_ktime_get_ns` reads, which
+/// [`Steering::set_hold`]'s deadline is compared with.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write; CLOCK_MONOTONIC always exists.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_MONOTONIC)");
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn if_index(ifname: &str) -> Result<u32, SteerError> {
