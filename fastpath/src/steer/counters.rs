@@ -4,6 +4,10 @@
 //! it (a unit test checks the C source) and [`SteerCounters`] names every slot, so no caller
 //! depends on an index.
 
+use aya::maps::{MapData, PerCpuArray};
+
+use super::SteerError;
+
 /// One slot of the `counters` map. Keep in step with `enum counter` in `bpf/steer.c`.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,6 +120,21 @@ impl SteerCounters {
         };
         *slot += n;
     }
+}
+
+/// Reads `map` (the program's `counters`), summed over CPUs.
+pub(super) fn read(map: &PerCpuArray<MapData, u64>) -> Result<SteerCounters, SteerError> {
+    let mut sum = SteerCounters::default();
+    for counter in Counter::ALL {
+        let per_cpu = map
+            .get(&(counter as u32), 0)
+            .map_err(|source| SteerError::Map {
+                map: "counters",
+                source,
+            })?;
+        sum.add(counter, per_cpu.iter().sum());
+    }
+    Ok(sum)
 }
 
 #[cfg(test)]
