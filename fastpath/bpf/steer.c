@@ -3,8 +3,12 @@
 // xvs XDP steering program.
 //
 // Contract: redirect to the AF_XDP socket of the receiving queue ONLY the frames xvs owns,
-// XDP_PASS everything else, never XDP_DROP. What xvs owns is described by the maps below,
-// which the Rust loader (`fastpath::steer::Steering`) keeps in step with the snapshot:
+// XDP_PASS everything else. A frame xvs owns that finds no socket on its queue is passed too,
+// except while a restart hold runs (`hold` below, set by the loader and refreshed by the live
+// daemon): until its deadline such frames are XDP_DROPped, so that while no xvs runs the
+// kernel does not answer them (RST, port unreachable) and kill the flows the next xvs adopts.
+// That is the only XDP_DROP. What xvs owns is described by the maps below, which the Rust
+// loader (`fastpath::steer::Steering`) keeps in step with the snapshot:
 //
 //   frontends  {ip, port, proto}  frames TO a VIP:port/proto (TCP, UDP, SCTP)
 //   snat       {ip} -> ports      full-NAT replies: TO a SNAT address, dst port in the range
@@ -12,6 +16,8 @@
 //   vips       {ip}               later IPv4/IPv6 fragments and IPv6 extension headers TO a VIP
 //   xsks       queue -> AF_XDP socket
 //   counters   per-CPU u64 array, indexed by enum counter (mirrored in steer/counters.rs)
+//   hold       one {deadline_ns, owner_pid}: drop owned frames with no socket until
+//              bpf_ktime_get_ns() (CLOCK_MONOTONIC) reaches deadline_ns; 0 means no hold
 //
 // Addresses are 16 bytes; IPv4 is stored v4-mapped (::ffff:a.b.c.d). Ports in keys are in
 // network byte order; the SNAT port range value is in host byte order.
@@ -38,6 +44,7 @@
 
 static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)BPF_FUNC_map_lookup_elem;
 static long (*bpf_redirect_map)(void *map, __u64 key, __u64 flags) = (void *)BPF_FUNC_redirect_map;
+static __u64 (*bpf_ktime_get_ns)(void) = (void *)BPF_FUNC_ktime_get_ns;
 
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 #define be16_to_host(x) __builtin_bswap16(x)
@@ -61,6 +68,7 @@ static long (*bpf_redirect_map)(void *map, __u64 key, __u64 flags) = (void *)BPF
 #define BACKENDS_MAX 65536
 #define VIPS_MAX 65536
 #define SNAT_MAX 256
+#define HOLD_MAX 1
 
 // Counter indices. Keep in step with `Counter` in steer/counters.rs.
 enum counter {
@@ -75,8 +83,9 @@ enum counter {
 	C_MATCH_ICMP_ERROR = 8, // an ICMP error about xvs traffic
 	C_MATCH_IPV6_EXT = 9,   // IPv6 with extension headers to a VIP or SNAT address
 	C_REDIRECTED = 10,      // matched and handed to an AF_XDP socket
-	C_NO_SOCKET = 11,       // matched, but no socket on this queue: passed
-	C_MAX = 12,
+	C_NO_SOCKET = 11,       // matched, but no socket on this queue and no hold: passed
+	C_HELD = 12,            // matched, no socket on this queue, a restart hold runs: dropped
+	C_MAX = 13,
 };
 
 // linux/icmp.h pulls in libc's sys/socket.h (through linux/if.h), which does not build for the
@@ -105,6 +114,12 @@ struct port_key {
 struct port_range {
 	__u16 lo; // host order, inclusive
 	__u16 hi; // host order, inclusive
+};
+
+struct hold {
+	__u64 deadline_ns; // CLOCK_MONOTONIC; 0: no hold
+	__u32 owner_pid;   // who set it (for the operator and the daemon's watchdog)
+	__u32 pad;
 };
 
 struct {
@@ -149,6 +164,13 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, HOLD_MAX);
+	__type(key, __u32);
+	__type(value, struct hold);
+} hold SEC(".maps");
+
 static __always_inline void count(__u32 idx)
 {
 	__u64 *c = bpf_map_lookup_elem(&counters, &idx);
@@ -162,12 +184,29 @@ static __always_inline int pass(__u32 reason)
 	return XDP_PASS;
 }
 
+// Whether a restart hold runs: its deadline is still ahead. A deadline of 0 never is.
+static __always_inline int held(void)
+{
+	__u32 zero = 0;
+	struct hold *h = bpf_map_lookup_elem(&hold, &zero);
+	return h && bpf_ktime_get_ns() < h->deadline_ns;
+}
+
+// A frame xvs owns: to the queue's socket; with none, dropped while a hold runs (the kernel
+// would answer it with an RST or port unreachable), passed otherwise.
 static __always_inline int redirect(struct xdp_md *ctx, __u32 reason)
 {
 	count(reason);
-	long verdict = bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
-	count(verdict == XDP_REDIRECT ? C_REDIRECTED : C_NO_SOCKET);
-	return (int)verdict;
+	if (bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS) == XDP_REDIRECT) {
+		count(C_REDIRECTED);
+		return XDP_REDIRECT;
+	}
+	if (held()) {
+		count(C_HELD);
+		return XDP_DROP;
+	}
+	count(C_NO_SOCKET);
+	return XDP_PASS;
 }
 
 static __always_inline void v4_mapped(struct addr_key *k, __u32 addr)

@@ -5,7 +5,8 @@
 //! Each test builds two namespaces, `lb` and `cl`, joined by a veth pair; the program is
 //! attached to the `lb` end from a thread that entered `lb` (the rest of the process stays in
 //! the host namespace). With no AF_XDP socket registered, matched frames fall back to
-//! XDP_PASS, so the counters' `match_*` and `no_socket` fields prove what was steered.
+//! XDP_PASS (no restart hold is set), so the counters' `match_*` and `no_socket` fields prove
+//! what was steered. The pinned link and the hold are tested in `steer_pinned_netns.rs`.
 //! Addresses: 198.18.0.0/15 and 2001:2::/48 only.
 
 use std::io::{BufRead, BufReader};
@@ -210,6 +211,7 @@ fn delta(after: SteerCounters, before: SteerCounters) -> SteerCounters {
         match_ipv6_ext: after.match_ipv6_ext - before.match_ipv6_ext,
         redirected: after.redirected - before.redirected,
         no_socket: after.no_socket - before.no_socket,
+        held: after.held - before.held,
     }
 }
 
@@ -426,6 +428,7 @@ fn check(steer: &Steering, what: &str, send: &dyn Fn(), want: &dyn Fn(&SteerCoun
     }
     assert!(want(&d), "{what}: {d:?}");
     assert_eq!(d.redirected, 0, "{what}: no socket is registered: {d:?}");
+    assert_eq!(d.held, 0, "{what}: no hold is set: {d:?}");
 }
 
 /// Python for a raw ICMP (v4) or ICMPv6 "port unreachable" to `dst`, quoting a UDP packet

@@ -4,6 +4,10 @@
 //! it (a unit test checks the C source) and [`SteerCounters`] names every slot, so no caller
 //! depends on an index.
 
+use aya::maps::{MapData, PerCpuArray};
+
+use super::SteerError;
+
 /// One slot of the `counters` map. Keep in step with `enum counter` in `bpf/steer.c`.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,10 +24,11 @@ pub(super) enum Counter {
     MatchIpv6Ext = 9,
     Redirected = 10,
     NoSocket = 11,
+    Held = 12,
 }
 
 impl Counter {
-    pub(super) const ALL: [Counter; 12] = [
+    pub(super) const ALL: [Counter; 13] = [
         Counter::PassNotIp,
         Counter::PassMalformed,
         Counter::PassNotOurs,
@@ -36,13 +41,14 @@ impl Counter {
         Counter::MatchIpv6Ext,
         Counter::Redirected,
         Counter::NoSocket,
+        Counter::Held,
     ];
 }
 
 /// Frames seen by the steering program since it was loaded, summed over CPUs.
 ///
 /// Every frame lands in exactly one `pass_*` or `match_*` field; every matched frame also
-/// lands in `redirected` or `no_socket`.
+/// lands in exactly one of `redirected`, `no_socket` and `held`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SteerCounters {
     /// Not IPv4/IPv6 (ARP, LLDP...): passed.
@@ -67,8 +73,13 @@ pub struct SteerCounters {
     pub match_ipv6_ext: u64,
     /// Matched frames handed to the queue's AF_XDP socket.
     pub redirected: u64,
-    /// Matched frames passed to the kernel because no socket is registered for the queue.
+    /// Matched frames passed to the kernel because no socket is registered for the queue
+    /// and no restart hold runs.
     pub no_socket: u64,
+    /// Matched frames dropped because no socket is registered for the queue while a restart
+    /// hold runs (see [`Steering::set_hold`](super::Steering::set_hold)): the only frames the
+    /// program drops.
+    pub held: u64,
 }
 
 impl SteerCounters {
@@ -105,9 +116,25 @@ impl SteerCounters {
             Counter::MatchIpv6Ext => &mut self.match_ipv6_ext,
             Counter::Redirected => &mut self.redirected,
             Counter::NoSocket => &mut self.no_socket,
+            Counter::Held => &mut self.held,
         };
         *slot += n;
     }
+}
+
+/// Reads `map` (the program's `counters`), summed over CPUs.
+pub(super) fn read(map: &PerCpuArray<MapData, u64>) -> Result<SteerCounters, SteerError> {
+    let mut sum = SteerCounters::default();
+    for counter in Counter::ALL {
+        let per_cpu = map
+            .get(&(counter as u32), 0)
+            .map_err(|source| SteerError::Map {
+                map: "counters",
+                source,
+            })?;
+        sum.add(counter, per_cpu.iter().sum());
+    }
+    Ok(sum)
 }
 
 #[cfg(test)]
@@ -131,6 +158,7 @@ mod tests {
             "C_MATCH_IPV6_EXT",
             "C_REDIRECTED",
             "C_NO_SOCKET",
+            "C_HELD",
         ];
         for (name, counter) in names.iter().zip(Counter::ALL) {
             let decl = format!("{name} = {},", counter as u32);

@@ -17,6 +17,8 @@ pub const BACKENDS_MAX: usize = 65536;
 pub const VIPS_MAX: usize = 65536;
 /// Capacity of the `snat` hash map.
 pub const SNAT_MAX: usize = 256;
+/// Capacity of the `hold` array: one entry, at index 0.
+pub const HOLD_MAX: u32 = 1;
 
 /// Key of `vips` and `snat`: `struct addr_key`.
 #[repr(C)]
@@ -50,6 +52,20 @@ pub struct PortRange {
     pub hi: u16,
 }
 
+/// Value of `hold`: `struct hold`, 16 bytes. Until `CLOCK_MONOTONIC` (the clock of
+/// `bpf_ktime_get_ns`) reaches `deadline_ns`, frames xvs owns that find no AF_XDP socket are
+/// dropped instead of passed; 0 means no hold.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Hold {
+    /// `CLOCK_MONOTONIC` nanoseconds; 0: no hold.
+    pub deadline_ns: u64,
+    /// The process that set the hold.
+    pub owner_pid: u32,
+    /// Always zero.
+    pub pad: u32,
+}
+
 // SAFETY: plain `#[repr(C)]` integers and byte arrays; no padding the compiler could leave
 // uninitialised (padding is an explicit field), every bit pattern is valid.
 unsafe impl aya::Pod for AddrKey {}
@@ -57,10 +73,13 @@ unsafe impl aya::Pod for AddrKey {}
 unsafe impl aya::Pod for PortKey {}
 // SAFETY: as above.
 unsafe impl aya::Pod for PortRange {}
+// SAFETY: as above.
+unsafe impl aya::Pod for Hold {}
 
 const _: () = assert!(size_of::<AddrKey>() == 16);
 const _: () = assert!(size_of::<PortKey>() == 20);
 const _: () = assert!(size_of::<PortRange>() == 4);
+const _: () = assert!(size_of::<Hold>() == 16);
 
 impl AddrKey {
     /// The key for `ip`.
@@ -142,6 +161,7 @@ mod tests {
             ("BACKENDS_MAX", BACKENDS_MAX),
             ("VIPS_MAX", VIPS_MAX),
             ("SNAT_MAX", SNAT_MAX),
+            ("HOLD_MAX", HOLD_MAX as usize),
         ] {
             let line = format!("#define {name} {value}\n");
             assert!(c.contains(&line), "steer.c lacks `{}`", line.trim());

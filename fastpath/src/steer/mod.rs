@@ -1,17 +1,77 @@
 //! The XDP steering program (`bpf/steer.c`) and its loader.
 //!
-//! One [`Steering`] per interface. It loads the program, removes any xvs program an earlier
-//! run left attached the legacy (netlink) way, and attaches through a `bpf_link`, so the kernel
-//! detaches the program when the process dies: a crash leaves nothing behind and the kernel
-//! goes on forwarding non-VIP traffic.
+//! One [`Steering`] per interface. The program redirects to the receiving queue's AF_XDP
+//! socket only the frames xvs owns, as described by the maps this type keeps in step with the
+//! snapshot (see [`maps`] for layouts): frames to a frontend (VIP:port/proto), to a SNAT
+//! address within the port range, from a backend (nat-mode replies), later fragments to a VIP
+//! or SNAT address, ICMP errors about xvs traffic, and IPv6 with extension headers to a VIP or
+//! SNAT address. Everything else, including malformed frames, gets `XDP_PASS`. A matched frame
+//! on a queue with no registered socket is passed too (counted `no_socket`), except while a
+//! restart hold runs (below): then it is dropped (counted `held`). That is the only frame the
+//! program ever drops.
 //!
-//! The program redirects to the receiving queue's AF_XDP socket only the frames xvs owns, as
-//! described by the maps this type keeps in step with the snapshot (see [`maps`] for layouts):
-//! frames to a frontend (VIP:port/proto), to a SNAT address within the port range, from a
-//! backend (nat-mode replies), later fragments to a VIP or SNAT address, ICMP errors about
-//! xvs traffic, and IPv6 with extension headers to a VIP or SNAT address. Everything else,
-//! including malformed frames, gets `XDP_PASS`; the program never drops. A matched frame on a
-//! queue with no registered socket is passed too (and counted as `no_socket`).
+//! Two ways to attach:
+//!
+//! - [`Steering::attach`] holds the program through a `bpf_link` only the process owns, so
+//!   the kernel detaches it when the process dies: a crash leaves nothing behind. It first
+//!   removes any xvs program an earlier run left attached the legacy (netlink) way, and
+//!   refuses an interface whose program is held by xvs's pinned link (see [`pin_dir`]).
+//! - [`Steering::attach_pinned`] pins the link and the maps in bpffs, so the program stays
+//!   attached when the process exits or crashes, and the next process adopts the link: its
+//!   new program replaces the old one in place (`BPF_LINK_UPDATE`), after the old program's
+//!   ownership maps and hold were copied into the new one, so no frame meets an empty map and
+//!   none is handed to the kernel in between. While no xvs runs, the **restart hold**
+//!   ([`Steering::set_hold`], refreshed by the live daemon) makes the orphaned program drop
+//!   what xvs owns instead of letting the kernel answer it with RSTs that would kill the
+//!   flows the next xvs adopts; once the hold's deadline passes, it passes everything again,
+//!   so a node whose xvs never returns still works. [`remove_pins`] then removes it for good.
+//!
+//! # Pinned layout
+//!
+//! bpffs is global while interface names repeat across network namespaces, so pins live in a
+//! directory per namespace, [`pin_dir`]: `/sys/fs/bpf/xvs/ns-<inode of the netns>`, and below
+//! it one directory per interface:
+//!
+//! ```text
+//! /sys/fs/bpf/xvs/ns-4026532288/eth0/link       the XDP bpf_link (keeps the program attached)
+//!                                   /hold       struct hold {deadline_ns, owner_pid}: read by
+//!                                               pinned_hold() from any process
+//!                                   /frontends  /vips  /backends  /snat   what xvs owns
+//!                                   /counters   the program's counters (pinned_counters())
+//! ```
+//!
+//! bpffs refuses names with a dot, so a dot in an interface name (VLANs: `eth0.100`) becomes
+//! a colon (`eth0:100`), which no interface name has. An adopting process pins its new maps
+//! as `<name>-new` and renames them over the old pins once its program runs on the link. A
+//! `link` pin whose interface is gone (or was recreated: another ifindex) is stale;
+//! `attach_pinned` removes it and attaches afresh.
+//!
+//! To remove the pinned state for good without xvs (what [`remove_pins`] does), as root:
+//!
+//! ```text
+//! rm -r /sys/fs/bpf/xvs/ns-$(stat -L -c %i /proc/self/ns/net)      # this namespace
+//! rm -r /sys/fs/bpf/xvs/ns-$(ip netns exec NAME stat -L -c %i /proc/self/ns/net)  # NAME's
+//! rm -r /sys/fs/bpf/xvs                                             # every namespace
+//! ```
+//!
+//! Removing the `link` pin detaches the program (moments later: the kernel frees the link
+//! from a work item) unless a live process still holds the link.
+//!
+//! # Privileges
+//!
+//! Pinning needs no capability beyond the daemon's (`CAP_BPF`, `CAP_NET_ADMIN`, ...):
+//! pinning and opening pins check only bpffs file permissions, and updating or detaching a
+//! link needs only its descriptor. But a non-root user must be able to write the pin root:
+//! where `/sys/fs/bpf` is root's (systemd mounts it 0700), create `/sys/fs/bpf/xvs` for it
+//! beforehand (`install -d -o xvs -g xvs -m 0700 /sys/fs/bpf/xvs`), or grant
+//! `CAP_DAC_OVERRIDE`. Pins belong to the user that made them (mode 0600), so the next xvs
+//! must run as the same user (or root).
+//!
+//! The pins must be on the host's bpffs: a bpffs mounted inside a private mount namespace
+//! dies with it, and the program with it. `ip netns exec` mounts a new `/sys` in which
+//! `/sys/fs/bpf` is not bpffs, so `attach_pinned` refuses it there ([`SteerError::PinDir`]);
+//! enter only the network namespace (`nsenter --net=/run/netns/NAME`), or bind-mount the
+//! host's bpffs somewhere `ip netns exec` keeps and pin under it ([`pin_dir_in`]).
 //!
 //! Map updates are full replaces done as insert-new-then-delete-gone, so an entry present in
 //! both the old and the new set is never missing, not even for one packet.
@@ -19,22 +79,25 @@
 mod counters;
 pub mod maps;
 mod netlink;
+mod pin;
+mod sys;
 
 use std::collections::HashSet;
 use std::ffi::CString;
 use std::hash::Hash;
 use std::io;
 use std::net::IpAddr;
-use std::os::fd::RawFd;
+use std::os::fd::{AsFd, OwnedFd, RawFd};
+use std::path::PathBuf;
 
-use aya::maps::{HashMap, MapData, MapError, PerCpuArray, XskMap};
+use aya::maps::{Array, HashMap, Map, MapData, MapError, PerCpuArray, XskMap};
 use aya::programs::links::FdLink;
 use aya::programs::{ProgramError, Xdp};
 use aya::{Ebpf, EbpfError, Pod};
 
-use counters::Counter;
 pub use counters::SteerCounters;
-use maps::{AddrKey, PortKey, PortRange};
+use maps::{AddrKey, Hold, PortKey, PortRange};
+pub use pin::{PIN_ROOT, pin_dir, pin_dir_in, pinned_counters, pinned_hold, remove_pins};
 
 /// The program's name in the kernel (what `ip link` and `bpftool` show).
 pub const PROGRAM_NAME: &str = "xvs_steer";
@@ -63,6 +126,13 @@ impl XdpAttach {
         match self {
             XdpAttach::Native => "native",
             XdpAttach::Generic => "generic",
+        }
+    }
+
+    fn flag(self) -> u32 {
+        match self {
+            XdpAttach::Native => netlink::XDP_FLAGS_DRV_MODE,
+            XdpAttach::Generic => netlink::XDP_FLAGS_SKB_MODE,
         }
     }
 }
@@ -166,8 +236,82 @@ pub enum SteerError {
         /// The kernel's answer.
         source: MapError,
     },
+    /// `attach` found the interface's XDP held by xvs's pinned link (a restart hold).
+    #[error(
+        "XDP on {ifname} is held by xvs's pinned link {} (left for the next xvs to adopt): \
+         attach with pinning, or remove the pinned state for good with `rm -r {}`",
+        path.display(), path.parent().unwrap_or(path).display()
+    )]
+    Pinned {
+        /// The interface name.
+        ifname: String,
+        /// The `link` pin.
+        path: PathBuf,
+    },
+    /// Creating or using the pin directory failed.
+    #[error(
+        "cannot use the pin directory {}: {source} (it must be on the host's bpffs, mounted \
+         at /sys/fs/bpf: `ip netns exec` mounts a new /sys without it; a non-root xvs needs \
+         {PIN_ROOT} made for it: `install -d -o xvs -g xvs -m 0700 {PIN_ROOT}`)",
+        path.display()
+    )]
+    PinDir {
+        /// The directory.
+        path: PathBuf,
+        /// The file system's answer.
+        source: io::Error,
+    },
+    /// Pinning, opening or removing a pinned object failed.
+    #[error(
+        "pinned object {}: {source} (remove xvs's pinned state with `rm -r {}`)",
+        path.display(), path.parent().unwrap_or(path).display()
+    )]
+    Pin {
+        /// The pin.
+        path: PathBuf,
+        /// The kernel's answer.
+        source: io::Error,
+    },
+    /// A pinned map does not have the layout this xvs expects (an upgrade changed it).
+    #[error(
+        "the pinned map {} does not fit this xvs: {source} (remove the pinned state with \
+         `rm -r {}`; until xvs attaches again the kernel sees its frames)",
+        path.display(), path.parent().unwrap_or(path).display()
+    )]
+    PinnedMap {
+        /// The pin.
+        path: PathBuf,
+        /// What aya found wrong.
+        source: MapError,
+    },
+    /// Creating the pinned link failed.
+    #[error(
+        "attaching XDP to {ifname} in {mode} mode through a bpf_link failed: {source} (is \
+         the interface up, and is no other XDP program attached? try xdp_mode = \"generic\")"
+    )]
+    Link {
+        /// The interface name.
+        ifname: String,
+        /// "native" or "generic".
+        mode: &'static str,
+        /// The kernel's answer.
+        source: io::Error,
+    },
+    /// Replacing the program on the pinned link, or detaching it, failed.
+    #[error(
+        "replacing or detaching the program on the pinned link {} failed: {source} (remove \
+         the pinned state with `rm -r {}`)",
+        path.display(), path.parent().unwrap_or(path).display()
+    )]
+    Adopt {
+        /// The `link` pin.
+        path: PathBuf,
+        /// The kernel's answer.
+        source: io::Error,
+    },
 }
 
+/// A BPF hash map mirrored by the entries xvs put in it.
 /// A BPF hash map mirrored by the entries xvs put in it.
 struct Mirrored<K, V: Pod> {
     name: &'static str,
@@ -179,8 +323,8 @@ struct Mirrored<K, V: Pod> {
 
 impl<K: Pod + Eq + Hash, V: Pod + PartialEq> Mirrored<K, V> {
     fn new(ebpf: &mut Ebpf, name: &'static str, max: usize) -> Result<Self, SteerError> {
-        let map = ebpf.take_map(name).ok_or(SteerError::Missing(name))?;
-        let map = HashMap::try_from(map).map_err(|source| SteerError::Map { map: name, source })?;
+        let map = HashMap::try_from(take_map(ebpf, name)?)
+            .map_err(|source| SteerError::Map { map: name, source })?;
         Ok(Mirrored {
             name,
             max,
@@ -221,20 +365,78 @@ impl<K: Pod + Eq + Hash, V: Pod + PartialEq> Mirrored<K, V> {
         }
         Ok(())
     }
+
+    /// Fails when replacing with `entries` would overflow the map.
+    fn check(&self, entries: &[(K, V)]) -> Result<(), SteerError> {
+        let new: HashSet<K> = entries.iter().map(|(k, _)| *k).collect();
+        let needed = new.len() + self.entries.keys().filter(|k| !new.contains(k)).count();
+        if needed > self.max {
+            return Err(SteerError::Capacity {
+                map: self.name,
+                needed,
+                max: self.max,
+            });
+        }
+        Ok(())
+    }
 }
 
-/// The steering program attached to one interface, and its maps.
-pub struct Steering {
-    ifname: String,
-    attached: XdpAttach,
-    /// Dropping the link detaches the program. `None` once detached.
-    link: Option<FdLink>,
+/// The program's maps, taken out of the loaded object.
+struct Maps {
     xsks: XskMap<MapData>,
     frontends: Mirrored<PortKey, u32>,
     vips: Mirrored<AddrKey, u32>,
     backends: Mirrored<PortKey, u32>,
     snat: Mirrored<AddrKey, PortRange>,
     counters: PerCpuArray<MapData, u64>,
+    hold: Array<MapData, Hold>,
+}
+
+impl Maps {
+    fn take(ebpf: &mut Ebpf) -> Result<Maps, SteerError> {
+        let typed = |name: &'static str| move |source| SteerError::Map { map: name, source };
+        Ok(Maps {
+            xsks: XskMap::try_from(take_map(ebpf, "xsks")?).map_err(typed("xsks"))?,
+            frontends: Mirrored::new(ebpf, "frontends", maps::FRONTENDS_MAX)?,
+            vips: Mirrored::new(ebpf, "vips", maps::VIPS_MAX)?,
+            backends: Mirrored::new(ebpf, "backends", maps::BACKENDS_MAX)?,
+            snat: Mirrored::new(ebpf, "snat", maps::SNAT_MAX)?,
+            counters: PerCpuArray::try_from(take_map(ebpf, "counters")?)
+                .map_err(typed("counters"))?,
+            hold: Array::try_from(take_map(ebpf, "hold")?).map_err(typed("hold"))?,
+        })
+    }
+}
+
+fn take_map(ebpf: &mut Ebpf, name: &'static str) -> Result<Map, SteerError> {
+    ebpf.take_map(name).ok_or(SteerError::Missing(name))
+}
+
+/// What keeps the program attached.
+enum Link {
+    /// From [`Steering::attach`]: closing it detaches the program.
+    Process(FdLink),
+    /// From [`Steering::attach_pinned`]: the pin `dir/link` keeps the program attached
+    /// after this descriptor closes.
+    Pinned {
+        /// The link.
+        fd: OwnedFd,
+        /// The interface's pin directory.
+        dir: PathBuf,
+    },
+}
+
+/// The steering program attached to one interface, and its maps.
+///
+/// Dropping it detaches a program from [`Steering::attach`]; one from
+/// [`Steering::attach_pinned`] stays attached ([`Steering::release`]), since a crash does
+/// the same and the restart hold must outlive both.
+pub struct Steering {
+    ifname: String,
+    attached: XdpAttach,
+    /// `None` once detached or released.
+    link: Option<Link>,
+    maps: Maps,
     /// Keeps the program loaded; declared last so the link goes first.
     _ebpf: Ebpf,
 }
@@ -245,45 +447,35 @@ impl std::fmt::Debug for Steering {
             .field("ifname", &self.ifname)
             .field("attached", &self.attached)
             .field("linked", &self.link.is_some())
+            .field("pinned", &matches!(self.link, Some(Link::Pinned { .. })))
             .finish_non_exhaustive()
     }
 }
 
 impl Steering {
-    /// Loads the program and attaches it to `ifname`. `Auto` tries native XDP and falls back
-    /// to generic. An xvs program left attached the legacy way by an earlier run is removed
-    /// first; a program held by a live process's `bpf_link` is not, and attaching then fails.
+    /// Loads the program and attaches it to `ifname` through a link this process alone
+    /// holds. `Auto` tries native XDP and falls back to generic. An xvs program left attached
+    /// the legacy way by an earlier run is removed first; a program held by a live process's
+    /// `bpf_link` is not, and attaching then fails. An interface whose program is held by
+    /// xvs's pinned link in [`pin_dir`] (a restart hold) is refused with
+    /// [`SteerError::Pinned`], which names the pin and how to remove it: use
+    /// [`Steering::attach_pinned`] there.
     pub fn attach(ifname: &str, mode: config::XdpMode) -> Result<Steering, SteerError> {
         let ifindex = if_index(ifname)?;
+        pin::refuse_pinned(ifname, ifindex)?;
         remove_leftovers(ifname, ifindex)?;
 
         let mut ebpf = Ebpf::load(PROGRAM)?;
-        let prog: &mut Xdp = ebpf
-            .program_mut(PROGRAM_NAME)
-            .ok_or(SteerError::Missing(PROGRAM_NAME))?
-            .try_into()
-            .map_err(SteerError::Verify)?;
-        prog.load().map_err(SteerError::Verify)?;
-
-        let try_attach = |prog: &mut Xdp, how: XdpAttach| {
+        let maps = Maps::take(&mut ebpf)?;
+        let prog = program(&mut ebpf)?;
+        let (link_id, attached) = with_mode(ifname, mode, |how| {
             prog.attach_to_if_index(ifindex, how.aya_mode())
                 .map_err(|source| SteerError::Attach {
                     ifname: ifname.to_owned(),
                     mode: how.name(),
                     source,
                 })
-        };
-        let (link_id, attached) = match mode {
-            config::XdpMode::Native => (try_attach(prog, XdpAttach::Native)?, XdpAttach::Native),
-            config::XdpMode::Generic => (try_attach(prog, XdpAttach::Generic)?, XdpAttach::Generic),
-            config::XdpMode::Auto => match try_attach(prog, XdpAttach::Native) {
-                Ok(id) => (id, XdpAttach::Native),
-                Err(native) => {
-                    tracing::warn!(interface = %ifname, error = %native, "native XDP failed; falling back to generic XDP");
-                    (try_attach(prog, XdpAttach::Generic)?, XdpAttach::Generic)
-                }
-            },
-        };
+        })?;
         let link = prog
             .take_link(link_id)
             .map_err(|source| SteerError::Attach {
@@ -294,35 +486,17 @@ impl Steering {
         // aya falls back to netlink on kernels without XDP links; such an attachment would
         // survive a crash, which this type promises never happens.
         let link = FdLink::try_from(link).map_err(|_| {
-            let _ = netlink::detach_legacy(ifindex, mode_flag(attached));
+            let _ = netlink::detach_legacy(ifindex, attached.flag());
             SteerError::NoLink {
                 ifname: ifname.to_owned(),
             }
         })?;
         tracing::info!(interface = %ifname, mode = attached.name(), "XDP steering attached");
-
-        let xsks = ebpf.take_map("xsks").ok_or(SteerError::Missing("xsks"))?;
-        let xsks = XskMap::try_from(xsks).map_err(|source| SteerError::Map {
-            map: "xsks",
-            source,
-        })?;
-        let counters = ebpf
-            .take_map("counters")
-            .ok_or(SteerError::Missing("counters"))?;
-        let counters = PerCpuArray::try_from(counters).map_err(|source| SteerError::Map {
-            map: "counters",
-            source,
-        })?;
         Ok(Steering {
             ifname: ifname.to_owned(),
             attached,
-            link: Some(link),
-            xsks,
-            frontends: Mirrored::new(&mut ebpf, "frontends", maps::FRONTENDS_MAX)?,
-            vips: Mirrored::new(&mut ebpf, "vips", maps::VIPS_MAX)?,
-            backends: Mirrored::new(&mut ebpf, "backends", maps::BACKENDS_MAX)?,
-            snat: Mirrored::new(&mut ebpf, "snat", maps::SNAT_MAX)?,
-            counters,
+            link: Some(Link::Process(link)),
+            maps,
             _ebpf: ebpf,
         })
     }
@@ -345,7 +519,8 @@ impl Steering {
                 max: maps::XSKS_MAX,
             });
         }
-        self.xsks
+        self.maps
+            .xsks
             .set(queue, xsk_fd, 0)
             .map_err(|source| SteerError::Map {
                 map: "xsks",
@@ -368,20 +543,21 @@ impl Steering {
         vips.sort_unstable_by_key(|(k, _)| k.ip);
         vips.dedup_by_key(|(k, _)| k.ip);
 
+        let m = &mut self.maps;
         // Check both capacities before touching either map.
-        self.frontends.check(&keys)?;
-        self.vips.check(&vips)?;
+        m.frontends.check(&keys)?;
+        m.vips.check(&vips)?;
         // Union first (old ∪ new VIPs), then the frontends, then shrink the VIPs.
-        let union: Vec<(AddrKey, u32)> = self
+        let union: Vec<(AddrKey, u32)> = m
             .vips
             .entries
             .keys()
             .map(|k| (*k, 1))
             .chain(vips.iter().copied())
             .collect();
-        self.vips.replace(&union)?;
-        self.frontends.replace(&keys)?;
-        self.vips.replace(&vips)
+        m.vips.replace(&union)?;
+        m.frontends.replace(&keys)?;
+        m.vips.replace(&vips)
     }
 
     /// Replaces the backends whose replies come back through xvs (nat mode):
@@ -391,7 +567,7 @@ impl Steering {
             .iter()
             .map(|&(ip, proto, port)| (PortKey::new(ip, proto, port), 1))
             .collect();
-        self.backends.replace(&keys)
+        self.maps.backends.replace(&keys)
     }
 
     /// Replaces the SNAT addresses and the port range `(lo, hi)`, both inclusive, that
@@ -404,44 +580,60 @@ impl Steering {
         let range = PortRange { lo, hi };
         let keys: Vec<(AddrKey, PortRange)> =
             addrs.iter().map(|&ip| (AddrKey::new(ip), range)).collect();
-        self.snat.replace(&keys)
+        self.maps.snat.replace(&keys)
+    }
+
+    /// Sets the restart hold: until `CLOCK_MONOTONIC` (the clock of `bpf_ktime_get_ns`, see
+    /// [`monotonic_ns`]) reaches `deadline_ns`, frames xvs owns that find no AF_XDP socket on
+    /// their queue are dropped (counted `held`) instead of passed (`no_socket`); 0, or any
+    /// deadline already past, holds nothing. The live daemon refreshes it (now +
+    /// `restart_hold`) about every second, so the hold runs out `restart_hold` after the
+    /// process stops refreshing it; `owner_pid` records who set it ([`pinned_hold`] reads
+    /// both back from the pinned state).
+    pub fn set_hold(&mut self, deadline_ns: u64, owner_pid: u32) -> Result<(), SteerError> {
+        let hold = Hold {
+            deadline_ns,
+            owner_pid,
+            pad: 0,
+        };
+        self.maps
+            .hold
+            .set(0, hold, 0)
+            .map_err(|source| SteerError::Map {
+                map: "hold",
+                source,
+            })
     }
 
     /// The program's counters, summed over CPUs.
     pub fn counters(&self) -> Result<SteerCounters, SteerError> {
-        let mut sum = SteerCounters::default();
-        for counter in Counter::ALL {
-            let per_cpu =
-                self.counters
-                    .get(&(counter as u32), 0)
-                    .map_err(|source| SteerError::Map {
-                        map: "counters",
-                        source,
-                    })?;
-            sum.add(counter, per_cpu.iter().sum());
+        counters::read(&self.maps.counters)
+    }
+
+    /// Stops using the program without detaching it: a pinned program stays attached, its
+    /// pins in place, for the next process to adopt; the hold runs out on its own. (A
+    /// program from [`Steering::attach`] is detached: only a pin outlives the process.)
+    /// Dropping a `Steering` does the same.
+    pub fn release(mut self) {
+        if let Some(Link::Pinned { dir, .. }) = &self.link {
+            tracing::info!(
+                interface = %self.ifname,
+                pins = %dir.display(),
+                "XDP steering released: it stays attached and pinned for the next xvs"
+            );
         }
-        Ok(sum)
-    }
-
-    /// Detaches the program. Dropping a `Steering` does the same.
-    pub fn detach(mut self) -> Result<(), SteerError> {
-        // Closing the last link fd detaches the program synchronously.
         drop(self.link.take());
-        Ok(())
     }
-}
 
-impl<K: Pod + Eq + Hash, V: Pod + PartialEq> Mirrored<K, V> {
-    /// Fails when replacing with `entries` would overflow the map.
-    fn check(&self, entries: &[(K, V)]) -> Result<(), SteerError> {
-        let new: HashSet<K> = entries.iter().map(|(k, _)| *k).collect();
-        let needed = new.len() + self.entries.keys().filter(|k| !new.contains(k)).count();
-        if needed > self.max {
-            return Err(SteerError::Capacity {
-                map: self.name,
-                needed,
-                max: self.max,
-            });
+    /// Detaches the program now. For a pinned program, also removes this interface's pins
+    /// (the node is left for good): the link is detached even if another process still
+    /// holds it.
+    pub fn detach(mut self) -> Result<(), SteerError> {
+        match self.link.take() {
+            // Closing the last link fd detaches the program synchronously.
+            Some(Link::Process(link)) => drop(link),
+            Some(Link::Pinned { fd, dir }) => pin::detach(&self.ifname, fd.as_fd(), &dir)?,
+            None => {}
         }
         Ok(())
     }
@@ -450,6 +642,49 @@ impl<K: Pod + Eq + Hash, V: Pod + PartialEq> Mirrored<K, V> {
 impl Drop for Steering {
     fn drop(&mut self) {
         drop(self.link.take());
+    }
+}
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds: the clock `bpf_ktime_get_ns` reads, which
+/// [`Steering::set_hold`]'s deadline is compared with.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write; CLOCK_MONOTONIC always exists.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_MONOTONIC)");
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The loaded (verified) steering program of `ebpf`.
+fn program(ebpf: &mut Ebpf) -> Result<&mut Xdp, SteerError> {
+    let prog: &mut Xdp = ebpf
+        .program_mut(PROGRAM_NAME)
+        .ok_or(SteerError::Missing(PROGRAM_NAME))?
+        .try_into()
+        .map_err(SteerError::Verify)?;
+    prog.load().map_err(SteerError::Verify)?;
+    Ok(prog)
+}
+
+/// Runs `attach` in the mode `mode` asks for: `Auto` tries native, then generic.
+fn with_mode<T>(
+    ifname: &str,
+    mode: config::XdpMode,
+    mut attach: impl FnMut(XdpAttach) -> Result<T, SteerError>,
+) -> Result<(T, XdpAttach), SteerError> {
+    match mode {
+        config::XdpMode::Native => Ok((attach(XdpAttach::Native)?, XdpAttach::Native)),
+        config::XdpMode::Generic => Ok((attach(XdpAttach::Generic)?, XdpAttach::Generic)),
+        config::XdpMode::Auto => match attach(XdpAttach::Native) {
+            Ok(t) => Ok((t, XdpAttach::Native)),
+            Err(native) => {
+                tracing::warn!(interface = %ifname, error = %native, "native XDP failed; falling back to generic XDP");
+                Ok((attach(XdpAttach::Generic)?, XdpAttach::Generic))
+            }
+        },
     }
 }
 
@@ -466,13 +701,6 @@ fn if_index(ifname: &str) -> Result<u32, SteerError> {
         return Err(no_interface(io::Error::last_os_error()));
     }
     Ok(index)
-}
-
-fn mode_flag(attach: XdpAttach) -> u32 {
-    match attach {
-        XdpAttach::Native => netlink::XDP_FLAGS_DRV_MODE,
-        XdpAttach::Generic => netlink::XDP_FLAGS_SKB_MODE,
-    }
 }
 
 /// Removes programs named [`PROGRAM_NAME`] attached to `ifindex` the legacy way. One held by
