@@ -56,7 +56,7 @@ pub fn summary(name: &str, c: &Config) -> String {
         "admin: http://{} (metrics, read-only API), healthz http://{}, socket {} (control {})",
         c.admin.listen,
         c.admin.healthz_listen(),
-        c.admin.socket.display(),
+        c.admin_socket().display(),
         if c.admin.enable_control { "on" } else { "off" }
     );
     let _ = writeln!(s, "log: {} ({})", c.log.level, log_format(c.log.format));

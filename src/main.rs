@@ -111,6 +111,23 @@ enum Command {
         #[command(flatten)]
         admin: AdminArgs,
     },
+    /// Remove for good what outlives `xvs run`: the pinned steering programs of this network
+    /// namespace (which otherwise hold xvs's frames for `restart_hold` after it stops, then
+    /// are removed by its watchdog) and the state files (flow and affinity tables, exports).
+    /// Refuses while an xvs runs with that state.
+    Cleanup {
+        /// The config whose `[dataplane] state_dir` and `bpf_pin_root` to clean (default: the
+        /// embedded demo config's).
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// The watchdog that `xvs run` starts: wait for process PID to end, then remove the
+        /// pins under --pins once their restart hold ran out, unless another xvs took them.
+        #[arg(long, requires = "pins")]
+        wait_for: Option<u32>,
+        /// The pin directory to watch (with --wait-for).
+        #[arg(long, requires = "wait_for")]
+        pins: Option<PathBuf>,
+    },
     /// Run the load balancer (needs the capabilities `xvs run` names, and the configured
     /// interfaces).
     Run {
@@ -157,6 +174,34 @@ pub fn load_config(path: Option<&PathBuf>) -> Option<config::Config> {
     }
 }
 
+fn cleanup(config: Option<&PathBuf>, watch: Option<(u32, PathBuf)>) -> ExitCode {
+    if let Some((pid, pins)) = watch {
+        // The watchdog: silent (no stdio), until the pins are removed, taken or gone.
+        daemon::hold::watch(&pins, pid);
+        return ExitCode::SUCCESS;
+    }
+    let Some(cfg) = load_config(config) else {
+        return ExitCode::from(EXIT_BAD_CONFIG);
+    };
+    let dp = &cfg.dataplane;
+    match daemon::hold::cleanup(&dp.bpf_pin_root, &dp.state_dir) {
+        Ok(c) => {
+            println!(
+                "removed {} pinned steering link(s) under {} and {} state file(s) in {}",
+                c.links,
+                dp.bpf_pin_root.display(),
+                c.files.len(),
+                dp.state_dir.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("xvs cleanup: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn control(admin: &AdminArgs, action: &'static str, service: Option<String>) -> ExitCode {
     status::main(
         status::StatusCmd::Control { action, service },
@@ -196,5 +241,10 @@ fn main() -> ExitCode {
         Command::Drain { admin } => control(&admin, "drain", None),
         Command::Undrain { admin } => control(&admin, "undrain", None),
         Command::Run { config } => run::main(config.as_ref()),
+        Command::Cleanup {
+            config,
+            wait_for,
+            pins,
+        } => cleanup(config.as_ref(), wait_for.zip(pins)),
     }
 }

@@ -65,7 +65,8 @@ fn daemonset_runs_that_config_with_the_capabilities_it_needs() {
         ds.contains("path: /healthz, port: healthz") && ds.contains("path: /livez, port: healthz")
     );
     // The control socket's directory is a hostPath.
-    assert!(cfg.admin.socket.starts_with("/run/xvs"));
+    assert!(cfg.admin_socket().starts_with("/run/xvs"));
+    assert_eq!(cfg.dataplane.state_dir, std::path::Path::new("/run/xvs"));
     assert!(ds.contains("mountPath: /run/xvs") && ds.contains("path: /run/xvs"));
     let rbac = deploy("rbac.yaml");
     for res in ["services", "nodes", "endpointslices"] {

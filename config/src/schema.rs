@@ -44,6 +44,33 @@ pub struct Config {
     pub health: Health,
 }
 
+impl Config {
+    /// The control socket: `[admin] socket`, else `xvs.sock` in `[dataplane] state_dir`.
+    pub fn admin_socket(&self) -> PathBuf {
+        self.admin
+            .socket
+            .clone()
+            .unwrap_or_else(|| self.dataplane.state_dir.join("xvs.sock"))
+    }
+
+    /// `[flowtable] removal_grace`, else two `min_sync_period`s (of `[kubernetes]`, else
+    /// the default 1s) plus one second.
+    pub fn removal_grace(&self) -> std::time::Duration {
+        match self.flowtable.removal_grace {
+            Some(g) => g.get(),
+            None => {
+                let min_sync = self
+                    .kubernetes
+                    .as_ref()
+                    .map_or(std::time::Duration::from_secs(1), |k| {
+                        k.min_sync_period.get()
+                    });
+                2 * min_sync + std::time::Duration::from_secs(1)
+            }
+        }
+    }
+}
+
 /// `[node]`.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -182,6 +209,25 @@ pub struct Dataplane {
     /// signal stops at once. "0s": stop at once.
     #[serde(default = "default_drain_timeout")]
     pub drain_timeout: Dur,
+    /// Where state that outlives the process lives (a tmpfs: `/run`): the flow table and
+    /// the ClientIP affinity table (shared mappings the next xvs of the boot adopts), the
+    /// flows exported at a graceful stop, and the control socket by default. A hostPath in
+    /// the DaemonSet.
+    #[serde(default = "default_state_dir")]
+    pub state_dir: PathBuf,
+    /// While no xvs runs (a restart, a crash), the steering program stays attached and
+    /// drops frames xvs owns (to a VIP, to the SNAT ports, nat replies) instead of letting
+    /// the kernel answer them with resets, for at most this long after the last xvs stopped
+    /// refreshing it; then it passes everything and is removed, so a node whose xvs never
+    /// returns still works.
+    #[serde(default = "default_restart_hold")]
+    pub restart_hold: Dur,
+    /// Where the steering programs are pinned so they stay attached across a restart: a
+    /// directory on a bpffs, with one subdirectory per network namespace. `ip netns exec`
+    /// mounts a new `/sys`, hiding `/sys/fs/bpf`: there, mount a bpffs elsewhere (the lab
+    /// uses `/run/xvs-bpf`) and point this at it.
+    #[serde(default = "default_bpf_pin_root")]
+    pub bpf_pin_root: PathBuf,
 }
 
 fn default_snat_ports() -> PortRange {
@@ -208,6 +254,15 @@ fn default_mh_table() -> u32 {
 fn default_drain_timeout() -> Dur {
     Dur::from_secs(5)
 }
+fn default_state_dir() -> PathBuf {
+    PathBuf::from("/run/xvs")
+}
+fn default_restart_hold() -> Dur {
+    Dur::from_secs(30)
+}
+fn default_bpf_pin_root() -> PathBuf {
+    PathBuf::from("/sys/fs/bpf/xvs")
+}
 
 impl Default for Dataplane {
     fn default() -> Self {
@@ -229,6 +284,9 @@ impl Default for Dataplane {
             napi_busy_poll: false,
             mh_table_size: default_mh_table(),
             drain_timeout: default_drain_timeout(),
+            state_dir: default_state_dir(),
+            restart_hold: default_restart_hold(),
+            bpf_pin_root: default_bpf_pin_root(),
         }
     }
 }
@@ -259,6 +317,13 @@ pub struct FlowTable {
     /// not terminating). UDP flows of such a backend are always re-steered at once.
     #[serde(default)]
     pub removed_backend_tcp: RemovedBackendPolicy,
+    /// How long a backend must have been absent from its service before its flows are
+    /// ended (TCP/SCTP, per `removed_backend_tcp`) or re-steered (UDP) and its id retired;
+    /// one that comes back within it keeps its flows. Control-plane churn (an endpoint moving
+    /// between EndpointSlices, an API server relist) makes backends vanish for about one
+    /// `min_sync_period`. Default: two `[kubernetes] min_sync_period`s plus one second (3s).
+    /// See [`Config::removal_grace`].
+    pub removal_grace: Option<Dur>,
 }
 
 /// `[flowtable] removed_backend_tcp`.
@@ -288,6 +353,7 @@ impl Default for FlowTable {
             capacity: default_capacity(),
             backends_max: default_backends_max(),
             removed_backend_tcp: RemovedBackendPolicy::default(),
+            removal_grace: None,
         }
     }
 }
@@ -579,8 +645,9 @@ pub struct Admin {
     pub healthz_listen: Option<SocketAddr>,
     /// The control socket (a unix socket, mode 0600): everything `listen` serves plus
     /// freeze/drain when `enable_control` is set; `xvs status`, `xvs freeze`... use it.
-    #[serde(default = "default_admin_socket")]
-    pub socket: PathBuf,
+    /// Default: `xvs.sock` in `[dataplane] state_dir` (`/run/xvs/xvs.sock`); see
+    /// [`Config::admin_socket`].
+    pub socket: Option<PathBuf>,
     /// Allow state-changing endpoints (freeze, drain), on the control socket only. Off by
     /// default.
     #[serde(default)]
@@ -594,16 +661,12 @@ fn default_admin_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 10249))
 }
 
-fn default_admin_socket() -> PathBuf {
-    PathBuf::from("/run/xvs/xvs.sock")
-}
-
 impl Default for Admin {
     fn default() -> Self {
         Admin {
             listen: default_admin_listen(),
             healthz_listen: None,
-            socket: default_admin_socket(),
+            socket: None,
             enable_control: false,
         }
     }

@@ -99,7 +99,10 @@ fn minimal_file_gets_defaults() {
     assert_eq!(c.timeouts.udp.get().as_secs(), 300);
     assert_eq!(c.admin.listen.to_string(), "127.0.0.1:10249");
     assert_eq!(c.admin.healthz_listen().to_string(), "0.0.0.0:10256");
-    assert_eq!(c.admin.socket, Path::new("/run/xvs/xvs.sock"));
+    assert_eq!(c.admin_socket(), Path::new("/run/xvs/xvs.sock"));
+    assert_eq!(c.dataplane.state_dir, Path::new("/run/xvs"));
+    assert_eq!(c.dataplane.restart_hold.get().as_secs(), 30);
+    assert_eq!(c.removal_grace().as_secs(), 3);
     assert!(!c.admin.enable_control);
     assert_eq!(c.log.level, "info");
     assert_eq!(c.log.format, LogFormat::Text);
@@ -383,4 +386,37 @@ fn log_level_and_format() {
     }
     let p = problem(&with("format = \"xml\"\n"));
     assert_eq!(p.key, "log.format", "{}", p.message);
+}
+
+#[test]
+fn state_dir_restart_hold_and_removal_grace() {
+    let with = |dp: &str, extra: &str| {
+        MINIMAL.replace("[dataplane]\n", &format!("[dataplane]\n{dp}")) + extra
+    };
+    // The socket follows the state directory unless set.
+    let c = parse(&with("state_dir = \"/tmp/x\"\n", ""), "t.toml").unwrap();
+    assert_eq!(c.admin_socket(), Path::new("/tmp/x/xvs.sock"));
+    let c = parse(
+        &with(
+            "state_dir = \"/tmp/x\"\n",
+            "\n[admin]\nsocket = \"/s/a.sock\"\n",
+        ),
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(c.admin_socket(), Path::new("/s/a.sock"));
+    let p = problem(&with("state_dir = \"run/xvs\"\n", ""));
+    assert_eq!(p.key, "dataplane.state_dir", "{}", p.message);
+    let p = problem(&with("restart_hold = \"2h\"\n", ""));
+    assert_eq!(p.key, "dataplane.restart_hold", "{}", p.message);
+    // The grace must outlast two min_sync_periods (1s for the static source).
+    let c = parse(
+        &with("", "\n[flowtable]\nremoval_grace = \"10s\"\n"),
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(c.removal_grace().as_secs(), 10);
+    let p = problem(&with("", "\n[flowtable]\nremoval_grace = \"2s\"\n"));
+    assert_eq!(p.key, "flowtable.removal_grace", "{}", p.message);
+    assert!(p.message.contains("EndpointSlices"), "{}", p.message);
 }

@@ -55,6 +55,27 @@ fn is_prime(n: u32) -> bool {
 fn dataplane(c: &Config, out: &mut Found) {
     let dp = &c.dataplane;
     let at = |k: &str| KeyPath::of(&["dataplane", k]);
+    if !dp.state_dir.is_absolute() {
+        err(
+            out,
+            at("state_dir"),
+            format!("{} is not an absolute path", dp.state_dir.display()),
+        );
+    }
+    if !dp.bpf_pin_root.is_absolute() {
+        err(
+            out,
+            at("bpf_pin_root"),
+            format!("{} is not an absolute path", dp.bpf_pin_root.display()),
+        );
+    }
+    if dp.restart_hold.get() > std::time::Duration::from_secs(3600) {
+        err(
+            out,
+            at("restart_hold"),
+            "at most 1h: a node whose xvs does not come back drops VIP traffic that long",
+        );
+    }
     for (key, v) in [
         ("rx_ring_size", dp.rx_ring_size),
         ("tx_ring_size", dp.tx_ring_size),
@@ -201,6 +222,24 @@ fn flowtable(c: &Config, out: &mut Found) {
             KeyPath::of(&["flowtable", "backends_max"]),
             "must be at least 1",
         );
+    }
+    if let Some(g) = ft.removal_grace {
+        let min_sync = c
+            .kubernetes
+            .as_ref()
+            .map_or(std::time::Duration::from_secs(1), |k| {
+                k.min_sync_period.get()
+            });
+        if g.get() <= 2 * min_sync {
+            err(
+                out,
+                KeyPath::of(&["flowtable", "removal_grace"]),
+                format!(
+                    "{g} is not longer than two min_sync_periods ({:?}): an endpoint that moves between EndpointSlices would lose its flows",
+                    2 * min_sync
+                ),
+            );
+        }
     }
     let backends: usize = c.services.iter().map(|s| s.backends.len()).sum();
     if backends > ft.backends_max as usize {
@@ -466,11 +505,13 @@ fn admin(c: &Config, out: &mut Found) {
             ),
         );
     }
-    if !a.socket.is_absolute() || a.socket.file_name().is_none() {
+    if let Some(socket) = &a.socket
+        && (!socket.is_absolute() || socket.file_name().is_none())
+    {
         err(
             out,
             at("socket"),
-            format!("{} is not an absolute path to a file", a.socket.display()),
+            format!("{} is not an absolute path to a file", socket.display()),
         );
     }
 }

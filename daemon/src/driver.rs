@@ -32,14 +32,12 @@ use anyhow::Context;
 use arc_swap::ArcSwap;
 use config::Config;
 use fastpath::passive::SynWatch;
-use fastpath::pipeline::{Pipeline, PipelineConfig, flow_table_config};
+use fastpath::pipeline::{Pipeline, PipelineConfig};
 use fastpath::snapshot::{L2Table, Snapshot, SnapshotBuilder};
-use fastpath::steer::{SteerCounters, Steering};
+use fastpath::steer::{self, SteerCounters, Steering};
 use fastpath::worker::{WorkerCounters, WorkerStats, spawn_worker, worker_specs};
 use fastpath::xsk::XskSet;
 use fastpath::xsk::napi::NapiDefer;
-use flowtable::FlowTable;
-use lb_algos::AffinityTable;
 use slowpath::admin::{AdminConfig, AdminServer};
 use slowpath::health::HealthChecker;
 use slowpath::k8s::HealthCheckNodePort;
@@ -51,9 +49,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admin::{CommandMsg, DaemonState, StatusView, SyncStats};
 use crate::controller::{Action, Controller, Event, Reload, Sample, Signal, SteerSet, StopReason};
+use crate::{hold, state};
 
-/// ClientIP affinity entries shared by all workers.
-pub const AFFINITY_CAPACITY: usize = 1 << 16;
 /// How often the loop ticks the controller without an event.
 pub const TICK: Duration = Duration::from_millis(100);
 /// Threads of the slowpath runtime.
@@ -123,10 +120,10 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
     };
 
     let epoch = Instant::now();
-    let flows = Arc::new(
-        FlowTable::new(flow_table_config(&cfg), epoch).context("allocating the flow table")?,
-    );
-    let affinity = Arc::new(AffinityTable::new(AFFINITY_CAPACITY, epoch));
+    // The flow and affinity tables: adopted from the previous process of this boot, or new.
+    let tables = state::open(&cfg, epoch)?;
+    let flows = Arc::new(tables.flows);
+    let affinity = Arc::new(tables.affinity);
     let syn_watch = Arc::new(SynWatch::new(cfg.flowtable.backends_max as usize));
     let ifnames: Vec<String> = cfg
         .dataplane
@@ -135,12 +132,13 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
         .map(|i| i.name.clone())
         .collect();
     let l2 = read_l2(&ifnames).context("reading routes and neighbours")?;
-    let mut ctl = Controller::new(
+    let mut ctl = Controller::adopting(
         cfg.clone(),
         Arc::clone(&flows),
         Arc::clone(&syn_watch),
         l2,
         epoch,
+        tables.adopted.as_ref(),
     );
 
     // Busy polling needs the interfaces' NAPI deferral; put back when xvs returns.
@@ -158,9 +156,29 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
             .with_context(|| format!("opening AF_XDP sockets for queue {}", spec.queue))?;
         sockets.push((spec, set));
     }
+    // The steering programs stay attached across restarts (pinned); an earlier process's
+    // are adopted in place, with no moment in which the kernel sees xvs's frames.
+    let pins = steer::pin_dir_in(&cfg.dataplane.bpf_pin_root).with_context(|| {
+        format!(
+            "[dataplane] bpf_pin_root {}",
+            cfg.dataplane.bpf_pin_root.display()
+        )
+    })?;
     let mut steers = Vec::with_capacity(ifnames.len());
     for name in &ifnames {
-        steers.push(Steering::attach(name, cfg.dataplane.xdp_mode)?);
+        let (st, adopted) = Steering::attach_pinned(name, cfg.dataplane.xdp_mode, &pins)?;
+        tracing::info!(interface = %name, adopted, pins = %pins.display(), "steering program pinned");
+        steers.push(st);
+    }
+    let restart_hold = cfg.dataplane.restart_hold.get();
+    hold::refresh(&mut steers, restart_hold).map_err(anyhow::Error::msg)?;
+    match std::env::current_exe() {
+        Ok(exe) => {
+            if let Err(e) = hold::spawn_watchdog(&exe, &pins) {
+                tracing::warn!(error = %e, "could not start the restart-hold watchdog: if xvs does not come back, remove the steering with `xvs cleanup`");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "could not start the restart-hold watchdog"),
     }
     for (spec, set) in &sockets {
         for (port, fd) in set.fds() {
@@ -232,6 +250,7 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
         path,
         seen_mtime: path.and_then(mtime),
         stop: None,
+        restart_hold,
     };
     let now = Instant::now();
     ctl.tick(
@@ -281,7 +300,7 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
     let admin_cfg = AdminConfig {
         listen: cfg.admin.listen,
         healthz_listen: Some(cfg.admin.healthz_listen()),
-        socket: Some(cfg.admin.socket.clone()),
+        socket: Some(cfg.admin_socket()),
         control_enabled: cfg.admin.enable_control,
     };
     let admin = AdminServer::bind(&admin_cfg, Arc::clone(&state) as _)?;
@@ -294,28 +313,34 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
         interfaces = %ifnames.join(", "),
         admin = %format!("http://{admin_addr}"),
         healthz = %healthz_addr.map_or_else(String::new, |a| format!("http://{a}")),
-        socket = %cfg.admin.socket.display(),
+        socket = %cfg.admin_socket().display(),
         "ready"
     );
 
     let stopped = rt.block_on(io.run(&mut ctl, ev_rx, cmd_rx, &state, &handles));
 
-    // Detach first: from here on the kernel sees every frame, then the workers stop.
+    // The steering stays attached for the next process: from the last refresh of the hold,
+    // frames xvs owns are dropped (not answered by the kernel) for `restart_hold`, then the
+    // watchdog removes the programs if no xvs came back.
     let steer: Vec<_> = io
         .steers
         .iter()
         .map(|s| (s.ifname().to_owned(), s.counters().ok()))
         .collect();
+    if let Err(e) = hold::refresh(&mut io.steers, restart_hold) {
+        tracing::warn!(error = %e, "refreshing the restart hold at the stop");
+    }
     for st in std::mem::take(&mut io.steers) {
-        if let Err(e) = st.detach() {
-            tracing::warn!(error = %e, "detaching the steering program");
-        }
+        st.release();
     }
     stop_workers.store(true, Ordering::SeqCst);
     for h in handles {
         let _ = h.join();
     }
     state.fastpath_running.store(false, Ordering::Relaxed);
+    // The flows stay in the state file for the next process; a graceful stop also exports
+    // them for one with another layout.
+    crate::state::close(&flows, &cfg, stopped != StopReason::WorkerExited);
     drop(io);
     shutdown.cancel();
     rt.block_on(async {
@@ -359,6 +384,7 @@ struct Io<'a> {
     path: Option<&'a Path>,
     seen_mtime: Option<SystemTime>,
     stop: Option<StopReason>,
+    restart_hold: Duration,
 }
 
 impl Io<'_> {
@@ -403,6 +429,9 @@ impl Io<'_> {
                         .iter()
                         .filter_map(|st| Some((st.ifname().to_owned(), st.counters().ok()?)))
                         .collect();
+                }
+                if let Err(e) = hold::refresh(&mut self.steers, self.restart_hold) {
+                    tracing::warn!(error = %e, "refreshing the restart hold");
                 }
             }
             let running = !workers.iter().any(JoinHandle::is_finished);

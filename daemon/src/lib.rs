@@ -20,5 +20,7 @@ pub mod admin;
 pub mod caps;
 pub mod controller;
 pub mod driver;
+pub mod hold;
 pub mod logging;
 pub mod preflight;
+pub mod state;

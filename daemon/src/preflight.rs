@@ -36,6 +36,7 @@ pub fn preflight(cfg: &Config) -> Result<(), String> {
             ));
         }
     }
+    check_bpffs(&cfg.dataplane.bpf_pin_root)?;
     let local = local_addresses();
     let snat_local = cfg
         .dataplane
@@ -91,4 +92,35 @@ fn local_addresses() -> HashSet<IpAddr> {
         libc::freeifaddrs(head);
     }
     out
+}
+
+/// `statfs` magic of a bpffs.
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+/// Checks that `root` (or, while it does not exist yet, its nearest existing ancestor) is on a
+/// bpffs, where pinned programs outlive the process.
+fn check_bpffs(root: &Path) -> Result<(), String> {
+    let existing = root
+        .ancestors()
+        .find(|p| p.exists())
+        .unwrap_or(Path::new("/"));
+    let c = std::ffi::CString::new(existing.as_os_str().as_encoded_bytes())
+        .map_err(|_| format!("dataplane.bpf_pin_root {} has a NUL byte", root.display()))?;
+    // SAFETY: statfs fills `st`, a valid out-parameter, for a NUL-terminated path.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(format!(
+            "dataplane.bpf_pin_root {}: {}",
+            root.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    if st.f_type as i64 != BPF_FS_MAGIC {
+        return Err(format!(
+            "dataplane.bpf_pin_root {} is not on a bpffs ({} is not one here; `ip netns exec` mounts a new /sys, hiding /sys/fs/bpf): mount one (mount -t bpf bpf /run/xvs-bpf) and set bpf_pin_root inside it",
+            root.display(),
+            existing.display()
+        ));
+    }
+    Ok(())
 }

@@ -27,8 +27,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+mod adopt;
+
 pub use crate::limit::RateLimit;
 use crate::limit::TokenBucket;
+pub use adopt::{AdoptedIds, AdoptedService};
 use config::{Config, Mode, Protocol, SchedFlag, SchedulerName};
 use lb_algos::{
     AffinityTable, Backend, BackendId, ConnCounts, FlowTuple, SchedFlags, SchedParams, Scheduler,
@@ -498,6 +501,8 @@ pub struct SnapshotBuilder {
     frozen: bool,
     /// Rate-limit buckets count from here.
     epoch: Instant,
+    /// Ids of an adopted flow table not yet claimed (see `adopt`).
+    adopted: adopt::Adopted,
 }
 
 impl SnapshotBuilder {
@@ -526,6 +531,7 @@ impl SnapshotBuilder {
                 let now = Instant::now();
                 now.checked_sub(Duration::from_secs(3600)).unwrap_or(now)
             },
+            adopted: adopt::Adopted::default(),
         }
     }
 
@@ -587,6 +593,7 @@ impl SnapshotBuilder {
             free: Vec::new(),
             next: self.next,
             retired: Vec::new(),
+            adopted: adopt::AdoptedUndo::default(),
         };
         let result = self.build_changed(services, &mut ids, &changed, &removed, &mut undo);
         let (frontends, built, retire) = match result {
@@ -689,7 +696,9 @@ impl SnapshotBuilder {
                     name: services[p].name.clone(),
                 });
             }
-            let id = match self.free_ids.pop() {
+            let adopted = self.claim_adopted_service(&services[p].frontends, undo);
+            let id = match adopted.or_else(|| self.free_ids.pop()) {
+                Some(id) if adopted.is_some() => id,
                 Some(id) => {
                     undo.free_ids.push(id);
                     id
@@ -804,7 +813,10 @@ impl SnapshotBuilder {
                 });
             }
             for (i, addr) in fresh {
-                backends[i].id = self.take_backend_id(&s.name, addr, undo)?;
+                backends[i].id = match self.claim_adopted_backend(id, addr, undo) {
+                    Some(adopted) => adopted,
+                    None => self.take_backend_id(&s.name, addr, undo)?,
+                };
             }
             for b in old {
                 if !listed.contains(&b.addr) {
@@ -889,6 +901,7 @@ impl SnapshotBuilder {
         self.free.extend(undo.free.into_iter().rev());
         self.next = undo.next;
         self.retired.extend(undo.retired);
+        self.unclaim_adopted(undo.adopted);
     }
 
     /// Sets the global freeze for the snapshots built from now on: every new flow is refused
@@ -945,6 +958,7 @@ struct Undo {
     free: Vec<BackendId>,
     next: u32,
     retired: Vec<((String, SocketAddr), BackendId)>,
+    adopted: adopt::AdoptedUndo,
 }
 
 /// The scheduler a config name stands for.

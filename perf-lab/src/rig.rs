@@ -66,6 +66,9 @@ pub fn mac_str(m: [u8; 6]) -> String {
         .join(":")
 }
 
+/// A bpffs outside /sys (which `ip netns exec` remounts), where xvs pins its steering.
+pub const LAB_BPFFS: &str = "/run/xvs-bpf";
+
 /// A rig's shape and names.
 #[derive(Clone, Debug)]
 pub struct Rig {
@@ -146,6 +149,12 @@ impl Rig {
             }
         }
         for ns in &ours {
+            // xvs's pinned steering, kept per network namespace (by its inode).
+            if let Ok(meta) = std::fs::metadata(format!("/var/run/netns/{ns}")) {
+                use std::os::unix::fs::MetadataExt;
+                let pins = format!("{LAB_BPFFS}/xvs/ns-{}", meta.ino());
+                let _ = std::fs::remove_dir_all(pins);
+            }
             let _ = run(&["ip", "netns", "del", ns]);
         }
         Ok(())
@@ -176,6 +185,11 @@ impl Rig {
     }
 
     fn try_up(&self) -> anyhow::Result<()> {
+        // xvs pins its steering on a bpffs; `ip netns exec` hides /sys/fs/bpf.
+        if run(&["mountpoint", "-q", LAB_BPFFS]).is_err() {
+            std::fs::create_dir_all(LAB_BPFFS)?;
+            run(&["mount", "-t", "bpf", "bpf", LAB_BPFFS])?;
+        }
         let (c, x, s) = (self.ns_client(), self.ns_lb(), self.ns_switch());
         let q = self.queues.to_string();
         let qs = ["numtxqueues", &q, "numrxqueues", &q];

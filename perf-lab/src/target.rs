@@ -386,8 +386,9 @@ fn all_services(svc: &Services) -> impl Iterator<Item = (u32, &'static str, u16)
 
 /// The xvs config for the rig.
 pub fn xvs_config(rig: &Rig, svc: &Services, at: &Placement) -> String {
-    // The control socket lives with the run's files, so rigs never share one.
-    let socket = at.dir.join("xvs.sock");
+    // The state (flow table, control socket) lives with the run's files, so rigs never
+    // share one.
+    let state = at.dir.join("state");
     let q = rig.queues;
     let capacity = (u64::from(svc.flows) * 2).max(65536).next_power_of_two();
     let mut s = format!(
@@ -397,11 +398,12 @@ pub fn xvs_config(rig: &Rig, svc: &Services, at: &Placement) -> String {
          interfaces = [\n  {{ name = \"{IF_LB_CLIENT}\", queues = {q} }},\n  {{ name = \"{IF_LB_BACKEND}\", queues = {q} }},\n]\n\
          cores = [{lb}]\nslowpath_core = {gen}\nmode = \"{mode}\"\n\
          snat_addresses = [\"{LB_BACKEND_IP}\"]\nsnat_port_range = \"1024-32767\"\n\
-         xdp_mode = \"auto\"\nzero_copy = \"off\"\nbatch_size = 64\nnapi_busy_poll = {busy}\n\n\
+         xdp_mode = \"auto\"\nzero_copy = \"off\"\nbatch_size = 64\nnapi_busy_poll = {busy}\nstate_dir = {state:?}\nbpf_pin_root = \"{pins}/xvs\"\n\n\
          [flowtable]\ncapacity = {capacity}\n\n\
-         [admin]\nlisten = \"127.0.0.1:{XVS_ADMIN_PORT}\"\nsocket = {socket:?}\n",
-        socket = socket.display().to_string(),
+         [admin]\nlisten = \"127.0.0.1:{XVS_ADMIN_PORT}\"\n",
         prefix = rig.prefix,
+        state = state.display().to_string(),
+        pins = crate::rig::LAB_BPFFS,
         lb = at.lb_core,
         gen = at.gen_core,
         mode = if svc.snat { "fullnat" } else { "nat" },

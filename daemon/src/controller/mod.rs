@@ -20,10 +20,15 @@
 //!   [`Action::Publish`]. The driver stores it, steers for it and answers
 //!   [`Event::Published`]; only then is the publish a sync, and the first removal pass runs.
 //!   A build that fails keeps the old snapshot (counted, logged).
-//! - **Endpoint removal** ([`removal`]): after every publish, and a second pass
-//!   [`SECOND_PASS`] later (catching flows a worker inserted with the previous snapshot
-//!   meanwhile); only after the second pass are retired backend ids that no flow holds handed
-//!   back to the builder.
+//! - **Endpoint removal** ([`removal`]): a backend absent from the model acts as removed only
+//!   once it has been absent for `[flowtable] removal_grace` (control-plane churn must not end
+//!   flows); then its flows are handled at once and by a second pass [`SECOND_PASS`] later
+//!   (catching flows a worker inserted with the previous snapshot meanwhile); only after the
+//!   second pass are its id handed back to the builder, if no flow holds it. Passes also run
+//!   after every publish, for the ids already past their grace.
+//! - **Adoption** ([`Controller::adopting`]): a flow table adopted from an earlier process
+//!   keeps its ids: the builder gives them back to the same services and backends; once the
+//!   source is ready, the ids nothing claimed are retired like removed backends.
 //! - **Ready.** Until the configured source has produced its first model and that model was
 //!   published, [`Status::not_ready`] says why, and `/healthz` and `/livez` answer 503
 //!   (kube-proxy waits for its first sync the same way). The static source is ready at once.
@@ -59,14 +64,14 @@ use std::time::{Duration, Instant};
 
 use config::{Config, ProbeKind, RemovedBackendPolicy};
 use fastpath::passive::SynWatch;
-use fastpath::snapshot::{L2Table, Neighbour, ServiceSpec, Snapshot, SnapshotBuilder};
+use fastpath::snapshot::{AdoptedIds, L2Table, Neighbour, ServiceSpec, Snapshot, SnapshotBuilder};
 use flowtable::FlowTable;
 use lb_algos::ConnCounts;
 use slowpath::k8s::{HealthCheckNodePort, K8sModel};
 
 pub use drain::{Drain, QUIET};
 pub use passive::{PASSIVE_MIN_SYNS, PassiveHealth};
-pub use removal::{Removal, end_removed_flows, reclaim_ids};
+pub use removal::{Removal, Retirees, end_removed_flows, reclaim_ids};
 pub use steer::{SteerKey, SteerSet, ip_proto};
 
 /// The second removal pass runs this long after a publish.
@@ -235,6 +240,10 @@ pub struct Controller {
     /// changes waited).
     awaiting: Option<(u64, Instant)>,
     second_pass: Option<Instant>,
+    /// Retired backend ids in or past their removal grace.
+    retirees: Retirees,
+    /// `[flowtable] removal_grace`.
+    grace: Duration,
     last_sync: Option<Instant>,
     next_housekeeping: Instant,
     sync_period: Duration,
@@ -259,14 +268,33 @@ impl Controller {
         l2: L2Table,
         now: Instant,
     ) -> Controller {
+        Self::adopting(cfg, flows, syn_watch, l2, now, None)
+    }
+
+    /// [`Controller::new`] over a flow table adopted from an earlier process, whose flows
+    /// hold `adopted` ids: the builder gives them back to the same services and backends,
+    /// and once the source has described every service, those that did not come back go
+    /// through the removal policy (after the grace, like any removed backend).
+    pub fn adopting(
+        cfg: Config,
+        flows: Arc<FlowTable>,
+        syn_watch: Arc<SynWatch>,
+        l2: L2Table,
+        now: Instant,
+        adopted: Option<&AdoptedIds>,
+    ) -> Controller {
         let specs = ServiceSpec::from_config(&cfg);
+        let mut builder = SnapshotBuilder::from_config(&cfg);
+        if let Some(ids) = adopted {
+            builder.adopt(ids);
+        }
         let sync_period = cfg
             .kubernetes
             .as_ref()
             .map_or(DEFAULT_SYNC_PERIOD, |k| k.sync_period.get());
         let source_ready = cfg.kubernetes.is_none();
         let mut c = Controller {
-            builder: SnapshotBuilder::from_config(&cfg),
+            builder,
             specs,
             down: HashSet::new(),
             l2,
@@ -283,6 +311,8 @@ impl Controller {
             dirty_since: Some(now),
             awaiting: None,
             second_pass: None,
+            retirees: Retirees::default(),
+            grace: cfg.removal_grace(),
             last_sync: None,
             next_housekeeping: now,
             sync_period,
@@ -455,8 +485,15 @@ impl Controller {
         }
         if self.second_pass.is_some_and(|t| now >= t) {
             self.second_pass = None;
-            self.end_removed_flows();
-            reclaim_ids(&self.flows, &mut self.builder);
+            let due = self.end_removed_flows(now);
+            let n = reclaim_ids(&self.flows, &mut self.builder, &due);
+            if n > 0 {
+                self.retirees.update(self.builder.retired(), now);
+            }
+        } else if self.second_pass.is_none() && self.retirees.newly_due(now, self.grace) {
+            // A backend's grace just ended: handle it as removed now (and a second later).
+            self.end_removed_flows(now);
+            self.second_pass = Some(now + SECOND_PASS);
         }
         if now >= self.next_housekeeping {
             self.next_housekeeping = now + HOUSEKEEPING;
@@ -518,18 +555,33 @@ impl Controller {
         }
         if self.source_ready {
             self.synced_once = true;
+            if self.builder.adopting() {
+                // Every service the source has is in this snapshot: adopted ids that no
+                // service or backend claimed belong to what is gone.
+                let n = self.builder.settle_adopted();
+                tracing::info!(
+                    backends = n,
+                    "adopted backend ids of backends that are gone retired"
+                );
+            }
         }
         self.last_sync = Some(now);
-        self.end_removed_flows();
+        self.retirees.update(self.builder.retired(), now);
+        self.end_removed_flows(now);
         self.second_pass = Some(now + SECOND_PASS);
     }
 
-    /// The endpoint-removal policy over the flow table (see [`removal`]).
-    fn end_removed_flows(&mut self) {
-        let Some(snap) = &self.current else { return };
+    /// The endpoint-removal policy over the flow table (see [`removal`]), for the retired
+    /// ids whose grace is over at `now`; returns them.
+    fn end_removed_flows(&mut self, now: Instant) -> HashSet<lb_algos::BackendId> {
+        let due = self.retirees.due(now, self.grace);
+        self.retirees.passed(now, self.grace);
+        let Some(snap) = &self.current else {
+            return due;
+        };
         let r = end_removed_flows(
             &self.flows,
-            &self.builder,
+            &due,
             snap,
             self.cfg.flowtable.removed_backend_tcp,
         );
@@ -542,6 +594,7 @@ impl Controller {
                 "flows of removed backends"
             );
         }
+        due
     }
 
     fn housekeeping(&mut self) {

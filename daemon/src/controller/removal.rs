@@ -15,12 +15,17 @@
 //!   when the service has a backend that takes new flows (otherwise re-steering could only
 //!   drop them). Weight 0 is a drain (IPVS's quiescent server): every flow continues.
 //!
-//! The second pass catches a flow a worker inserted with the previous snapshot while the
-//! first pass ran. Only after it are retired ids whose counts reached zero handed back to
-//! the builder for reuse.
+//! A backend acts as removed only once it has been absent for `[flowtable] removal_grace`
+//! ([`Retirees`]): control-plane churn (an endpoint moving between EndpointSlices, whose
+//! removal arrives one `min_sync_period` before its addition) must not end flows, and a
+//! backend that comes back within the grace keeps its id and its flows.
 //!
+//! The second pass, a second after the first, catches a flow a worker inserted with the
+//! previous snapshot while the first pass ran. Only after it are retired ids whose grace is
+//! over and whose counts reached zero handed back to the builder for reuse.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
 
 use config::RemovedBackendPolicy;
 use fastpath::snapshot::{Snapshot, SnapshotBuilder};
@@ -36,15 +41,78 @@ pub struct Removal {
     pub ended: u64,
 }
 
-/// Applies the endpoint-removal policy (module docs) to the flow table, given the builder
-/// that built `snap` (for its retired ids).
+/// Retired backend ids and since when they are absent, for the removal grace.
+#[derive(Debug, Default)]
+pub struct Retirees {
+    since: HashMap<BackendId, Retiree>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Retiree {
+    since: Instant,
+    /// Removal passes run on it since its grace ended (two: first and second).
+    passes: u8,
+}
+
+impl Retirees {
+    /// Follows the builder's retired ids at `now`: new ones start their grace, ones that
+    /// came back (or were reclaimed) are forgotten.
+    pub fn update(&mut self, retired: impl Iterator<Item = BackendId>, now: Instant) {
+        let current: HashSet<BackendId> = retired.collect();
+        self.since.retain(|id, _| current.contains(id));
+        for id in current {
+            self.since.entry(id).or_insert(Retiree {
+                since: now,
+                passes: 0,
+            });
+        }
+    }
+
+    /// The ids absent for at least `grace` at `now`.
+    pub fn due(&self, now: Instant, grace: Duration) -> HashSet<BackendId> {
+        self.since
+            .iter()
+            .filter(|(_, r)| now >= r.since + grace)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// Whether an id's grace ended at or before `now` and no pass has run on it since.
+    pub fn newly_due(&self, now: Instant, grace: Duration) -> bool {
+        self.since
+            .values()
+            .any(|r| r.passes == 0 && now >= r.since + grace)
+    }
+
+    /// Records a pass over the ids due at `now`.
+    pub fn passed(&mut self, now: Instant, grace: Duration) {
+        for r in self.since.values_mut() {
+            if now >= r.since + grace {
+                r.passes = r.passes.saturating_add(1);
+            }
+        }
+    }
+
+    /// Ids tracked (in their grace or past it).
+    pub fn len(&self) -> usize {
+        self.since.len()
+    }
+
+    /// Whether none is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.since.is_empty()
+    }
+}
+
+/// Applies the endpoint-removal policy (module docs) to the flow table: `retired` are the
+/// backend ids to handle as removed (retired and past their grace), `snap` says which
+/// listed backends are unusable.
 pub fn end_removed_flows(
     flows: &FlowTable,
-    builder: &SnapshotBuilder,
+    retired: &HashSet<BackendId>,
     snap: &Snapshot,
     policy: RemovedBackendPolicy,
 ) -> Removal {
-    let retired: HashSet<BackendId> = builder.retired().collect();
     let mut unusable: HashSet<BackendId> = HashSet::new();
     for s in &snap.services {
         if s.backends.iter().any(|b| b.usable && b.weight > 0) {
@@ -75,9 +143,13 @@ pub fn end_removed_flows(
     out
 }
 
-/// Hands retired ids that no flow holds back to the builder; returns how many.
-pub fn reclaim_ids(flows: &FlowTable, builder: &mut SnapshotBuilder) -> usize {
-    builder.reclaim(|id| flows.active(id) + flows.inactive(id) > 0)
+/// Hands the retired ids of `due` that no flow holds back to the builder; returns how many.
+pub fn reclaim_ids(
+    flows: &FlowTable,
+    builder: &mut SnapshotBuilder,
+    due: &HashSet<BackendId>,
+) -> usize {
+    builder.reclaim(|id| !due.contains(&id) || flows.active(id) + flows.inactive(id) > 0)
 }
 
 #[cfg(test)]
@@ -137,7 +209,8 @@ mod tests {
         assert_eq!(lab.send(&frame(false, 2000, web, 80, 0x10)), None);
         // A second pass finds nothing more; the retired ids are then reclaimable.
         assert_eq!(lab.rebuild(), Removal::default());
-        assert_eq!(reclaim_ids(&lab.flows, &mut lab.builder), 2);
+        let all = lab.builder.retired().collect();
+        assert_eq!(reclaim_ids(&lab.flows, &mut lab.builder, &all), 2);
     }
 
     #[test]
@@ -182,7 +255,8 @@ mod tests {
             lab.send(&frame(false, 2000, web, 80, 0x10)),
             Some(ip("198.18.1.1"))
         );
-        assert_eq!(reclaim_ids(&lab.flows, &mut lab.builder), 0);
+        let all = lab.builder.retired().collect();
+        assert_eq!(reclaim_ids(&lab.flows, &mut lab.builder, &all), 0);
         // With no usable alternative, UDP flows of an unusable backend stay.
         let mut lab = Lab::new();
         assert_eq!(
@@ -197,5 +271,37 @@ mod tests {
             lab.send(&frame(true, 1000, dns, 53, 0)),
             Some(ip("198.18.1.1"))
         );
+    }
+}
+
+#[cfg(test)]
+mod grace_tests {
+    use super::*;
+
+    #[test]
+    fn retirees_are_due_only_after_the_grace() {
+        let t0 = Instant::now();
+        let grace = Duration::from_secs(3);
+        let mut r = Retirees::default();
+        r.update([BackendId(1), BackendId(2)].into_iter(), t0);
+        assert!(r.due(t0 + Duration::from_secs(2), grace).is_empty());
+        assert!(!r.newly_due(t0 + Duration::from_secs(2), grace));
+        // .2 comes back (no longer retired) before the grace ends: forgotten.
+        r.update([BackendId(1)].into_iter(), t0 + Duration::from_secs(2));
+        // A later update does not restart .1's grace.
+        r.update(
+            [BackendId(1), BackendId(3)].into_iter(),
+            t0 + Duration::from_millis(2500),
+        );
+        let at = t0 + Duration::from_secs(3);
+        assert_eq!(r.due(at, grace), HashSet::from([BackendId(1)]));
+        assert!(r.newly_due(at, grace));
+        r.passed(at, grace);
+        assert!(!r.newly_due(at, grace), "a pass ran on it");
+        assert!(
+            r.newly_due(t0 + Duration::from_millis(5500), grace),
+            ".3's turn"
+        );
+        assert_eq!(r.len(), 2);
     }
 }

@@ -119,9 +119,11 @@ impl Lab {
     pub fn rebuild(&mut self) -> Removal {
         let snap = Arc::new(self.builder.build(&self.specs, &self.l2).unwrap());
         self.pipeline.set_snapshot(Arc::clone(&snap));
+        // No grace here: every retired id counts as removed.
+        let retired = self.builder.retired().collect();
         end_removed_flows(
             &self.flows,
-            &self.builder,
+            &retired,
             &snap,
             self.cfg.flowtable.removed_backend_tcp,
         )

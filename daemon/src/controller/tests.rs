@@ -178,6 +178,12 @@ impl Harness {
 }
 
 const TICK: Duration = Duration::from_millis(100);
+
+fn steps(h: &mut Harness, n: usize) {
+    for _ in 0..n {
+        h.step(TICK);
+    }
+}
 const DNS: [u8; 4] = [198, 18, 100, 53];
 const WEB: [u8; 4] = [198, 18, 100, 80];
 const SYN: u8 = 0x02;
@@ -297,6 +303,15 @@ fn removed_backend_flows_end_and_ids_come_back_only_after_the_second_pass() {
         "the change waits for a tick"
     );
     h.step(TICK);
+    // Within the removal grace (3 s) nothing happens to its flows.
+    assert_eq!((h.status.flows_resteered, h.status.flows_ended), (0, 0));
+    assert_eq!(
+        h.send(&frame(false, 2000, WEB, 80, ACK)),
+        Some(ip("198.18.1.1"))
+    );
+    steps(&mut h, 25);
+    assert_eq!((h.status.flows_resteered, h.status.flows_ended), (0, 0));
+    steps(&mut h, 10);
     assert_eq!((h.status.flows_resteered, h.status.flows_ended), (1, 1));
     // The UDP flow is scheduled again; the TCP flow of .1 has no flow any more.
     assert_eq!(
@@ -357,17 +372,16 @@ fn a_flow_inserted_with_the_previous_snapshot_is_caught_by_the_second_pass() {
         old_snap,
     );
     h.reload(&without_backend_1(CFG));
-    h.step(TICK);
+    // The grace (3 s from the publish) ends, and the first pass finds nothing.
+    steps(&mut h, 32);
     assert_eq!((h.status.flows_resteered, h.status.flows_ended), (0, 0));
     // The laggard inserts a UDP flow to .1 after the first pass.
     let mut f = frame(true, 1000, DNS, 53, 0);
     assert!(matches!(laggard.process(&mut f, h.now), Verdict::Tx(_)));
     assert_eq!(dst_of(&f), ip("198.18.1.1"));
-    for _ in 0..9 {
-        h.step(TICK);
-    }
+    steps(&mut h, 8);
     assert_eq!(h.status.flows_resteered, 0, "second pass not due yet");
-    h.step(TICK);
+    steps(&mut h, 2);
     assert_eq!(h.status.flows_resteered, 1);
     assert_eq!(
         h.send(&frame(true, 1000, DNS, 53, 0)),
@@ -559,5 +573,102 @@ fn unresolved_next_hops_are_solicited() {
             .filter(|s| matches!(s, Seen::Solicit(_)))
             .count(),
         2
+    );
+}
+
+#[test]
+fn a_backend_back_within_the_grace_keeps_its_flows() {
+    // An endpoint moving between EndpointSlices: the removal arrives first, the addition one
+    // min_sync_period later.
+    let mut h = Harness::new(CFG);
+    h.step(TICK);
+    assert_eq!(
+        h.send(&frame(true, 1000, DNS, 53, 0)),
+        Some(ip("198.18.1.1"))
+    );
+    assert_eq!(
+        h.send(&frame(false, 2000, WEB, 80, SYN)),
+        Some(ip("198.18.1.1"))
+    );
+    let id = h.ids("web")[&"198.18.1.1:80".parse().unwrap()];
+    h.reload(&without_backend_1(CFG));
+    steps(&mut h, 10);
+    h.reload(CFG);
+    steps(&mut h, 60);
+    assert_eq!((h.status.flows_resteered, h.status.flows_ended), (0, 0));
+    assert_eq!(
+        h.ids("web")[&"198.18.1.1:80".parse().unwrap()],
+        id,
+        "same id"
+    );
+    assert_eq!(
+        h.send(&frame(false, 2000, WEB, 80, ACK)),
+        Some(ip("198.18.1.1"))
+    );
+    assert_eq!(
+        h.send(&frame(true, 1000, DNS, 53, 0)),
+        Some(ip("198.18.1.1"))
+    );
+}
+
+#[test]
+fn an_adopted_table_keeps_its_flows_and_ends_those_of_backends_gone() {
+    // The first process: flows to both backends of both services.
+    let mut first = Harness::new(CFG);
+    first.step(TICK);
+    for p in 0..4u16 {
+        first.send(&frame(false, 2000 + p, WEB, 80, SYN));
+        first.send(&frame(true, 1000 + p, DNS, 53, 0));
+    }
+    assert_eq!(first.flows.len(), 8);
+    let old_web = first.ids("web");
+    let adopted = AdoptedIds::from_flows(&first.flows);
+    // The next process adopts the table; its config lost backend .1.
+    let cfg = config::parse(&without_backend_1(CFG), "t.toml").unwrap();
+    let syn = Arc::new(SynWatch::new(cfg.flowtable.backends_max as usize));
+    let ctl = Controller::adopting(
+        cfg,
+        Arc::clone(&first.flows),
+        Arc::clone(&syn),
+        lab_l2(),
+        first.now,
+        Some(&adopted),
+    );
+    let mut h = Harness {
+        ctl,
+        pipeline: None,
+        syn,
+        flows: Arc::clone(&first.flows),
+        now: first.now,
+        tx: 0,
+        log: Vec::new(),
+        status: Status::default(),
+        stopped: None,
+        workers_running: true,
+    };
+    h.step(TICK);
+    // .2 keeps its id, so its flows' counts and the schedulers agree.
+    let two: SocketAddr = "198.18.1.2:80".parse().unwrap();
+    assert_eq!(h.ids("web")[&two], old_web[&two]);
+    // Every adopted flow is forwarded as before, .1's too while its grace runs.
+    assert_eq!(
+        h.send(&frame(false, 2000, WEB, 80, ACK)),
+        Some(ip("198.18.1.1"))
+    );
+    assert_eq!(
+        h.send(&frame(false, 2001, WEB, 80, ACK)),
+        Some(ip("198.18.1.2"))
+    );
+    // After the grace, .1 is handled as removed: TCP ended, UDP re-steered.
+    steps(&mut h, 31);
+    assert_eq!((h.status.flows_resteered, h.status.flows_ended), (2, 2));
+    assert_eq!(h.send(&frame(false, 2000, WEB, 80, ACK)), None);
+    assert_eq!(
+        h.send(&frame(true, 1000, DNS, 53, 0)),
+        Some(ip("198.18.1.2"))
+    );
+    assert_eq!(
+        h.send(&frame(false, 2001, WEB, 80, ACK)),
+        Some(ip("198.18.1.2"))
     );
 }

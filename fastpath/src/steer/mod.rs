@@ -250,9 +250,10 @@ pub enum SteerError {
     },
     /// Creating or using the pin directory failed.
     #[error(
-        "cannot use the pin directory {}: {source} (it must be on the host's bpffs, mounted \
-         at /sys/fs/bpf: `ip netns exec` mounts a new /sys without it; a non-root xvs needs \
-         {PIN_ROOT} made for it: `install -d -o xvs -g xvs -m 0700 {PIN_ROOT}`)",
+        "cannot use the pin directory {}: {source} (it must be on a bpffs that outlives xvs, \
+         [dataplane] bpf_pin_root, default {PIN_ROOT}: `ip netns exec` mounts a new /sys that \
+         hides /sys/fs/bpf; a non-root xvs needs the pin root made for it, e.g. \
+         `install -d -o xvs -g xvs -m 0700 {PIN_ROOT}`)",
         path.display()
     )]
     PinDir {
@@ -645,18 +646,8 @@ impl Drop for Steering {
     }
 }
 
-/// `CLOCK_MONOTONIC` now, in nanoseconds: the clock `bpf_ktime_get_ns` reads, which
-/// [`Steering::set_hold`]'s deadline is compared with.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec to write; CLOCK_MONOTONIC always exists.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_MONOTONIC)");
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+/// CLOCK_MONOTONIC now, in ns: what the program's `bpf_ktime_get_ns` reads.
+pub use shm::monotonic_ns;
 
 /// The loaded (verified) steering program of `ebpf`.
 fn program(ebpf: &mut Ebpf) -> Result<&mut Xdp, SteerError> {

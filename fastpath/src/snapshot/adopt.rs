@@ -1,0 +1,371 @@
+//! Ids that outlive the process: a flow table adopted from an earlier process holds service
+//! and backend ids of that process's builder (in its flows, the per-backend counts and the
+//! ClientIP affinity entries). The new builder hands the same ids to the same services and
+//! backends, recognised by what the flows record: a service by the frontends its flows were
+//! addressed to, a backend by its address within that service.
+//!
+//! - [`AdoptedIds::from_flows`] reads them off the table; [`SnapshotBuilder::adopt`] reserves
+//!   them before the first build, so no new service or backend takes one.
+//! - A new service one of whose frontends an adopted service id had takes that id; a new
+//!   backend of it at an adopted address takes that backend's id.
+//! - [`SnapshotBuilder::settle_adopted`], once the source has described every service (its
+//!   first model), retires the adopted backend ids nothing claimed, so the endpoint-removal
+//!   policy handles their flows like any removed backend's and the ids come back once no
+//!   flow holds them; unclaimed service ids are freed.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::SocketAddr;
+
+use flowtable::FlowTable;
+use lb_algos::BackendId;
+
+use super::{Frontend, SnapshotBuilder, Undo};
+
+/// The ids an adopted flow table's flows hold.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AdoptedIds {
+    /// By service id: the frontends its flows were addressed to, and its backends' ids by
+    /// address.
+    pub services: BTreeMap<u32, AdoptedService>,
+}
+
+/// One adopted service id's flows, summarised.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AdoptedService {
+    /// Frontends (VIP, protocol, port) its flows were addressed to.
+    pub frontends: BTreeSet<Frontend>,
+    /// Backend ids by backend address.
+    pub backends: BTreeMap<SocketAddr, BackendId>,
+}
+
+impl AdoptedIds {
+    /// The ids of every live flow of `flows`. A backend id seen at two addresses (which a
+    /// consistent table never shows) keeps the first.
+    pub fn from_flows(flows: &FlowTable) -> AdoptedIds {
+        let mut out = AdoptedIds::default();
+        let mut seen: HashMap<BackendId, SocketAddr> = HashMap::new();
+        flows.scan(0, flows.capacity(), |v| {
+            let d = &v.data;
+            let s = out.services.entry(d.service_id).or_default();
+            let protocol = match d.proto {
+                flowtable::Protocol::Tcp => Some(config::Protocol::Tcp),
+                flowtable::Protocol::Udp => Some(config::Protocol::Udp),
+                flowtable::Protocol::Sctp => Some(config::Protocol::Sctp),
+                flowtable::Protocol::Icmp | flowtable::Protocol::Icmpv6 => None,
+            };
+            if let Some(protocol) = protocol {
+                s.frontends.insert(Frontend {
+                    vip: d.vip.ip(),
+                    protocol,
+                    port: d.vip.port(),
+                });
+            }
+            if *seen.entry(d.backend_id).or_insert(d.backend) == d.backend {
+                s.backends.insert(d.backend, d.backend_id);
+            }
+        });
+        out
+    }
+
+    /// Backend ids in all.
+    pub fn backends(&self) -> usize {
+        self.services.values().map(|s| s.backends.len()).sum()
+    }
+}
+
+/// What the builder keeps of adopted ids until they are claimed or settled.
+#[derive(Debug, Default)]
+pub(super) struct Adopted {
+    /// Unclaimed adopted service ids by frontend.
+    by_frontend: HashMap<Frontend, u32>,
+    /// Unclaimed adopted service ids, with their frontends.
+    unclaimed: BTreeMap<u32, BTreeSet<Frontend>>,
+    /// Adopted backend ids not yet given to a backend, by (service id, address).
+    backends: HashMap<(u32, SocketAddr), BackendId>,
+}
+
+/// What a build took from the adopted ids (given back if it fails).
+#[derive(Debug, Default)]
+pub(super) struct AdoptedUndo {
+    services: Vec<(u32, BTreeSet<Frontend>)>,
+    backends: Vec<((u32, SocketAddr), BackendId)>,
+}
+
+impl SnapshotBuilder {
+    /// Reserves the ids of an adopted flow table (see the module doc). Call before the first
+    /// build; ids at or above `backends_max` are ignored (their flows cannot be counted).
+    pub fn adopt(&mut self, ids: &AdoptedIds) {
+        let max_sid = ids.services.keys().copied().max();
+        if let Some(max) = max_sid {
+            let n = max as usize + 1;
+            while self.slots.len() < n {
+                self.slots.push(None);
+                self.seen.push(0);
+            }
+            let taken: BTreeSet<u32> = ids.services.keys().copied().collect();
+            // Lowest first out of the free list.
+            self.free_ids = (0..n as u32).rev().filter(|i| !taken.contains(i)).collect();
+        }
+        let backend_ids: BTreeSet<u32> = ids
+            .services
+            .values()
+            .flat_map(|s| s.backends.values().map(|b| b.0))
+            .filter(|b| *b < self.backends_max)
+            .collect();
+        if let Some(&max) = backend_ids.iter().next_back() {
+            self.next = self.next.max(max + 1);
+            self.free = (0..self.next)
+                .rev()
+                .filter(|i| !backend_ids.contains(i))
+                .map(BackendId)
+                .collect();
+        }
+        for (&sid, s) in &ids.services {
+            for f in &s.frontends {
+                self.adopted.by_frontend.entry(*f).or_insert(sid);
+            }
+            self.adopted.unclaimed.insert(sid, s.frontends.clone());
+            for (&addr, &id) in &s.backends {
+                if id.0 < self.backends_max {
+                    self.adopted.backends.insert((sid, addr), id);
+                }
+            }
+        }
+    }
+
+    /// The adopted service id a new service with `frontends` takes, if any.
+    pub(super) fn claim_adopted_service(
+        &mut self,
+        frontends: &[Frontend],
+        undo: &mut Undo,
+    ) -> Option<u32> {
+        if self.adopted.unclaimed.is_empty() {
+            return None;
+        }
+        let sid = frontends
+            .iter()
+            .find_map(|f| self.adopted.by_frontend.get(f).copied())
+            .filter(|sid| self.adopted.unclaimed.contains_key(sid))?;
+        let fronts = self.adopted.unclaimed.remove(&sid)?;
+        for f in &fronts {
+            self.adopted.by_frontend.remove(f);
+        }
+        undo.adopted.services.push((sid, fronts));
+        Some(sid)
+    }
+
+    /// The adopted id of a backend new to service `sid` at `addr`, if any.
+    pub(super) fn claim_adopted_backend(
+        &mut self,
+        sid: u32,
+        addr: SocketAddr,
+        undo: &mut Undo,
+    ) -> Option<BackendId> {
+        if self.adopted.backends.is_empty() {
+            return None;
+        }
+        let id = self.adopted.backends.remove(&(sid, addr))?;
+        undo.adopted.backends.push(((sid, addr), id));
+        Some(id)
+    }
+
+    /// Gives back what a failed build claimed.
+    pub(super) fn unclaim_adopted(&mut self, undo: AdoptedUndo) {
+        for (sid, fronts) in undo.services {
+            for f in &fronts {
+                self.adopted.by_frontend.insert(*f, sid);
+            }
+            self.adopted.unclaimed.insert(sid, fronts);
+        }
+        self.adopted.backends.extend(undo.backends);
+    }
+
+    /// Ends the adoption once the source has described every service: adopted backend ids
+    /// nothing claimed are retired (the removal policy handles their flows; the ids return
+    /// when no flow holds them), unclaimed service ids are freed. Returns how many backend
+    /// ids were retired.
+    pub fn settle_adopted(&mut self) -> usize {
+        let backends = std::mem::take(&mut self.adopted.backends);
+        let n = backends.len();
+        for ((sid, addr), id) in backends {
+            // Under the name of the service that has the id now, so that a backend coming
+            // back to it gets its id again; a placeholder no service is named for the rest.
+            let name = match self.slots.get(sid as usize).and_then(Option::as_ref) {
+                Some(slot) => slot.spec.name.clone(),
+                None => format!("\u{0}adopted:{sid}"),
+            };
+            self.retired.insert((name, addr), id);
+        }
+        let unclaimed = std::mem::take(&mut self.adopted.unclaimed);
+        self.adopted.by_frontend.clear();
+        self.free_ids.extend(unclaimed.into_keys().rev());
+        n
+    }
+
+    /// Whether adopted ids wait to be claimed or settled.
+    pub fn adopting(&self) -> bool {
+        !self.adopted.unclaimed.is_empty() || !self.adopted.backends.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use flowtable::{FlowData, FlowTableConfig, TcpFlags};
+
+    use super::*;
+    use crate::snapshot::{BackendSpec, L2Table, ServiceSpec, Snapshot};
+
+    const CFG: &str = r#"
+[dataplane]
+snat_addresses = ["198.18.1.254"]
+[[services]]
+name = "a"
+vip = "198.18.100.1"
+port = 80
+protocol = "tcp"
+backends = [{ addr = "198.18.1.1:8080" }, { addr = "198.18.1.2:8080" }]
+[[services]]
+name = "b"
+vip = "198.18.100.2"
+port = 53
+protocol = "udp"
+backends = [{ addr = "198.18.1.3:53" }, { addr = "198.18.1.4:53" }, { addr = "198.18.1.5:53" }]
+"#;
+
+    fn ids(snap: &Snapshot, name: &str) -> (u32, Vec<(SocketAddr, u32)>) {
+        let s = snap.services.iter().find(|s| s.name == name).unwrap();
+        (s.id, s.backends.iter().map(|b| (b.addr, b.id.0)).collect())
+    }
+
+    /// One flow to every backend of `snap`.
+    fn table_of(snap: &Snapshot) -> FlowTable {
+        let t = FlowTable::new(FlowTableConfig::new(256, 64), Instant::now()).unwrap();
+        for (i, s) in snap.services.iter().enumerate() {
+            let f = s.frontends[0];
+            for (j, b) in s.backends.iter().enumerate() {
+                let d = FlowData {
+                    proto: match f.protocol {
+                        config::Protocol::Tcp => flowtable::Protocol::Tcp,
+                        config::Protocol::Udp => flowtable::Protocol::Udp,
+                        config::Protocol::Sctp => flowtable::Protocol::Sctp,
+                    },
+                    client: SocketAddr::new([198, 18, 0, 2].into(), 1000 + (10 * i + j) as u16),
+                    vip: SocketAddr::new(f.vip, f.port),
+                    backend: b.addr,
+                    snat: SocketAddr::new([198, 18, 1, 254].into(), 2000 + (10 * i + j) as u16),
+                    service_id: s.id,
+                    backend_id: b.id,
+                    snapshot_gen: 1,
+                    flags: 0,
+                };
+                t.insert(&d, TcpFlags::SYN, Instant::now()).unwrap();
+            }
+        }
+        t
+    }
+
+    #[test]
+    fn a_new_builder_gives_adopted_flows_their_ids_back() {
+        let cfg = config::parse(CFG, "t.toml").unwrap();
+        let specs = ServiceSpec::from_config(&cfg);
+        // The first process: a service "x" first, so "a" and "b" do not get ids 0 and 1.
+        let mut first = SnapshotBuilder::from_config(&cfg);
+        let mut with_x = specs.clone();
+        let mut x = specs[0].clone();
+        x.name = "x".into();
+        x.frontends[0].port = 8080;
+        x.backends = vec![BackendSpec {
+            addr: "198.18.1.9:80".parse().unwrap(),
+            weight: 1,
+            usable: true,
+        }];
+        with_x.insert(0, x);
+        let old = first.build(&with_x, &L2Table::default()).unwrap();
+        let table = table_of(&old);
+        let adopted = AdoptedIds::from_flows(&table);
+        assert_eq!(adopted.services.len(), 3);
+        assert_eq!(adopted.backends(), 6);
+
+        // The next process: no "x" yet, the services in another order, "b" lost .5 and
+        // gained .6, and a new service "c".
+        let mut next = SnapshotBuilder::from_config(&cfg);
+        next.adopt(&adopted);
+        assert!(next.adopting());
+        let mut now = specs.clone();
+        now.reverse();
+        now[0]
+            .backends
+            .retain(|b| b.addr.port() != 53 || b.addr.ip().to_string() != "198.18.1.5");
+        now[0].backends.push(BackendSpec {
+            addr: "198.18.1.6:53".parse().unwrap(),
+            weight: 1,
+            usable: true,
+        });
+        let mut c = specs[0].clone();
+        c.name = "c".into();
+        c.frontends[0].port = 443;
+        c.backends[0].addr = "198.18.1.7:443".parse().unwrap();
+        c.backends.truncate(1);
+        now.push(c);
+        let new = next.build(&now, &L2Table::default()).unwrap();
+        for name in ["a", "b"] {
+            let (old_sid, old_b) = ids(&old, name);
+            let (new_sid, new_b) = ids(&new, name);
+            assert_eq!(old_sid, new_sid, "service {name} keeps its id");
+            for (addr, id) in &new_b {
+                match old_b.iter().find(|(a, _)| a == addr) {
+                    Some((_, old_id)) => assert_eq!(id, old_id, "{name} {addr} keeps its id"),
+                    None => assert!(
+                        old.services
+                            .iter()
+                            .all(|s| s.backends.iter().all(|b| b.id.0 != *id)),
+                        "new backend {addr} took an adopted id {id}"
+                    ),
+                }
+            }
+        }
+        let (c_sid, c_b) = ids(&new, "c");
+        assert!(
+            old.services.iter().all(|s| s.id != c_sid),
+            "c took an adopted service id"
+        );
+        assert!(
+            old.services
+                .iter()
+                .all(|s| s.backends.iter().all(|b| b.id != BackendId(c_b[0].1)))
+        );
+        // Nothing retired yet: unclaimed ids stay reserved until the source settles.
+        assert_eq!(next.retired().count(), 0);
+        assert_eq!(next.settle_adopted(), 2, "x's backend and b's .5");
+        let (_, x_b) = ids(&old, "x");
+        let (_, b_b) = ids(&old, "b");
+        let gone: BTreeSet<u32> = [
+            x_b[0].1,
+            b_b.iter()
+                .find(|(a, _)| a.port() == 53 && a.ip().to_string() == "198.18.1.5")
+                .unwrap()
+                .1,
+        ]
+        .into_iter()
+        .collect();
+        let retired: BTreeSet<u32> = next.retired().map(|b| b.0).collect();
+        assert_eq!(retired, gone);
+        assert!(!next.adopting());
+        // .5 comes back to b: its old id again.
+        now[0].backends.push(BackendSpec {
+            addr: "198.18.1.5:53".parse().unwrap(),
+            weight: 1,
+            usable: true,
+        });
+        let back = next.build(&now, &L2Table::default()).unwrap();
+        let (_, b_back) = ids(&back, "b");
+        let five = b_back
+            .iter()
+            .find(|(a, _)| a.ip().to_string() == "198.18.1.5")
+            .unwrap()
+            .1;
+        assert!(gone.contains(&five));
+    }
+}
