@@ -50,7 +50,19 @@ pub fn summary(name: &str, c: &Config) -> String {
         dp.snat_addresses,
         dp.snat_port_range
     );
-    let _ = writeln!(s, "flowtable: capacity {} flows", c.flowtable.capacity);
+    let _ = writeln!(
+        s,
+        "flowtable: capacity {} flows, removal grace {:?}",
+        c.flowtable.capacity,
+        c.removal_grace()
+    );
+    let _ = writeln!(
+        s,
+        "state: {} (restart hold {}, steering pinned under {})",
+        dp.state_dir.display(),
+        dp.restart_hold,
+        dp.bpf_pin_root.display()
+    );
     let _ = writeln!(
         s,
         "admin: http://{} (metrics, read-only API), healthz http://{}, socket {} (control {})",

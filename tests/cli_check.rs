@@ -66,6 +66,14 @@ fn check_every_example() {
         "{out}"
     );
     assert!(out.contains("log: info (text)"), "{out}");
+    assert!(
+        out.contains("state: /run/xvs (restart hold 30s, steering pinned under /sys/fs/bpf/xvs)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("capacity 4194304 flows, removal grace 3s"),
+        "{out}"
+    );
     // `xvs check` counts workers as `xvs run` does: the most queues of any interface.
     let dir = tempfile::tempdir().unwrap();
     let p = write_temp(
