@@ -381,7 +381,7 @@ pub struct SteerView {
     pub passed: u64,
     /// Frame counts by class: `pass_not_ip`, `pass_malformed`, `pass_not_ours`, `pass_icmp`,
     /// `match_frontend`, `match_snat`, `match_backend`, `match_fragment`, `match_icmp_error`,
-    /// `match_ipv6_ext`, `no_socket`.
+    /// `match_ipv6_ext`, `no_socket`, `held` (dropped during a restart hold).
     pub counters: BTreeMap<String, u64>,
 }
 
@@ -400,6 +400,7 @@ impl SteerView {
             ("match_icmp_error", c.match_icmp_error),
             ("match_ipv6_ext", c.match_ipv6_ext),
             ("no_socket", c.no_socket),
+            ("held", c.held),
         ];
         SteerView {
             interface: interface.to_owned(),
