@@ -59,7 +59,9 @@ impl Pipeline {
 
     /// Removes flow `h`, which has [`ended`](Self::ended), for a new flow of its tuple, and
     /// counts it; `false` when it could not be removed (being inserted by another worker, or
-    /// already gone).
+    /// already gone). (Another worker's packet may change the state between the two calls;
+    /// only a SYN takes a flow out of TIME_WAIT or CLOSE, and a backend's SYN on an ended
+    /// flow is no connection to keep.)
     #[cold]
     #[inline(never)]
     pub(super) fn end(&mut self, h: FlowHandle) -> bool {
