@@ -144,6 +144,9 @@ pub struct WorkerStats {
     pub drops: [AtomicU64; DropReason::COUNT],
     /// Flows inserted by this worker.
     pub new_flows: AtomicU64,
+    /// Flows this worker ended for a new connection on their tuple (a client's SYN on
+    /// TIME_WAIT or CLOSE: port reuse), from the pipeline.
+    pub reused: AtomicU64,
     /// Flows this worker's sweeps expired.
     pub expired: AtomicU64,
     /// Generation of the snapshot in use.
@@ -177,6 +180,8 @@ pub struct WorkerCounters {
     pub drops: [u64; DropReason::COUNT],
     /// See [`WorkerStats::new_flows`].
     pub new_flows: u64,
+    /// See [`WorkerStats::reused`].
+    pub reused: u64,
     /// See [`WorkerStats::expired`].
     pub expired: u64,
     /// See [`WorkerStats::generation`].
@@ -202,6 +207,7 @@ impl WorkerCounters {
             *t += d;
         }
         self.new_flows += other.new_flows;
+        self.reused += other.reused;
         self.expired += other.expired;
         self.generation = self.generation.max(other.generation);
         self.polls += other.polls;
@@ -228,6 +234,7 @@ impl WorkerStats {
             slow: r(&self.slow),
             drops: std::array::from_fn(|i| r(&self.drops[i])),
             new_flows: r(&self.new_flows),
+            reused: r(&self.reused),
             expired: r(&self.expired),
             generation: r(&self.generation),
             polls: r(&self.polls),
@@ -548,6 +555,7 @@ impl Worker {
         set(&st.pass, c.pass);
         set(&st.slow, c.slow);
         set(&st.new_flows, c.new_flows);
+        set(&st.reused, c.reused);
         for (a, v) in st.drops.iter().zip(c.drops) {
             set(a, v);
         }

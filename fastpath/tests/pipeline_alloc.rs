@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use fastpath::pipeline::{Pipeline, PipelineConfig, Verdict, flow_table_config};
+use fastpath::pipeline::{
+    Counters, DropReason, Pipeline, PipelineConfig, Verdict, flow_table_config,
+};
 use fastpath::snapshot::SnapshotBuilder;
 use flowtable::FlowTable;
 use lb_algos::AffinityTable;
@@ -233,15 +235,33 @@ impl Rng {
 
 /// Frames for the staged new-flow path of `process_batch`: SYNs of new flows (fullnat, nat,
 /// two backends, IPv6), UDP, mh non-SYNs, their duplicates, RSTs and ACKs right behind
-/// them, replies to SNAT ports that flows of the same batch may just have taken, and a few
-/// drops, passes and slow frames; clients from a small pool so that all of these meet
-/// within batches.
+/// them, replies to SNAT ports that flows of the same batch may just have taken, FINs both
+/// ways (so that flows reach TIME_WAIT, or CLOSE after a reset, and a later SYN of the same
+/// client port reuses them), and a few drops, passes and slow frames; clients from a small
+/// pool so that all of these meet within batches.
 fn new_flow_frame(rng: &mut Rng) -> Vec<u8> {
     let c = rng.below(48);
     let c4 = format!("198.18.0.{}:{}", 1 + c % 6, 30000 + c);
     let c6 = format!("[2001:2::{}]:{}", 1 + c % 6, 30000 + c);
     let client = |vip: &str, l4: L4| frame(CLIENT_MAC, XVS_MAC, sa(&c4), sa(vip), 64, l4);
-    match rng.below(16) {
+    match rng.below(20) {
+        16 => client("198.18.100.1:80", FIN),
+        17 => {
+            // The web backend closing on a SNAT port of the first ones taken.
+            let snat = format!("198.18.1.254:{}", 40000 + rng.below(48));
+            frame(B1_MAC, XVS_MAC, sa("198.18.1.1:8080"), sa(&snat), 64, FIN)
+        }
+        18 => {
+            // nat: client FIN, the backend's FIN (to the client), or an ACK opening the
+            // client's flow.
+            let vip = "198.18.100.2:80";
+            match rng.below(3) {
+                0 => client(vip, FIN),
+                1 => frame(B2_MAC, XVS_MAC, sa("198.18.1.2:8080"), sa(&c4), 64, FIN),
+                _ => client(vip, ACK),
+            }
+        }
+        19 => client("198.18.100.7:443", SYN), // mh: reuses the CLOSE flows ACKs open
         0..=2 => client("198.18.100.1:80", SYN),
         3 => client("198.18.100.1:80", L4::Tcp(0x04)), // RST
         4 => client("198.18.100.1:80", ACK),
@@ -290,13 +310,13 @@ fn random_batches(batches: usize, mut next_frame: impl FnMut() -> Vec<u8>) -> Ve
 
 /// Runs `batches` through `batched` (`process_batch`) and `single` (`process`, frame by
 /// frame) and checks they agree frame by frame (verdicts, bytes, counters, flow count) and
-/// that `process_batch` allocates nothing.
+/// that `process_batch` allocates nothing; returns the counters.
 fn batched_new_flows_match(
     mut single: Pipeline,
     mut batched: Pipeline,
     batches: &[Vec<Vec<u8>>],
     new_flows_min: u64,
-) {
+) -> Counters {
     let epoch = single.flows().epoch();
     let mut bufs = vec![[0u8; 256]; 40];
     let mut verdicts = [Verdict::Pass; 40];
@@ -335,6 +355,7 @@ fn batched_new_flows_match(
         0,
         "allocations in process_batch"
     );
+    c.clone()
 }
 
 /// Two pipelines from `toml`; `ports` overrides the SNAT port slice.
@@ -382,7 +403,9 @@ fn batched_new_flows_match_single_frames_and_allocate_nothing() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let batches = random_batches(120, || new_flow_frame(&mut rng));
     let (single, batched) = two_pipelines(CONFIG, None);
-    batched_new_flows_match(single, batched, &batches, 200);
+    let c = batched_new_flows_match(single, batched, &batches, 200);
+    // Port reuse (TIME_WAIT or CLOSE flows ended by a SYN) happened in batches too.
+    assert!(c.reused >= 10, "{c:?}");
 }
 
 #[test]
@@ -444,4 +467,62 @@ backends = [{ addr = "198.18.1.2:8080" }]
     });
     let (single, batched) = two_pipelines(&toml, Some((40000, 40003)));
     batched_new_flows_match(single, batched, &batches, 30);
+}
+
+/// A client → VIP frame with TCP flags `l4`.
+fn from_client(client: &str, vip: &str, l4: L4) -> Vec<u8> {
+    frame(CLIENT_MAC, XVS_MAC, sa(client), sa(vip), 64, l4)
+}
+
+/// The web backend → a SNAT port, TCP flags `l4`.
+fn from_web(port: u16, l4: L4) -> Vec<u8> {
+    let snat = format!("198.18.1.254:{port}");
+    frame(B1_MAC, XVS_MAC, sa("198.18.1.1:8080"), sa(&snat), 64, l4)
+}
+
+#[test]
+fn a_syn_reusing_a_time_wait_flow_in_a_batch_matches_single_frames() {
+    // Two SNAT ports. The first flow takes 40000 and closes to TIME_WAIT, a second one
+    // takes 40001 (and stays): the cursor is back at 40000.
+    let web = "198.18.100.1:80";
+    let mh = "198.18.100.7:443";
+    let (a, b, late) = ("198.18.0.1:1000", "198.18.0.1:1001", "198.18.0.1:2000");
+    let batches = vec![
+        vec![syn(a, web)],
+        vec![
+            from_web(40000, SYNACK),
+            from_client(a, web, ACK),
+            from_client(a, web, FIN),
+            from_web(40000, ACK),
+            from_web(40000, FIN),
+            from_client(a, web, ACK),
+        ],
+        vec![
+            syn(b, web),
+            from_web(40001, SYNACK),
+            from_client(b, web, ACK),
+        ],
+        // A new flow waits with port 40000 (still the TIME_WAIT flow's), then `a` reuses its
+        // tuple. `process` refuses the new flow (40000 taken, 40001 too) before the reuse frees
+        // 40000, which the reusing SYN then takes; a batch must finish the waiting flow
+        // before the removal, or it would get 40000 itself. Then the backend's answer on
+        // 40000 (the new flow's now) and a retransmitted SYN of `b` (ESTABLISHED: no reuse).
+        vec![
+            syn(late, web),
+            syn(a, web),
+            from_web(40000, SYNACK),
+            syn(b, web),
+        ],
+        // mh: an ACK opens a flow in CLOSE (it waits, half inserted); the SYN right behind
+        // it finds it being inserted, finishes it and reuses it.
+        vec![
+            from_client("198.18.0.1:3000", mh, ACK),
+            from_client("198.18.0.1:3000", mh, SYN),
+            from_client("198.18.0.1:3000", mh, ACK),
+        ],
+    ];
+    let (single, batched) = two_pipelines(CONFIG, Some((40000, 40001)));
+    let c = batched_new_flows_match(single, batched, &batches, 4);
+    assert_eq!(c.reused, 2, "{c:?}");
+    assert_eq!(c.dropped(DropReason::SnatPortsExhausted), 1, "{c:?}");
 }

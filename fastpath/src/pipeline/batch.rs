@@ -5,8 +5,9 @@
 //!
 //! 1. the frame is parsed ([`fast::parse`]), its key hashed and its index slot requested;
 //! 2. the entry its home slot points to is requested;
-//! 3. the frame is processed: a known flow's frame is forwarded; a new flow is scheduled
-//!    and half inserted ([`FlowTable::insert_v4_begin`]: indexed by its original tuple, its
+//! 3. the frame is processed: a known flow's frame is forwarded; a new flow (or a client's
+//!    SYN on a flow that has ended, which is removed first: port reuse) is scheduled and
+//!    half inserted ([`FlowTable::insert_v4_begin`]: indexed by its original tuple, its
 //!    reply tuple's slot requested), and its frame waits;
 //!
 //! and a waiting new flow is finished (reply tuple indexed, frame rewritten) once
@@ -16,9 +17,14 @@
 //! The result is what [`Pipeline::process`] gives frame by frame in order, with one
 //! exception (below): a new flow's side effects (scheduler, rate limit, SNAT port cursor,
 //! counts) happen at its turn in stage 3, and the waiting flows are finished before any frame
-//! could tell the difference: a hit on a flow still being inserted, a frame whose tuple is a
-//! waiting flow's reply tuple, and any frame the general path takes (IPv6, VLAN, IP
-//! options, ICMP errors...) first finish them.
+//! could tell the difference: a hit on a flow still being inserted, a pure SYN that finds a
+//! flow (it may end it for port reuse, and the removal frees the flow's reply tuple, which
+//! a waiting flow may want), a frame whose tuple is a waiting flow's reply tuple, and any
+//! frame the general path takes (IPv6, VLAN, IP options, ICMP errors...) first finish them,
+//! then look again. So a SYN never reuses, nor races, a half-inserted flow of its own batch:
+//! by the time it decides, every flow before it is finished (or torn down) as `process`
+//! would have it; a flow another worker is still inserting cannot be removed, and the SYN
+//! is forwarded on it, as `process` does.
 //!
 //! The exception: when a waiting fullnat flow's reply tuple turns out to be taken (its SNAT
 //! port, towards that backend) when it is finished, it tries the next SNAT ports then, after
@@ -33,7 +39,7 @@ use std::time::Instant;
 use flowtable::{PendingV4, V4Key};
 
 use super::create::{Begun, NewV4};
-use super::{Pipeline, Verdict, fast};
+use super::{Pipeline, Verdict, fast, reuse};
 
 /// Frames between the stages of one frame in [`Pipeline::process_batch`]: the prefetch
 /// distance.
@@ -211,7 +217,10 @@ impl Pipeline {
             for i in block(k - 2) {
                 let verdict = match &parsed[i % RING] {
                     Some(p) => match self.flows.lookup_v4(&p.key) {
-                        Some(hit) if self.waiting.len == 0 || !hit.is_inserting() => {
+                        Some(hit)
+                            if (self.waiting.len == 0 || !hit.is_inserting())
+                                && !reuse::reopens(p.flags) =>
+                        {
                             self.forward_v4(frames.frame(i), &p.v4(), &hit, now)
                         }
                         hit => {
@@ -239,24 +248,29 @@ impl Pipeline {
         self.finish_waiting(frames, verdicts);
     }
 
-    /// Stage 3 for frame `i` (parsed as `v`, `key`) when its lookup missed, or (`inserting`)
-    /// found a flow still being inserted while flows wait: the frame's counted verdict, or
-    /// `None` when it waits as a new flow.
+    /// Stage 3 for frame `i` (parsed as `v`, `key`) when its lookup missed, or (`found`)
+    /// found a flow still being inserted while flows wait, or found a flow and the frame is
+    /// a SYN that may reopen it (port reuse): the frame's counted verdict, or `None` when it
+    /// waits as a new flow.
     #[inline(never)]
     fn miss_staged<B: FrameBatch + ?Sized>(
         &mut self,
         frames: &mut B,
         i: usize,
-        (v, key, inserting): (&fast::V4, &V4Key, bool),
+        (v, key, found): (&fast::V4, &V4Key, bool),
         now: Instant,
         verdicts: &mut [Verdict],
     ) -> Option<Verdict> {
-        if inserting || self.waiting.reply_clash(key.hash()) {
-            // The flow found may be a waiting one (whose insert may yet fail), or this
-            // frame's tuple may be a waiting flow's reply tuple: finish them and look again,
-            // as `process` would see them.
+        if found || self.waiting.reply_clash(key.hash()) {
+            // The flow found may be a waiting one (whose insert may yet fail), or one this
+            // SYN ends (its removal frees its reply tuple, which a waiting flow may want), or
+            // this frame's tuple may be a waiting flow's reply tuple: finish them and look
+            // again, as `process` would see them; then a SYN reopens the flow found as
+            // `process` does.
             self.finish_waiting(frames, verdicts);
-            if let Some(hit) = self.flows.lookup_v4(key) {
+            if let Some(hit) = self.flows.lookup_v4(key)
+                && !(reuse::reopens(v.flags) && self.reopen(hit.handle(), hit.dir()))
+            {
                 return Some(self.forward_v4(frames.frame(i), v, &hit, now));
             }
         }

@@ -19,7 +19,8 @@
 //! IPv4/IPv6 fragments to [`frag`]; fullnat source ports come from [`snat`]. The common
 //! frame (untagged IPv4 TCP/UDP without options) takes a shortcut through the same stages
 //! (`fast`); [`Pipeline::process_batch`] runs a batch of them as a software pipeline
-//! (`batch`).
+//! (`batch`). A client's SYN on a flow that has ended first removes it (`reuse`), then
+//! takes the new-flow path.
 //!
 //! # Rules chosen
 //!
@@ -38,6 +39,9 @@
 //! - **New flows.** TCP needs SYN without ACK/RST, SCTP an INIT chunk; anything else without a
 //!   flow is `Drop(NoFlow)`, except for `mh` services which schedule it anyway (consistent
 //!   hashing picks the backend a peer or a restarted node picked). UDP always creates.
+//! - **Port reuse** (IPVS `conn_reuse_mode = 1`): a SYN without ACK/RST/FIN from the client
+//!   (SCTP: an INIT) on a flow in TIME_WAIT or CLOSE (SCTP: closing) ends that flow and is
+//!   scheduled as a new one (`reuse`). Other SYNs on a flow follow it.
 //! - **SNAT ports** (fullnat): a per-worker cursor walks the worker's slice of
 //!   `snat_port_range`; the flow table's insert refuses a reply tuple already in use, and the
 //!   next port is tried (at most [`SNAT_TRIES`]). A port is therefore "released" as soon as
@@ -50,7 +54,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use config::Config;
-use flowtable::{FlowHit, FlowKey, FlowTable, Protocol, Tick, V4Hit, V4Key};
+use flowtable::{Direction, FlowHandle, FlowHit, FlowKey, FlowTable, Protocol, Tick, V4Hit, V4Key};
 use lb_algos::AffinityTable;
 
 use crate::passive::SynWatch;
@@ -63,6 +67,7 @@ pub(crate) mod fast;
 pub mod frag;
 pub(crate) mod icmp;
 pub(crate) mod nat;
+mod reuse;
 pub mod snat;
 
 pub use batch::{FrameBatch, STAGE_DISTANCE, WAITING_MAX};
@@ -180,6 +185,10 @@ pub struct Counters {
     pub slow: u64,
     /// Flows this pipeline inserted.
     pub new_flows: u64,
+    /// Flows ended by a new connection on their tuple (port reuse: a client's SYN on TIME_WAIT
+    /// or CLOSE, an INIT on a closing SCTP association); the new flow, when one is made, is
+    /// counted in `new_flows` too.
+    pub reused: u64,
     /// ICMP errors translated.
     pub icmp_translated: u64,
     /// Later fragments forwarded through the fragment table.
@@ -461,7 +470,40 @@ impl Pipeline {
             let verdict = self.miss_v4(frame, key.addrs(), key.ports(), now);
             return self.count(verdict);
         };
+        if reuse::reopens(v.flags) {
+            return self.syn_v4(frame, now);
+        }
         self.forward_v4(frame, &v, &hit, now)
+    }
+
+    /// [`run_v4`](Self::run_v4) for a SYN that found a flow, counted: forwarded on the flow
+    /// unless the SYN reopens it (`reuse`), then a new flow. Given only the frame (parsed
+    /// and looked up again) so that the hit path keeps nothing across the call.
+    #[cold]
+    #[inline(never)]
+    fn syn_v4(&mut self, frame: &mut [u8], now: Instant) -> Verdict {
+        let Some(v) = fast::parse(frame) else {
+            // (Not reached: the frame is as `fast::parse` accepted it.)
+            let verdict = self.run_general(frame, now);
+            return self.count(verdict);
+        };
+        let key = self.flows.v4_key(v.protocol, v.addrs, v.ports);
+        if let Some(hit) = self.flows.lookup_v4(&key)
+            && !(reuse::reopens(v.flags) && self.reopen(hit.handle(), hit.dir()))
+        {
+            return self.forward_v4(frame, &v, &hit, now);
+        }
+        // (Through `miss_v4`, so that `new_flow_v4` keeps one caller, inlined in it.)
+        let verdict = self.miss_v4(frame, v.addrs, v.ports, now);
+        self.count(verdict)
+    }
+
+    /// A SYN found flow `h` in direction `dir`: removes the flow when the SYN is the client's
+    /// and the flow has ended (`reuse`), and says so.
+    #[cold]
+    #[inline(never)]
+    fn reopen(&mut self, h: FlowHandle, dir: Direction) -> bool {
+        dir == Direction::Original && self.ended(h) && self.end(h)
     }
 
     /// A fast-path frame `v` of a known flow (`hit`), counted.
@@ -555,7 +597,10 @@ impl Pipeline {
         }
         let key = flow_key(&p);
         if let Some(hit) = self.flows.lookup_hit(&key) {
-            return self.forward(frame, &p, &hit, now);
+            // (A SYN whose TTL expires is dropped by `forward`, leaving the flow as it is.)
+            if !(reuse::reopens(p.flags) && p.ttl > 1 && self.reopen(hit.handle, hit.dir)) {
+                return self.forward(frame, &p, &hit, now);
+            }
         }
         self.new_flow(frame, &p, key, now)
     }
