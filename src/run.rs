@@ -58,6 +58,7 @@ fn print_counters(o: &Outcome) {
     println!("pass={}", c.pass);
     println!("slow={}", c.slow);
     println!("new_flows={}", c.new_flows);
+    println!("reused_flows={}", c.reused);
     println!("expired_flows={}", c.expired);
     println!("busy_ns={}", c.busy_ns);
     println!("flows_live={}", o.flows_live);

@@ -824,3 +824,42 @@ fn passive_health_check_catches_refused_connections() {
     );
     lab.stop_xvs();
 }
+
+/// TIME_WAIT reuse (IPVS `conn_reuse_mode = 1`): a client that reuses its port for a new
+/// connection while the old one's flow is in TIME_WAIT is scheduled afresh, so a backend that
+/// went to weight 0 meanwhile gets no new connection.
+#[test]
+fn a_reused_client_port_in_time_wait_is_scheduled_afresh() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut lab = Lab::up();
+    let config = lab_config();
+    lab.start_xvs(&config);
+    // One request from client port 45000; the server closes first (`Connection: close`), so
+    // the client's port is free again while xvs's flow sits in TIME_WAIT.
+    let script = "import socket\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\ns.bind(('198.18.0.2',45000))\ns.settimeout(5)\ns.connect(('198.18.100.1',80))\ns.sendall(b'GET / HTTP/1.1\\r\\nHost: vip\\r\\nConnection: close\\r\\n\\r\\n')\nd=b''\nwhile True:\n  c=s.recv(4096)\n  if not c: break\n  d+=c\ns.close()\nprint(d.split(b'\\r\\n\\r\\n',1)[1].decode().strip())\n";
+    let get = |lab: &Lab| {
+        let o = lab.exec("c", &["python3", "-c", script]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap().trim().to_owned()
+    };
+    let first = get(&lab);
+    let n = first.trim_start_matches("backend-");
+    // Its backend drains (weight 0): existing flows may finish, new ones go elsewhere.
+    let drained = config.replacen(
+        &format!("{{ addr = \"198.18.1.{n}:8080\" }}"),
+        &format!("{{ addr = \"198.18.1.{n}:8080\", weight = 0 }}"),
+        1,
+    );
+    assert_ne!(drained, config);
+    std::fs::write(lab.dir.path().join("xvs.toml"), lab.with_state(&drained)).unwrap();
+    let pid = lab.xvs.as_ref().unwrap().id() as i32;
+    // SAFETY: our child's pid.
+    unsafe { libc::kill(pid, libc::SIGHUP) };
+    std::thread::sleep(Duration::from_millis(1000));
+    let second = get(&lab);
+    assert_ne!(
+        second, first,
+        "the reused tuple went to the old flow's backend, drained to weight 0"
+    );
+    lab.stop_xvs();
+}

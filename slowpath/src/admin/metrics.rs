@@ -114,7 +114,7 @@ pub fn render(stats: &StatsView, services: &[ServiceView], probes: &ProbeCounts)
         o.sample("xvs_drops_total", &[("reason", reason)], f(*n));
     }
     type Field = fn(&super::views::WorkerView) -> u64;
-    let per_worker: [(&str, &str, Field); 8] = [
+    let per_worker: [(&str, &str, Field); 9] = [
         (
             "xvs_rx_packets_total",
             "Frames received, per worker.",
@@ -148,6 +148,11 @@ pub fn render(stats: &StatsView, services: &[ServiceView], probes: &ProbeCounts)
         ("xvs_new_flows_total", "Flows created, per worker.", |w| {
             w.new_flows
         }),
+        (
+            "xvs_reused_flows_total",
+            "Flows in TIME_WAIT or CLOSE ended by a new SYN of their tuple (scheduled afresh).",
+            |w| w.reused_flows,
+        ),
         (
             "xvs_expired_flows_total",
             "Flows expired by the worker's sweeps.",

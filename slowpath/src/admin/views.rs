@@ -285,6 +285,10 @@ pub struct WorkerView {
     pub slow: u64,
     /// Flows created.
     pub new_flows: u64,
+    /// Flows in TIME_WAIT or CLOSE ended by a new SYN of their tuple, which was scheduled
+    /// afresh (IPVS's `conn_reuse_mode`).
+    #[serde(default)]
+    pub reused_flows: u64,
     /// Flows expired by this worker's sweeps.
     pub expired_flows: u64,
     /// Nanoseconds spent in polls that moved frames (busy time; the rest is empty polls).
@@ -308,6 +312,7 @@ impl WorkerView {
             pass: c.pass,
             slow: c.slow,
             new_flows: c.new_flows,
+            reused_flows: c.reused,
             expired_flows: c.expired,
             busy_ns: c.busy_ns,
             generation: c.generation,
