@@ -20,6 +20,8 @@ and the Node xvs-lab.
     does when it rebalances endpoints, removal first.
   - `remove` `{"ip"}`: removes the endpoint `ip` from every slice holding it, for good.
   - `add` `{"ip", "slice"}`: adds a ready endpoint `ip` to `slice` (created if missing).
+  - `replace` `{"from", "to", "delay"}`: deletes slice `from` now (`DELETED`), and `delay`
+    seconds later adds slice `to` with its endpoints and ports (`ADDED`).
   `GET /__control/state` answers the resourceVersion and the slices.
 """
 import copy
@@ -127,6 +129,24 @@ class Cluster:
                 return self.rv
             s["endpoints"].append(endpoint(ip))
             return self._record(SLICES, "MODIFIED", s)
+
+    def replace_slice(self, src, dst, delay):
+        """Deletes slice `src`; `delay` seconds later adds `dst` with its endpoints."""
+        with self.cond:
+            old = self.objects[SLICES].pop(src)
+            rv = self._record(SLICES, "DELETED", old)
+        t = threading.Timer(delay, self.put_slice, (dst, old))
+        t.daemon = True
+        t.start()
+        return rv
+
+    def put_slice(self, name, like):
+        """Adds slice `name` with the endpoints and ports of the object `like`."""
+        with self.cond:
+            s = new_slice(name, [], like["ports"])
+            s["endpoints"] = copy.deepcopy(like["endpoints"])
+            self.objects[SLICES][name] = s
+            return self._record(SLICES, "ADDED", s)
 
     def listing(self, path):
         with self.cond:
@@ -238,6 +258,8 @@ class Handler(BaseHTTPRequestHandler):
                 t.start()
             elif url.path == "/__control/remove":
                 rv = CLUSTER.remove_ip(req["ip"])
+            elif url.path == "/__control/replace":
+                rv = CLUSTER.replace_slice(req["from"], req["to"], float(req.get("delay", 1.0)))
             elif url.path == "/__control/add":
                 rv = CLUSTER.add_ip(req["ip"], req["slice"], "web-x1")
             else:
