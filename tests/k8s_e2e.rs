@@ -242,16 +242,16 @@ fn stderr_of(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-/// Control-plane churn does not end flows: the backend of a TCP download moves from
-/// EndpointSlice web-x1 to web-x2, the removal first and the addition one `min_sync_period`
-/// later (it is absent from the service for a while): the download completes intact and no
-/// flow, TCP or UDP, is ended or re-steered.
-#[test]
-fn endpoint_moving_between_slices_keeps_its_flows() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+/// Runs `churn` (given the download's backend IP, it asks the fake API server for a change
+/// and returns the services' backends it should make absent for a while) during a 10 MiB
+/// download at 1 MiB/s, with UDP flows to each backend: the absence is seen, the backends
+/// come back, and then, past the default grace and the second removal pass, no flow was ended
+/// or re-steered, the UDP flows keep their backends, the download completes intact, and new
+/// connections reach all three backends.
+fn churn_keeps_flows(churn: impl FnOnce(&K8sLab, &str) -> Vec<String>) {
     let mut k = K8sLab::up("");
     let udp = udp_flows(&k.lab);
-    // 10 MiB at 1 MiB/s: it outlasts the move, the grace and the second removal pass.
+    // 10 MiB at 1 MiB/s: it outlasts the churn, the grace and the second removal pass.
     const BYTES: usize = 10 << 20;
     let dl = download(&k.lab, BYTES);
     let target = download_backend(&k.lab);
@@ -259,23 +259,17 @@ fn endpoint_moving_between_slices_keeps_its_flows() {
         udp.iter().any(|(_, o)| *o == name_of(&target)),
         "no UDP flow to {target}: {udp:?}"
     );
-    k.control(
-        "move",
-        &format!(
-            r#"{{"ip": "{target}", "from": "web-x1", "to": "web-x2", "delay": {}}}"#,
-            MIN_SYNC.as_secs_f64()
-        ),
-    );
-    let moved = Instant::now();
-    wait_for("removal published", Duration::from_secs(5), || {
-        (!backends(&k.lab, HTTP_SERVICE).contains(&target)).then_some(())
+    let absent = churn(&k, &target);
+    let churned = Instant::now();
+    wait_for("the removal published", Duration::from_secs(5), || {
+        let now = backends(&k.lab, HTTP_SERVICE);
+        (!absent.iter().any(|a| now.contains(a))).then_some(())
     });
-    wait_for("addition published", Duration::from_secs(5), || {
+    wait_for("the addition published", Duration::from_secs(5), || {
         (backends(&k.lab, HTTP_SERVICE).len() == 3).then_some(())
     });
-    // Past the grace of the removal and the second removal pass, the download still runs.
     std::thread::sleep(
-        (moved + DEFAULT_GRACE + Duration::from_secs(2)).duration_since(Instant::now()),
+        (churned + DEFAULT_GRACE + Duration::from_secs(2)).duration_since(Instant::now()),
     );
     assert_eq!(governance(&k.lab), (0, 0), "flows ended or re-steered");
     assert!(
@@ -299,9 +293,44 @@ fn endpoint_moving_between_slices_keeps_its_flows() {
     assert_eq!(out.stdout.len(), BYTES);
     assert!(out.stdout == pattern(BYTES), "the download's bytes differ");
     assert_eq!(governance(&k.lab), (0, 0), "flows ended or re-steered");
-    // New connections reach all three backends again.
     check_rr(&k.lab, &format!("http://{VIP}/"));
     k.lab.stop_xvs();
+}
+
+/// Control-plane churn does not end flows: the backend of a TCP download moves from
+/// EndpointSlice web-x1 to web-x2, the removal first and the addition one `min_sync_period`
+/// later (it is absent from the service for a while).
+#[test]
+fn endpoint_moving_between_slices_keeps_its_flows() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    churn_keeps_flows(|k, target| {
+        k.control(
+            "move",
+            &format!(
+                r#"{{"ip": "{target}", "from": "web-x1", "to": "web-x2", "delay": {}}}"#,
+                MIN_SYNC.as_secs_f64()
+            ),
+        );
+        vec![target.to_owned()]
+    });
+}
+
+/// The same when the whole EndpointSlice is replaced: web-x1 is deleted, and one
+/// `min_sync_period` later web-x2 brings the same endpoints (the service has no backend for
+/// a while).
+#[test]
+fn endpoint_slice_replaced_keeps_its_flows() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    churn_keeps_flows(|k, _| {
+        k.control(
+            "replace",
+            &format!(
+                r#"{{"from": "web-x1", "to": "web-x2", "delay": {}}}"#,
+                MIN_SYNC.as_secs_f64()
+            ),
+        );
+        (1..=3).map(|i| format!("198.18.1.{i}")).collect()
+    });
 }
 
 /// A backend removed for good, for longer than the removal grace (5 s here), is handled as
