@@ -43,15 +43,8 @@ impl K8sLab {
     /// table (`min_sync_period = "1s"`) and `flowtable_extra` appended to `[flowtable]`;
     /// returns once xvs forwards to the three backends of both ports.
     fn up(flowtable_extra: &str) -> K8sLab {
+        // (`Lab::up` caps the client's receive buffer, so downloads stay on the wire.)
         let mut lab = Lab::up();
-        // The client's receive buffer (up to 32 MiB in a new namespace) would let a
-        // backend push a whole download through xvs long before curl's rate limit has read
-        // it: at most 256 KiB ahead keeps the transfer on the wire while curl reads.
-        let o = lab.exec(
-            "c",
-            &["sysctl", "-qw", "net.ipv4.tcp_rmem=4096 65536 262144"],
-        );
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let api = FakeApi(
             Command::new("ip")
                 .args(["netns", "exec", &lab.ns("x"), "python3"])

@@ -45,6 +45,15 @@ impl Lab {
             "lab up: {}",
             String::from_utf8_lossy(&o.stderr)
         );
+        // The client's receive buffer (up to 32 MiB in a new namespace) would let a backend
+        // push a whole download through xvs long before curl's rate limit has read it: at
+        // most 256 KiB ahead keeps a rate-limited transfer on the wire while curl reads, so
+        // what a test does to xvs meanwhile (a restart, a freeze, a removal) meets it.
+        let o = lab.exec(
+            "c",
+            &["sysctl", "-qw", "net.ipv4.tcp_rmem=4096 65536 262144"],
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         lab
     }
 
