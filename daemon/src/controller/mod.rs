@@ -662,6 +662,7 @@ impl Controller {
             self.actions
                 .push_back(Action::HealthTargets(health_targets(&self.specs)));
         }
+        self.grace = self.cfg.removal_grace();
         self.counters.reloads_ok += 1;
         tracing::info!(target: "xvs", services = self.specs.len(), "reloaded");
         self.mark_dirty(now);
