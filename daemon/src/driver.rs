@@ -7,18 +7,21 @@
 //!   background service: the Kubernetes watchers, the health checker, the neighbour watcher,
 //!   the healthCheckNodePort servers, the admin servers, and signal handling. One
 //!   [`CancellationToken`] stops them all. The calling thread runs the controller loop.
-//! - **Start-up order** matters for "nothing is lost": the flow table, the first snapshot
-//!   (static services and the kernel's routes and neighbours) and the AF_XDP sockets exist
-//!   before the steering program redirects anything to them; the admin servers come last, so
-//!   `/healthz` never answers before there is something to be healthy about.
+//! - **Start-up order** matters for "nothing is lost": the flow and affinity tables (adopted
+//!   from the previous process of the boot, see [`crate::state`]), the AF_XDP sockets, then
+//!   the steering program (a pinned one adopted in place: while the new program has no socket
+//!   yet it holds xvs's frames rather than passing them), the first snapshot, the workers;
+//!   the admin servers come last, so `/healthz` never answers before there is something to
+//!   be healthy about.
 //! - **The loop** wakes on an event (a model, a health or neighbour change, a signal, an
 //!   admin command) or every [`TICK`], hands everything queued to the controller, ticks it
 //!   with the workers' counters, and performs its actions. Once a second it also checks the
-//!   config file's modification time (a change reloads it like SIGHUP) and refreshes the
-//!   steering counters.
-//! - **Shutdown** reverses start-up: the steering program is detached first (traffic falls
-//!   back to the kernel), then the workers stop, then the slowpath services; the final
-//!   counters are returned to the caller.
+//!   config file's modification time (a change reloads it like SIGHUP), refreshes the
+//!   steering counters and the restart hold ([`crate::hold`]).
+//! - **Shutdown**: the steering programs stay attached and pinned, holding xvs's frames for
+//!   `restart_hold` (the next process adopts them, or the watchdog removes them); the workers
+//!   stop; the flow table is marked clean (and exported at a graceful stop); the slowpath
+//!   services stop; the final counters are returned to the caller.
 
 use std::collections::HashMap;
 use std::net::Ipv6Addr;
