@@ -147,6 +147,13 @@ impl Running {
         };
         match target {
             Target::Xvs => {
+                // A fresh flow table: a state left in the directory by an earlier run (same
+                // work directory) would be adopted, its flows with it.
+                let state = at.dir.join("state");
+                if state.exists() {
+                    std::fs::remove_dir_all(&state)
+                        .with_context(|| format!("removing {}", state.display()))?;
+                }
                 std::fs::write(&config, xvs_config(rig, svc, at))?;
                 config::load(&config).map_err(|e| anyhow::anyhow!("generated xvs config: {e}"))?;
                 if !at.xvs.exists() {
