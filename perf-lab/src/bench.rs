@@ -26,10 +26,11 @@ use serde::{Deserialize, Serialize};
 use crate::cpu;
 use crate::generator::{self, GenSpec, Kind, Size};
 use crate::reflect::Reflector;
+use crate::restart::{self, Restart, Restarts};
 use crate::rig::{IF_LB_BACKEND, Rig, RigGuard, VIP};
 use crate::sink::{self, SeqBitmap};
 use crate::sys::{mono_ns, sh_in, thread_napi};
-use crate::target::{Placement, Running, Services, Target};
+use crate::target::{Placement, Running, Services, Stop, Target};
 
 /// Loss allowed at the no-drop rate (RFC 2544 uses 0; veth copy mode never quite gets there).
 pub const NDR_LOSS_MAX: f64 = 0.001;
@@ -62,6 +63,11 @@ pub enum Scenario {
     /// one-service, and halfway through the run the service set is rewritten (xvs: new
     /// config + SIGHUP; kernel targets: atomic rule-set replacement).
     ChangeUnderLoad,
+    /// xvs only: 100,000 established TCP flows at a fixed rate; after a run without a
+    /// restart, a run in which xvs is killed halfway (SIGKILL, a new xvs at once) and one in
+    /// which it is stopped (SIGTERM, drain_timeout 0s, then a new xvs). See
+    /// [`crate::restart`].
+    Restart,
 }
 
 impl Scenario {
@@ -73,6 +79,7 @@ impl Scenario {
             Scenario::SynFlood => "syn-flood",
             Scenario::Services10k => "services-10k",
             Scenario::ChangeUnderLoad => "change-under-load",
+            Scenario::Restart => "restart",
         }
     }
 
@@ -83,6 +90,8 @@ impl Scenario {
             Scenario::Flows1m => (1, 1_000_000, Kind::Udp, false),
             Scenario::SynFlood => (1, 1_000_000, Kind::Syn, false),
             Scenario::Services10k => (10_000, 10_000, Kind::Udp, true),
+            // DNAT: 100,000 flows would need more SNAT ports than one address has.
+            Scenario::Restart => (1, 100_000, Kind::Ack, false),
         }
     }
 }
@@ -270,6 +279,9 @@ pub struct RunResult {
     pub latency_at_rate: Option<RateLatency>,
     /// Loss around the configuration change (change-under-load).
     pub swap: Option<Swap>,
+    /// The restarts (the restart scenario; null otherwise and in results from before it).
+    #[serde(default)]
+    pub restart: Option<Restarts>,
     /// The target's own counters at exit.
     pub target_counters: BTreeMap<String, u64>,
     /// Caveats.
@@ -277,10 +289,10 @@ pub struct RunResult {
 }
 
 /// What one generator-mode trial measured.
-struct Trial {
-    sent: u64,
+pub(crate) struct Trial {
+    pub(crate) sent: u64,
     offered_pps: f64,
-    unique: u64,
+    pub(crate) unique: u64,
     forwarded_pps: f64,
     duplicates: u64,
     other: u64,
@@ -289,6 +301,7 @@ struct Trial {
     hist: Histogram<u64>,
     cpu: cpu::Figures,
     swap: Option<Swap>,
+    pub(crate) restart: Option<Restart>,
 }
 
 impl Trial {
@@ -311,8 +324,8 @@ impl Trial {
     }
 }
 
-struct Ctx<'a> {
-    opts: &'a RunOpts,
+pub(crate) struct Ctx<'a> {
+    pub(crate) opts: &'a RunOpts,
     rig: &'a Rig,
     svc: Services,
     gspec: GenSpec,
@@ -355,12 +368,25 @@ fn svc_for(opts: &RunOpts) -> (Services, GenSpec) {
         duration: Duration::from_secs_f64(opts.duration_s),
         count: None,
         seq_start: 0,
+        idle_sleep: opts.scenario == Scenario::Restart,
     };
     (svc, gspec)
 }
 
+/// What happens halfway through a trial.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Event {
+    /// Nothing.
+    None,
+    /// The service set changes (change-under-load).
+    Change,
+    /// xvs restarts (the restart scenario).
+    Restart(Stop),
+}
+
 /// Runs one scenario against one target on a fresh rig (torn down on every exit path).
 pub fn run(opts: &RunOpts) -> anyhow::Result<RunResult> {
+    let restart_rate = restart::check(opts)?;
     let rig = Rig::new(&opts.prefix, opts.backends, opts.queues)?;
     rig.up().context("bringing the rig up")?;
     let _guard = RigGuard(rig.clone());
@@ -374,7 +400,10 @@ pub fn run(opts: &RunOpts) -> anyhow::Result<RunResult> {
     )?;
     let (svc, mut gspec) = svc_for(opts);
     gspec.ns = rig.ns_client();
-    let mut target = Running::start(opts.target, &rig, &svc, &opts.placement)
+    // The restart scenario's xvs keeps its state on tmpfs (removed when this returns, after
+    // the target stopped) and stops at once on SIGTERM.
+    let (placement, _state) = restart::placement(opts);
+    let mut target = Running::start(opts.target, &rig, &svc, &placement)
         .with_context(|| format!("starting target {}", opts.target.name()))?;
     let mut ctx = Ctx {
         opts,
@@ -397,9 +426,20 @@ pub fn run(opts: &RunOpts) -> anyhow::Result<RunResult> {
                      every target carries, so loss around the change is the change's"
                 ));
             }
-            let t = trial(&mut ctx, &mut target, rate, opts.duration_s, true)?;
+            let event = match opts.scenario {
+                Scenario::ChangeUnderLoad => Event::Change,
+                _ => Event::None,
+            };
+            if let Some(r) = restart_rate {
+                rate = r;
+                notes.push(restart::note(r, &placement));
+            }
+            let t = trial(&mut ctx, &mut target, rate, opts.duration_s, event)?;
             let mut r = result_from(opts, &ctx, &t);
             r.rate_pps = rate;
+            if restart_rate.is_some() {
+                r.restart = Some(restart::run(&mut ctx, &mut target, rate, &t)?);
+            }
             r
         }
         Mode::Saturation => saturation(&mut ctx, &target)?,
@@ -409,7 +449,8 @@ pub fn run(opts: &RunOpts) -> anyhow::Result<RunResult> {
         if opts.rate_pps == 0 && result.rate_pps > 0 {
             // The main run was paced (change-under-load): the search starts from what the
             // generator offers unpaced, as in every other scenario.
-            max_offered = trial(&mut ctx, &mut target, 0, opts.ndr_trial_s, false)?.offered_pps;
+            max_offered =
+                trial(&mut ctx, &mut target, 0, opts.ndr_trial_s, Event::None)?.offered_pps;
         }
         let (ndr, trials) = ndr(&mut ctx, &mut target, max_offered)?;
         result.ndr_pps = ndr;
@@ -424,7 +465,7 @@ pub fn run(opts: &RunOpts) -> anyhow::Result<RunResult> {
             &mut target,
             rate,
             opts.duration_s.min(LATENCY_TRIAL_S),
-            false,
+            Event::None,
         )?;
         result.latency_at_rate = Some(RateLatency {
             trial: t.summary(rate),
@@ -489,17 +530,18 @@ fn result_from(opts: &RunOpts, ctx: &Ctx<'_>, t: &Trial) -> RunResult {
         ndr_trials: Vec::new(),
         latency_at_rate: None,
         swap: t.swap.clone(),
+        restart: None,
         target_counters: BTreeMap::new(),
         notes: Vec::new(),
     }
 }
 
-fn trial(
+pub(crate) fn trial(
     ctx: &mut Ctx<'_>,
     target: &mut Running,
     rate: u64,
     secs: f64,
-    main: bool,
+    event: Event,
 ) -> anyhow::Result<Trial> {
     let opts = ctx.opts;
     let mut gspec = ctx.gspec.clone();
@@ -530,15 +572,27 @@ fn trial(
     let (lb_core, gen_core) = (opts.placement.lb_core, opts.placement.gen_core);
     let cpu0 = cpu::sample(target, lb_core, gen_core);
     let h = generator::spawn(gspec, Arc::clone(&gen_stop), Arc::clone(&progress))?;
-    let mut swap_at = None;
-    if main && opts.scenario == Scenario::ChangeUnderLoad {
-        std::thread::sleep(Duration::from_secs_f64(secs / 2.0));
-        let seq_at = progress.load(Ordering::Relaxed);
-        let t = mono_ns();
-        let mut svc = ctx.svc.clone();
-        svc.extra = 1000;
-        target.reload(ctx.rig, &svc, &opts.placement)?;
-        swap_at = Some((seq_at, t));
+    let (mut swap_at, mut restart_at) = (None, None);
+    match event {
+        Event::None => {}
+        Event::Change => {
+            std::thread::sleep(Duration::from_secs_f64(secs / 2.0));
+            let seq_at = progress.load(Ordering::Relaxed);
+            let t = mono_ns();
+            let mut svc = ctx.svc.clone();
+            svc.extra = 1000;
+            target.reload(ctx.rig, &svc, &opts.placement)?;
+            swap_at = Some((seq_at, t));
+        }
+        Event::Restart(how) => {
+            std::thread::sleep(Duration::from_secs_f64(secs / 2.0));
+            restart_at = Some(restart::during(
+                target,
+                how,
+                &progress,
+                &opts.placement.dir,
+            )?);
+        }
     }
     let g = h
         .join()
@@ -575,6 +629,17 @@ fn trial(
             at_s: (t - g.start_ns) as f64 / 1e9,
         }
     });
+    let restart = restart_at.map(|r| {
+        restart::finish(
+            r,
+            &bitmap,
+            g.sent,
+            g.start_ns,
+            g.pps(),
+            ctx.gspec.flows,
+            unique,
+        )
+    });
     Ok(Trial {
         sent: g.sent,
         offered_pps: g.pps(),
@@ -592,6 +657,7 @@ fn trial(
         // The packets the sinks counted over the generator's sending window.
         cpu: cpu::between(&cpu0, &cpu1, unique),
         swap,
+        restart,
     })
 }
 
@@ -614,7 +680,7 @@ fn ndr(
         if rate < 1000 {
             break;
         }
-        let t = trial(ctx, target, rate, opts.ndr_trial_s, false)?;
+        let t = trial(ctx, target, rate, opts.ndr_trial_s, Event::None)?;
         let ok = t.loss_ratio() <= NDR_LOSS_MAX;
         eprintln!(
             "perf-lab: NDR trial {k}: {rate} pps asked, {:.0} offered, {:.0} forwarded, loss {:.4}% -> {}",
@@ -734,6 +800,7 @@ fn saturation(ctx: &mut Ctx<'_>, target: &Running) -> anyhow::Result<RunResult> 
         ndr_trials: Vec::new(),
         latency_at_rate: None,
         swap: None,
+        restart: None,
         target_counters: BTreeMap::new(),
         notes: Vec::new(),
     })

@@ -8,7 +8,8 @@
 //!
 //! Pacing: a token bucket checked once per batch (up to [`BATCH`] frames): the packets due
 //! since the start at `rate_pps`, minus those sent, capped at 4 batches of backlog so a stall
-//! does not turn into a burst. Rate 0 sends as fast as the rings take frames.
+//! does not turn into a burst. Rate 0 sends as fast as the rings take frames. When nothing is
+//! due the generator spins, then yields (or sleeps [`IDLE_SLEEP`], with `idle_sleep`).
 //!
 //! Flows: packet i belongs to flow f = i mod flows; flow f has source 198.18.0.(16 + f mod
 //! 224), source port 1024 + f / 224 and service s = f mod services (destination port
@@ -128,7 +129,15 @@ pub struct GenSpec {
     pub count: Option<u64>,
     /// First sequence number.
     pub seq_start: u32,
+    /// Rate-limited and early: sleep [`IDLE_SLEEP`] instead of yielding. A thread that
+    /// spins and yields keeps this kernel's per-CPU threads of its core (ksoftirqd, which
+    /// runs RCU callbacks, and kworkers) from running for seconds: the restart scenario
+    /// sleeps, so that what it measures is xvs's restart and not the rig core's backlog.
+    pub idle_sleep: bool,
 }
+
+/// How long a rate-limited generator with `idle_sleep` sleeps when nothing is due.
+pub const IDLE_SLEEP: Duration = Duration::from_micros(50);
 
 /// What was sent.
 #[derive(Clone, Copy, Debug, Default)]
@@ -276,7 +285,9 @@ fn send(
                     let _ = port.rings.tx.wakeup();
                 }
                 // Rate-limited and early: let the sinks sharing this core run.
-                if idle_spins > 16 {
+                if idle_spins > 16 && spec.idle_sleep {
+                    std::thread::sleep(IDLE_SLEEP);
+                } else if idle_spins > 16 {
                     std::thread::yield_now();
                 } else {
                     std::hint::spin_loop();

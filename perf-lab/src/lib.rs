@@ -9,6 +9,7 @@
 //! - [`target`]: the load balancers under test (xvs, nftables, iptables, AF_XDP l2fwd).
 //! - [`l2fwd`]: the AF_XDP MAC-rewrite forwarder (the AF_XDP ceiling).
 //! - [`bench`]: scenarios, one measured run, the NDR search, the JSON result.
+//! - [`restart`]: the restart scenario's figures (xvs killed or stopped under load).
 //! - [`report`]: Markdown tables and hand-written SVG plots.
 //! - [`sys`], [`xsk`]: commands, namespaces, CPU accounting; opening AF_XDP sockets.
 
@@ -19,6 +20,7 @@ pub mod generator;
 pub mod l2fwd;
 pub mod reflect;
 pub mod report;
+pub mod restart;
 pub mod rig;
 pub mod sink;
 pub mod sys;

@@ -217,10 +217,15 @@ fn real_main() -> anyhow::Result<()> {
                     napi_busy_poll: a.napi_busy_poll,
                     xvs: a.xvs.unwrap_or_else(bench::default_xvs),
                     dir,
+                    state_dir: None,
+                    drain_timeout_s: None,
                 },
             };
             let r = bench::run(&opts)?;
             bench::write_json(&r, &a.json)?;
+            if let Some(restarts) = &r.restart {
+                print!("{}", perf_lab::restart::key_values(restarts));
+            }
             eprintln!(
                 "perf-lab: {} {} {:?}: offered {} pps, forwarded {:.0} pps, loss {}, p50/p99/p99.9 {:?}/{:?}/{:?} µs, {:?} ns/pkt, NDR {:?}",
                 r.scenario.name(),

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use crate::bench::{Latency, Mode, RunResult};
+use crate::restart::{Restart, Restarts};
 use crate::target::Target;
 
 /// Files written.
@@ -149,6 +150,7 @@ pub fn report(inputs: &[PathBuf], out: &Path) -> anyhow::Result<Written> {
             }
         }
         latency_table(&mut md, &rs);
+        restart_table(&mut md, &by_target);
         for r in &rs {
             if let Some(s) = &r.swap {
                 let _ = writeln!(
@@ -276,6 +278,80 @@ fn latency_table(md: &mut String, rs: &[&RunResult]) {
     };
     if let (Some(x), Some(l)) = (p99(Target::Xvs), p99(Target::L2fwd)) {
         let _ = writeln!(md, "\nxvs p99 − l2fwd p99 at that rate: {:+.1} µs", x - l);
+    }
+}
+
+/// The restarts of the restart scenario: one row per target and signal, each figure the
+/// median of the runs with the lowest and highest, flows lost the worst run's.
+fn restart_table(md: &mut String, by_target: &BTreeMap<Target, Vec<&RunResult>>) {
+    let mut rows = Vec::new();
+    for (t, runs) in by_target {
+        let all: Vec<&Restarts> = runs.iter().filter_map(|r| r.restart.as_ref()).collect();
+        for signal in ["kill", "term"] {
+            let xs: Vec<&Restart> = all
+                .iter()
+                .filter_map(|r| match signal {
+                    "kill" => Some(&r.kill),
+                    _ => r.term.as_ref(),
+                })
+                .collect();
+            if !xs.is_empty() {
+                rows.push((*t, signal, xs));
+            }
+        }
+    }
+    if rows.is_empty() {
+        return;
+    }
+    md.push_str(
+        "
+Restarts under load (kill: SIGKILL, then a new xvs at once; term: SIGTERM with \
+         drain_timeout 0s, its exit awaited, then a new xvs). Gap: the longest run of lost \
+         packets around the restart as sending time; lost: packets lost minus those of the \
+         run without a restart; flows lost: flows forwarded before the signal none of whose \
+         packets after the gap was (the worst run); phases: from the signal. Medians of the \
+         runs, lowest–highest in brackets:\n\n\
+         | target | restart | runs | gap ms | signal to forwarding ms | packets lost | flows \
+         adopted / before | flows lost | adoption ms | ready ms | starts |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for (t, signal, xs) in rows {
+        let spread = |f: &dyn Fn(&Restart) -> Option<f64>, digits: usize| {
+            let v: Vec<f64> = xs.iter().filter_map(|x| f(x)).collect();
+            let (lo, hi) = (
+                v.iter().copied().fold(f64::MAX, f64::min),
+                v.iter().copied().fold(f64::MIN, f64::max),
+            );
+            match median(v.clone()) {
+                Some(m) if v.len() > 1 && lo < hi => {
+                    format!(
+                        "{} ({}–{})",
+                        num(m, digits),
+                        num(lo, digits),
+                        num(hi, digits)
+                    )
+                }
+                Some(m) => num(m, digits),
+                None => "–".to_owned(),
+            }
+        };
+        let adopted = |x: &Restart| x.flows_adopted.map(|v| v as f64);
+        let before = |x: &Restart| x.flows_before.map(|v| v as f64);
+        let _ = writeln!(
+            md,
+            "| {} | {signal} | {} | {} | {} | {} | {} / {} | {} | {} | {} | {} |",
+            t.name(),
+            xs.len(),
+            spread(&|x| Some(x.gap_ms), 1),
+            spread(&|x| x.signal_to_forward_ms, 1),
+            spread(&|x| Some(x.restart_lost_pkts as f64), 0),
+            spread(&adopted, 0),
+            spread(&before, 0),
+            xs.iter().map(|x| x.flows_lost).max().unwrap_or(0),
+            spread(&|x| x.adoption_ms, 1),
+            spread(&|x| Some(x.ready_ms), 1),
+            xs.iter().map(|x| x.start_attempts).max().unwrap_or(0),
+        );
     }
 }
 
@@ -585,6 +661,59 @@ mod tests {
         assert!(md.contains("xvs 3 (100–300), nft 1 (400–400)"), "{md}");
         // A swap reports the worst run's loss.
         assert!(md.contains("xvs: change at 2.00 s lost 7 of 1000"), "{md}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn restarts_make_one_row_per_signal_of_medians_and_the_worst_flow_loss() {
+        let dir = std::env::temp_dir().join(format!("perf-lab-report-rs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut inputs = Vec::new();
+        for (i, (gap, lost)) in [(200.0, 0), (300.0, 2), (250.0, 0)].iter().enumerate() {
+            let kill = Restart {
+                signal: "kill".into(),
+                gap_ms: *gap,
+                signal_to_forward_ms: Some(*gap),
+                restart_lost_pkts: (*gap as u64) * 100,
+                flows_before: Some(100_000),
+                flows_adopted: Some(100_000),
+                flows_lost: *lost,
+                adoption_ms: Some(10.0),
+                ready_ms: gap + 5.0,
+                start_attempts: 1,
+                ..Restart::default()
+            };
+            let restarts = Restarts {
+                baseline_sent: 1000,
+                baseline_lost_pkts: 0,
+                term: Some(Restart {
+                    signal: "term".into(),
+                    ..kill.clone()
+                }),
+                kill,
+            };
+            let mut v = result("xvs", 100.0, 10.0, 0);
+            v["scenario"] = "restart".into();
+            v["swap"] = serde_json::Value::Null;
+            v["restart"] = serde_json::to_value(&restarts).unwrap();
+            let p = dir.join(format!("{i}.json"));
+            std::fs::write(&p, v.to_string()).unwrap();
+            inputs.push(p);
+        }
+        let w = report(&inputs, &dir.join("out")).unwrap();
+        let md = std::fs::read_to_string(&w.markdown).unwrap();
+        assert!(md.contains("## restart (generator mode)"), "{md}");
+        let row = md
+            .lines()
+            .find(|l| l.starts_with("| xvs | kill |"))
+            .unwrap_or_else(|| panic!("{md}"));
+        assert_eq!(
+            row,
+            "| xvs | kill | 3 | 250.0 (200.0–300.0) | 250.0 (200.0–300.0) | 25000 \
+             (20000–30000) | 100000 / 100000 | 2 | 10.0 | 255.0 (205.0–305.0) | 1 |"
+        );
+        assert!(md.contains("| xvs | term | 3 |"), "{md}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

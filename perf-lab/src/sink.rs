@@ -56,12 +56,33 @@ impl SeqBitmap {
 
     /// Packets missing among the `n` sequence numbers from `from` (relative to the start).
     pub fn missing(&self, from: u64, n: u64) -> u64 {
-        (from..from + n)
-            .filter(|i| {
-                let i = i & self.mask;
-                self.words[(i / 64) as usize].load(Ordering::Relaxed) & (1 << (i % 64)) == 0
-            })
-            .count() as u64
+        (from..from + n).filter(|&i| !self.received(i)).count() as u64
+    }
+
+    /// Whether the packet `i` sequence numbers after the start was received.
+    pub fn received(&self, i: u64) -> bool {
+        let i = i & self.mask;
+        self.words[(i / 64) as usize].load(Ordering::Relaxed) & (1 << (i % 64)) != 0
+    }
+
+    /// The longest run of consecutive missing packets among the `n` from `from` (relative to
+    /// the start): `(first, length)`, `(from, 0)` when none is missing.
+    pub fn longest_missing(&self, from: u64, n: u64) -> (u64, u64) {
+        let (mut best, mut run_start, mut run) = ((from, 0), from, 0);
+        for i in from..from + n {
+            if self.received(i) {
+                run = 0;
+                continue;
+            }
+            if run == 0 {
+                run_start = i;
+            }
+            run += 1;
+            if run > best.1 {
+                best = (run_start, run);
+            }
+        }
+        best
     }
 }
 

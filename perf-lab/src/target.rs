@@ -105,7 +105,68 @@ pub struct Placement {
     pub xvs: PathBuf,
     /// Scratch directory (configs, logs).
     pub dir: PathBuf,
+    /// xvs' `[dataplane] state_dir` (default: `state` in `dir`).
+    pub state_dir: Option<PathBuf>,
+    /// xvs' `[dataplane] drain_timeout`, seconds (default: xvs' own).
+    pub drain_timeout_s: Option<u32>,
 }
+
+impl Placement {
+    /// xvs' state directory.
+    pub fn xvs_state_dir(&self) -> PathBuf {
+        self.state_dir
+            .clone()
+            .unwrap_or_else(|| self.dir.join("state"))
+    }
+}
+
+/// How [`Running::restart`] ends the running xvs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// SIGKILL (a crash, an OOM kill), then a new xvs at once.
+    Kill,
+    /// SIGTERM (a graceful stop: with `drain_timeout = "0s"` it stops at once), the exit
+    /// awaited, then a new xvs.
+    Term,
+}
+
+impl Stop {
+    /// `kill` or `term`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stop::Kill => "kill",
+            Stop::Term => "term",
+        }
+    }
+}
+
+/// When a [`Running::restart`] did what (CLOCK_MONOTONIC ns), and where the new xvs logs.
+#[derive(Clone, Debug)]
+pub struct Restarted {
+    /// The signal was sent.
+    pub signal_ns: u64,
+    /// The same instant on the wall clock (xvs' log timestamps), ns since the epoch.
+    pub signal_wall_ns: u64,
+    /// The old process was reaped.
+    pub exited_ns: u64,
+    /// The new process was started.
+    pub started_ns: u64,
+    /// perf-lab read its `xvs: ready` line.
+    pub ready_ns: u64,
+    /// The new process's log.
+    pub log: PathBuf,
+    /// Processes started until one was ready (a supervisor's restarts).
+    pub attempts: u32,
+    /// Why the failed ones failed (the last line of each one's log).
+    pub failures: Vec<String>,
+}
+
+/// How long a supervisor waits before starting xvs again after it failed to start
+/// (systemd's default `RestartSec`).
+pub const RESTART_DELAY: Duration = Duration::from_millis(100);
+
+/// How long [`Running::restart`] keeps starting xvs again.
+const RESTART_GIVE_UP: Duration = Duration::from_secs(20);
 
 /// A started target.
 pub struct Running {
@@ -117,6 +178,10 @@ pub struct Running {
     rig: Rig,
     /// l2fwd's stats file.
     stats: Option<PathBuf>,
+    /// How xvs was started, for [`Running::restart`].
+    argv: Vec<String>,
+    /// Restarts so far (names the logs).
+    restarts: u32,
 }
 
 /// The port of xvs' metrics endpoint, `[admin] listen` (127.0.0.1 in the LB namespace).
@@ -144,9 +209,18 @@ impl Running {
             config: config.clone(),
             rig: rig.clone(),
             stats: None,
+            argv: Vec::new(),
+            restarts: 0,
         };
         match target {
             Target::Xvs => {
+                // A fresh flow table: a state left in the directory by an earlier run (same
+                // work directory) would be adopted, its flows with it.
+                let state = at.xvs_state_dir();
+                if state.exists() {
+                    std::fs::remove_dir_all(&state)
+                        .with_context(|| format!("removing {}", state.display()))?;
+                }
                 std::fs::write(&config, xvs_config(rig, svc, at))?;
                 config::load(&config).map_err(|e| anyhow::anyhow!("generated xvs config: {e}"))?;
                 if !at.xvs.exists() {
@@ -157,11 +231,12 @@ impl Running {
                 }
                 let xvs = at.xvs.to_string_lossy().into_owned();
                 let cfg = config.to_string_lossy().into_owned();
-                r.spawn_ready(
-                    &["ip", "netns", "exec", &ns, &xvs, "run", "--config", &cfg],
-                    "xvs: ready",
-                    &at.dir.join("xvs.log"),
-                )?;
+                r.argv = ["ip", "netns", "exec", &ns, &xvs, "run", "--config", &cfg]
+                    .map(str::to_owned)
+                    .to_vec();
+                let argv = r.argv.clone();
+                let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+                r.spawn_ready(&argv, "xvs: ready", &at.dir.join("xvs.log"))?;
             }
             Target::L2fwd => {
                 let me = std::env::current_exe()?.to_string_lossy().into_owned();
@@ -252,7 +327,8 @@ impl Running {
         });
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         loop {
-            match rx.recv_timeout(Duration::from_millis(100)) {
+            // Short: a restart that fails is retried, and this is how soon it is seen.
+            match rx.recv_timeout(Duration::from_millis(5)) {
                 Ok(()) => return Ok(()),
                 Err(_) => {
                     let status = self
@@ -319,6 +395,97 @@ impl Running {
             Target::Nft | Target::Iptables => self.load_rules(svc),
             Target::L2fwd => Ok(()),
         }
+    }
+
+    /// Ends the running xvs as `how` says and starts a new one with the same config (and
+    /// state directory) at once, returning when it logged `xvs: ready`. Its log goes to
+    /// `xvs-restart<N>.log` in `dir`. A new xvs that exits without becoming ready is started
+    /// again [`RESTART_DELAY`] later, as a supervisor would (each further attempt logs to
+    /// `xvs-restart<N>-try<K>.log`).
+    pub fn restart(&mut self, how: Stop, dir: &Path) -> anyhow::Result<Restarted> {
+        if self.target != Target::Xvs || self.argv.is_empty() {
+            bail!("only a running xvs can be restarted");
+        }
+        let mut child = self.child.take().context("xvs is not running")?;
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let signal_ns = crate::sys::mono_ns();
+        let sig = match how {
+            Stop::Kill => libc::SIGKILL,
+            Stop::Term => libc::SIGTERM,
+        };
+        // SAFETY: kill has no memory preconditions.
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            match child.try_wait() {
+                Ok(Some(_)) => break,
+                Ok(None) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_micros(500))
+                }
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    bail!(
+                        "xvs did not exit within 30 s of SIG{}",
+                        how.name().to_uppercase()
+                    );
+                }
+            }
+        }
+        let exited_ns = crate::sys::mono_ns();
+        self.stdout = None;
+        self.restarts += 1;
+        let argv: Vec<String> = self.argv.clone();
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let mut failures = Vec::new();
+        let started_ns = crate::sys::mono_ns();
+        for attempt in 1.. {
+            let log = match attempt {
+                1 => dir.join(format!("xvs-restart{}.log", self.restarts)),
+                k => dir.join(format!("xvs-restart{}-try{k}.log", self.restarts)),
+            };
+            match self.spawn_ready(&argv, "xvs: ready", &log) {
+                Ok(()) => {
+                    return Ok(Restarted {
+                        signal_ns,
+                        signal_wall_ns: wall,
+                        exited_ns,
+                        started_ns,
+                        ready_ns: crate::sys::mono_ns(),
+                        log,
+                        attempts: attempt,
+                        failures,
+                    });
+                }
+                Err(e) => {
+                    if let Some(mut c) = self.child.take() {
+                        let _ = c.kill();
+                        let _ = c.wait();
+                    }
+                    let text = std::fs::read_to_string(&log).unwrap_or_default();
+                    let last = text.lines().last().unwrap_or("").to_owned();
+                    let elapsed = crate::sys::mono_ns().saturating_sub(signal_ns);
+                    if elapsed > RESTART_GIVE_UP.as_nanos() as u64 {
+                        return Err(
+                            e.context(format!("xvs did not come back in {attempt} attempts"))
+                        );
+                    }
+                    failures.push(last);
+                    std::thread::sleep(RESTART_DELAY);
+                }
+            }
+        }
+        unreachable!("the loop returns")
+    }
+
+    /// xvs' Prometheus metrics, when they can be read.
+    pub fn xvs_metrics(&self) -> Option<String> {
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], XVS_ADMIN_PORT));
+        (self.target == Target::Xvs)
+            .then(|| http_get_in(&self.rig.ns_lb(), addr, "/metrics").ok())
+            .flatten()
     }
 
     /// Stops the target; returns its counters (xvs and l2fwd print `key=value` lines).
@@ -388,7 +555,7 @@ fn all_services(svc: &Services) -> impl Iterator<Item = (u32, &'static str, u16)
 pub fn xvs_config(rig: &Rig, svc: &Services, at: &Placement) -> String {
     // The state (flow table, control socket) lives with the run's files, so rigs never
     // share one.
-    let state = at.dir.join("state");
+    let state = at.xvs_state_dir();
     let q = rig.queues;
     let capacity = (u64::from(svc.flows) * 2).max(65536).next_power_of_two();
     let mut s = format!(
@@ -398,7 +565,7 @@ pub fn xvs_config(rig: &Rig, svc: &Services, at: &Placement) -> String {
          interfaces = [\n  {{ name = \"{IF_LB_CLIENT}\", queues = {q} }},\n  {{ name = \"{IF_LB_BACKEND}\", queues = {q} }},\n]\n\
          cores = [{lb}]\nslowpath_core = {gen}\nmode = \"{mode}\"\n\
          snat_addresses = [\"{LB_BACKEND_IP}\"]\nsnat_port_range = \"1024-32767\"\n\
-         xdp_mode = \"auto\"\nzero_copy = \"off\"\nbatch_size = 64\nnapi_busy_poll = {busy}\nstate_dir = {state:?}\nbpf_pin_root = \"{pins}/xvs\"\n\n\
+         xdp_mode = \"auto\"\nzero_copy = \"off\"\nbatch_size = 64\nnapi_busy_poll = {busy}\nstate_dir = {state:?}\nbpf_pin_root = \"{pins}/xvs\"\n{drain}\n\
          [flowtable]\ncapacity = {capacity}\n\n\
          [admin]\nlisten = \"127.0.0.1:{XVS_ADMIN_PORT}\"\n",
         prefix = rig.prefix,
@@ -408,6 +575,9 @@ pub fn xvs_config(rig: &Rig, svc: &Services, at: &Placement) -> String {
         gen = at.gen_core,
         mode = if svc.snat { "fullnat" } else { "nat" },
         busy = at.napi_busy_poll,
+        drain = at
+            .drain_timeout_s
+            .map_or(String::new(), |s| format!("drain_timeout = \"{s}s\"\n")),
     );
     let backends: Vec<String> = (1..=svc.backends)
         .map(|i| format!("{{ addr = \"{}:{BACKEND_PORT}\" }}", rig::backend_ip(i)))

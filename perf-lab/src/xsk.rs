@@ -3,6 +3,7 @@
 
 use std::ffi::CString;
 use std::num::NonZeroU32;
+use std::os::fd::AsRawFd;
 
 use anyhow::{Context, anyhow};
 use xsk_rs::config::{
@@ -71,6 +72,16 @@ fn socket(umem: &Umem, ifname: &str, queue: u32, feed: Feed) -> anyhow::Result<R
             )
         })?;
     let (fill, comp) = rings.ok_or_else(|| anyhow!("no fill/completion rings on {ifname}"))?;
+    // libxdp opens AF_XDP sockets without SOCK_CLOEXEC: a process perf-lab starts while a
+    // socket is open (a restarted xvs) would hold it, and its queue, for its whole life.
+    let fd = rx.fd().as_raw_fd();
+    // SAFETY: fcntl on a descriptor this socket owns.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } != 0 {
+        return Err(anyhow!(
+            "AF_XDP socket on {ifname} queue {queue}: FD_CLOEXEC: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
     Ok(Rings { tx, rx, fill, comp })
 }
 

@@ -2,6 +2,8 @@
 //! installed). Brings small rigs up, runs every target available here for ~2 s at 20 kpps
 //! with 64 flows, and asserts behaviour, not rates: traffic reaches every backend, the JSON
 //! result has every key, checksums verify at the sinks, `report` writes Markdown and SVG.
+//! The restart scenario runs short (2,000 flows, 2 s runs): xvs killed and stopped under
+//! load adopts every flow and loses none.
 //! Every rig is removed on every exit path (perf-lab run tears its own down; the guard here
 //! removes any leftover, even after a panic).
 
@@ -45,6 +47,7 @@ const KEYS: &[&str] = &[
     "ndr_trials",
     "latency_at_rate",
     "swap",
+    "restart",
     "target_counters",
     "notes",
 ];
@@ -91,12 +94,24 @@ fn xvs() -> Option<PathBuf> {
 }
 
 fn run(prefix: &str, json: &Path, target: &str, extra: &[&str]) -> serde_json::Value {
+    run_scenario(prefix, json, "one-service", target, extra)
+}
+
+fn run_scenario(
+    prefix: &str,
+    json: &Path,
+    scenario: &str,
+    target: &str,
+    extra: &[&str],
+) -> serde_json::Value {
+    let flows = if scenario == "restart" { "2000" } else { "64" };
+    let latency_rate = if scenario == "restart" { "0" } else { "10000" };
     let mut args = vec![
         "run",
         "--prefix",
         prefix,
         "--scenario",
-        "one-service",
+        scenario,
         "--target",
         target,
         "--duration",
@@ -104,9 +119,9 @@ fn run(prefix: &str, json: &Path, target: &str, extra: &[&str]) -> serde_json::V
         "--rate",
         "20000",
         "--latency-rate",
-        "10000",
+        latency_rate,
         "--flows",
-        "64",
+        flows,
         "--verify",
     ];
     args.extend_from_slice(extra);
@@ -249,6 +264,44 @@ fn every_target_forwards_to_every_backend_and_reports() {
         jsons.push(json);
     }
 
+    // The restart scenario: xvs only (others are refused before any rig is built); killed,
+    // then stopped, under load, the new process adopts every flow and every flow continues.
+    let refused = Command::new(BIN)
+        .args(["run", "--scenario", "restart", "--target", "nft", "--json"])
+        .arg(dir.join("refused.json"))
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("only --target xvs"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    if let Some(p) = &xvs_s {
+        let json = dir.join("xvs-restart.json");
+        let v = run_scenario(&prefix, &json, "restart", "xvs", &["--xvs", p.as_str()]);
+        for signal in ["kill", "term"] {
+            let r = &v["restart"][signal];
+            assert_eq!(r["flows_before"].as_u64(), Some(2000), "{signal}: {r}");
+            assert_eq!(r["flows_adopted"].as_u64(), Some(2000), "{signal}: {r}");
+            assert_eq!(r["flows_seen"].as_u64(), Some(2000), "{signal}: {r}");
+            assert_eq!(r["flows_checked"].as_u64(), Some(2000), "{signal}: {r}");
+            assert_eq!(r["flows_lost"].as_u64(), Some(0), "{signal}: {r}");
+            // Traffic came back, after a gap: a restart is not free.
+            assert!(
+                r["signal_to_forward_ms"].as_f64().is_some(),
+                "{signal}: {r}"
+            );
+            assert!(
+                r["gap_pkts"].as_u64().is_some_and(|n| n > 0),
+                "{signal}: {r}"
+            );
+            assert!(r["phases_ms"]["ready"].as_f64().is_some(), "{signal}: {r}");
+        }
+        assert!(!Path::new(&format!("/dev/shm/perf-lab-{prefix}")).exists());
+        jsons.push(json);
+    }
+
     let out_dir = dir.join("report");
     let mut args = vec!["report".to_owned()];
     args.extend(jsons.iter().map(|p| p.to_string_lossy().into_owned()));
@@ -259,6 +312,9 @@ fn every_target_forwards_to_every_backend_and_reports() {
     assert!(md.contains("## one-service (generator mode)"), "{md}");
     assert!(md.contains("| nft |"));
     assert!(md.contains("Latency at one offered rate"), "{md}");
+    if xvs.is_some() {
+        assert!(md.contains("| xvs | kill | 1 |"), "{md}");
+    }
     for f in [
         "one-service-generator-rate.svg",
         "one-service-generator-latency.svg",
