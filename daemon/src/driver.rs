@@ -155,7 +155,7 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
     let workers = cfg.dataplane.workers();
     let mut sockets = Vec::with_capacity(workers);
     for spec in worker_specs(&cfg.dataplane) {
-        let set = XskSet::open(&cfg.dataplane, spec.queue)
+        let set = open_sockets(&cfg.dataplane, spec.queue)
             .with_context(|| format!("opening AF_XDP sockets for queue {}", spec.queue))?;
         sockets.push((spec, set));
     }
@@ -517,6 +517,24 @@ impl Io<'_> {
                     self.stop = Some(why);
                 }
             }
+        }
+    }
+}
+
+/// How long a restart waits for a dead process's AF_XDP sockets to be released.
+const SOCKETS_BUSY_MAX: Duration = Duration::from_secs(3);
+
+/// The AF_XDP sockets of `queue`, waiting (up to [`SOCKETS_BUSY_MAX`]) while the queue is
+/// still bound: the kernel releases a killed process's sockets asynchronously, and a restart
+/// that raced it would otherwise fail and wait for its supervisor's back-off.
+fn open_sockets(dp: &config::Dataplane, queue: u32) -> Result<XskSet, fastpath::xsk::XskError> {
+    let deadline = Instant::now() + SOCKETS_BUSY_MAX;
+    loop {
+        match XskSet::open(dp, queue) {
+            Err(e) if e.is_busy() && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            r => return r,
         }
     }
 }

@@ -105,6 +105,15 @@ pub const PROGRAM_NAME: &str = "xvs_steer";
 /// The compiled program, built by `build.rs` from `bpf/steer.c`.
 static PROGRAM: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/steer.o"));
 
+/// Loads [`PROGRAM`] with the kernel's BTF parsed once per process (aya's `Ebpf::load` reads
+/// and parses the 5 MB `/sys/kernel/btf/vmlinux` twice per call: tens of milliseconds of a
+/// restart's gap per interface).
+fn load_program() -> Result<Ebpf, EbpfError> {
+    static BTF: std::sync::OnceLock<Option<aya::Btf>> = std::sync::OnceLock::new();
+    let btf = BTF.get_or_init(|| aya::Btf::from_sys_fs().ok());
+    aya::EbpfLoader::new().btf(btf.as_ref()).load(PROGRAM)
+}
+
 /// How the steering program got attached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum XdpAttach {
@@ -466,7 +475,7 @@ impl Steering {
         pin::refuse_pinned(ifname, ifindex)?;
         remove_leftovers(ifname, ifindex)?;
 
-        let mut ebpf = Ebpf::load(PROGRAM)?;
+        let mut ebpf = load_program()?;
         let maps = Maps::take(&mut ebpf)?;
         let prog = program(&mut ebpf)?;
         let (link_id, attached) = with_mode(ifname, mode, |how| {

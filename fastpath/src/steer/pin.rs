@@ -7,14 +7,14 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use aya::Pod;
 use aya::maps::{Array, HashMap, IterableMap, Map, MapData, MapError, PerCpuArray};
-use aya::{Ebpf, Pod};
 
 use super::maps::Hold;
 use super::sys::{self, LinkInfo};
 use super::{
-    Link, Maps, Mirrored, PROGRAM, SteerCounters, SteerError, Steering, XdpAttach, counters,
-    if_index, netlink, program, remove_leftovers, with_mode,
+    Link, Maps, Mirrored, SteerCounters, SteerError, Steering, XdpAttach, counters, if_index,
+    netlink, program, remove_leftovers, with_mode,
 };
 
 /// The bpffs directory under which [`pin_dir`] keeps one directory per network namespace.
@@ -83,7 +83,7 @@ impl Steering {
             remove_leftovers(ifname, ifindex)?;
         }
 
-        let mut ebpf = Ebpf::load(PROGRAM)?;
+        let mut ebpf = super::load_program()?;
         let mut maps = Maps::take(&mut ebpf)?;
         let mut staged = Staged::pin(&dir, &maps)?;
         let prog = program(&mut ebpf)?;

@@ -197,6 +197,14 @@ pub fn worker_count(dp: &Dataplane) -> usize {
     dp.workers()
 }
 
+impl XskError {
+    /// Whether the queue is still bound by another socket (EBUSY): a process that just died
+    /// holds it until the kernel has released its sockets, which takes a moment.
+    pub fn is_busy(&self) -> bool {
+        matches!(self, XskError::Socket { detail, .. } if detail.contains(&format!("(os error {})", libc::EBUSY)))
+    }
+}
+
 impl XskSet {
     /// Opens queue `queue` of every interface of `dp` that has it, for xvs' steering program
     /// (libxdp loads no program).

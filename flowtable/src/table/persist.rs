@@ -427,26 +427,37 @@ impl FlowTable {
     pub fn export(&self, path: &Path, now: Instant) -> Result<usize, Error> {
         let tmp = path.with_extension("tmp");
         let file = File::create(&tmp).map_err(|e| state_err(&tmp, e))?;
-        let mut w = BufWriter::new(file);
+        let mut w = BufWriter::with_capacity(1 << 20, file);
         let boot = boot_id().map_err(|e| state_err(path, e))?;
-        let mut records = Vec::new();
-        self.scan(0, self.capacity(), |v| records.push(v));
-        let head = RecordHeader {
-            count: records.len() as u64,
+        let io = |e: io::Error| state_err(&tmp, e);
+        // The count goes in the header once known: a placeholder first, streamed records,
+        // then the header again.
+        let mut head = RecordHeader {
+            count: 0,
             boot,
             exported_mono_ns: mono_of(now),
         };
-        let io = |e: io::Error| state_err(&tmp, e);
         w.write_all(&head.encode()).map_err(io)?;
-        for v in &records {
-            let age = now.saturating_duration_since(v.last_seen);
-            w.write_all(&encode_record(&v.data, v.state, age))
-                .map_err(io)?;
+        let mut failed = None;
+        self.scan(0, self.capacity(), |v| {
+            if failed.is_none() {
+                let age = now.saturating_duration_since(v.last_seen);
+                match w.write_all(&encode_record(&v.data, v.state, age)) {
+                    Ok(()) => head.count += 1,
+                    Err(e) => failed = Some(e),
+                }
+            }
+        });
+        if let Some(e) = failed {
+            return Err(io(e));
         }
-        w.flush().map_err(io)?;
-        drop(w);
+        let mut file = w.into_inner().map_err(|e| io(e.into_error()))?;
+        use std::io::{Seek, SeekFrom};
+        file.seek(SeekFrom::Start(0)).map_err(io)?;
+        file.write_all(&head.encode()).map_err(io)?;
+        drop(file);
         std::fs::rename(&tmp, path).map_err(|e| state_err(path, e))?;
-        Ok(records.len())
+        Ok(head.count as usize)
     }
 
     /// Reads flows written by [`export`](Self::export) (of this boot) into this table; their
