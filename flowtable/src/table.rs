@@ -254,18 +254,26 @@ pub struct FlowTableConfig {
     pub backends_max: usize,
     /// Idle timeouts per state.
     pub timeouts: Timeouts,
-    /// Seed of the keyed tuple hash; give a random value in production (hash flooding).
+    /// Key of the tuple hash. Random by default (from the kernel), so that nobody can
+    /// compute offline which tuples collide and fill one tuple's probe window (hash
+    /// flooding); set it only for a reproducible table. A state file keeps its own
+    /// ([`FlowTable::open`] draws one for a new file and ignores this).
     pub hash_seed: u64,
 }
 
 impl FlowTableConfig {
-    /// A config with default timeouts and a fixed hash seed.
+    /// A config with default timeouts and a random hash key.
     pub fn new(capacity: usize, backends_max: usize) -> Self {
         FlowTableConfig {
             capacity,
             backends_max,
             timeouts: Timeouts::default(),
-            hash_seed: 0x9e37_79b9_7f4a_7c15,
+            // Loom explores one execution per schedule: the table must hash alike each time.
+            hash_seed: if cfg!(loom) {
+                0x9e37_79b9_7f4a_7c15
+            } else {
+                shm::random_u64()
+            },
         }
     }
 }
@@ -561,6 +569,15 @@ impl FlowTable {
             Ok(t)
         }
     }
+
+    /// The index slot where `key`'s probe sequence starts (diagnostics, and the tests that
+    /// show a random key defeats precomputed collisions).
+    pub fn home_slot(&self, key: &FlowKey) -> usize {
+        self.index.home(self.hash(key))
+    }
+
+    /// Index slots a probe sequence may span from its home slot.
+    pub const PROBE_SLOTS: usize = index::MAX_PROBE;
 
     /// Entries allocated.
     pub fn capacity(&self) -> usize {
