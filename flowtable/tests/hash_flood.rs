@@ -60,7 +60,11 @@ fn colliding(key: u64, victim: &FlowData, n: usize) -> Vec<FlowData> {
 
 /// Inserts the flood (each flow's reply tuple on a distinct SNAT port, so only the original
 /// tuples collide), then the victim's flow; the victim's result.
-fn flood_then_connect(t: &FlowTable, flood: &[FlowData], victim: &FlowData) -> Result<(), InsertError> {
+fn flood_then_connect(
+    t: &FlowTable,
+    flood: &[FlowData],
+    victim: &FlowData,
+) -> Result<(), InsertError> {
     let now = Instant::now();
     for (i, d) in flood.iter().enumerate() {
         let d = FlowData {
@@ -83,7 +87,11 @@ fn precomputed_collisions_fill_a_known_key_but_not_a_random_one() {
         Err(InsertError::IndexFull),
         "the precomputed tuples should fill the victim's probe window"
     );
-    assert!(known.len() < 500, "with the table nearly empty: {}", known.len());
+    assert!(
+        known.len() < 500,
+        "with the table nearly empty: {}",
+        known.len()
+    );
     // Under the random key of a table (what FlowTableConfig::new and state files use), the
     // same tuples spread out and the victim connects.
     let random = FlowTable::new(FlowTableConfig::new(CAPACITY, 16), Instant::now()).unwrap();
