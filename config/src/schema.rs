@@ -368,6 +368,11 @@ pub struct Timeouts {
     /// TCP SYN_SENT / SYN_RECV.
     #[serde(default = "d60")]
     pub tcp_syn: Dur,
+    /// TCP SYN_SENT / SYN_RECV while the flow table is under pressure (7/8 full, or
+    /// half-open flows had to give way to new ones within the last 10 s): a SYN flood's
+    /// half-open flows leave this fast.
+    #[serde(default = "d3")]
+    pub tcp_syn_pressure: Dur,
     /// TCP FIN_WAIT.
     #[serde(default = "d120")]
     pub tcp_fin_wait: Dur,
@@ -400,6 +405,9 @@ pub struct Timeouts {
 fn d1() -> Dur {
     Dur::from_secs(1)
 }
+fn d3() -> Dur {
+    Dur::from_secs(3)
+}
 fn d10() -> Dur {
     Dur::from_secs(10)
 }
@@ -424,6 +432,7 @@ impl Default for Timeouts {
         Timeouts {
             tcp_established: d900(),
             tcp_syn: d60(),
+            tcp_syn_pressure: d3(),
             tcp_fin_wait: d120(),
             tcp_close_wait: d60(),
             tcp_last_ack: d30(),

@@ -259,6 +259,7 @@ fn timeouts(c: &Config, out: &mut Found) {
     for (key, d) in [
         ("tcp_established", t.tcp_established),
         ("tcp_syn", t.tcp_syn),
+        ("tcp_syn_pressure", t.tcp_syn_pressure),
         ("tcp_fin_wait", t.tcp_fin_wait),
         ("tcp_close_wait", t.tcp_close_wait),
         ("tcp_last_ack", t.tcp_last_ack),

@@ -193,58 +193,82 @@ impl Index {
     /// Publish `word` for a key with `hash`. `same_key(w)` says whether the live word `w` (not
     /// our own) indexes another live entry with the same key.
     ///
-    /// Claims only `EMPTY` slots (never reuses tombstones), so the first inserter of a key in
-    /// probe order is seen by every later one; then rescans `[home, claimed)`: an `EMPTY`/
-    /// `FROZEN` slot there means a cleanup raced us and (I) may not hold, so we retract and retry;
-    /// a same-key word there means we lost a race, so we retract and report it.
+    /// Each attempt: (1) walks the probe window to its first `EMPTY` slot: a same-key word
+    /// there is a [`Claim::Conflict`]; the first `EMPTY` *or tombstone* slot is the one to
+    /// claim (reusing tombstones keeps a table under heavy churn, a SYN flood's half-open
+    /// flows recycled as fast as they come, from filling with them faster than cleanups clear
+    /// them). (2) CASes our word into it. (3) Verifies, retracting and retrying if any check
+    /// fails:
+    /// - forward from the home to the first `EMPTY` slot (past the window, as far as a
+    ///   cleanup's frozen slot can be): no `FROZEN` slot, no `EMPTY` slot before ours, and no
+    ///   other same-key word;
+    /// - then `[home, claimed)` again: no `EMPTY`/`FROZEN` slot.
+    ///
+    /// Why this keeps (I) against a cleanup clearing a tombstone `p` before our slot `r`: the
+    /// cleanup freezes the first `EMPTY` slot `q` after `p` (no `EMPTY` lies in `(p, q)`, so
+    /// the forward walk reaches `q`), checks the words in `(p, q)`, then clears `p` and thaws
+    /// `q`. If it read `r` before our CAS, then either our forward walk read `q` before the
+    /// thaw (`FROZEN`: retry), or it read `q` after the thaw, so the second walk reads `p`
+    /// after it was cleared (`EMPTY`: retry). And two inserts of one key: by sequential
+    /// consistency at least one of them reads the other's word after its CAS, and whoever
+    /// sees another's word retracts; the retry's step (1) then reports the survivor.
     pub(crate) fn insert(&self, hash: u64, word: u64, same_key: impl Fn(u64) -> bool) -> Claim {
+        let home = self.home(hash);
         let window = self.window(hash);
-        let mut cleaned = false;
         'retry: for _ in 0..MAX_RETRIES {
-            let mut claimed = None;
-            'probe: for (i, slot) in window.iter().enumerate() {
-                let mut w = slot.load(Ordering::SeqCst);
-                loop {
-                    if w == FROZEN {
-                        spin();
-                        continue 'retry;
+            let mut claim = None;
+            for (i, slot) in window.iter().enumerate() {
+                let w = slot.load(Ordering::SeqCst);
+                if w == FROZEN {
+                    spin();
+                    continue 'retry;
+                }
+                if w == EMPTY || w == TOMB {
+                    if claim.is_none() {
+                        claim = Some((i, w));
                     }
-                    if w != EMPTY {
+                    if w == EMPTY {
                         break;
                     }
-                    match slot.compare_exchange(EMPTY, word, Ordering::SeqCst, Ordering::SeqCst) {
-                        Ok(_) => {
-                            claimed = Some(i);
-                            break 'probe;
-                        }
-                        Err(actual) => w = actual,
-                    }
-                }
-                if w != TOMB && tag_matches(w, hash) && same_key(w) {
+                } else if tag_matches(w, hash) && same_key(w) {
                     let (e, d) = word_entry(w);
                     return Claim::Conflict(e, d);
                 }
             }
-            let Some(claimed) = claimed else {
-                if cleaned {
-                    return Claim::Full;
-                }
-                // Tombstones may be clogging our probe window: clear what we can, retry once.
-                cleaned = true;
-                self.cleanup(self.home(hash), 2 * MAX_PROBE);
-                continue 'retry;
+            let Some((claimed, seen)) = claim else {
+                // Every slot of the window holds a live word.
+                return Claim::Full;
             };
+            if window[claimed]
+                .compare_exchange(seen, word, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+            {
+                continue 'retry;
+            }
+            // Forward from the home to the first EMPTY slot.
+            let mut pos = home;
+            for i in 0..3 * MAX_PROBE {
+                let w = self.slots[pos].load(Ordering::SeqCst);
+                if w == EMPTY && i > claimed {
+                    break;
+                }
+                if w == FROZEN || w == EMPTY {
+                    retract(&window[claimed], word);
+                    spin();
+                    continue 'retry;
+                }
+                if i != claimed && w != TOMB && tag_matches(w, hash) && same_key(w) {
+                    retract(&window[claimed], word);
+                    continue 'retry;
+                }
+                pos = self.next(pos);
+            }
             for slot in &window[..claimed] {
                 let w = slot.load(Ordering::SeqCst);
                 if w == EMPTY || w == FROZEN {
                     retract(&window[claimed], word);
                     spin();
                     continue 'retry;
-                }
-                if w != TOMB && tag_matches(w, hash) && same_key(w) {
-                    retract(&window[claimed], word);
-                    let (e, d) = word_entry(w);
-                    return Claim::Conflict(e, d);
                 }
             }
             return Claim::Done;
@@ -254,18 +278,44 @@ impl Index {
 
     /// Tombstone the slot holding exactly `word` (at most one does). Returns whether found.
     pub(crate) fn remove(&self, hash: u64, word: u64) -> bool {
-        for slot in self.window(hash) {
+        self.remove_at(hash, word).is_some()
+    }
+
+    /// [`remove`](Self::remove), returning the slot tombstoned.
+    fn remove_at(&self, hash: u64, word: u64) -> Option<usize> {
+        let home = self.home(hash);
+        for (i, slot) in self.window(hash).iter().enumerate() {
             let w = slot.load(Ordering::SeqCst);
             if w == word {
                 return slot
                     .compare_exchange(word, TOMB, Ordering::SeqCst, Ordering::SeqCst)
-                    .is_ok();
+                    .is_ok()
+                    .then_some(home + i);
             }
             if w == EMPTY {
-                return false;
+                return None;
             }
         }
-        false
+        None
+    }
+
+    /// [`remove`](Self::remove), then clear the tombstone at once if no probe path needs it
+    /// (and the tombstones just before it that it freed): under heavy churn (a SYN flood's
+    /// half-open flows recycled as fast as they come) tombstones would otherwise fill probe
+    /// windows faster than the sweeps' share of cleanup empties them.
+    pub(crate) fn remove_and_clear(&self, hash: u64, word: u64) -> bool {
+        let Some(p) = self.remove_at(hash, word) else {
+            return false;
+        };
+        // Walk back over the run of tombstones ending at p while each clears.
+        let mut q = p;
+        for _ in 0..MAX_PROBE {
+            if self.slots[q].load(Ordering::Relaxed) != TOMB || !self.clear_tomb(q) {
+                break;
+            }
+            q = self.prev(q);
+        }
+        true
     }
 
     /// Turn tombstones back into `EMPTY` in `[start, start+len)`, walking backwards so runs of

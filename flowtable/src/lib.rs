@@ -85,11 +85,12 @@
 //! after its release fence, which follows the DYING/FREE store that the recheck then sees.
 //!
 //! **Publishing.** After INSERTING the inserter publishes the original tuple's index word, then
-//! the reply tuple's. Index inserts claim only EMPTY slots, by CAS, scanning from the home slot
-//! and comparing every tag-matching word against its entry. Two workers inserting the same new
-//! flow: the index slot sequence is claimed in probe order, so the later claimer passes the
-//! earlier one's word and sees it (the word CAS is the publication, and the entry was complete
-//! before it); it tears its own entry down and gets [`InsertError::Exists`] with the winner's
+//! the reply tuple's. Index inserts claim the first EMPTY or tombstone slot, by CAS, after
+//! walking the probe window to its first EMPTY slot and comparing every tag-matching word
+//! against its entry. Two workers inserting the same new flow: each, after its CAS, walks the
+//! probe path again (SeqCst, as are claims), so at least one sees the other's word; whoever
+//! sees another same-key word withdraws its own and retries, and the retry's walk finds the
+//! survivor: it tears its own entry down and gets [`InsertError::Exists`] with the winner's
 //! handle. Only when both tuples are indexed does the entry become LIVE; until then no one else
 //! can remove it, which keeps the "one index word per (entry, direction)" invariant that
 //! removal relies on. A reply tuple already used by another flow gives
@@ -106,15 +107,16 @@
 //! saw, stores FREE and pushes the entry on the free list. Only after that can the entry be
 //! reused, so no stale index word ever points to a new incarnation.
 //!
-//! **Tombstones.** Inserts never reuse them (reuse would let two racing inserts of one key
-//! claim different slots unseen). Sweeps turn them back into EMPTY: a TOMB at `p` may become
-//! EMPTY only while `p+1` is EMPTY (then no key can live beyond `p` through `p`); `p+1` is
-//! frozen (CAS EMPTY → FROZEN) during the change so no insert claims it in between. Readers
-//! treat FROZEN as EMPTY; inserts wait for it. An insert whose claim raced a cleanup could end
-//! up beyond a fresh EMPTY slot, so after claiming it rescans `[home, claimed)` (SeqCst, as are
-//! claims and cleanups) and, if it finds an EMPTY/FROZEN slot, withdraws its word and retries;
-//! the rescan also catches a same-key word published by a racing insert that the cleanup let
-//! claim an earlier slot. Probes are bounded by `MAX_PROBE` slots (128).
+//! **Tombstones.** Inserts reuse them (a SYN flood recycles half-open flows as fast as they
+//! come; tombstones that only cleanups could empty would fill the index). Sweeps, and every
+//! removal for the slots it just tombstoned, turn them back into EMPTY: a TOMB at `p` may
+//! become EMPTY only if no live word between `p` and the next EMPTY slot `q` has its home at
+//! or before `p`; `q` is frozen (CAS EMPTY → FROZEN) during the change so no insert claims it
+//! in between. Readers treat FROZEN as EMPTY; inserts wait for it. An insert whose claim raced
+//! a cleanup could end up beyond a fresh EMPTY slot, so after claiming it walks forward from
+//! its home to the first EMPTY slot (a FROZEN one on the way: retry), then rescans `[home,
+//! claimed)` (an EMPTY/FROZEN slot: retry); `Index::insert` explains why the two walks
+//! suffice. Probes are bounded by `MAX_PROBE` slots (128).
 //!
 //! The core of this (two inserts of one flow, insert vs. remove vs. lookup, insert vs. cleanup)
 //! is model-checked with loom: `RUSTFLAGS="--cfg loom" cargo test -p flowtable --release --test
@@ -132,8 +134,8 @@ pub use lb_algos::{BackendId, ConnCounts};
 pub use state::{FlowState, SctpState, TcpFlags, TcpState, Timeouts};
 pub use table::{
     CAPACITY_MAX, Error, ExpiredFlow, FlowHandle, FlowHit, FlowTable, FlowTableConfig,
-    FlowTableStats, FlowView, HashedKey, InsertError, PendingV4, SweepStats, Tick, V4Flow, V4Hit,
-    V4Key, v4_csum_delta,
+    FlowTableStats, FlowView, HashedKey, InsertError, PRESSURE_HOLD_TICKS, PendingV4, SweepStats,
+    Tick, V4Flow, V4Hit, V4Key, v4_csum_delta,
 };
 #[cfg(not(loom))]
 pub use table::{Imported, Opened, RECORD_VERSION, Recovery, previous_path};

@@ -241,6 +241,10 @@ pub struct Timeouts {
     pub tcp_syn_sent: Duration,
     /// TCP SYN_RECV and SYN-ACK.
     pub tcp_syn_recv: Duration,
+    /// Every embryonic TCP state while the table is under pressure (nearly full, or embryonic
+    /// flows had to give way recently): IPVS's `secure_tcp` idea, half-open flows of a SYN
+    /// flood leave quickly while established ones keep their timeouts.
+    pub tcp_syn_pressure: Duration,
     /// TCP FIN_WAIT.
     pub tcp_fin_wait: Duration,
     /// TCP CLOSE_WAIT.
@@ -268,6 +272,7 @@ impl Default for Timeouts {
             tcp_established: s(900),
             tcp_syn_sent: s(60),
             tcp_syn_recv: s(60),
+            tcp_syn_pressure: s(3),
             tcp_fin_wait: s(120),
             tcp_close_wait: s(60),
             tcp_last_ack: s(30),

@@ -31,6 +31,10 @@ const TICK_MS: u64 = 100;
 /// Entries probed for an embryonic or expired victim when the free list is empty.
 const VICTIM_PROBE: usize = 32;
 
+/// How long the table stays under pressure after embryonic flows last had to give way:
+/// 10 s, in ticks.
+pub const PRESSURE_HOLD_TICKS: u64 = 100;
+
 // Entry words: 0..8 in the hot line (`Entry`), 8..12 in the cold half-line (`Cold`).
 const W_CTL: usize = 0;
 /// client port | vip port << 16 | backend port << 32 | snat port << 48.
@@ -380,6 +384,9 @@ pub struct FlowTableStats {
     pub expired: u64,
     /// Flows removed by `remove`.
     pub removed: u64,
+    /// Embryonic flows ended to make room under pressure: by [`FlowTable::give_way`] (a
+    /// SNAT port), or expired by a sweep with the shortened pressure timeout.
+    pub gave_way: u64,
 }
 
 #[derive(Default)]
@@ -392,6 +399,9 @@ struct Counters {
     recycled: AtomicU64,
     expired: AtomicU64,
     removed: AtomicU64,
+    /// Lives in what was the padding of `Padded<Counters>` (layout version 1 files hold 0
+    /// there), so the header's offsets are unchanged.
+    gave_way: AtomicU64,
 }
 
 /// One backend's counts in one word: `active << 32 | inactive`, each a wrapping 32-bit
@@ -452,6 +462,12 @@ pub struct FlowTable {
     header: Option<One<store::Header>>,
     timeouts: Timeouts,
     timeout_ticks: [u32; STATE_CODES],
+    /// `timeout_ticks` under pressure: embryonic states capped at `tcp_syn_pressure`.
+    pressure_ticks: [u32; STATE_CODES],
+    /// The table is under pressure until this tick (set when embryonic flows had to give
+    /// way: recycled for a slot, evicted for a SNAT port). Not persisted: a restarted process
+    /// learns it again from the next flood packet.
+    pressure_until: Padded<AtomicU64>,
     /// `FlowState::next` on state codes: `[dir][flags_index(flags)][code]`, for `touch`.
     next_code: [[[u8; CODES_PAD]; 16]; 2],
     seeds: [u64; 6],
@@ -471,6 +487,18 @@ fn timeout_ticks(t: &Timeouts) -> [u32; STATE_CODES] {
     let mut ticks = [0; STATE_CODES];
     for (code, v) in ticks.iter_mut().enumerate() {
         *v = ticks_of(t.for_state(FlowState::from_u8(code as u8)));
+    }
+    ticks
+}
+
+/// [`timeout_ticks`] with every embryonic state capped at `tcp_syn_pressure`.
+fn pressure_ticks(t: &Timeouts) -> [u32; STATE_CODES] {
+    let mut ticks = timeout_ticks(t);
+    let cap = ticks_of(t.tcp_syn_pressure);
+    for (code, v) in ticks.iter_mut().enumerate() {
+        if FlowState::from_u8(code as u8).is_embryonic() {
+            *v = (*v).min(cap);
+        }
     }
     ticks
 }
@@ -561,6 +589,8 @@ impl FlowTable {
                 header: None,
                 timeouts: config.timeouts,
                 timeout_ticks: timeout_ticks(&config.timeouts),
+                pressure_ticks: pressure_ticks(&config.timeouts),
+                pressure_until: Padded(AtomicU64::new(0)),
                 next_code: next_code_table(),
                 seeds: seeds(config.hash_seed),
                 epoch,
@@ -634,6 +664,7 @@ impl FlowTable {
             recycled: r(&c.recycled),
             expired: r(&c.expired),
             removed: r(&c.removed),
+            gave_way: r(&c.gave_way),
         }
     }
 
@@ -1377,6 +1408,7 @@ impl FlowTable {
             };
             if let Some(f) = self.take(e, ctl_gen(c), victim, false) {
                 self.counters.0.recycled.fetch_add(1, Ordering::Relaxed);
+                self.note_pressure(now_t);
                 on_evict(f);
                 return Some(e);
             }
@@ -1435,8 +1467,61 @@ impl FlowTable {
 
     #[inline]
     fn expired(&self, c: u64, now_t: u32) -> bool {
+        Self::expired_by(&self.timeout_ticks, c, now_t)
+    }
+
+    #[inline]
+    fn expired_by(limits: &[u32; STATE_CODES], c: u64, now_t: u32) -> bool {
         let idle = now_t.saturating_sub(ctl_ls(c));
-        idle >= self.timeout_ticks[usize::from(ctl_state(c)).min(STATE_CODES - 1)]
+        idle >= limits[usize::from(ctl_state(c)).min(STATE_CODES - 1)]
+    }
+
+    /// Whether the table is under pressure at tick `now_t`: nearly full (7/8), or embryonic
+    /// flows gave way within the last [`PRESSURE_HOLD_TICKS`].
+    fn pressure_at(&self, now_t: u32) -> bool {
+        u64::from(now_t) < self.pressure_until.0.load(Ordering::Relaxed)
+            || self.len() * 8 >= self.entries.len() * 7
+    }
+
+    /// Whether the table is under pressure now: embryonic TCP flows then expire after
+    /// `tcp_syn_pressure` instead of their usual timeouts.
+    pub fn under_pressure(&self, now: Instant) -> bool {
+        self.pressure_at(self.ticks(now))
+    }
+
+    /// Records that embryonic flows had to give way at tick `now_t` (the pressure lasts
+    /// [`PRESSURE_HOLD_TICKS`] from the last such event).
+    fn note_pressure(&self, now_t: u32) {
+        let until = u64::from(now_t) + PRESSURE_HOLD_TICKS;
+        if self.pressure_until.0.load(Ordering::Relaxed) < until {
+            self.pressure_until.0.store(until, Ordering::Relaxed);
+        }
+    }
+
+    /// How long live flow `h` has been idle at `now`, in ticks, if it is an embryonic TCP flow
+    /// (its handshake has not completed); `None` otherwise (or if `h` is stale).
+    pub fn embryonic_idle(&self, h: FlowHandle, now: Tick) -> Option<u32> {
+        let entry = self.entries.get(h.entry() as usize)?;
+        let c = entry.w[W_CTL].load(Ordering::Acquire);
+        (ctl_status(c) == ST_LIVE
+            && ctl_gen(c) == h.gen_() & GEN_MASK
+            && FlowState::from_u8(ctl_state(c)).is_embryonic())
+        .then(|| now.0.saturating_sub(ctl_ls(c)))
+    }
+
+    /// Ends flow `h` if it is still an embryonic TCP flow, so that a new flow may take what
+    /// it holds (a SNAT port towards its backend) when there is none left: half-open flows
+    /// give way first under pressure. Counted in `gave_way`, and the table is under pressure
+    /// from now on for [`PRESSURE_HOLD_TICKS`].
+    pub fn give_way(&self, h: FlowHandle, now: Tick) -> Option<ExpiredFlow> {
+        if h.entry() as usize >= self.entries.len() {
+            return None;
+        }
+        let embryonic = |c: u64| FlowState::from_u8(ctl_state(c)).is_embryonic();
+        let f = self.take(h.entry(), h.gen_() & GEN_MASK, embryonic, true)?;
+        self.counters.0.gave_way.fetch_add(1, Ordering::Relaxed);
+        self.note_pressure(now.0);
+        Some(f)
     }
 
     /// Take LIVE entry `e` of generation `gen_` out of the table if `cond(ctl)` holds: CAS it to
@@ -1473,8 +1558,10 @@ impl FlowTable {
         let rk = data.reply_key();
         let oh = self.hash(&ok);
         let rh = self.hash(&rk);
-        self.index.remove(oh, index::make_word(oh, false, e));
-        self.index.remove(rh, index::make_word(rh, true, e));
+        self.index
+            .remove_and_clear(oh, index::make_word(oh, false, e));
+        self.index
+            .remove_and_clear(rh, index::make_word(rh, true, e));
         self.count(data.backend_id.0, state, -1);
         let flow = ExpiredFlow {
             handle: FlowHandle::new(e, gen_),
@@ -1576,14 +1663,22 @@ impl FlowTable {
             visited: len,
             ..SweepStats::default()
         };
+        let pressure = self.pressure_at(t);
+        let limits = if pressure {
+            &self.pressure_ticks
+        } else {
+            &self.timeout_ticks
+        };
+        let mut early = 0;
         for i in 0..len {
             let e = ((start + i) % cap) as u32;
             let c = self.entries[e as usize].w[W_CTL].load(Ordering::Relaxed);
             if ctl_status(c) == ST_LIVE
-                && self.expired(c, t)
-                && let Some(f) = self.take(e, ctl_gen(c), |c| self.expired(c, t), true)
+                && Self::expired_by(limits, c, t)
+                && let Some(f) = self.take(e, ctl_gen(c), |c| Self::expired_by(limits, c, t), true)
             {
                 st.expired += 1;
+                early += u64::from(pressure && !self.expired(c, t));
                 out(f);
             }
         }
@@ -1591,6 +1686,9 @@ impl FlowTable {
             .0
             .expired
             .fetch_add(st.expired as u64, Ordering::Relaxed);
+        if early > 0 {
+            self.counters.0.gave_way.fetch_add(early, Ordering::Relaxed);
+        }
         // The index share that corresponds to this entry range.
         let n = self.index.len();
         let istart = ((start % cap) as u128 * n as u128 / cap as u128) as usize;

@@ -155,3 +155,40 @@ fn a_two_step_v4_insert_races_an_insert_of_the_same_flow() {
         assert_eq!(t.inactive(BackendId(0)), 1);
     });
 }
+
+#[test]
+fn two_inserts_of_one_flow_over_tombstones_make_one_entry() {
+    loom::model(|| {
+        let (t, now) = table();
+        // Tombstones where flow 1's words were: inserts may reuse them.
+        let h = t.insert(&flow(1), TcpFlags::NONE, now).unwrap();
+        t.remove(h).unwrap();
+        let t2 = t.clone();
+        let j = loom::thread::spawn(move || t2.insert(&flow(2), TcpFlags::NONE, now));
+        let a = t.insert(&flow(2), TcpFlags::NONE, now);
+        let b = j.join().unwrap();
+        let ok = [a, b].iter().filter(|r| r.is_ok()).count();
+        assert_eq!(ok, 1, "{a:?} {b:?}");
+        let (h, _) = t.lookup(&flow(2).original_key()).unwrap();
+        assert_eq!(t.lookup(&flow(2).reply_key()).unwrap().0, h);
+        assert_eq!(t.len(), 1);
+    });
+}
+
+#[test]
+fn an_insert_over_tombstones_races_a_removal_and_its_cleanup() {
+    loom::model(|| {
+        let (t, now) = table();
+        let h1 = t.insert(&flow(1), TcpFlags::NONE, now).unwrap();
+        let h2 = t.insert(&flow(2), TcpFlags::NONE, now).unwrap();
+        t.remove(h1).unwrap();
+        let t2 = t.clone();
+        // Removing flow 2 clears tombstones at once, racing the insert that reuses them.
+        let j = loom::thread::spawn(move || t2.remove(h2).unwrap());
+        let h3 = t.insert(&flow(3), TcpFlags::NONE, now).unwrap();
+        j.join().unwrap();
+        assert_eq!(t.lookup(&flow(3).original_key()).unwrap().0, h3);
+        assert_eq!(t.lookup(&flow(3).reply_key()).unwrap().0, h3);
+        assert!(t.lookup(&flow(2).original_key()).is_none());
+    });
+}

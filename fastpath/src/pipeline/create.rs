@@ -146,15 +146,24 @@ impl Pipeline {
                 return Verdict::Drop(DropReason::NoSnatAddress);
             };
             let mut result = Err(DropReason::SnatPortsExhausted);
+            let mut oldest = GiveWay::default();
             for _ in 0..SNAT_TRIES.min(self.snat.len()) {
                 data.snat = SocketAddr::new(snat_ip, self.snat.next_port());
                 match self.flows.insert_at(&data, flags, tick) {
-                    Err(InsertError::ReplyInUse(_)) => continue,
+                    Err(InsertError::ReplyInUse(h)) => {
+                        oldest.consider(&self.flows, h, tick, data.snat.port())
+                    }
                     r => {
                         result = self.inserted(r, &mut data);
                         break;
                     }
                 }
+            }
+            if result == Err(DropReason::SnatPortsExhausted)
+                && let Some(port) = self.give_way(&oldest, tick)
+            {
+                data.snat = SocketAddr::new(snat_ip, port);
+                result = self.inserted(self.flows.insert_at(&data, flags, tick), &mut data);
             }
             result
         } else {
@@ -176,6 +185,16 @@ impl Pipeline {
         self.watch_syn(&s, p.proto, new_flows_before);
         let to = nat::after(&data, Direction::Original);
         self.send(frame, p, &to, nh, now)
+    }
+
+    /// Every SNAT port tried was taken: ends the oldest embryonic flow among their holders
+    /// (it gives way, as half-open flows do under pressure) and returns its port.
+    #[cold]
+    #[inline(never)]
+    fn give_way(&mut self, oldest: &GiveWay, tick: Tick) -> Option<u16> {
+        let (h, port) = oldest.flow?;
+        self.flows.give_way(h, tick)?;
+        Some(port)
     }
 
     /// Maps an insert result; on a lost race adopts the winner's flow.
@@ -305,6 +324,16 @@ impl Pipeline {
         );
     }
 
+    /// Sets `nv`'s reply tuple (fullnat) to backend -> SNAT address:`port`.
+    fn reply_v4(&mut self, nv: &mut NewV4, port: u16) {
+        let to = nv.snat.unwrap_or_default();
+        nv.flow.reply = self.flows.v4_key(
+            nv.protocol,
+            nat::pack_addrs(nv.backend.0, to),
+            nat::pack_ports(nv.backend.1, port),
+        );
+    }
+
     /// The second step: the insert's first half ([`FlowTable::insert_v4_begin`]).
     /// [`Begun::Done`] when it already decided (the flow existed, the table is full).
     ///
@@ -322,8 +351,22 @@ impl Pipeline {
     #[inline]
     pub(super) fn finish_v4(&mut self, nv: &mut NewV4, p: PendingV4) -> Result<Out, DropReason> {
         let mut r = self.flows.insert_v4_finish(p);
-        while let Err(InsertError::ReplyInUse(_)) = r {
-            if nv.snat.is_none() || nv.tries == 0 {
+        if nv.snat.is_none() {
+            return self.inserted_v4(nv, r);
+        }
+        let mut oldest = GiveWay::default();
+        while let Err(InsertError::ReplyInUse(h)) = r {
+            oldest.consider(
+                &self.flows,
+                h,
+                nv.tick,
+                (nv.flow.reply.ports() >> 16) as u16,
+            );
+            if nv.tries == 0 {
+                if let Some(port) = self.give_way(&oldest, nv.tick) {
+                    self.reply_v4(nv, port);
+                    r = self.flows.insert_v4(&nv.flow, nv.tcp_flags, nv.tick);
+                }
                 break;
             }
             // fullnat: the client is not part of the reply tuple.
@@ -460,6 +503,35 @@ pub(super) enum Begun {
     /// Decided already.
     Done(Result<Out, DropReason>),
 }
+
+/// The oldest embryonic flow holding one of the SNAT ports a new flow tried: the one that
+/// gives way if none was free. Only a flow idle for at least [`GIVE_WAY_IDLE`] ticks
+/// qualifies: a handshake is not cut short by a SYN that arrived within the same 100 ms
+/// (and flows of one burst do not evict each other).
+#[derive(Default)]
+struct GiveWay {
+    /// Its handle and port, and how long it has been idle (ticks).
+    flow: Option<(FlowHandle, u16)>,
+    idle: u32,
+}
+
+impl GiveWay {
+    /// Port `port` was taken by flow `h`: remember it if it is embryonic and idle longer
+    /// than the oldest seen so far.
+    #[inline]
+    fn consider(&mut self, flows: &flowtable::FlowTable, h: FlowHandle, now: Tick, port: u16) {
+        if let Some(idle) = flows.embryonic_idle(h, now)
+            && idle >= GIVE_WAY_IDLE
+            && (self.flow.is_none() || idle > self.idle)
+        {
+            self.flow = Some((h, port));
+            self.idle = idle;
+        }
+    }
+}
+
+/// Flow-table ticks (100 ms) a half-open flow must have been idle to give way.
+const GIVE_WAY_IDLE: u32 = 1;
 
 /// The drop reason for an insert that made no flow (`Exists` aside).
 fn insert_drop(e: InsertError) -> DropReason {

@@ -266,6 +266,7 @@ pub fn flow_table_config(c: &Config) -> flowtable::FlowTableConfig {
         tcp_established: t.tcp_established.get(),
         tcp_syn_sent: t.tcp_syn.get(),
         tcp_syn_recv: t.tcp_syn.get(),
+        tcp_syn_pressure: t.tcp_syn_pressure.get(),
         tcp_fin_wait: t.tcp_fin_wait.get(),
         tcp_close_wait: t.tcp_close_wait.get(),
         tcp_last_ack: t.tcp_last_ack.get(),

@@ -150,6 +150,8 @@ impl FlowTable {
             header: file.then(|| mem.one(offset_of!(HeaderBlock, header))),
             timeouts: config.timeouts,
             timeout_ticks: super::timeout_ticks(&config.timeouts),
+            pressure_ticks: super::pressure_ticks(&config.timeouts),
+            pressure_until: Padded(AtomicU64::new(0)),
             next_code: super::next_code_table(),
             seeds: super::seeds(seed),
             epoch,

@@ -336,6 +336,18 @@ pub fn render(stats: &StatsView, services: &[ServiceView], probes: &ProbeCounts)
         f(t.recycled),
     );
     o.single(
+        "xvs_flowtable_gave_way_total",
+        "counter",
+        "Half-open TCP flows ended early under pressure: given way to a new flow for their SNAT port, or expired after tcp_syn_pressure.",
+        f(t.gave_way),
+    );
+    o.single(
+        "xvs_flowtable_under_pressure",
+        "gauge",
+        "1 while the flow table is under pressure (7/8 full, or half-open flows gave way within the last 10 s).",
+        f(u64::from(t.under_pressure)),
+    );
+    o.single(
         "xvs_flowtable_expired_total",
         "counter",
         "Flows expired by sweeps.",

@@ -349,12 +349,23 @@ pub struct FlowTableView {
     pub expired: u64,
     /// Flows removed explicitly.
     pub removed: u64,
+    /// Half-open TCP flows ended early under pressure: given way to a new flow for their
+    /// SNAT port, or expired after `tcp_syn_pressure`.
+    #[serde(default)]
+    pub gave_way: u64,
+    /// The table is under pressure now (7/8 full, or half-open flows gave way within the
+    /// last 10 s): half-open flows expire after `tcp_syn_pressure`.
+    #[serde(default)]
+    pub under_pressure: bool,
 }
 
 impl FlowTableView {
-    /// The view of a flow table.
+    /// The view of a flow table, now.
     pub fn from_table(t: &FlowTable) -> FlowTableView {
-        FlowTableView::from_stats(&t.stats(), t.bytes_per_flow())
+        FlowTableView {
+            under_pressure: t.under_pressure(std::time::Instant::now()),
+            ..FlowTableView::from_stats(&t.stats(), t.bytes_per_flow())
+        }
     }
 
     /// The view of a flow table's stats.
@@ -371,6 +382,8 @@ impl FlowTableView {
             recycled: s.recycled,
             expired: s.expired,
             removed: s.removed,
+            gave_way: s.gave_way,
+            under_pressure: false,
         }
     }
 }
