@@ -125,6 +125,20 @@ pub fn parse(text: &str, file: &str) -> Result<Config, Error> {
     }
 }
 
+/// A problem found outside this crate (`xvs check` also runs the snapshot builder) at `key` of
+/// `text`, located as validation's are: at the key, or its nearest ancestor in the file.
+pub fn problem_at(text: &str, key: &KeyPath, message: String) -> Problem {
+    match toml::de::DeTable::parse(text) {
+        Ok(doc) => span::locate(text, &doc, key, message),
+        Err(_) => Problem {
+            key: key.to_string(),
+            line: 1,
+            column: 1,
+            message,
+        },
+    }
+}
+
 impl Config {
     /// Whether services come from Kubernetes rather than `[[services]]`.
     pub fn uses_kubernetes(&self) -> bool {
