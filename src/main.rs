@@ -161,17 +161,59 @@ impl AdminArgs {
 
 /// Loads a config file, or prints its problems; `None` means exit with `EXIT_BAD_CONFIG`.
 pub fn load_config(path: Option<&PathBuf>) -> Option<config::Config> {
-    let loaded = match path {
-        Some(p) => config::load(p),
-        None => config::parse(config::LAB_TOML, "<embedded demo config lab.toml>"),
+    let (text, file) = match path {
+        Some(p) => match std::fs::read_to_string(p) {
+            Ok(t) => (t, p.display().to_string()),
+            Err(source) => {
+                let e = config::Error::Read {
+                    path: p.clone(),
+                    source,
+                };
+                eprintln!("xvs: invalid configuration:\n{e}");
+                return None;
+            }
+        },
+        None => (
+            config::LAB_TOML.to_owned(),
+            "<embedded demo config lab.toml>".to_owned(),
+        ),
     };
-    match loaded {
+    match config::parse(&text, &file).and_then(|c| builds(&text, &file, c)) {
         Ok(c) => Some(c),
         Err(e) => {
             eprintln!("xvs: invalid configuration:\n{e}");
             None
         }
     }
+}
+
+/// The config, if the snapshot builder takes its static services (validation checks what it
+/// can name; this runs the builder itself, so `check` refuses whatever `run` could not
+/// publish).
+fn builds(text: &str, file: &str, c: config::Config) -> Result<config::Config, config::Error> {
+    use fastpath::snapshot::{BuildError, L2Table, ServiceSpec, SnapshotBuilder};
+    let specs = ServiceSpec::from_config(&c);
+    let Err(e) = SnapshotBuilder::from_config(&c).build(&specs, &L2Table::from_config(&c)) else {
+        return Ok(c);
+    };
+    let service = |name: &str| {
+        let i = c.services.iter().position(|s| s.name == name).unwrap_or(0);
+        config::KeyPath::of(&["services"]).index(i)
+    };
+    let key = match &e {
+        BuildError::DuplicateName { name } => service(name).key("name"),
+        BuildError::DuplicateFrontend { second, .. } => service(second).key("vip"),
+        BuildError::TooManyBackends { .. } => config::KeyPath::of(&["flowtable", "backends_max"]),
+        BuildError::Scheduler { service: name, .. } => service(name).key("backends"),
+    };
+    Err(config::Error::Invalid {
+        file: file.to_owned(),
+        problems: vec![config::problem_at(
+            text,
+            &key,
+            format!("the snapshot builder refuses it: {e}"),
+        )],
+    })
 }
 
 fn cleanup(config: Option<&PathBuf>, watch: Option<(u32, PathBuf)>) -> ExitCode {

@@ -183,6 +183,114 @@ fn bad_files_exit_2_naming_key_and_line() {
     }
 }
 
+/// Every value `xvs run` or the snapshot builder would refuse, `check` refuses (exit 2),
+/// naming the key and its line.
+#[test]
+fn check_refuses_what_run_would() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = std::fs::read_to_string(example("lab.toml")).unwrap();
+    let line_of = |needle: &str| good.lines().position(|l| l.contains(needle)).unwrap() + 1;
+    let snat = "snat_addresses = [\"198.18.1.254\", \"2001:2:0:1::fe\"]";
+    let cases: Vec<(&str, String, &str, usize, &str)> = vec![
+        // (replace, with, key, line, a word of the message)
+        (
+            "capacity = 65536",
+            "capacity = 2147483648".into(),
+            "flowtable.capacity",
+            line_of("capacity = 65536"),
+            "GiB",
+        ),
+        (
+            "batch_size = 64",
+            "batch_size = 64\nmh_table_size = 4294967291".into(),
+            "dataplane.mh_table_size",
+            line_of("batch_size = 64") + 1,
+            "largest Maglev table",
+        ),
+        (
+            "batch_size = 64",
+            "batch_size = 64\nidle_backoff = \"1d\"".into(),
+            "dataplane.idle_backoff",
+            line_of("batch_size = 64") + 1,
+            "10ms",
+        ),
+        (
+            "name = \"xvs-b0\"",
+            "name = \"..\"".into(),
+            "dataplane.interfaces[1].name",
+            line_of("name = \"xvs-b0\""),
+            "not a valid interface name",
+        ),
+        (
+            "batch_size = 64",
+            "batch_size = 64\nbatch_size = 32".into(),
+            "dataplane.batch_size",
+            line_of("batch_size = 64") + 1,
+            "set twice",
+        ),
+    ];
+    let mut cases = cases;
+    for (addr, word) in [
+        ("0.0.0.0", "unspecified"),
+        ("255.255.255.255", "broadcast"),
+        ("224.0.0.1", "multicast"),
+        ("127.0.0.1", "loopback"),
+        ("198.18.100.1", "VIP of services[0] (web)"),
+        ("198.18.1.2", "services[0].backends[1] (web)"),
+    ] {
+        cases.push((
+            snat,
+            format!("snat_addresses = [\"198.18.1.254\", \"2001:2:0:1::fe\", \"{addr}\"]"),
+            "dataplane.snat_addresses[2]",
+            line_of(snat),
+            word,
+        ));
+    }
+    for (from, to, key, line, word) in &cases {
+        let text = good.replacen(from, to, 1);
+        assert_ne!(text, good, "{to}");
+        let p = write_temp(&dir, &text);
+        let o = xvs(&["check", "--config", p.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(2), "{to}");
+        let err = stderr(&o);
+        assert!(
+            err.contains(&format!("xvs.toml:{line}:")) && err.contains(&format!(": {key}: ")),
+            "{to}: wants {key} at line {line}: {err}"
+        );
+        assert!(err.contains(word), "{to}: wants {word:?}: {err}");
+        assert!(o.stdout.is_empty());
+    }
+}
+
+/// A scheduler the snapshot builder would refuse (a wrr sequence above 2^20 entries) is
+/// refused by `check` (validation does the builder's arithmetic; `check` also runs the
+/// builder over the static services, as a backstop).
+#[test]
+fn check_refuses_what_the_builder_would() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut backends = String::new();
+    for i in 1..=17 {
+        backends.push_str(&format!(
+            "  {{ addr = \"198.18.1.{i}:80\", weight = 65535 }},\n"
+        ));
+    }
+    let p = write_temp(
+        &dir,
+        &format!(
+            "[dataplane]\nmode = \"nat\"\n[[services]]\nname = \"w\"\nvip = \"198.18.100.1\"\nport = 80\nprotocol = \"tcp\"\nscheduler = \"wrr\"\nbackends = [\n{backends}  {{ addr = \"198.18.1.100:80\", weight = 1 }},\n]\n"
+        ),
+    );
+    let o = xvs(&["check", "--config", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(
+        err.contains("xvs.toml:9:")
+            && err.contains("services[0].backends: ")
+            && err.contains("wrr sequence"),
+        "{err}"
+    );
+}
+
 #[test]
 fn missing_file_exits_2() {
     let o = xvs(&["check", "--config", "/nonexistent/xvs.toml"]);

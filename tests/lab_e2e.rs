@@ -342,7 +342,8 @@ fn hot_reload_keeps_flows_and_refuses_bad_files() {
         "{ addr = \"198.18.1.1:8080\", weight = 0 }",
         1,
     ) + "\n[[services]]\nname = \"web8080\"\nvip = \"198.18.100.2\"\nport = 8080\nprotocol = \"tcp\"\nbackends = [{ addr = \"198.18.1.3:8080\" }]\n";
-    std::fs::write(lab.dir.path().join("xvs.toml"), new).unwrap();
+    // The running [dataplane] (its state_dir included): a reload cannot change it.
+    std::fs::write(lab.dir.path().join("xvs.toml"), lab.with_state(&new)).unwrap();
     unsafe { libc::kill(pid, libc::SIGHUP) };
     let mut ok = false;
     for _ in 0..50 {
@@ -392,6 +393,139 @@ fn hot_reload_keeps_flows_and_refuses_bad_files() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["stats"]["sync"]["reloads_ok"], 1, "{v}");
     assert_eq!(v["stats"]["sync"]["reloads_failed"], 1, "{v}");
+    lab.stop_xvs();
+}
+
+/// The reload guards, live: an empty file and truncated files, with SIGHUP, are refused
+/// and counted; services, the snapshot and an established flow are untouched. A valid
+/// change, written atomically and picked up by the file watch (no signal), still applies.
+#[test]
+fn reload_refuses_empty_and_truncated_files() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut lab = Lab::up();
+    let running = lab.with_state(&lab_config());
+    lab.start_xvs(&running);
+    let pid = lab.xvs.as_ref().unwrap().id() as i32;
+    let path = lab.dir.path().join("xvs.toml");
+    // A long-lived TCP flow: 3 MiB at 300 KiB/s, about 10 s.
+    let download = slow_download(&lab, 3 << 20, "300K");
+    let get = |what: &str| -> serde_json::Value {
+        let (code, body) = admin(&lab, "GET", what);
+        assert_eq!(code, "200", "{what}: {body}");
+        serde_json::from_str(&body).unwrap()
+    };
+    let services = |v: serde_json::Value| -> Vec<(String, usize)> {
+        v["services"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                let n = s["backends"].as_array().unwrap().len();
+                (s["name"].as_str().unwrap().to_owned(), n)
+            })
+            .collect()
+    };
+    let established = |v: serde_json::Value| -> Vec<String> {
+        let mut f: Vec<String> = v["flows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["state"] == "ESTABLISHED")
+            .map(|f| format!("{} -> {}", f["client"], f["backend"]))
+            .collect();
+        f.sort();
+        f
+    };
+    let mut flows = Vec::new();
+    for _ in 0..50 {
+        flows = established(get("/v1/flows?limit=1000"));
+        if !flows.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(flows.len(), 1, "the download's flow: {flows:?}");
+    let before = services(get("/v1/services"));
+    assert_eq!(before.len(), 3, "{before:?}");
+    let generation = get("/v1/stats")["generation"].clone();
+    // Empty; cut mid-file (mid-line); cut at the line before the first [[services]].
+    let half = &running[..running.len() / 2];
+    let head = &running[..running.find("[[services]]").unwrap()];
+    for (i, text) in ["", half, head].into_iter().enumerate() {
+        std::fs::write(&path, text).unwrap();
+        unsafe { libc::kill(pid, libc::SIGHUP) };
+        let mut failed = 0;
+        for _ in 0..30 {
+            std::thread::sleep(Duration::from_millis(100));
+            failed = get("/v1/stats")["sync"]["reloads_failed"].as_u64().unwrap();
+            if failed > i as u64 {
+                break;
+            }
+        }
+        assert_eq!(failed, i as u64 + 1, "reload {i} not refused");
+        // Longer than the file watch's settle time: it does not reload it again.
+        std::thread::sleep(Duration::from_millis(700));
+        let stats = get("/v1/stats");
+        assert_eq!(stats["sync"]["reloads_failed"], i + 1, "{stats}");
+        assert_eq!(stats["sync"]["reloads_ok"], 0, "{stats}");
+        assert_eq!(
+            stats["generation"], generation,
+            "a refused reload published"
+        );
+        assert_eq!(services(get("/v1/services")), before);
+        assert_eq!(established(get("/v1/flows?limit=1000")), flows);
+    }
+    let o = lab.exec(
+        "x",
+        &[
+            "curl",
+            "-sS",
+            "--max-time",
+            "3",
+            "http://127.0.0.1:10249/metrics",
+        ],
+    );
+    let metrics = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        metrics.contains("xvs_config_reloads_total{result=\"failed\"} 3\n"),
+        "{metrics}"
+    );
+    // A valid change, replaced atomically, no signal: the file watch applies it.
+    let new = running.clone()
+        + "\n[[services]]\nname = \"web8080\"\nvip = \"198.18.100.2\"\nport = 8080\nprotocol = \"tcp\"\nbackends = [{ addr = \"198.18.1.3:8080\" }]\n";
+    let tmp = lab.dir.path().join("xvs.toml.tmp");
+    std::fs::write(&tmp, new).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    let mut ok = false;
+    for _ in 0..50 {
+        let o = lab.exec(
+            "c",
+            &[
+                "curl",
+                "-sS",
+                "--max-time",
+                "1",
+                "http://198.18.100.2:8080/",
+            ],
+        );
+        if o.status.success() && o.stdout == b"backend-3\n" {
+            ok = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(ok, "the new service never answered");
+    let stats = get("/v1/stats");
+    assert_eq!(stats["sync"]["reloads_ok"], 1, "{stats}");
+    assert_eq!(stats["sync"]["reloads_failed"], 3, "{stats}");
+    assert_eq!(established(get("/v1/flows?limit=1000")), flows);
+    let out = download.join().unwrap();
+    assert!(
+        out.status.success(),
+        "download broken: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout.len(), 3 << 20);
     lab.stop_xvs();
 }
 

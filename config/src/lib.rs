@@ -7,6 +7,7 @@
 //! silently falls back to a default. The library reads no environment and touches no network:
 //! checks that need the machine (interfaces exist, root) belong to `xvs run`.
 
+mod reload;
 mod schema;
 mod span;
 mod types;
@@ -15,9 +16,14 @@ mod validate;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+pub use reload::{Written, load_written, parse_written};
 pub use schema::*;
 pub use span::KeyPath;
 pub use types::{Cidr, Dur, Mac, PortRange};
+pub use validate::{
+    BACKENDS_MAX, FLOW_BYTES, FLOWS_MAX, IDLE_BACKOFF_MAX, MH_TABLE_SIZE_MAX, UMEM_FRAMES_MAX,
+    WRR_SEQUENCE_MAX,
+};
 
 /// The configuration `xvs run` uses when no file is given: the netns lab of the README demo.
 pub const LAB_TOML: &str = include_str!("../examples/lab.toml");
@@ -116,6 +122,20 @@ pub fn parse(text: &str, file: &str) -> Result<Config, Error> {
         Ok(config)
     } else {
         Err(invalid(problems))
+    }
+}
+
+/// A problem found outside this crate (`xvs check` also runs the snapshot builder) at `key` of
+/// `text`, located as validation's are: at the key, or its nearest ancestor in the file.
+pub fn problem_at(text: &str, key: &KeyPath, message: String) -> Problem {
+    match toml::de::DeTable::parse(text) {
+        Ok(doc) => span::locate(text, &doc, key, message),
+        Err(_) => Problem {
+            key: key.to_string(),
+            line: 1,
+            column: 1,
+            message,
+        },
     }
 }
 

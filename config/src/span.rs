@@ -100,15 +100,72 @@ pub fn locate(text: &str, doc: &Spanned<DeTable<'_>>, path: &KeyPath, message: S
     }
 }
 
-/// A TOML syntax error.
+/// A TOML syntax error. A duplicate key or table is named (the parser only says "duplicate
+/// key"): the key path is read back from the text at the error's position.
 pub fn syntax(text: &str, e: &toml::de::Error) -> Problem {
-    let (line, column) = line_col(text, e.span().map_or(0, |s| s.start));
+    let offset = e.span().map_or(0, |s| s.start);
+    let (line, column) = line_col(text, offset);
+    let message = first_line(e.message());
+    if message.starts_with("duplicate key")
+        && let Some((key, table)) = duplicate_at(text, offset)
+    {
+        let message = if table {
+            format!("table [{key}] is defined twice: merge the two into one")
+        } else {
+            format!("{key} is set twice: keep one")
+        };
+        return Problem {
+            key,
+            line,
+            column,
+            message,
+        };
+    }
     Problem {
         key: String::new(),
         line,
         column,
-        message: first_line(e.message()),
+        message,
     }
+}
+
+/// The dotted path of the key a duplicate-key error points at (`dataplane.batch_size`,
+/// `services[1].name`), and whether it is a table header. A best effort over the text: the
+/// key at `offset` under the last table header before it.
+fn duplicate_at(text: &str, offset: usize) -> Option<(String, bool)> {
+    let offset = text.floor_char_boundary(offset.min(text.len()));
+    let line_start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+    let header = text[line_start..offset].trim_start().starts_with('[');
+    let key: String = text[offset..]
+        .chars()
+        .take_while(|ch| !matches!(ch, '=' | ']' | '\n' | '#'))
+        .collect::<String>()
+        .trim()
+        .replace(['"', '\''], "");
+    if key.is_empty() {
+        return None;
+    }
+    if header {
+        return Some((key, true));
+    }
+    // The table the key is in: the last header above it, with an index for `[[array]]`.
+    let mut table: Option<String> = None;
+    let mut counts: std::collections::HashMap<String, usize> = Default::default();
+    for l in text[..line_start].lines() {
+        let l = l.trim();
+        if let Some(name) = l.strip_prefix("[[").and_then(|r| r.split("]]").next()) {
+            let name = name.trim().to_owned();
+            let n = counts.entry(name.clone()).or_insert(0);
+            table = Some(format!("{name}[{n}]"));
+            *n += 1;
+        } else if let Some(name) = l.strip_prefix('[').and_then(|r| r.split(']').next()) {
+            table = Some(name.trim().to_owned());
+        }
+    }
+    Some(match table {
+        Some(t) => (format!("{t}.{key}"), false),
+        None => (key, false),
+    })
 }
 
 /// A schema error (unknown key, wrong type, bad value) from serde, with the path it was at.

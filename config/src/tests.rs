@@ -420,3 +420,222 @@ fn state_dir_restart_hold_and_removal_grace() {
     assert_eq!(p.key, "flowtable.removal_grace", "{}", p.message);
     assert!(p.message.contains("EndpointSlices"), "{}", p.message);
 }
+
+/// What `xvs run` or the snapshot builder would refuse, `check` refuses, naming the key.
+#[test]
+fn values_run_or_the_builder_would_refuse() {
+    let dp = |line: &str| MINIMAL.replace("[dataplane]\n", &format!("[dataplane]\n{line}\n"));
+    let cases: Vec<(String, &str, &str)> = vec![
+        // (text, expected key, a word the message must have)
+        (
+            format!("{MINIMAL}\n[flowtable]\ncapacity = 2147483648\n"),
+            "flowtable.capacity",
+            "GiB",
+        ),
+        (
+            format!("{MINIMAL}\n[flowtable]\ncapacity = 0\n"),
+            "flowtable.capacity",
+            "1..=",
+        ),
+        (
+            format!("{MINIMAL}\n[flowtable]\nbackends_max = 4294967295\n"),
+            "flowtable.backends_max",
+            "1..=",
+        ),
+        (
+            dp("mh_table_size = 4294967291"),
+            "dataplane.mh_table_size",
+            "largest Maglev table",
+        ),
+        (
+            dp("mh_table_size = 16777259"),
+            "dataplane.mh_table_size",
+            "largest Maglev table",
+        ),
+        (
+            dp("mh_table_size = 65536"),
+            "dataplane.mh_table_size",
+            "not prime",
+        ),
+        (
+            dp("idle_backoff = \"1d\""),
+            "dataplane.idle_backoff",
+            "maximum 10ms",
+        ),
+        (
+            dp("umem_frames = 2147483648"),
+            "dataplane.umem_frames",
+            "maximum",
+        ),
+    ];
+    for (text, key, word) in &cases {
+        let p = problem(text);
+        assert_eq!(p.key, *key, "{p:?}");
+        assert!(p.message.contains(word), "{key}: {}", p.message);
+    }
+    // The bounds themselves are accepted.
+    for ok in [
+        dp("idle_backoff = \"10ms\""),
+        dp("mh_table_size = 16777213"),
+        format!("{MINIMAL}\n[flowtable]\ncapacity = 1073741824\n"),
+    ] {
+        parse(&ok, "t.toml").unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[test]
+fn snat_addresses_backends_cannot_answer_are_refused() {
+    for (addr, word) in [
+        ("0.0.0.0", "unspecified"),
+        ("::", "unspecified"),
+        ("255.255.255.255", "broadcast"),
+        ("224.0.0.1", "multicast"),
+        ("ff02::1", "multicast"),
+        ("127.0.0.1", "loopback"),
+        ("::1", "loopback"),
+        ("169.254.1.1", "link-local"),
+        ("fe80::1", "link-local"),
+        ("::ffff:198.18.1.254", "IPv4-mapped"),
+        ("198.18.100.1", "VIP of services[0] (web)"),
+        ("198.18.1.2", "services[0].backends[1] (web)"),
+    ] {
+        let text = MINIMAL.replace(
+            "snat_addresses = [\"198.18.1.254\"]",
+            &format!("snat_addresses = [\"198.18.1.254\", \"{addr}\"]"),
+        );
+        let p = problem(&text);
+        assert_eq!(
+            (p.key.as_str(), p.line),
+            ("dataplane.snat_addresses[1]", 3),
+            "{addr}: {}",
+            p.message
+        );
+        assert!(p.message.contains(word), "{addr}: {}", p.message);
+    }
+}
+
+#[test]
+fn interface_names_follow_the_kernel() {
+    // `name` as a TOML basic string's contents.
+    let with = |name: &str| {
+        MINIMAL.replace(
+            "[dataplane]\n",
+            &format!("[dataplane]\ncores = [1]\ninterfaces = [{{ name = \"{name}\" }}]\n"),
+        )
+    };
+    for bad in [
+        "",
+        ".",
+        "..",
+        "a/b",
+        "eth0:1",
+        "eth 0",
+        "eth\\t0",
+        "a\\u0001",
+        "sixteen-bytes-xx",
+    ] {
+        let p = problem(&with(bad));
+        assert_eq!(
+            p.key, "dataplane.interfaces[0].name",
+            "{bad:?}: {}",
+            p.message
+        );
+        assert!(
+            p.message.contains("not a valid interface name"),
+            "{bad:?}: {}",
+            p.message
+        );
+    }
+    for good in ["eth0", "ens1f0np0", "fifteen-bytes-x", "xvs-c0", "veth.100"] {
+        parse(&with(good), "t.toml").unwrap_or_else(|e| panic!("{good}: {e}"));
+    }
+}
+
+#[test]
+fn scheduler_limits_of_the_builder() {
+    // wrr: a sequence of sum(weights) / gcd entries, at most 2^20.
+    let mut backends = String::new();
+    for i in 1..=17 {
+        backends.push_str(&format!(
+            "{{ addr = \"198.18.1.{i}:80\", weight = 65535 }},\n"
+        ));
+    }
+    backends.push_str("{ addr = \"198.18.1.100:80\", weight = 1 },\n");
+    let text = format!(
+        "[dataplane]\nsnat_addresses = [\"198.18.1.254\"]\n[[services]]\nname = \"w\"\nvip = \"198.18.100.1\"\nport = 80\nprotocol = \"tcp\"\nscheduler = \"wrr\"\nbackends = [\n{backends}]\n"
+    );
+    let p = problem(&text);
+    assert_eq!(p.key, "services[0].backends", "{}", p.message);
+    assert!(p.message.contains("wrr sequence"), "{}", p.message);
+    // The same weights are fine for rr, which ignores them.
+    parse(&text.replace("\"wrr\"", "\"rr\""), "t.toml").unwrap();
+    // mh: every backend needs a slot per round.
+    let text = text
+        .replace("\"wrr\"", "\"mh\"")
+        .replace("[dataplane]\n", "[dataplane]\nmh_table_size = 13\n");
+    let p = problem(&text);
+    assert_eq!(p.key, "services[0].backends", "{}", p.message);
+    assert!(p.message.contains("Maglev turns"), "{}", p.message);
+}
+
+#[test]
+fn a_duplicate_key_names_the_key() {
+    let p = problem("[dataplane]\nbatch_size = 64\nbatch_size = 32\n");
+    assert_eq!(
+        (p.key.as_str(), p.line, p.column),
+        ("dataplane.batch_size", 3, 1)
+    );
+    assert!(p.message.contains("set twice"), "{}", p.message);
+    let p = problem("[dataplane]\nbatch_size = 64\n[timeouts]\nudp = \"1s\"\n[dataplane]\n");
+    assert_eq!((p.key.as_str(), p.line), ("dataplane", 5), "{}", p.message);
+    assert!(p.message.contains("defined twice"), "{}", p.message);
+    let text = format!("{MINIMAL}\n[[services]]\nname = \"a\"\nname = \"b\"\n");
+    let p = problem(&text);
+    assert_eq!(
+        (p.key.as_str(), p.line),
+        ("services[1].name", 18),
+        "{}",
+        p.message
+    );
+    let p = problem("log = { level = \"info\", level = \"warn\" }\n");
+    assert!(p.key.contains("level"), "{p:?}");
+    // The whole line as the user sees it.
+    let e = parse(
+        "[admin]\nlisten = \"127.0.0.1:1\"\nlisten = \"127.0.0.1:2\"\n",
+        "x.toml",
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("x.toml:3:1: admin.listen: admin.listen is set twice"),
+        "{e}"
+    );
+}
+
+#[test]
+fn what_a_file_wrote() {
+    let (_, w) = parse_written("", "t.toml").unwrap();
+    assert!(w.keys.is_empty() && w.ends_with_newline);
+    let (_, w) = parse_written("# only a comment\n\n  \n", "t.toml").unwrap();
+    assert!(w.keys.is_empty());
+    let (c, w) = parse_written(MINIMAL, "t.toml").unwrap();
+    assert_eq!(
+        w.keys.iter().map(String::as_str).collect::<Vec<_>>(),
+        ["dataplane", "services"]
+    );
+    assert!(w.ends_with_newline);
+    let (_, w) = parse_written("services = []", "t.toml").unwrap();
+    assert!(w.has("services") && !w.ends_with_newline);
+    // Every key of [dataplane] is compared.
+    let mut other = c.dataplane.clone();
+    assert!(c.dataplane.differences(&other).is_empty());
+    other.batch_size = 32;
+    other.interfaces.push(Interface {
+        name: "eth0".into(),
+        queues: 1,
+    });
+    assert_eq!(
+        c.dataplane.differences(&other),
+        ["dataplane.interfaces", "dataplane.batch_size"]
+    );
+}

@@ -4,6 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
+use std::time::Duration;
 
 use crate::schema::{Config, Mode, SchedFlag, SchedulerName};
 use crate::span::KeyPath;
@@ -14,8 +15,26 @@ type Found = Vec<(KeyPath, String)>;
 pub const BATCH_SIZE_MAX: u32 = 1024;
 /// Largest AF_XDP ring the kernel accepts here.
 const RING_SIZE_MAX: u32 = 1 << 16;
-/// Largest flow table: 2^31 flows keeps entry indices in 31 bits.
-const FLOWS_MAX: u32 = 1 << 31;
+/// Largest UMEM per socket, in frames: 4 GiB of 4096-byte frames, pinned memory.
+pub const UMEM_FRAMES_MAX: u32 = 1 << 20;
+/// Largest flow table `xvs` accepts: 2^30 flows (about 122 GiB). Below the flow table's own
+/// limit (2^31, entry numbers in 31 bits), which the daemon checks at compile time; the memory
+/// a machine has is checked by `xvs run`.
+pub const FLOWS_MAX: u32 = 1 << 30;
+/// Bytes a flow costs in the flow table (64-byte entry, 32-byte cold half, 3.2 index words
+/// of 8 bytes), to say what a capacity needs; the daemon's tests keep it honest.
+pub const FLOW_BYTES: u64 = 122;
+/// Largest `[flowtable] backends_max`: lb-algos' limit of backends per scheduler. Each one
+/// has a connection counter and a SYN-watch word allocated at start-up.
+pub const BACKENDS_MAX: u32 = 1 << 20;
+/// Largest Maglev table the snapshot builder builds (lb-algos' `mh::TABLE_SIZE_MAX`).
+pub const MH_TABLE_SIZE_MAX: u32 = 1 << 24;
+/// Longest wrr sequence (sum of weights / their gcd) the snapshot builder builds
+/// (lb-algos' `wrr::SEQUENCE_MAX`).
+pub const WRR_SEQUENCE_MAX: u64 = 1 << 20;
+/// Longest `idle_backoff`: a sleeping worker neither receives (a 2048-frame ring fills in
+/// 20 ms at 100 kpps) nor sees the stop flag.
+pub const IDLE_BACKOFF_MAX: Duration = Duration::from_millis(10);
 /// Kubernetes caps sessionAffinityConfig.clientIP.timeoutSeconds at one day.
 const AFFINITY_TIMEOUT_MAX_S: u64 = 86400;
 
@@ -127,21 +146,52 @@ fn dataplane(c: &Config, out: &mut Found) {
             format!("{} is not 2048 or 4096", dp.frame_size),
         );
     }
-    if !is_prime(dp.mh_table_size) {
+    if dp.umem_frames > UMEM_FRAMES_MAX {
+        err(
+            out,
+            at("umem_frames"),
+            format!(
+                "{} frames are above the maximum {UMEM_FRAMES_MAX} ({} GiB of pinned memory per socket)",
+                dp.umem_frames,
+                (u64::from(dp.umem_frames) * u64::from(dp.frame_size)) >> 30
+            ),
+        );
+    }
+    if dp.mh_table_size > MH_TABLE_SIZE_MAX {
+        err(
+            out,
+            at("mh_table_size"),
+            format!(
+                "{} is above the largest Maglev table, {MH_TABLE_SIZE_MAX} slots (try 65537)",
+                dp.mh_table_size
+            ),
+        );
+    } else if !is_prime(dp.mh_table_size) {
         err(
             out,
             at("mh_table_size"),
             format!("{} is not prime (try 65537)", dp.mh_table_size),
         );
     }
+    if let Some(d) = dp.idle_backoff
+        && d.get() > IDLE_BACKOFF_MAX
+    {
+        err(
+            out,
+            at("idle_backoff"),
+            format!(
+                "{d} is above the maximum {IDLE_BACKOFF_MAX:?}: a sleeping worker neither receives (its ring overflows) nor sees a stop signal"
+            ),
+        );
+    }
     let mut names = HashSet::new();
     for (i, ifc) in dp.interfaces.iter().enumerate() {
         let p = at("interfaces").index(i);
-        if ifc.name.is_empty() || ifc.name.len() > 15 || ifc.name.contains(['/', ' ']) {
+        if let Some(why) = bad_ifname(&ifc.name) {
             err(
                 out,
                 p.key("name"),
-                format!("{:?} is not a valid interface name", ifc.name),
+                format!("{:?} is not a valid interface name: {why}", ifc.name),
             );
         } else if !names.insert(&ifc.name) {
             err(
@@ -186,7 +236,13 @@ fn dataplane(c: &Config, out: &mut Found) {
     }
     let mut snat = HashSet::new();
     for (i, a) in dp.snat_addresses.iter().enumerate() {
-        if !snat.insert(a) {
+        if let Some(why) = bad_snat(c, *a) {
+            err(
+                out,
+                at("snat_addresses").index(i),
+                format!("{a} cannot be a full-NAT source address: {why}"),
+            );
+        } else if !snat.insert(a) {
             err(
                 out,
                 at("snat_addresses").index(i),
@@ -207,20 +263,85 @@ fn dataplane(c: &Config, out: &mut Found) {
     }
 }
 
+/// Why `name` cannot be a Linux network device (the kernel's `dev_valid_name`): 1 to 15
+/// bytes, not `.` or `..`, no `/`, no whitespace, no `:` (`eth0:1` is an address label, not
+/// a device AF_XDP can bind), no control characters.
+fn bad_ifname(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("it is empty")
+    } else if name.len() > 15 {
+        Some("longer than 15 bytes")
+    } else if name == "." || name == ".." {
+        Some("\".\" and \"..\" are not device names")
+    } else if name.contains('/') {
+        Some("it contains '/'")
+    } else if name.contains(':') {
+        Some("it contains ':' (an address label, not a device)")
+    } else if name.chars().any(|ch| ch.is_whitespace() || ch.is_control()) {
+        Some("it contains whitespace or a control character")
+    } else {
+        None
+    }
+}
+
+/// Why `a` cannot be a full-NAT source: backends answer to it, so it must be a unicast
+/// address they can route to, and not an address xvs already forwards to or for.
+fn bad_snat(c: &Config, a: IpAddr) -> Option<String> {
+    let why = match a {
+        _ if a.is_unspecified() => "it is the unspecified address",
+        _ if a.is_loopback() => "it is a loopback address",
+        _ if a.is_multicast() => "it is a multicast address",
+        IpAddr::V4(v4) if v4.is_broadcast() => "it is the broadcast address",
+        IpAddr::V4(v4) if v4.is_link_local() => {
+            "it is link-local (169.254.0.0/16): backends off the link cannot answer it"
+        }
+        IpAddr::V6(v6) if v6.is_unicast_link_local() => {
+            "it is link-local (fe80::/10): backends off the link cannot answer it"
+        }
+        IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some() => {
+            "it is an IPv4-mapped IPv6 address; list the IPv4 address"
+        }
+        _ => {
+            for (i, s) in c.services.iter().enumerate() {
+                if s.vip == a {
+                    return Some(format!("it is the VIP of services[{i}] ({})", s.name));
+                }
+                if let Some(j) = s.backends.iter().position(|b| b.addr.ip() == a) {
+                    return Some(format!(
+                        "it is the address of services[{i}].backends[{j}] ({})",
+                        s.name
+                    ));
+                }
+            }
+            return None;
+        }
+    };
+    Some(why.to_owned())
+}
+
 fn flowtable(c: &Config, out: &mut Found) {
     let ft = &c.flowtable;
     if ft.capacity == 0 || ft.capacity > FLOWS_MAX {
+        let gib = |flows: u64| (flows * FLOW_BYTES) as f64 / f64::from(1u32 << 30);
         err(
             out,
             KeyPath::of(&["flowtable", "capacity"]),
-            format!("must be 1..={FLOWS_MAX}"),
+            format!(
+                "{} flows is outside 1..={FLOWS_MAX}: the table is allocated at start-up, {FLOW_BYTES} bytes a flow ({:.1} GiB here, {:.0} GiB at most)",
+                ft.capacity,
+                gib(u64::from(ft.capacity)),
+                gib(u64::from(FLOWS_MAX))
+            ),
         );
     }
-    if ft.backends_max == 0 {
+    if ft.backends_max == 0 || ft.backends_max > BACKENDS_MAX {
         err(
             out,
             KeyPath::of(&["flowtable", "backends_max"]),
-            "must be at least 1",
+            format!(
+                "{} is outside 1..={BACKENDS_MAX} (counters for every backend are allocated at start-up)",
+                ft.backends_max
+            ),
         );
     }
     if let Some(g) = ft.removal_grace {
@@ -411,6 +532,56 @@ fn services(c: &Config, out: &mut Found) {
                 );
             }
         }
+        if let Some(msg) = scheduler_limit(s, c.dataplane.mh_table_size) {
+            err(out, p.key("backends"), msg);
+        }
+    }
+}
+
+/// What the snapshot builder (lb-algos) would refuse in a scheduler for these weights: a
+/// wrr sequence longer than [`WRR_SEQUENCE_MAX`], or more Maglev turns per round than table
+/// slots. The arithmetic is lb-algos' (`wrr::sequence`, `Maglev::build`); `xvs check` also
+/// runs the builder itself.
+fn scheduler_limit(s: &crate::schema::Service, mh_table_size: u32) -> Option<String> {
+    fn gcd(mut a: u64, mut b: u64) -> u64 {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    }
+    let weights = || s.backends.iter().map(|b| u64::from(b.weight.min(65535)));
+    match s.scheduler {
+        SchedulerName::Wrr => {
+            let g = weights().filter(|&w| w > 0).fold(0, gcd);
+            let len: u64 = if g == 0 {
+                0
+            } else {
+                weights().map(|w| w / g).sum()
+            };
+            (len > WRR_SEQUENCE_MAX).then(|| {
+                format!(
+                    "the wrr sequence (sum of weights / their gcd) has {len} entries, above {WRR_SEQUENCE_MAX}: reduce the weights or their spread"
+                )
+            })
+        }
+        SchedulerName::Mh if is_prime(mh_table_size) && mh_table_size <= MH_TABLE_SIZE_MAX => {
+            let fallback = s.has_flag(SchedFlag::MhFallback);
+            let members: Vec<u64> = weights().filter(|&w| fallback || w > 0).collect();
+            if !weights().any(|w| w > 0) {
+                return None;
+            }
+            let g = members.iter().fold(0, |g, &w| gcd(g, w)).max(1);
+            let max_reduced = members.iter().max().copied().unwrap_or(0) / g;
+            let shift =
+                (64 - max_reduced.leading_zeros()).saturating_sub(mh_table_size.ilog2() / 2);
+            let round: u64 = members.iter().map(|&w| ((w / g) >> shift).max(1)).sum();
+            (round > u64::from(mh_table_size)).then(|| {
+                format!(
+                    "{round} Maglev turns per round (backends x reduced weights) exceed dataplane.mh_table_size {mh_table_size}: some backends would get no slot; raise mh_table_size (about 100 x backends)"
+                )
+            })
+        }
+        _ => None,
     }
 }
 

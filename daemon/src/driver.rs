@@ -15,9 +15,10 @@
 //!   be healthy about.
 //! - **The loop** wakes on an event (a model, a health or neighbour change, a signal, an
 //!   admin command) or every [`TICK`], hands everything queued to the controller, ticks it
-//!   with the workers' counters, and performs its actions. Once a second it also checks the
-//!   config file's modification time (a change reloads it like SIGHUP), refreshes the
-//!   steering counters and the restart hold ([`crate::hold`]).
+//!   with the workers' counters, and performs its actions. Every tick it stats the config
+//!   file: a change reloads it like SIGHUP once the file has been stable for
+//!   [`crate::watch::SETTLE`]. Once a second it refreshes the steering counters and the
+//!   restart hold ([`crate::hold`]).
 //! - **Shutdown**: the steering programs stay attached and pinned, holding xvs's frames for
 //!   `restart_hold` (the next process adopts them, or the watchdog removes them); the workers
 //!   stop; the flow table is marked clean (and exported at a graceful stop); the slowpath
@@ -52,6 +53,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admin::{CommandMsg, DaemonState, StatusView, SyncStats};
 use crate::controller::{Action, Controller, Event, Reload, Sample, Signal, SteerSet, StopReason};
+use crate::watch::{FileWatch, Stamp};
 use crate::{hold, state};
 
 /// How often the loop ticks the controller without an event.
@@ -251,7 +253,7 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
         neighbours: &neighbours,
         hcnp,
         path,
-        seen_mtime: path.and_then(mtime),
+        watch: FileWatch::new(path.and_then(Stamp::of)),
         stop: None,
         restart_hold,
     };
@@ -385,7 +387,7 @@ struct Io<'a> {
     neighbours: &'a NeighbourWatcher,
     hcnp: Option<mpsc::UnboundedSender<Vec<HealthCheckNodePort>>>,
     path: Option<&'a Path>,
-    seen_mtime: Option<SystemTime>,
+    watch: FileWatch,
     stop: Option<StopReason>,
     restart_hold: Duration,
 }
@@ -417,15 +419,13 @@ impl Io<'_> {
                 let _ = reply.send(ctl.command(Instant::now(), cmd));
             }
             let now = Instant::now();
+            if let Some(p) = self.path
+                && self.watch.observe(now, Stamp::of(p))
+            {
+                ctl.handle(now, Event::Signal(Signal::Reload));
+            }
             if now >= next_second {
                 next_second = now + Duration::from_secs(1);
-                if let Some(p) = self.path
-                    && let Some(m) = mtime(p)
-                    && Some(m) != self.seen_mtime
-                {
-                    self.seen_mtime = Some(m);
-                    ctl.handle(now, Event::Signal(Signal::Reload));
-                }
                 if let Ok(mut s) = state.steer.lock() {
                     *s = self
                         .steers
@@ -493,9 +493,9 @@ impl Io<'_> {
                         None => Reload::NoFile,
                         Some(p) => {
                             // The file as this reload reads it: a later change reloads again.
-                            self.seen_mtime = mtime(p);
-                            match config::load(p) {
-                                Ok(c) => Reload::Loaded(Box::new(c)),
+                            self.watch.read(Stamp::of(p));
+                            match config::load_written(p) {
+                                Ok((c, written)) => Reload::Loaded(Box::new(c), written),
                                 Err(e) => Reload::Invalid(e.to_string()),
                             }
                         }
@@ -547,10 +547,6 @@ fn steer_all(steers: &mut [Steering], set: &SteerSet) -> anyhow::Result<()> {
         st.set_snat(&set.snat_addresses, set.snat_ports)?;
     }
     Ok(())
-}
-
-fn mtime(p: &Path) -> Option<SystemTime> {
-    std::fs::metadata(p).and_then(|m| m.modified()).ok()
 }
 
 /// SIGTERM and SIGINT (stop; the second stops at once) and SIGHUP (reload), as events.

@@ -14,6 +14,8 @@
 //! - [`logging`]: `tracing` with `[log]` level and format; library logs (`log` users too) go
 //!   through it.
 //!
+//! - [`watch`]: when a changed config file is reloaded (once it stopped changing).
+//!
 //! The fastpath never imports any of this; the arrows point from here down.
 
 pub mod admin;
@@ -24,3 +26,12 @@ pub mod hold;
 pub mod logging;
 pub mod preflight;
 pub mod state;
+pub mod watch;
+
+// The config's limits are the crates' own (see `config`'s `validate`).
+const _: () = {
+    assert!(config::MH_TABLE_SIZE_MAX == lb_algos::mh::TABLE_SIZE_MAX);
+    assert!(config::WRR_SEQUENCE_MAX == lb_algos::wrr::SEQUENCE_MAX);
+    assert!((config::FLOWS_MAX as usize) < flowtable::CAPACITY_MAX);
+    assert!(config::BACKENDS_MAX as usize == lb_algos::BACKENDS_MAX);
+};

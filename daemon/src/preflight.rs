@@ -1,6 +1,6 @@
 //! What `xvs run` checks before it touches anything, so that it refuses clearly instead of
-//! failing half-way: capabilities, interfaces, and a full-NAT port range the kernel would
-//! also hand out.
+//! failing half-way: capabilities, interfaces, a full-NAT port range the kernel would also
+//! hand out, and a flow table larger than the machine's memory or its state directory.
 
 use std::collections::HashSet;
 use std::net::IpAddr;
@@ -37,6 +37,7 @@ pub fn preflight(cfg: &Config) -> Result<(), String> {
         }
     }
     check_bpffs(&cfg.dataplane.bpf_pin_root)?;
+    check_flow_memory(cfg)?;
     let local = local_addresses();
     let snat_local = cfg
         .dataplane
@@ -94,6 +95,68 @@ fn local_addresses() -> HashSet<IpAddr> {
     out
 }
 
+/// The flow table (a file in `[dataplane] state_dir`, on a tmpfs: memory) must fit in the
+/// machine's memory and in what the state directory's filesystem has free (a table adopted
+/// from the previous process counts as free: it is reused). Allocating it would otherwise
+/// fail, or fault, half-way through start-up.
+fn check_flow_memory(cfg: &Config) -> Result<(), String> {
+    let capacity = cfg.flowtable.capacity;
+    let need = u64::from(capacity) * config::FLOW_BYTES;
+    let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+    if let Some(mem) = mem_total()
+        && need > mem
+    {
+        return Err(format!(
+            "flowtable.capacity {capacity} needs {:.1} GiB ({} bytes a flow); this machine has {:.1} GiB of memory",
+            gib(need),
+            config::FLOW_BYTES,
+            gib(mem)
+        ));
+    }
+    let dir = &cfg.dataplane.state_dir;
+    let existing = dir
+        .ancestors()
+        .find(|p| p.exists())
+        .unwrap_or(Path::new("/"));
+    let reused = std::fs::metadata(crate::state::Paths::of(dir).flows)
+        .map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            m.blocks() * 512
+        })
+        .unwrap_or(0);
+    if let Some(free) = fs_free(existing)
+        && need > free + reused
+    {
+        return Err(format!(
+            "flowtable.capacity {capacity} needs {:.1} GiB ({} bytes a flow) in dataplane.state_dir {}, whose filesystem has {:.1} GiB free",
+            gib(need),
+            config::FLOW_BYTES,
+            dir.display(),
+            gib(free + reused)
+        ));
+    }
+    Ok(())
+}
+
+/// `MemTotal` of /proc/meminfo, in bytes.
+fn mem_total() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = s.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Bytes an unprivileged writer may still use on the filesystem of `path`.
+fn fs_free(path: &Path) -> Option<u64> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: statvfs fills `st`, a valid out-parameter, for a NUL-terminated path.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some(st.f_bavail.saturating_mul(st.f_frsize))
+}
+
 /// `statfs` magic of a bpffs.
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 
@@ -123,4 +186,41 @@ fn check_bpffs(root: &Path) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use flowtable::{FlowTable, FlowTableConfig};
+
+    use super::*;
+
+    /// `config::FLOW_BYTES`, which `xvs check` and this preflight use, is what a table costs.
+    #[test]
+    fn flow_bytes_is_what_a_table_costs() {
+        let t = FlowTable::new(FlowTableConfig::new(1 << 16, 1024), Instant::now()).unwrap();
+        let real = t.bytes_per_flow();
+        let said = config::FLOW_BYTES as f64;
+        assert!(
+            (real - said).abs() / said < 0.1,
+            "a flow costs {real:.1} bytes, config::FLOW_BYTES says {said}"
+        );
+    }
+
+    #[test]
+    fn a_flow_table_larger_than_memory_is_refused() {
+        let mut cfg = config::parse("", "t.toml").unwrap();
+        cfg.dataplane.state_dir = std::env::temp_dir().join("xvs-preflight-none");
+        assert!(check_flow_memory(&cfg).is_ok());
+        cfg.flowtable.capacity = config::FLOWS_MAX;
+        let mem = mem_total().unwrap();
+        if mem < u64::from(config::FLOWS_MAX) * config::FLOW_BYTES {
+            let e = check_flow_memory(&cfg).unwrap_err();
+            assert!(
+                e.starts_with("flowtable.capacity 1073741824 needs 122.0 GiB"),
+                "{e}"
+            );
+        }
+    }
 }

@@ -40,9 +40,16 @@
 //!   for a second, or at `[dataplane] drain_timeout`. A second signal (or a zero timeout)
 //!   stops at once. `drain` through the admin API turns `/healthz` 503 without stopping.
 //! - **Reload.** SIGHUP or a change of the file asks the driver to load it
-//!   ([`Action::LoadConfig`]). A config that does not load is refused and counted; the running
-//!   one stays. Services and pinned neighbours take effect; a changed `[dataplane]` needs a
-//!   restart, and is reported as such. With the Kubernetes source the services come from the
+//!   ([`Action::LoadConfig`]). Only a complete, valid file replaces the running config; any
+//!   other is refused (logged with the reason, counted in `reloads_failed`) and the running
+//!   one stays, services and flows untouched. Refused ([`Controller::refusal`]): a file that
+//!   does not load; an empty one (only whitespace or comments); one whose last line has no
+//!   newline (cut mid-line: `port = 8` of `port = 8080` still parses); one that adds or
+//!   removes `[kubernetes]`; one whose `[dataplane]` differs from the running one (named key
+//!   by key: the dataplane changes only with a restart; a file cut before its `[dataplane]`
+//!   lands here too); and, for the static source, one with no services while services run,
+//!   unless it says `services = []` (a file cut before its first `[[services]]`). Services and
+//!   pinned neighbours take effect. With the Kubernetes source the services come from the
 //!   API, so a reload does not touch them.
 //! - **Passive health and neighbours**, once a second: backends whose SYNs got no SYN-ACK
 //!   ([`passive`]) are reported to the health checker; next hops the snapshot cannot resolve
@@ -62,7 +69,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use config::{Config, ProbeKind, RemovedBackendPolicy};
+use config::{Config, ProbeKind, RemovedBackendPolicy, Written};
 use fastpath::passive::SynWatch;
 use fastpath::snapshot::{AdoptedIds, L2Table, Neighbour, ServiceSpec, Snapshot, SnapshotBuilder};
 use flowtable::FlowTable;
@@ -108,8 +115,8 @@ pub enum Event {
 /// The config file, read.
 #[derive(Debug)]
 pub enum Reload {
-    /// It loaded and validated.
-    Loaded(Box<Config>),
+    /// It loaded and validated; what it wrote explicitly says whether it is complete.
+    Loaded(Box<Config>, Written),
     /// It did not: the problems, as `config` words them (key, line, column).
     Invalid(String),
     /// The daemon runs on the embedded config: there is no file.
@@ -633,9 +640,67 @@ impl Controller {
         }
     }
 
+    /// Why the file `new` (which wrote `written`) cannot replace the running config, if it
+    /// cannot: the reload rules of the module doc.
+    pub fn refusal(&self, new: &Config, written: &Written) -> Option<String> {
+        if written.keys.is_empty() {
+            return Some(
+                "the file is empty (nothing but whitespace or comments): a reload needs the complete config"
+                    .to_owned(),
+            );
+        }
+        if !written.ends_with_newline {
+            return Some(
+                "the file's last line has no newline: it looks cut short (a write in progress?); replace the file atomically (write a temporary file, then rename it over this one) and end it with a newline"
+                    .to_owned(),
+            );
+        }
+        if new.kubernetes.is_some() != self.cfg.kubernetes.is_some() {
+            let (was, is) = if new.kubernetes.is_some() {
+                ("static", "Kubernetes")
+            } else {
+                ("Kubernetes", "static")
+            };
+            return Some(format!(
+                "the file switches the source from {was} to {is} ([kubernetes]): that needs a restart"
+            ));
+        }
+        let changed = self.cfg.dataplane.differences(&new.dataplane);
+        if !changed.is_empty() {
+            let keys = changed.join(", ");
+            return Some(if written.has("dataplane") {
+                format!(
+                    "[dataplane] differs from the running one in {keys}: the dataplane changes only with a restart (put the running values back, or restart xvs)"
+                )
+            } else {
+                format!(
+                    "the file has no [dataplane] table while the running one sets {keys} (a truncated file?): the dataplane changes only with a restart"
+                )
+            });
+        }
+        if new.kubernetes.is_none()
+            && new.services.is_empty()
+            && !self.cfg.services.is_empty()
+            && !written.has("services")
+        {
+            return Some(format!(
+                "the file has no [[services]] while {} run (a truncated file?): to remove every service, write `services = []`",
+                self.cfg.services.len()
+            ));
+        }
+        None
+    }
+
     fn reload(&mut self, now: Instant, r: Reload) {
         let new = match r {
-            Reload::Loaded(new) => *new,
+            Reload::Loaded(new, written) => {
+                if let Some(why) = self.refusal(&new, &written) {
+                    self.counters.reloads_failed += 1;
+                    tracing::error!(reason = %why, "reload refused; the running config stays");
+                    return;
+                }
+                *new
+            }
             Reload::Invalid(problems) => {
                 self.counters.reloads_failed += 1;
                 tracing::error!(%problems, "reload refused; the running config stays");
@@ -647,13 +712,9 @@ impl Controller {
                 return;
             }
         };
-        if new.dataplane != self.cfg.dataplane {
-            tracing::warn!("reload: [dataplane] changed; it takes effect at the next restart");
-        }
-        let dataplane = std::mem::take(&mut self.cfg.dataplane);
+        // `refusal` made sure the dataplane and the source are the running ones.
         let kubernetes = self.cfg.kubernetes.take();
         self.cfg = new;
-        self.cfg.dataplane = dataplane;
         if kubernetes.is_some() {
             // The source was started with its settings; its models stay the services.
             self.cfg.kubernetes = kubernetes;

@@ -162,8 +162,8 @@ impl Harness {
     }
 
     fn reload(&mut self, text: &str) {
-        let r = match config::parse(text, "t.toml") {
-            Ok(c) => Reload::Loaded(Box::new(c)),
+        let r = match config::parse_written(text, "t.toml") {
+            Ok((c, written)) => Reload::Loaded(Box::new(c), written),
             Err(e) => Reload::Invalid(e.to_string()),
         };
         self.event(Event::Reload(r));
@@ -402,16 +402,112 @@ fn a_bad_reload_keeps_the_running_services() {
     // SIGHUP asks the driver for the file; a good one applies.
     h.event(Event::Signal(Signal::Reload));
     assert_eq!(h.log.last(), Some(&Seen::LoadConfig));
-    let text = CFG
-        .replace("name = \"dns\"", "name = \"dns2\"")
-        .replace("mode = \"nat\"", "mode = \"nat\"\nbatch_size = 32");
-    h.reload(&text);
+    h.reload(&CFG.replace("name = \"dns\"", "name = \"dns2\""));
     h.step(TICK);
     assert_eq!(h.status.reloads_ok, 1);
     let snap = h.ctl.snapshot().unwrap();
     assert!(snap.services.iter().any(|s| s.name == "dns2"));
-    // The dataplane the daemon started with stays until a restart.
-    assert_eq!(h.ctl.config().dataplane.batch_size, 64);
+}
+
+/// The reload guards: what a refused reload says, and that nothing changes.
+fn refused(h: &mut Harness, text: &str) -> String {
+    let (cfg, written) = config::parse_written(text, "t.toml").unwrap();
+    let why = h.ctl.refusal(&cfg, &written);
+    let (failed, published) = (h.status.reloads_failed, h.published());
+    let before = h.ctl.snapshot().unwrap().generation;
+    h.reload(text);
+    h.step(TICK);
+    assert_eq!(h.status.reloads_failed, failed + 1, "not refused: {text:?}");
+    assert_eq!(h.published(), published, "refused, yet published");
+    assert_eq!(h.ctl.snapshot().unwrap().generation, before);
+    why.unwrap()
+}
+
+#[test]
+fn empty_truncated_or_dataplane_changing_files_are_refused() {
+    let mut h = Harness::new(CFG);
+    h.step(TICK);
+    // A long-lived flow to .1 that a wrongly applied reload would end (removal_grace: 3 s).
+    assert_eq!(
+        h.send(&frame(false, 2000, WEB, 80, SYN)),
+        Some(ip("198.18.1.1"))
+    );
+    let flows = h.flows.len();
+    for empty in ["", "\n\n", "  # nothing here\n# at all\n"] {
+        assert!(refused(&mut h, empty).contains("empty"));
+    }
+    // Cut mid-line: may still parse (port = 5 of port = 53).
+    let whole = format!("{CFG}[timeouts]\nudp = \"300s\"\n");
+    let cut = &whole[..whole.len() - "0s\"\n".len()];
+    assert!(
+        config::parse(cut, "t.toml").is_err(),
+        "a cut string does not parse"
+    );
+    let whole = format!("{CFG}[health]\nrise = 20\n");
+    let cut = &whole[..whole.len() - 2];
+    assert_eq!(
+        config::parse(cut, "t.toml").unwrap().health.rise,
+        2,
+        "a cut number does"
+    );
+    assert!(refused(&mut h, cut).contains("no newline"), "{cut}");
+    // A [dataplane] change names its keys, and needs a restart.
+    let why = refused(
+        &mut h,
+        &CFG.replace(
+            "mode = \"nat\"",
+            "mode = \"nat\"\nbatch_size = 32\ncores = [1]",
+        ),
+    );
+    assert!(
+        why.contains("dataplane.cores, dataplane.batch_size") && why.contains("restart"),
+        "{why}"
+    );
+    // A file cut before its [dataplane] (here: one without it).
+    let no_dataplane = CFG
+        .replace("[dataplane]\nmode = \"nat\"\n", "")
+        .replace("scheduler = \"rr\"", "scheduler = \"rr\"\nmode = \"nat\"");
+    let why = refused(&mut h, &no_dataplane);
+    assert!(
+        why.contains("no [dataplane] table") && why.contains("dataplane.mode"),
+        "{why}"
+    );
+    // Cut before the first [[services]]: no services. Said explicitly, that is fine.
+    let head = &CFG[..CFG.find("[[services]]").unwrap()];
+    assert!(refused(&mut h, head).contains("services = []"));
+    let why = refused(&mut h, "[kubernetes]\n[dataplane]\nmode = \"nat\"\n");
+    assert!(why.contains("from static to Kubernetes"), "{why}");
+    // Every cut of the file is refused, but at a line end after a service's required keys
+    // (a valid file with fewer services or backends: only an atomic write prevents that).
+    let mut accepted = Vec::new();
+    for n in 0..CFG.len() {
+        let prefix = &CFG[..n];
+        let refusal = match config::parse_written(prefix, "t.toml") {
+            Ok((cfg, written)) => h.ctl.refusal(&cfg, &written),
+            Err(e) => Some(e.to_string()),
+        };
+        if refusal.is_none() {
+            accepted.push(prefix.lines().last().unwrap_or_default().to_owned());
+        }
+    }
+    for last in &accepted {
+        assert!(
+            last.starts_with("protocol")
+                || last.starts_with("scheduler")
+                || last.starts_with("backends"),
+            "accepted a cut after {last:?}"
+        );
+    }
+    assert_eq!(h.status.reloads_ok, 0);
+    assert_eq!(h.ctl.snapshot().unwrap().services.len(), 2);
+    assert_eq!(h.flows.len(), flows, "flows unchanged");
+    steps(&mut h, 50);
+    assert_eq!(h.flows.len(), flows, "and no removal after the grace");
+    // `services = []` says it: every service goes.
+    h.reload("services = []\n[dataplane]\nmode = \"nat\"\n");
+    h.step(TICK);
+    assert_eq!(h.status.reloads_ok, 1);
+    assert!(h.ctl.snapshot().unwrap().services.is_empty());
 }
 
 #[test]

@@ -1,0 +1,146 @@
+//! What a reload needs beyond the typed config: which top-level keys the file wrote (a key
+//! left out and a key set to its default look alike once parsed) and whether its last line
+//! is whole, plus the `[dataplane]` keys in which two configs differ. The daemon's
+//! controller decides with these whether a reloaded file is complete (see its module doc).
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use crate::schema::Dataplane;
+use crate::{Config, Error};
+
+/// What a file wrote explicitly.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Written {
+    /// Its top-level keys and tables (`dataplane`, `services`, ...); none for an empty file
+    /// or one of only whitespace and comments.
+    pub keys: BTreeSet<String>,
+    /// The text is empty or ends with a newline. A file cut mid-line (a write in progress)
+    /// may still parse: `port = 8` of `port = 8080`.
+    pub ends_with_newline: bool,
+}
+
+impl Written {
+    /// Whether the file wrote the top-level key or table `key`.
+    pub fn has(&self, key: &str) -> bool {
+        self.keys.contains(key)
+    }
+}
+
+/// [`crate::parse`], and what the text wrote explicitly.
+pub fn parse_written(text: &str, file: &str) -> Result<(Config, Written), Error> {
+    let config = crate::parse(text, file)?;
+    // It parsed above, so it parses here.
+    let keys = toml::de::DeTable::parse(text)
+        .map(|doc| {
+            doc.get_ref()
+                .iter()
+                .map(|(k, _)| k.get_ref().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    let written = Written {
+        keys,
+        ends_with_newline: text.is_empty() || text.ends_with('\n'),
+    };
+    Ok((config, written))
+}
+
+/// [`crate::load`], and what the file wrote explicitly.
+pub fn load_written(path: &Path) -> Result<(Config, Written), Error> {
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    parse_written(&text, &path.display().to_string())
+}
+
+impl Dataplane {
+    /// The keys (`dataplane.interfaces`, ...) whose values differ between `self` and
+    /// `other`, in the order of the schema.
+    pub fn differences(&self, other: &Dataplane) -> Vec<&'static str> {
+        // Destructured, so that a new key cannot be forgotten here.
+        let Dataplane {
+            interfaces,
+            cores,
+            slowpath_core,
+            mode,
+            snat_addresses,
+            snat_port_range,
+            umem_frames,
+            frame_size,
+            rx_ring_size,
+            tx_ring_size,
+            batch_size,
+            xdp_mode,
+            zero_copy,
+            idle_backoff,
+            napi_busy_poll,
+            mh_table_size,
+            drain_timeout,
+            state_dir,
+            restart_hold,
+            bpf_pin_root,
+        } = self;
+        let mut out = Vec::new();
+        let mut cmp = |differs: bool, key: &'static str| {
+            if differs {
+                out.push(key);
+            }
+        };
+        cmp(*interfaces != other.interfaces, "dataplane.interfaces");
+        cmp(*cores != other.cores, "dataplane.cores");
+        cmp(
+            *slowpath_core != other.slowpath_core,
+            "dataplane.slowpath_core",
+        );
+        cmp(*mode != other.mode, "dataplane.mode");
+        cmp(
+            *snat_addresses != other.snat_addresses,
+            "dataplane.snat_addresses",
+        );
+        cmp(
+            *snat_port_range != other.snat_port_range,
+            "dataplane.snat_port_range",
+        );
+        cmp(*umem_frames != other.umem_frames, "dataplane.umem_frames");
+        cmp(*frame_size != other.frame_size, "dataplane.frame_size");
+        cmp(
+            *rx_ring_size != other.rx_ring_size,
+            "dataplane.rx_ring_size",
+        );
+        cmp(
+            *tx_ring_size != other.tx_ring_size,
+            "dataplane.tx_ring_size",
+        );
+        cmp(*batch_size != other.batch_size, "dataplane.batch_size");
+        cmp(*xdp_mode != other.xdp_mode, "dataplane.xdp_mode");
+        cmp(*zero_copy != other.zero_copy, "dataplane.zero_copy");
+        cmp(
+            *idle_backoff != other.idle_backoff,
+            "dataplane.idle_backoff",
+        );
+        cmp(
+            *napi_busy_poll != other.napi_busy_poll,
+            "dataplane.napi_busy_poll",
+        );
+        cmp(
+            *mh_table_size != other.mh_table_size,
+            "dataplane.mh_table_size",
+        );
+        cmp(
+            *drain_timeout != other.drain_timeout,
+            "dataplane.drain_timeout",
+        );
+        cmp(*state_dir != other.state_dir, "dataplane.state_dir");
+        cmp(
+            *restart_hold != other.restart_hold,
+            "dataplane.restart_hold",
+        );
+        cmp(
+            *bpf_pin_root != other.bpf_pin_root,
+            "dataplane.bpf_pin_root",
+        );
+        out
+    }
+}
