@@ -76,6 +76,7 @@ impl Dataplane {
             zero_copy,
             idle_backoff,
             napi_busy_poll,
+            pass_to_kernel,
             mh_table_size,
             drain_timeout,
             state_dir,
@@ -123,6 +124,10 @@ impl Dataplane {
         cmp(
             *napi_busy_poll != other.napi_busy_poll,
             "dataplane.napi_busy_poll",
+        );
+        cmp(
+            *pass_to_kernel != other.pass_to_kernel,
+            "dataplane.pass_to_kernel",
         );
         cmp(
             *mh_table_size != other.mh_table_size,

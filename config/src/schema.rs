@@ -200,6 +200,13 @@ pub struct Dataplane {
     /// that gives AF_XDP sockets a NAPI id (veth on Linux 6.18 does not; xvs warns).
     #[serde(default)]
     pub napi_busy_poll: bool,
+    /// Frames the steering program redirected that xvs does not own (a nat-mode backend's
+    /// packets of a connection that bypasses the VIPs, ICMP echo to a VIP, ...) are written
+    /// into an exception TAP device per interface (`xvsp<ifindex>`), so the kernel receives
+    /// them as if they had come in on the interface. Off: they are dropped (counted as
+    /// `pass`). Needs `/dev/net/tun`.
+    #[serde(default = "yes")]
+    pub pass_to_kernel: bool,
     /// Maglev lookup-table size for `mh` services (prime).
     #[serde(default = "default_mh_table")]
     pub mh_table_size: u32,
@@ -282,6 +289,7 @@ impl Default for Dataplane {
             zero_copy: ZeroCopy::default(),
             idle_backoff: None,
             napi_busy_poll: false,
+            pass_to_kernel: true,
             mh_table_size: default_mh_table(),
             drain_timeout: default_drain_timeout(),
             state_dir: default_state_dir(),
@@ -404,6 +412,9 @@ pub struct Timeouts {
 
 fn d1() -> Dur {
     Dur::from_secs(1)
+}
+fn yes() -> bool {
+    true
 }
 fn d3() -> Dur {
     Dur::from_secs(3)

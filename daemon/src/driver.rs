@@ -157,8 +157,13 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
     let workers = cfg.dataplane.workers();
     let mut sockets = Vec::with_capacity(workers);
     for spec in worker_specs(&cfg.dataplane) {
-        let set = open_sockets(&cfg.dataplane, spec.queue)
+        let mut set = open_sockets(&cfg.dataplane, spec.queue)
             .with_context(|| format!("opening AF_XDP sockets for queue {}", spec.queue))?;
+        if cfg.dataplane.pass_to_kernel {
+            for (interface, e) in set.open_pass() {
+                tracing::warn!(%interface, queue = spec.queue, error = %e, "no exception device: frames steered to xvs that it does not own are dropped instead of reaching the kernel ([dataplane] pass_to_kernel)");
+            }
+        }
         sockets.push((spec, set));
     }
     // The steering programs stay attached across restarts (pinned); an earlier process's

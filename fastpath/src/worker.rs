@@ -136,8 +136,11 @@ pub struct WorkerStats {
     pub tx_no_port: AtomicU64,
     /// Failed tx/fill wake-ups (`sendto`/`recvfrom` errors other than busy).
     pub wakeup_errors: AtomicU64,
-    /// `Pass` verdicts (counted and dropped: no re-injection into the kernel).
+    /// `Pass` verdicts: frames the steering program redirected that xvs does not own.
     pub pass: AtomicU64,
+    /// `Pass` frames handed to the kernel through the exception device
+    /// ([`crate::xsk::tap`]); the others (no device, or its queue full) were dropped.
+    pub pass_injected: AtomicU64,
     /// `Slow` verdicts (counted and dropped until the neighbour is resolved).
     pub slow: AtomicU64,
     /// Drops by reason (`DropReason as usize`), from the pipeline.
@@ -174,6 +177,8 @@ pub struct WorkerCounters {
     pub wakeup_errors: u64,
     /// See [`WorkerStats::pass`].
     pub pass: u64,
+    /// See [`WorkerStats::pass_injected`].
+    pub pass_injected: u64,
     /// See [`WorkerStats::slow`].
     pub slow: u64,
     /// See [`WorkerStats::drops`].
@@ -202,6 +207,7 @@ impl WorkerCounters {
         self.tx_no_port += other.tx_no_port;
         self.wakeup_errors += other.wakeup_errors;
         self.pass += other.pass;
+        self.pass_injected += other.pass_injected;
         self.slow += other.slow;
         for (t, d) in self.drops.iter_mut().zip(other.drops) {
             *t += d;
@@ -231,6 +237,7 @@ impl WorkerStats {
             tx_no_port: r(&self.tx_no_port),
             wakeup_errors: r(&self.wakeup_errors),
             pass: r(&self.pass),
+            pass_injected: r(&self.pass_injected),
             slow: r(&self.slow),
             drops: std::array::from_fn(|i| r(&self.drops[i])),
             new_flows: r(&self.new_flows),
@@ -299,6 +306,7 @@ struct Local {
     tx_ring_full: u64,
     tx_no_port: u64,
     wakeup_errors: u64,
+    pass_injected: u64,
     expired: u64,
     polls: u64,
     busy_ns: u64,
@@ -475,7 +483,16 @@ impl Worker {
                         self.pool.put(desc);
                     }
                 }
-                Verdict::Drop(_) | Verdict::Pass | Verdict::Slow => self.pool.put(desc),
+                Verdict::Pass => {
+                    if let Some(tap) = self.xsk.pass.get(port).and_then(Option::as_ref) {
+                        // SAFETY: the frame came off our rx ring and is ours until put back.
+                        let mut d = desc;
+                        let data = unsafe { self.xsk.umem.data_mut(&mut d) };
+                        self.local.pass_injected += u64::from(tap.inject(data.contents()));
+                    }
+                    self.pool.put(desc);
+                }
+                Verdict::Drop(_) | Verdict::Slow => self.pool.put(desc),
             }
         }
         self.transmit();
@@ -553,6 +570,7 @@ impl Worker {
         set(&st.polls, l.polls);
         set(&st.busy_ns, l.busy_ns);
         set(&st.pass, c.pass);
+        set(&st.pass_injected, l.pass_injected);
         set(&st.slow, c.slow);
         set(&st.new_flows, c.new_flows);
         set(&st.reused, c.reused);

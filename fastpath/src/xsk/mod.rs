@@ -47,6 +47,7 @@ use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue, Umem};
 
 pub mod napi;
 pub mod pool;
+pub mod tap;
 
 /// Which XDP program feeds the sockets.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -189,6 +190,9 @@ pub struct XskSet {
     pub(crate) fill_target: u32,
     /// Entries of each tx ring.
     pub(crate) tx_ring_size: u32,
+    /// Per port: this worker's queue of the interface's exception device ([`tap`]), once
+    /// [`XskSet::open_pass`] opened it; `Pass` frames go there.
+    pub(crate) pass: Vec<Option<tap::PassTap>>,
 }
 
 /// Workers needed for `dp`: the most queues of any interface (worker q serves queue q of
@@ -351,7 +355,26 @@ impl XskSet {
             frames,
             fill_target: sizes.fill_target,
             tx_ring_size: sizes.tx.get(),
+            pass: Vec::new(),
         })
+    }
+
+    /// Opens this worker's queue of every port's exception device ([`tap`]), so that frames
+    /// the steering program redirected but xvs does not own reach the kernel. Returns the
+    /// ports that failed (`(interface, error)`): their `Pass` frames are dropped, as before.
+    pub fn open_pass(&mut self) -> Vec<(String, io::Error)> {
+        let mut failed = Vec::new();
+        self.pass = self
+            .ports
+            .iter()
+            .map(|p| {
+                let p = p.as_ref()?;
+                tap::PassTap::open(&p.ifname)
+                    .map_err(|e| failed.push((p.ifname.clone(), e)))
+                    .ok()
+            })
+            .collect();
+        failed
     }
 
     /// `(port, fd)` of every socket, for `Steering::register_socket(queue, fd)` on that

@@ -114,7 +114,7 @@ pub fn render(stats: &StatsView, services: &[ServiceView], probes: &ProbeCounts)
         o.sample("xvs_drops_total", &[("reason", reason)], f(*n));
     }
     type Field = fn(&super::views::WorkerView) -> u64;
-    let per_worker: [(&str, &str, Field); 9] = [
+    let per_worker: [(&str, &str, Field); 10] = [
         (
             "xvs_rx_packets_total",
             "Frames received, per worker.",
@@ -137,8 +137,13 @@ pub fn render(stats: &StatsView, services: &[ServiceView], probes: &ProbeCounts)
         ),
         (
             "xvs_pass_packets_total",
-            "Frames handed back to the kernel, per worker.",
+            "Frames steered to xvs that it does not own (Pass), per worker.",
             |w| w.pass,
+        ),
+        (
+            "xvs_pass_injected_total",
+            "Pass frames handed to the kernel through the exception device, per worker.",
+            |w| w.pass_injected,
         ),
         (
             "xvs_slow_packets_total",

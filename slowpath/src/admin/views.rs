@@ -279,8 +279,12 @@ pub struct WorkerView {
     pub tx_ring_full: u64,
     /// Frames dropped because their transmit port has no socket on this worker.
     pub tx_no_port: u64,
-    /// Frames handed back to the kernel.
+    /// Frames steered to xvs that it does not own (`Pass`).
     pub pass: u64,
+    /// `Pass` frames handed to the kernel through the exception device (the rest were
+    /// dropped: no device, or its queue was full).
+    #[serde(default)]
+    pub pass_injected: u64,
     /// Frames sent to the slowpath.
     pub slow: u64,
     /// Flows created.
@@ -310,6 +314,7 @@ impl WorkerView {
             tx_ring_full: c.tx_ring_full,
             tx_no_port: c.tx_no_port,
             pass: c.pass,
+            pass_injected: c.pass_injected,
             slow: c.slow,
             new_flows: c.new_flows,
             reused_flows: c.reused,
