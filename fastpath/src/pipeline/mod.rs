@@ -48,6 +48,13 @@
 //!   its flow leaves the table (expiry, removal, recycling): nothing to return.
 //! - **Fragments**: see [`frag`]. SCTP fragments are dropped (`SctpFragment`): the CRC32c
 //!   covers the whole datagram and cannot be fixed from the first fragment.
+//! - **Router hygiene** (see `hygiene`): new flows and translated ICMP errors from martian
+//!   sources or from xvs's own addresses (VIPs, SNAT addresses) are dropped, as are ICMP
+//!   errors to martian destinations; checksums that are recomputed from scratch (ICMP, SCTP)
+//!   are verified first, every other one is updated incrementally, so a corrupt input never
+//!   leaves with a valid checksum; later fragments reaching past 65,535 bytes are dropped.
+//!   Flow hits are not checked again (their sources passed when the flow was made), and a
+//!   frame for no frontend stays `Pass`.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
