@@ -707,6 +707,26 @@ proptest! {
     }
 
     #[test]
+    fn icmp_errors_to_martian_destinations_are_dropped(dst in martian()) {
+        let epoch = Instant::now();
+        let mut p = pipeline(epoch);
+        let (flow, e) = match dst {
+            IpAddr::V6(d) => (
+                cin(C6, VIP6, SYN),
+                icmp6("2001:2:0:1::1", &d.to_string(), TOO_BIG, &sent(SNAT6, B6, SYN)),
+            ),
+            IpAddr::V4(d) => (
+                cin(C4, VIP, SYN),
+                icmp4("198.18.1.1", &d.to_string(), unreach(), &sent(SNAT4, B1, SYN)),
+            ),
+        };
+        prop_assert_eq!(p.process(&mut flow.clone(), epoch), Verdict::Tx(0));
+        let mut g = e.clone();
+        prop_assert_eq!(p.process(&mut g, epoch), Verdict::Drop(DropReason::MartianDestination));
+        prop_assert_eq!(g, e);
+    }
+
+    #[test]
     fn oversized_fragments_are_dropped_v4(off in 1usize..8192, len in 1usize..64, id in any::<u16>()) {
         let f = frag4(C4, "198.18.100.54:53", id, off * 8, len);
         let want = if off * 8 + 20 + len > 65_535 {
