@@ -419,6 +419,8 @@ pub struct Snapshot {
     pub frozen: bool,
     /// Frontend → service id; shared with the next snapshot when no frontend changed.
     frontends: Arc<FrontendMap>,
+    /// The frontends' addresses, sorted: "is this source one of ours" on the new-flow path.
+    vips: Arc<VipSet>,
     neighbours: HashMap<IpAddr, ([u8; 6], Option<u16>), ahash::RandomState>,
     /// Longest prefix first.
     routes: Vec<Route>,
@@ -461,9 +463,46 @@ impl Snapshot {
         })
     }
 
-    /// Whether any frontend uses `vip`.
+    /// Whether any frontend uses `vip` (a binary search).
+    #[inline]
     pub fn is_vip(&self, vip: IpAddr) -> bool {
-        self.frontends.keys().any(|f| f.vip == vip)
+        self.vips.contains(vip)
+    }
+}
+
+/// Every frontend address of a [`FrontendMap`], sorted per family, built with the map (off
+/// the hot path) and shared with it.
+#[derive(Debug, Default)]
+struct VipSet {
+    v4: Box<[u32]>,
+    v6: Box<[u128]>,
+}
+
+impl VipSet {
+    fn new(frontends: &FrontendMap) -> Self {
+        let (mut v4, mut v6) = (Vec::new(), Vec::new());
+        for f in frontends.keys() {
+            match f.vip {
+                IpAddr::V4(a) => v4.push(a.to_bits()),
+                IpAddr::V6(a) => v6.push(a.to_bits()),
+            }
+        }
+        v4.sort_unstable();
+        v4.dedup();
+        v6.sort_unstable();
+        v6.dedup();
+        VipSet {
+            v4: v4.into(),
+            v6: v6.into(),
+        }
+    }
+
+    #[inline]
+    fn contains(&self, ip: IpAddr) -> bool {
+        match ip {
+            IpAddr::V4(a) => self.v4.binary_search(&a.to_bits()).is_ok(),
+            IpAddr::V6(a) => self.v6.binary_search(&a.to_bits()).is_ok(),
+        }
     }
 }
 
@@ -495,6 +534,8 @@ pub struct SnapshotBuilder {
     pos: Vec<u32>,
     /// The last build's frontends → service id.
     frontends: Arc<FrontendMap>,
+    /// Their addresses (rebuilt with the map).
+    vips: Arc<VipSet>,
     /// Per service id: the build attempt that saw it last.
     seen: Vec<u64>,
     /// Whether the next snapshots refuse every new flow.
@@ -523,6 +564,7 @@ impl SnapshotBuilder {
             order: Vec::new(),
             pos: Vec::new(),
             frontends: Arc::default(),
+            vips: Arc::default(),
             seen: Vec::new(),
             frozen: false,
             // An hour back (when the clock allows): callers' clocks (and tests' fake ones)
@@ -628,6 +670,9 @@ impl SnapshotBuilder {
                 entry,
             });
         }
+        if !Arc::ptr_eq(&self.frontends, &frontends) {
+            self.vips = Arc::new(VipSet::new(&frontends));
+        }
         self.frontends = frontends;
         self.pos.clear();
         self.pos.resize(self.slots.len(), u32::MAX);
@@ -648,6 +693,7 @@ impl SnapshotBuilder {
             },
             frozen: self.frozen,
             frontends: Arc::clone(&self.frontends),
+            vips: Arc::clone(&self.vips),
             neighbours: l2
                 .neighbours
                 .iter()

@@ -57,6 +57,10 @@ pub(crate) struct Packet {
     pub ttl: u8,
     /// Fragment position.
     pub frag: Frag,
+    /// For a later fragment, where its datagram would end: IPv4 the total length up to this
+    /// fragment's end, IPv6 the reassembled payload length (above 65,535: oversized);
+    /// otherwise 0.
+    pub frag_end: u32,
 }
 
 impl Packet {
@@ -102,7 +106,7 @@ fn sctp_flags(chunk_type: u8) -> u8 {
 pub(crate) fn classify(frame: &[u8]) -> Result<Packet, Verdict> {
     let info = wire::parse_frame(frame).map_err(|e| Verdict::Drop(e.into()))?;
     let l3 = info.l3_offset;
-    let (v6, protocol, frag, src, dst, ttl) = match info.l3 {
+    let (v6, protocol, frag, frag_end, src, dst, ttl) = match info.l3 {
         L3Info::Ipv4 {
             protocol,
             fragment,
@@ -119,6 +123,9 @@ pub(crate) fn classify(frame: &[u8]) -> Result<Packet, Verdict> {
                 (true, false) => Frag::First(id),
                 (true, true) => Frag::Later(id),
             };
+            // Offset (8-byte units) + total length.
+            let frag_end =
+                u32::from(be16(frame, l3 + 6) & 0x1fff) * 8 + u32::from(be16(frame, l3 + 2));
             let src = Ipv4Addr::new(
                 frame[l3 + 12],
                 frame[l3 + 13],
@@ -135,6 +142,7 @@ pub(crate) fn classify(frame: &[u8]) -> Result<Packet, Verdict> {
                 false,
                 protocol,
                 frag,
+                frag_end,
                 IpAddr::V4(src),
                 IpAddr::V4(dst),
                 frame[l3 + 8],
@@ -148,13 +156,18 @@ pub(crate) fn classify(frame: &[u8]) -> Result<Packet, Verdict> {
                 Some(f) if f.offset == 0 => Frag::No,
                 Some(f) => Frag::Later(f.ident),
             };
+            // The reassembled payload: this payload without the fragment header, moved by
+            // the offset (the unfragmentable part is in both).
+            let frag_end = fragment.map_or(0, |f| {
+                (u32::from(be16(frame, l3 + 4)) + u32::from(f.offset)).saturating_sub(8)
+            });
             let mut s = [0u8; 16];
             let mut d = [0u8; 16];
             s.copy_from_slice(&frame[l3 + 8..l3 + 24]);
             d.copy_from_slice(&frame[l3 + 24..l3 + 40]);
             let src = IpAddr::V6(Ipv6Addr::from(s));
             let dst = IpAddr::V6(Ipv6Addr::from(d));
-            (true, protocol, frag, src, dst, frame[l3 + 7])
+            (true, protocol, frag, frag_end, src, dst, frame[l3 + 7])
         }
         L3Info::Arp | L3Info::Other => return Err(Verdict::Pass),
     };
@@ -177,6 +190,11 @@ pub(crate) fn classify(frame: &[u8]) -> Result<Packet, Verdict> {
         flags: 0,
         ttl,
         frag,
+        frag_end: if matches!(frag, Frag::Later(_)) {
+            frag_end
+        } else {
+            0
+        },
     };
     if matches!(frag, Frag::Later(_)) {
         return Ok(p);

@@ -39,7 +39,8 @@ pub(super) struct Scheduled {
 
 impl Pipeline {
     /// Everything before the insert of a new flow for `t` (a packet of IP protocol `proto`,
-    /// TCP flags or SCTP chunk type `flags`, TTL `ttl`): the frontend's service, the TTL,
+    /// TCP flags or SCTP chunk type `flags`, TTL `ttl`): the frontend's service, the source
+    /// (martian or xvs's own: `hygiene`), the TTL,
     /// whether the packet may open a flow, source ranges, the freeze switches, the rate
     /// limit, then the scheduler. `Err` is the packet's verdict.
     #[inline]
@@ -64,6 +65,7 @@ impl Pipeline {
         let Some(svc) = snapshot.service_for(&fe) else {
             return Err(Verdict::Pass);
         };
+        self.source_check(t.src).map_err(Verdict::Drop)?;
         if ttl <= 1 {
             return Err(Verdict::Drop(DropReason::TtlExceeded));
         }

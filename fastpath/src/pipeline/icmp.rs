@@ -9,10 +9,14 @@
 //! - the outer header is translated like a packet of direction `D` (destination always; source
 //!   too in fullnat, and to the VIP for errors going to the client, whoever sent them);
 //! - the quoted packet is put back to what it was before xvs translated it: addresses, ports,
-//!   its IPv4 header checksum (recomputed), its TCP/UDP checksum (incrementally, when the quote
-//!   holds the checksum field; a zero UDP checksum stays zero), its SCTP CRC32c (only when
-//!   the quote holds the whole packet);
+//!   its IPv4 header checksum and its TCP/UDP checksum (incrementally, RFC 1624, the latter
+//!   when the quote holds the checksum field; a zero UDP checksum stays zero), its SCTP
+//!   CRC32c (recomputed, only when the quote holds the whole packet);
 //! - the ICMP checksum is recomputed over the message (ICMPv6: with the new pseudo-header).
+//!
+//! What is recomputed is verified first ([`verify`]): an error whose ICMP checksum, or whose
+//! whole quoted SCTP packet's CRC32c, is wrong is dropped, never sent on with a valid one.
+//! The incremental updates keep a wrong checksum wrong.
 //!
 //! Errors that match no flow, or quote too little to hold the ports, are passed to the kernel.
 //! Quoted IPv6 packets must carry the L4 header right after the fixed header.
@@ -21,9 +25,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use flowtable::{Direction, FlowData, FlowTable, Protocol};
 
-use super::FLAG_FULLNAT;
 use super::classify::{PROTO_ICMP, PROTO_SCTP, PROTO_TCP, PROTO_UDP, Packet};
 use super::nat::{AddrBytes, Delta, Endpoints, after, be16, put16};
+use super::{DropReason, FLAG_FULLNAT};
 use crate::wire::checksum;
 
 /// A matched error and how to translate it.
@@ -139,6 +143,52 @@ pub(crate) fn match_error(frame: &[u8], p: &Packet, flows: &FlowTable) -> Option
     })
 }
 
+/// Where the quoted SCTP packet of a matched error lies in the frame, when the quote holds
+/// all of it (its CRC32c is then recomputed): from its common header to the quoted IP
+/// length's end.
+fn quoted_sctp(frame: &[u8], p: &Packet, m: &IcmpMatch) -> Option<std::ops::Range<usize>> {
+    let l4 = m.emb + m.emb_hlen;
+    if m.emb_proto != PROTO_SCTP || m.emb_len - m.emb_hlen < 12 {
+        return None;
+    }
+    let e = m.emb;
+    let end = if p.v6 {
+        e + 40 + usize::from(be16(frame, e + 4))
+    } else {
+        e + usize::from(be16(frame, e + 2))
+    };
+    // Whole: the quoted length ends within the quote (and past the common header).
+    (end <= e + m.emb_len).then_some(l4..end.max(l4 + 12))
+}
+
+/// Checks what [`translate`] would recompute from scratch: the ICMP checksum (ICMPv6: with
+/// the pseudo-header of the frame's addresses) and the CRC32c of an SCTP packet quoted
+/// whole.
+pub(crate) fn verify(frame: &[u8], p: &Packet, m: &IcmpMatch) -> Result<(), DropReason> {
+    let msg = frame
+        .get(p.l4..p.l4 + p.l4_len)
+        .ok_or(DropReason::Truncated)?;
+    let c = match (p.src, p.dst) {
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            checksum::l4_checksum_v6(&s.octets(), &d.octets(), 58, msg)
+        }
+        _ => checksum::checksum(msg),
+    };
+    if c != 0 {
+        return Err(DropReason::BadIcmpChecksum);
+    }
+    if let Some(r) = quoted_sctp(frame, p, m) {
+        let ok = frame
+            .get(r)
+            .and_then(|seg| crate::wire::SctpPacket::new_checked(seg).ok())
+            .is_some_and(|s| s.verify_checksum());
+        if !ok {
+            return Err(DropReason::BadSctpChecksum);
+        }
+    }
+    Ok(())
+}
+
 /// Translates a matched error in place. The caller checked `p.ttl > 1`.
 pub(crate) fn translate(
     frame: &mut [u8],
@@ -187,21 +237,17 @@ pub(crate) fn translate(
     };
     frame[sa..sa + alen].copy_from_slice(ns.as_slice());
     frame[da..da + alen].copy_from_slice(nd.as_slice());
-    let whole = if p.v6 {
-        40 + usize::from(be16(frame, e + 4)) <= m.emb_len
-    } else {
-        put16(frame, e + 10, 0);
-        let c = checksum::checksum(&frame[e..e + m.emb_hlen]);
+    if !p.v6 {
+        // Incrementally: a quoted header that came with a wrong checksum keeps it wrong.
+        let mut d = Delta::new();
+        d.bytes(os.as_slice(), ns.as_slice());
+        d.bytes(od.as_slice(), nd.as_slice());
+        let c = d.apply(be16(frame, e + 10));
         put16(frame, e + 10, c);
-        usize::from(be16(frame, e + 2)) <= m.emb_len
-    };
-    if m.emb_proto == PROTO_SCTP && whole && l4_avail >= 12 {
-        let end = if p.v6 {
-            e + 40 + usize::from(be16(frame, e + 4))
-        } else {
-            e + usize::from(be16(frame, e + 2))
-        };
-        let seg = &mut frame[l4..end.max(l4 + 12)];
+    }
+    if let Some(r) = quoted_sctp(frame, p, m) {
+        // (`verify` checked its CRC32c.)
+        let seg = &mut frame[r];
         seg[8..12].fill(0);
         let crc = crc32c::crc32c(seg);
         seg[8..12].copy_from_slice(&crc.to_le_bytes());

@@ -48,6 +48,13 @@
 //!   its flow leaves the table (expiry, removal, recycling): nothing to return.
 //! - **Fragments**: see [`frag`]. SCTP fragments are dropped (`SctpFragment`): the CRC32c
 //!   covers the whole datagram and cannot be fixed from the first fragment.
+//! - **Router hygiene** (see `hygiene`): new flows and translated ICMP errors from martian
+//!   sources or from xvs's own addresses (VIPs, SNAT addresses) are dropped, as are ICMP
+//!   errors to martian destinations; checksums that are recomputed from scratch (ICMP, SCTP)
+//!   are verified first, every other one is updated incrementally, so a corrupt input never
+//!   leaves with a valid checksum; later fragments reaching past 65,535 bytes are dropped.
+//!   Flow hits are not checked again (their sources passed when the flow was made), and a
+//!   frame for no frontend stays `Pass`.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
@@ -65,6 +72,7 @@ pub(crate) mod classify;
 mod create;
 pub(crate) mod fast;
 pub mod frag;
+mod hygiene;
 pub(crate) mod icmp;
 pub(crate) mod nat;
 mod reuse;
@@ -170,6 +178,21 @@ drop_reasons! {
     Frozen = "frozen",
     /// A new flow over the service's new-connection rate limit.
     RateLimited = "rate_limited",
+    /// A new flow, or an ICMP error about a flow, from a source no host may use (IPv4 0/8,
+    /// 127/8, multicast, 240/4 with broadcast; IPv6 `::`, `::1`, multicast, IPv4-mapped).
+    MartianSource = "martian_source",
+    /// A new flow, or an ICMP error about a flow, from one of xvs's own addresses (a VIP, a
+    /// SNAT address): spoofed.
+    OwnAddressSource = "own_address_source",
+    /// An ICMP error about a flow sent to an address no unicast packet may go to.
+    MartianDestination = "martian_destination",
+    /// An ICMP or ICMPv6 error about a flow with a wrong checksum (it would be recomputed).
+    BadIcmpChecksum = "bad_icmp_checksum",
+    /// An SCTP packet, or one an ICMP error quotes whole, with a wrong CRC32c (it would be
+    /// recomputed).
+    BadSctpChecksum = "bad_sctp_checksum",
+    /// A later fragment reaching past 65,535 bytes of its datagram.
+    OversizedFragment = "oversized_fragment",
 }
 
 /// Per-pipeline counters; the slowpath sums them over workers.
@@ -597,6 +620,11 @@ impl Pipeline {
             return Verdict::Drop(DropReason::SctpFragment);
         }
         let key = flow_key(&p);
+        // Its CRC32c is recomputed when it is forwarded: checked before anything is decided
+        // (a port-reusing INIT ends a flow).
+        if p.proto == PROTO_SCTP && !hygiene::sctp_crc_ok(frame, &p) {
+            return self.corrupt_sctp(&p, &key);
+        }
         if let Some(hit) = self.flows.lookup_hit(&key) {
             // (A SYN whose TTL expires is dropped by `forward`, leaving the flow as it is.)
             if !(reuse::reopens(p.flags) && p.ttl > 1 && self.reopen(hit.handle, hit.dir)) {
@@ -604,6 +632,40 @@ impl Pipeline {
             }
         }
         self.new_flow(frame, &p, key, now)
+    }
+
+    /// An SCTP packet with a wrong CRC32c: dropped if xvs would have handled it (a flow or a
+    /// frontend has it), else passed as any frame for no frontend.
+    #[cold]
+    #[inline(never)]
+    fn corrupt_sctp(&self, p: &Packet, key: &FlowKey) -> Verdict {
+        let fe = crate::snapshot::Frontend {
+            vip: p.dst,
+            protocol: config::Protocol::Sctp,
+            port: p.dport,
+        };
+        if self.flows.lookup_hit(key).is_some() || self.snapshot.service_for(&fe).is_some() {
+            Verdict::Drop(DropReason::BadSctpChecksum)
+        } else {
+            Verdict::Pass
+        }
+    }
+
+    /// Why a packet from `src` must not open a flow (or have its ICMP error translated):
+    /// a martian source, or one of xvs's own addresses (see [`hygiene`]).
+    #[inline]
+    fn source_check(&self, src: IpAddr) -> Result<(), DropReason> {
+        if hygiene::martian(src) {
+            return Err(DropReason::MartianSource);
+        }
+        let own = match src {
+            IpAddr::V4(a) => self.config.snat_v4 == Some(a),
+            IpAddr::V6(a) => self.config.snat_v6 == Some(a),
+        };
+        if own || self.snapshot.is_vip(src) {
+            return Err(DropReason::OwnAddressSource);
+        }
+        Ok(())
     }
 
     /// A packet of a known flow.
@@ -713,6 +775,9 @@ impl Pipeline {
 
     /// A non-first fragment: follows its first fragment's translation, or is dropped.
     fn later_fragment(&mut self, frame: &mut [u8], p: &Packet, id: u32, now: Instant) -> Verdict {
+        if p.frag_end > hygiene::DATAGRAM_MAX {
+            return Verdict::Drop(DropReason::OversizedFragment);
+        }
         let Some((src, dst)) = self.frags.lookup(&frag::FragKey::new(p, id), now) else {
             return Verdict::Drop(DropReason::FragmentNoMatch);
         };
@@ -741,6 +806,9 @@ impl Pipeline {
         let Some(m) = icmp::match_error(frame, p, &self.flows) else {
             return Verdict::Pass;
         };
+        if let Err(r) = self.icmp_hygiene(frame, p, &m) {
+            return Verdict::Drop(r);
+        }
         if p.ttl <= 1 {
             return Verdict::Drop(DropReason::TtlExceeded);
         }
@@ -756,6 +824,21 @@ impl Pipeline {
         );
         self.counters.icmp_translated += 1;
         Verdict::Tx(nh.port)
+    }
+
+    /// Why a matched ICMP error must not be translated: its addresses, then its checksums
+    /// (the translation recomputes them).
+    fn icmp_hygiene(
+        &self,
+        frame: &[u8],
+        p: &Packet,
+        m: &icmp::IcmpMatch,
+    ) -> Result<(), DropReason> {
+        self.source_check(p.src)?;
+        if hygiene::martian(p.dst) {
+            return Err(DropReason::MartianDestination);
+        }
+        icmp::verify(frame, p, m)
     }
 }
 
