@@ -17,7 +17,7 @@
 //! See the crate docs for how inserts, removals and cleanups keep (I) without locks.
 
 use crate::mem::Slab;
-use crate::sync::{AtomicU64, Ordering, spin};
+use crate::sync::{AtomicU64, Ordering, seq_cst_for_loom, spin};
 
 pub(crate) const EMPTY: u64 = 0;
 pub(crate) const TOMB: u64 = u64::MAX;
@@ -199,17 +199,16 @@ impl Index {
     /// flows recycled as fast as they come, from filling with them faster than cleanups clear
     /// them). (2) CASes our word into it. (3) Verifies, retracting and retrying if any check
     /// fails:
-    /// - forward from the home to the first `EMPTY` slot (past the window, as far as a
-    ///   cleanup's frozen slot can be): no `FROZEN` slot, no `EMPTY` slot before ours, and no
-    ///   other same-key word;
-    /// - then `[home, claimed)` again: no `EMPTY`/`FROZEN` slot.
+    /// - forward from our slot to the first `EMPTY` slot (past the window, as far as a
+    ///   cleanup's frozen slot can be): no `FROZEN` slot and no other same-key word;
+    /// - then `[home, claimed)`: no `EMPTY`/`FROZEN` slot and no other same-key word.
     ///
     /// Why this keeps (I) against a cleanup clearing a tombstone `p` before our slot `r`: the
     /// cleanup freezes the first `EMPTY` slot `q` after `p` (no `EMPTY` lies in `(p, q)`, so
-    /// the forward walk reaches `q`), checks the words in `(p, q)`, then clears `p` and thaws
-    /// `q`. If it read `r` before our CAS, then either our forward walk read `q` before the
-    /// thaw (`FROZEN`: retry), or it read `q` after the thaw, so the second walk reads `p`
-    /// after it was cleared (`EMPTY`: retry). And two inserts of one key: by sequential
+    /// the forward walk from `r` reaches `q`), checks the words in `(p, q)`, then clears `p`
+    /// and thaws `q`. If it read `r` before our CAS, then either our forward walk read `q`
+    /// before the thaw (`FROZEN`: retry), or it read `q` after the thaw, so the second walk
+    /// reads `p` after it was cleared (`EMPTY`: retry). And two inserts of one key: by sequential
     /// consistency at least one of them reads the other's word after its CAS, and whoever
     /// sees another's word retracts; the retry's step (1) then reports the survivor.
     pub(crate) fn insert(&self, hash: u64, word: u64, same_key: impl Fn(u64) -> bool) -> Claim {
@@ -245,29 +244,35 @@ impl Index {
             {
                 continue 'retry;
             }
-            // Forward from the home to the first EMPTY slot.
-            let mut pos = home;
-            for i in 0..3 * MAX_PROBE {
+            seq_cst_for_loom();
+            // Forward from our slot to the first EMPTY slot.
+            let mut pos = self.next(home + claimed);
+            for _ in 0..3 * MAX_PROBE {
                 let w = self.slots[pos].load(Ordering::SeqCst);
-                if w == EMPTY && i > claimed {
+                if w == EMPTY {
                     break;
                 }
-                if w == FROZEN || w == EMPTY {
+                if w == FROZEN {
                     retract(&window[claimed], word);
                     spin();
                     continue 'retry;
                 }
-                if i != claimed && w != TOMB && tag_matches(w, hash) && same_key(w) {
+                if w != TOMB && tag_matches(w, hash) && same_key(w) {
                     retract(&window[claimed], word);
                     continue 'retry;
                 }
                 pos = self.next(pos);
             }
+            // Then `[home, claimed)`.
             for slot in &window[..claimed] {
                 let w = slot.load(Ordering::SeqCst);
                 if w == EMPTY || w == FROZEN {
                     retract(&window[claimed], word);
                     spin();
+                    continue 'retry;
+                }
+                if w != TOMB && tag_matches(w, hash) && same_key(w) {
+                    retract(&window[claimed], word);
                     continue 'retry;
                 }
             }
@@ -278,44 +283,18 @@ impl Index {
 
     /// Tombstone the slot holding exactly `word` (at most one does). Returns whether found.
     pub(crate) fn remove(&self, hash: u64, word: u64) -> bool {
-        self.remove_at(hash, word).is_some()
-    }
-
-    /// [`remove`](Self::remove), returning the slot tombstoned.
-    fn remove_at(&self, hash: u64, word: u64) -> Option<usize> {
-        let home = self.home(hash);
-        for (i, slot) in self.window(hash).iter().enumerate() {
+        for slot in self.window(hash) {
             let w = slot.load(Ordering::SeqCst);
             if w == word {
                 return slot
                     .compare_exchange(word, TOMB, Ordering::SeqCst, Ordering::SeqCst)
-                    .is_ok()
-                    .then_some(home + i);
+                    .is_ok();
             }
             if w == EMPTY {
-                return None;
+                return false;
             }
         }
-        None
-    }
-
-    /// [`remove`](Self::remove), then clear the tombstone at once if no probe path needs it
-    /// (and the tombstones just before it that it freed): under heavy churn (a SYN flood's
-    /// half-open flows recycled as fast as they come) tombstones would otherwise fill probe
-    /// windows faster than the sweeps' share of cleanup empties them.
-    pub(crate) fn remove_and_clear(&self, hash: u64, word: u64) -> bool {
-        let Some(p) = self.remove_at(hash, word) else {
-            return false;
-        };
-        // Walk back over the run of tombstones ending at p while each clears.
-        let mut q = p;
-        for _ in 0..MAX_PROBE {
-            if self.slots[q].load(Ordering::Relaxed) != TOMB || !self.clear_tomb(q) {
-                break;
-            }
-            q = self.prev(q);
-        }
-        true
+        false
     }
 
     /// Turn tombstones back into `EMPTY` in `[start, start+len)`, walking backwards so runs of

@@ -108,13 +108,13 @@
 //! reused, so no stale index word ever points to a new incarnation.
 //!
 //! **Tombstones.** Inserts reuse them (a SYN flood recycles half-open flows as fast as they
-//! come; tombstones that only cleanups could empty would fill the index). Sweeps, and every
-//! removal for the slots it just tombstoned, turn them back into EMPTY: a TOMB at `p` may
+//! come; tombstones that only cleanups could empty would fill the index). Sweeps turn them
+//! back into EMPTY (so that probes stay short): a TOMB at `p` may
 //! become EMPTY only if no live word between `p` and the next EMPTY slot `q` has its home at
 //! or before `p`; `q` is frozen (CAS EMPTY → FROZEN) during the change so no insert claims it
 //! in between. Readers treat FROZEN as EMPTY; inserts wait for it. An insert whose claim raced
 //! a cleanup could end up beyond a fresh EMPTY slot, so after claiming it walks forward from
-//! its home to the first EMPTY slot (a FROZEN one on the way: retry), then rescans `[home,
+//! its slot to the first EMPTY slot (a FROZEN one on the way: retry), then rescans `[home,
 //! claimed)` (an EMPTY/FROZEN slot: retry); `Index::insert` explains why the two walks
 //! suffice. Probes are bounded by `MAX_PROBE` slots (128).
 //!

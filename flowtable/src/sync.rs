@@ -8,6 +8,17 @@ pub(crate) use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering, fence};
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering, fence};
 
+/// Orders a SeqCst RMW before the SeqCst loads that follow it, for loom only. The language's
+/// memory model already puts every SeqCst operation in one total order (no store buffering
+/// between a SeqCst CAS and a later SeqCst load; on x86 the CAS is a full barrier), but loom
+/// models SeqCst accesses as AcqRel (tokio-rs/loom#180) and only SeqCst fences as SeqCst,
+/// so the model checks the protocol with this fence where production needs none.
+#[inline(always)]
+pub(crate) fn seq_cst_for_loom() {
+    #[cfg(loom)]
+    fence(Ordering::SeqCst);
+}
+
 /// Spin hint while waiting for another thread's short critical step (index slot freeze).
 #[inline]
 pub(crate) fn spin() {

@@ -1558,10 +1558,8 @@ impl FlowTable {
         let rk = data.reply_key();
         let oh = self.hash(&ok);
         let rh = self.hash(&rk);
-        self.index
-            .remove_and_clear(oh, index::make_word(oh, false, e));
-        self.index
-            .remove_and_clear(rh, index::make_word(rh, true, e));
+        self.index.remove(oh, index::make_word(oh, false, e));
+        self.index.remove(rh, index::make_word(rh, true, e));
         self.count(data.backend_id.0, state, -1);
         let flow = ExpiredFlow {
             handle: FlowHandle::new(e, gen_),
