@@ -46,6 +46,9 @@ const W_ADDR: usize = 4;
 /// IPv4 only: the checksum adjustments ([`v4_csum_delta`]) of the original direction | the
 /// reply direction's << 32.
 const W_V4_CSUM: usize = 6;
+/// IPv4 only: the flow's sequence word (see [`FlowTable::seq`]); an IPv6 flow keeps it in
+/// the `seq6` slab.
+const W_V4_SEQ: usize = 7;
 const W_COLD: usize = 8;
 const HOT_WORDS: usize = 8;
 const COLD_WORDS: usize = 4;
@@ -75,6 +78,19 @@ struct Cold {
 const _: () = assert!(
     (std::mem::size_of::<Entry>() == 64 && std::mem::size_of::<Cold>() == 32) || cfg!(loom)
 );
+
+/// Bits of a flow's sequence word that belong to its owner (the pipeline's SYN proxy); the
+/// bits above tag the word with the low bits of the entry's generation, so that a word left
+/// by an earlier flow of the entry (or stored for one that is gone) is never read as this
+/// flow's.
+pub const SEQ_BITS: u32 = 53;
+const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;
+
+/// A sequence word as stored for generation `gen_`.
+#[inline]
+fn seq_stamp(gen_: u64, v: u64) -> u64 {
+    gen_ << SEQ_BITS | (v & SEQ_MASK)
+}
 
 const ST_FREE: u64 = 0;
 const ST_INSERTING: u64 = 1;
@@ -342,6 +358,8 @@ pub struct FlowView {
     pub state: FlowState,
     /// Last packet time when read (100 ms resolution, rounded down).
     pub last_seen: Instant,
+    /// The flow's sequence word ([`FlowTable::seq`]); 0 when none was stored.
+    pub seq: u64,
 }
 
 /// A flow that left the table (expired, removed or recycled): release what it held.
@@ -380,6 +398,9 @@ pub struct FlowTableStats {
     pub expired: u64,
     /// Flows removed by `remove`.
     pub removed: u64,
+    /// Live TCP flows whose handshake has not completed ([`FlowState::is_embryonic`]) now
+    /// (approximate while flows change state).
+    pub embryonic: u64,
 }
 
 #[derive(Default)]
@@ -392,6 +413,9 @@ struct Counters {
     recycled: AtomicU64,
     expired: AtomicU64,
     removed: AtomicU64,
+    /// Live embryonic flows: a gauge of wrapping signed updates (a decrement may overtake its
+    /// increment for a moment).
+    embryonic: AtomicU64,
 }
 
 /// One backend's counts in one word: `active << 32 | inactive`, each a wrapping 32-bit
@@ -439,6 +463,8 @@ pub struct SweepStats {
 pub struct FlowTable {
     entries: Slab<Entry>,
     cold: Slab<Cold>,
+    /// IPv6 flows' sequence words (an IPv4 flow's is in its hot line).
+    seq6: Slab<AtomicU64>,
     index: Index,
     /// Free-list head: `tag:32 | entry+1:32` (0 in the low half = empty). The tag defeats ABA.
     free: One<Padded<AtomicU64>>,
@@ -548,6 +574,7 @@ impl FlowTable {
                         })
                         .collect(),
                 ),
+                seq6: Slab::boxed(zeros(cap)),
                 index: Index::over(Slab::boxed(zeros(lay.index_slots)), lay.homes),
                 free: One::boxed(Padded(AtomicU64::new(0))),
                 departed: One::boxed(Padded(AtomicU64::new(0))),
@@ -613,6 +640,7 @@ impl FlowTable {
     pub fn bytes_per_flow(&self) -> f64 {
         let bytes = std::mem::size_of_val(&*self.entries)
             + std::mem::size_of_val(&*self.cold)
+            + std::mem::size_of_val(&*self.seq6)
             + self.index.len() * 8
             + std::mem::size_of_val(&*self.backends)
             + std::mem::size_of::<Self>();
@@ -634,7 +662,15 @@ impl FlowTable {
             recycled: r(&c.recycled),
             expired: r(&c.expired),
             removed: r(&c.removed),
+            embryonic: self.embryonic(),
         }
+    }
+
+    /// Live embryonic TCP flows now (SYN sent or received, handshake not complete): what a
+    /// SYN flood fills the table with. One relaxed load.
+    #[inline]
+    pub fn embryonic(&self) -> u64 {
+        (self.counters.0.embryonic.load(Ordering::Relaxed) as i64).max(0) as u64
     }
 
     #[inline]
@@ -1029,6 +1065,8 @@ impl FlowTable {
             return None;
         }
         let data = self.read_data(e);
+        let seq = data.and_then(|d| self.seq_slot(e, d.client.is_ipv6()));
+        let seq = seq.map_or(0, |s| s.load(Ordering::Relaxed));
         fence(Ordering::Acquire);
         let c2 = entry.w[W_CTL].load(Ordering::Relaxed);
         if !ctl_readable(c2) || ctl_gen(c2) != h.gen_() {
@@ -1040,7 +1078,95 @@ impl FlowTable {
             data,
             state: FlowState::from_u8(ctl_state(c2)),
             last_seen: self.instant(ctl_ls(c2)),
+            seq: if seq >> SEQ_BITS == Self::seq_gen(h) {
+                seq & SEQ_MASK
+            } else {
+                0
+            },
         })
+    }
+
+    /// Where entry `e`'s sequence word is.
+    #[inline]
+    fn seq_slot(&self, e: u32, v6: bool) -> Option<&AtomicU64> {
+        if v6 {
+            self.seq6.get(e as usize)
+        } else {
+            self.entries.get(e as usize).map(|x| &x.w[W_V4_SEQ])
+        }
+    }
+
+    /// The generation bits a sequence word of flow `h` carries.
+    #[inline]
+    fn seq_gen(h: FlowHandle) -> u64 {
+        h.gen_() & ((1 << (64 - SEQ_BITS)) - 1)
+    }
+
+    /// Flow `h`'s sequence word (`SEQ_BITS` bits): a word per flow that its owner (the
+    /// pipeline's SYN proxy: the handshake's state, then the sequence-number delta) sets
+    /// after the insert with [`set_seq`](Self::set_seq) and changes with
+    /// [`update_seq`](Self::update_seq). `None` when the handle is stale or no word was
+    /// stored for this flow. Lock-free; one more load than the lookup for an IPv4 flow (the
+    /// word is in its hot line), one more line for an IPv6 flow.
+    #[inline]
+    pub fn seq(&self, h: FlowHandle) -> Option<u64> {
+        let e = h.entry();
+        let entry = self.entries.get(e as usize)?;
+        let c1 = entry.w[W_CTL].load(Ordering::Acquire);
+        if !ctl_readable(c1) || ctl_gen(c1) != h.gen_() {
+            return None;
+        }
+        let v6 = (self.word(e, W_META) >> 40) & 1 == 1;
+        let w = self.seq_slot(e, v6)?.load(Ordering::Acquire);
+        fence(Ordering::Acquire);
+        let c2 = entry.w[W_CTL].load(Ordering::Relaxed);
+        if !ctl_readable(c2) || ctl_gen(c2) != h.gen_() || w >> SEQ_BITS != Self::seq_gen(h) {
+            return None;
+        }
+        Some(w & SEQ_MASK)
+    }
+
+    /// Stores flow `h`'s sequence word (the low `SEQ_BITS` bits of `v`); `false` when the
+    /// handle is stale. For the flow's inserter, before anyone else may read the word.
+    pub fn set_seq(&self, h: FlowHandle, v: u64) -> bool {
+        let e = h.entry();
+        let Some(entry) = self.entries.get(e as usize) else {
+            return false;
+        };
+        let c = entry.w[W_CTL].load(Ordering::Acquire);
+        if !ctl_readable(c) || ctl_gen(c) != h.gen_() {
+            return false;
+        }
+        let v6 = (self.word(e, W_META) >> 40) & 1 == 1;
+        let Some(slot) = self.seq_slot(e, v6) else {
+            return false;
+        };
+        slot.store(seq_stamp(Self::seq_gen(h), v), Ordering::Release);
+        true
+    }
+
+    /// Replaces flow `h`'s sequence word `old` by `new` (compare-and-swap: a word that is
+    /// not `old`, of another flow of the entry included, stays); whether it did.
+    pub fn update_seq(&self, h: FlowHandle, old: u64, new: u64) -> bool {
+        let e = h.entry();
+        let Some(v6) = self
+            .entries
+            .get(e as usize)
+            .map(|_| (self.word(e, W_META) >> 40) & 1 == 1)
+        else {
+            return false;
+        };
+        let Some(slot) = self.seq_slot(e, v6) else {
+            return false;
+        };
+        let g = Self::seq_gen(h);
+        slot.compare_exchange(
+            seq_stamp(g, old),
+            seq_stamp(g, new),
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        )
+        .is_ok()
     }
 
     /// Decode entry `e`'s data (possibly torn if racing a recycler: callers validate after).
@@ -1064,6 +1190,12 @@ impl FlowTable {
     }
 
     fn count(&self, backend: u32, state: FlowState, delta: i32) {
+        if state.is_embryonic() {
+            self.counters
+                .0
+                .embryonic
+                .fetch_add(delta as i64 as u64, Ordering::Relaxed);
+        }
         let Some(b) = self.backends.get(backend as usize) else {
             return;
         };
@@ -1075,6 +1207,13 @@ impl FlowTable {
     /// inactive side changes, nothing otherwise.
     #[inline]
     fn recount(&self, backend: u32, old: FlowState, new: FlowState) {
+        if old.is_embryonic() != new.is_embryonic() {
+            let d: i64 = if new.is_embryonic() { 1 } else { -1 };
+            self.counters
+                .0
+                .embryonic
+                .fetch_add(d as u64, Ordering::Relaxed);
+        }
         if old.is_active() == new.is_active() {
             return;
         }
@@ -1152,6 +1291,22 @@ impl FlowTable {
             return Err(InsertError::Invalid("state of another protocol"));
         }
         self.insert_state(data, state, self.ticks(last_seen), |_| {})
+    }
+
+    /// [`restore`](Self::restore), then the flow's sequence word ([`seq`](Self::seq); 0:
+    /// none) stored (imports run before any worker reads the table).
+    pub fn restore_seq(
+        &self,
+        data: &FlowData,
+        state: FlowState,
+        last_seen: Instant,
+        seq: u64,
+    ) -> Result<FlowHandle, InsertError> {
+        let h = self.restore(data, state, last_seen)?;
+        if seq != 0 {
+            self.set_seq(h, seq);
+        }
+        Ok(h)
     }
 
     fn insert_state(
