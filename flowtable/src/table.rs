@@ -138,6 +138,15 @@ fn v4_halves(w: u64) -> (u128, u128) {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Tick(u32);
 
+impl Tick {
+    /// The time in 100 ms ticks since the table's epoch (boot, for a table in a state file:
+    /// the same clock in every process of a boot).
+    #[inline]
+    pub fn get(self) -> u32 {
+        self.0
+    }
+}
+
 /// What a packet of a known flow needs, from [`FlowTable::lookup_hit`]: 48 bytes, `Copy`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FlowHit {

@@ -65,6 +65,20 @@ pub trait FrameBatch {
     fn frames_len(&self) -> usize;
     /// Frame `i` (`i < frames_len()`).
     fn frame(&mut self, i: usize) -> &mut [u8];
+
+    /// Frame `i`'s whole buffer: the frame at its start, and room after it for a frame the
+    /// pipeline makes longer (the SYN proxy's SYN to a backend). Default: the frame itself,
+    /// no room.
+    fn buffer(&mut self, i: usize) -> &mut [u8] {
+        self.frame(i)
+    }
+
+    /// Sets frame `i`'s length (at most `buffer(i).len()`), for a frame to transmit. Called
+    /// only when the pipeline changed it; the default does nothing (the bytes past a
+    /// shortened frame are zeroed, Ethernet padding to the receiver).
+    fn set_len(&mut self, i: usize, len: usize) {
+        let _ = (i, len);
+    }
 }
 
 impl FrameBatch for [&mut [u8]] {
@@ -238,7 +252,11 @@ impl Pipeline {
                     },
                     None => {
                         self.finish_waiting(frames, verdicts);
-                        let v = self.run_general(frames.frame(i), now);
+                        let mut v = self.run_general(frames.frame(i), now);
+                        if v == super::SYNPROXY {
+                            // An ACK with a valid cookie: its SYN needs the buffer's room.
+                            v = self.synproxy_room(frames, i, now);
+                        }
                         self.count(v)
                     }
                 };
@@ -276,6 +294,12 @@ impl Pipeline {
         }
         let nv = match self.prepare_v4(v, key, now) {
             Ok(nv) => nv,
+            Err(super::SYNPROXY) => {
+                // The SYN proxy's (it may insert a flow: the waiting ones first).
+                self.finish_waiting(frames, verdicts);
+                let verdict = self.synproxy_room(frames, i, now);
+                return Some(self.count(verdict));
+            }
             Err(verdict) => return Some(self.count(verdict)),
         };
         if self.waiting.len == WAITING_MAX {

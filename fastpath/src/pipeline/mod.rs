@@ -20,7 +20,9 @@
 //! frame (untagged IPv4 TCP/UDP without options) takes a shortcut through the same stages
 //! (`fast`); [`Pipeline::process_batch`] runs a batch of them as a software pipeline
 //! (`batch`). A client's SYN on a flow that has ended first removes it (`reuse`), then
-//! takes the new-flow path.
+//! takes the new-flow path. TCP services may put a SYN proxy in front of the new-flow path
+//! ([`synproxy`]): SYN cookies, the flow made for a client's valid ACK, sequence numbers
+//! translated for the flow's life.
 //!
 //! # Rules chosen
 //!
@@ -49,6 +51,7 @@
 //! - **Fragments**: see [`frag`]. SCTP fragments are dropped (`SctpFragment`): the CRC32c
 //!   covers the whole datagram and cannot be fixed from the first fragment.
 
+use std::cell::Cell;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -69,10 +72,12 @@ pub(crate) mod icmp;
 pub(crate) mod nat;
 mod reuse;
 pub mod snat;
+pub mod synproxy;
 
 pub use batch::{FrameBatch, STAGE_DISTANCE, WAITING_MAX};
 use classify::{Frag, PROTO_ICMP, PROTO_ICMPV6, PROTO_SCTP, PROTO_TCP, PROTO_UDP, Packet};
 use nat::Endpoints;
+pub use synproxy::CookieKey;
 
 /// Ports tried for one new fullnat flow before giving up with `SnatPortsExhausted`.
 pub const SNAT_TRIES: usize = 16;
@@ -170,7 +175,20 @@ drop_reasons! {
     Frozen = "frozen",
     /// A new flow over the service's new-connection rate limit.
     RateLimited = "rate_limited",
+    /// SYN proxy: an ACK without a flow whose acknowledgment is no valid cookie of ours
+    /// (forged, or older than two minutes) while the proxy is engaged.
+    SynCookieInvalid = "syn_cookie_invalid",
+    /// SYN proxy: a packet of a proxied flow before the backend's handshake completed
+    /// (client data is retransmitted).
+    SynproxyPending = "synproxy_pending",
+    /// SYN proxy: a valid cookie's SYN to the backend did not fit the frame's buffer (only
+    /// through `process`, whose frames cannot grow; never in the workers).
+    SynproxyNoRoom = "synproxy_no_room",
 }
+
+/// What `schedule` answers for a packet the SYN proxy takes (its callers hand the frame
+/// over; the same value is the proxy's answer to an ACK it cannot grow into a SYN).
+const SYNPROXY: Verdict = Verdict::Drop(DropReason::SynproxyNoRoom);
 
 /// Per-pipeline counters; the slowpath sums them over workers.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -193,6 +211,11 @@ pub struct Counters {
     pub icmp_translated: u64,
     /// Later fragments forwarded through the fragment table.
     pub fragments_forwarded: u64,
+    /// SYN proxy: SYN-ACKs with a cookie sent to clients.
+    pub synproxy_syns: u64,
+    /// SYN proxy: client ACKs with a valid cookie that opened a backend connection (a flow,
+    /// also counted in `new_flows`).
+    pub synproxy_acks: u64,
 }
 
 impl Counters {
@@ -224,6 +247,8 @@ pub struct PipelineConfig {
     pub fragments_max: usize,
     /// How long after its first fragment a datagram's later fragments are accepted.
     pub fragment_timeout: Duration,
+    /// The SYN cookie secret; every worker must have the same (and the next process too).
+    pub synproxy_key: CookieKey,
 }
 
 /// The source MAC the pcap replayer and tests use when none is configured.
@@ -251,8 +276,16 @@ impl PipelineConfig {
             snat_ports: snat::slice(r.first, r.last, worker, workers),
             fragments_max: 1024,
             fragment_timeout: c.timeouts.fragment.get(),
+            synproxy_key: process_cookie_key(),
         }
     }
+}
+
+/// This process's SYN cookie key when none is configured: random, one for all workers. The
+/// daemon sets the one kept in `state_dir` instead.
+fn process_cookie_key() -> CookieKey {
+    static KEY: std::sync::OnceLock<CookieKey> = std::sync::OnceLock::new();
+    *KEY.get_or_init(CookieKey::random)
 }
 
 /// The flow table's settings from a config (capacity, backends, timeouts).
@@ -281,6 +314,9 @@ pub fn flow_table_config(c: &Config) -> flowtable::FlowTableConfig {
 
 /// Bit in `FlowData::flags`: the flow is full-NAT.
 const FLAG_FULLNAT: u8 = 1;
+/// Bit in `FlowData::flags`: the flow was opened by the SYN proxy (its sequence word holds
+/// the handshake's state, then the delta).
+pub(crate) const FLAG_SYNPROXY: u8 = 2;
 
 /// Slots of the per-pipeline next-hop cache (direct-mapped by destination address).
 const NH_CACHE_SLOTS: usize = 256;
@@ -341,6 +377,9 @@ pub struct Pipeline {
     syn_watch: Option<Arc<SynWatch>>,
     /// New flows half inserted by `process_batch` (empty between calls).
     waiting: batch::Waiting,
+    /// Whether the SYN proxy's `auto` setting is engaged (embryonic flows above the
+    /// threshold, until below half of it).
+    synproxy_auto: Cell<bool>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -390,6 +429,7 @@ impl Pipeline {
             tick,
             syn_watch: None,
             waiting: batch::Waiting::new(),
+            synproxy_auto: Cell::new(false),
         }
     }
 
@@ -434,10 +474,30 @@ impl Pipeline {
         &self.counters
     }
 
-    /// Processes one frame in place. See the module docs for the rules.
+    /// Processes one frame in place. See the module docs for the rules. The frame cannot
+    /// grow: a client ACK that the SYN proxy would turn into a SYN to a backend is dropped
+    /// (`SynproxyNoRoom`); [`process_frame`](Self::process_frame) has room.
     #[inline]
     pub fn process(&mut self, frame: &mut [u8], now: Instant) -> Verdict {
         self.run(frame, now)
+    }
+
+    /// [`process`](Self::process) for the frame `buf[..*len]` in a buffer that may hold a
+    /// longer one: the SYN proxy's SYN to a backend (12 bytes longer than the client's ACK)
+    /// is made there, and `*len` set to the frame's new length for a `Tx` verdict.
+    pub fn process_frame(&mut self, buf: &mut [u8], len: &mut usize, now: Instant) -> Verdict {
+        let n = (*len).min(buf.len());
+        let v = self.run(&mut buf[..n], now);
+        if v != SYNPROXY || buf.len() <= n {
+            return v;
+        }
+        // An ACK with a valid cookie: again, with room (the drop is not counted).
+        self.counters.drops[DropReason::SynproxyNoRoom as usize] -= 1;
+        let (v, new_len) = self.synproxy_grow(buf, n, true, now);
+        if let Verdict::Tx(_) = v {
+            *len = new_len;
+        }
+        self.count(v)
     }
 
     #[inline(always)]
@@ -509,6 +569,10 @@ impl Pipeline {
     /// A fast-path frame `v` of a known flow (`hit`), counted.
     #[inline(always)]
     fn forward_v4(&mut self, frame: &mut [u8], v: &fast::V4, hit: &V4Hit, now: Instant) -> Verdict {
+        // The one test a flow the SYN proxy did not open pays.
+        if hit.flags & FLAG_SYNPROXY != 0 {
+            return self.proxied_v4(frame, now);
+        }
         // (`fast::parse` left frames whose TTL expires to the general path.)
         let Some(nh) = self.next_hop_v4(hit.dst()) else {
             return self.count(Verdict::Slow);
@@ -527,6 +591,15 @@ impl Pipeline {
             hit.csum_delta,
         );
         self.count(Verdict::Tx(port))
+    }
+
+    /// A fast-path frame of a flow the SYN proxy opened, counted: the general path (which
+    /// translates its sequence numbers).
+    #[cold]
+    #[inline(never)]
+    fn proxied_v4(&mut self, frame: &mut [u8], now: Instant) -> Verdict {
+        let v = self.run_general(frame, now);
+        self.count(v)
     }
 
     /// [`run_v4`](Self::run_v4) without a flow. Kept out of line and given only the packed
@@ -608,6 +681,21 @@ impl Pipeline {
     /// A packet of a known flow.
     #[inline]
     fn forward(&mut self, frame: &mut [u8], p: &Packet, hit: &FlowHit, now: Instant) -> Verdict {
+        if hit.flags & FLAG_SYNPROXY != 0 {
+            return self.proxied(frame, p, hit, now);
+        }
+        self.forward_plain(frame, p, hit, now)
+    }
+
+    /// [`forward`](Self::forward) without the SYN proxy's translation.
+    #[inline]
+    fn forward_plain(
+        &mut self,
+        frame: &mut [u8],
+        p: &Packet,
+        hit: &FlowHit,
+        now: Instant,
+    ) -> Verdict {
         if p.ttl <= 1 {
             return Verdict::Drop(DropReason::TtlExceeded);
         }
@@ -771,7 +859,7 @@ fn frontend_protocol(proto: u8) -> Option<config::Protocol> {
 
 /// The packet's own tuple.
 #[inline]
-fn flow_key(p: &Packet) -> FlowKey {
+pub(crate) fn flow_key(p: &Packet) -> FlowKey {
     let proto = match p.proto {
         PROTO_TCP => Protocol::Tcp,
         PROTO_UDP => Protocol::Udp,
