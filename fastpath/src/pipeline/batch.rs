@@ -39,7 +39,7 @@ use std::time::Instant;
 use flowtable::{PendingV4, V4Key};
 
 use super::create::{Begun, NewV4};
-use super::{Pipeline, Verdict, fast, reuse};
+use super::{FLAG_SYNPROXY, Pipeline, Verdict, fast, reuse};
 
 /// Frames between the stages of one frame in [`Pipeline::process_batch`]: the prefetch
 /// distance.
@@ -231,9 +231,11 @@ impl Pipeline {
             for i in block(k - 2) {
                 let verdict = match &parsed[i % RING] {
                     Some(p) => match self.flows.lookup_v4(&p.key) {
+                        // (A flow the SYN proxy opened goes the cold way too.)
                         Some(hit)
                             if (self.waiting.len == 0 || !hit.is_inserting())
-                                && !reuse::reopens(p.flags) =>
+                                && !reuse::reopens(p.flags)
+                                && hit.flags & FLAG_SYNPROXY == 0 =>
                         {
                             self.forward_v4(frames.frame(i), &p.v4(), &hit, now)
                         }
@@ -289,6 +291,9 @@ impl Pipeline {
             if let Some(hit) = self.flows.lookup_v4(key)
                 && !(reuse::reopens(v.flags) && self.reopen(hit.handle(), hit.dir()))
             {
+                if hit.flags & FLAG_SYNPROXY != 0 {
+                    return Some(self.proxied_v4(frames.frame(i), now));
+                }
                 return Some(self.forward_v4(frames.frame(i), v, &hit, now));
             }
         }

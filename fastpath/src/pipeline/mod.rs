@@ -530,15 +530,18 @@ impl Pipeline {
             let verdict = self.miss_v4(frame, key.addrs(), key.ports(), now);
             return self.count(verdict);
         };
-        if reuse::reopens(v.flags) {
+        // A SYN, or a flow the SYN proxy opened (the one test other flows pay for it): the
+        // cold path, which looks again.
+        if reuse::reopens(v.flags) | (hit.flags & FLAG_SYNPROXY != 0) {
             return self.syn_v4(frame, now);
         }
         self.forward_v4(frame, &v, &hit, now)
     }
 
-    /// [`run_v4`](Self::run_v4) for a SYN that found a flow, counted: forwarded on the flow
-    /// unless the SYN reopens it (`reuse`), then a new flow. Given only the frame (parsed
-    /// and looked up again) so that the hit path keeps nothing across the call.
+    /// [`run_v4`](Self::run_v4) for a SYN that found a flow, or any packet of a flow the SYN
+    /// proxy opened, counted: forwarded on the flow unless the SYN reopens it (`reuse`),
+    /// then a new flow; a proxied flow's packet takes the general path. Given only the frame
+    /// (parsed and looked up again) so that the hit path keeps nothing across the call.
     #[cold]
     #[inline(never)]
     fn syn_v4(&mut self, frame: &mut [u8], now: Instant) -> Verdict {
@@ -551,6 +554,9 @@ impl Pipeline {
         if let Some(hit) = self.flows.lookup_v4(&key)
             && !(reuse::reopens(v.flags) && self.reopen(hit.handle(), hit.dir()))
         {
+            if hit.flags & FLAG_SYNPROXY != 0 {
+                return self.proxied_v4(frame, now);
+            }
             return self.forward_v4(frame, &v, &hit, now);
         }
         // (Through `miss_v4`, so that `new_flow_v4` keeps one caller, inlined in it.)
@@ -566,13 +572,10 @@ impl Pipeline {
         dir == Direction::Original && self.ended(h) && self.end(h)
     }
 
-    /// A fast-path frame `v` of a known flow (`hit`), counted.
+    /// A fast-path frame `v` of a known flow (`hit`) that the SYN proxy did not open (the
+    /// callers send those to [`proxied_v4`](Self::proxied_v4)), counted.
     #[inline(always)]
     fn forward_v4(&mut self, frame: &mut [u8], v: &fast::V4, hit: &V4Hit, now: Instant) -> Verdict {
-        // The one test a flow the SYN proxy did not open pays.
-        if hit.flags & FLAG_SYNPROXY != 0 {
-            return self.proxied_v4(frame, now);
-        }
         // (`fast::parse` left frames whose TTL expires to the general path.)
         let Some(nh) = self.next_hop_v4(hit.dst()) else {
             return self.count(Verdict::Slow);
@@ -597,7 +600,7 @@ impl Pipeline {
     /// translates its sequence numbers).
     #[cold]
     #[inline(never)]
-    fn proxied_v4(&mut self, frame: &mut [u8], now: Instant) -> Verdict {
+    pub(super) fn proxied_v4(&mut self, frame: &mut [u8], now: Instant) -> Verdict {
         let v = self.run_general(frame, now);
         self.count(v)
     }

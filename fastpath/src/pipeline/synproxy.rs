@@ -285,6 +285,8 @@ impl Pipeline {
     /// A packet without a flow that `schedule` gave the SYN proxy, in a frame that cannot
     /// grow (its SYN-ACK fits; its SYN to a backend does not: `Drop(SynproxyNoRoom)`, which
     /// a caller with room turns into [`synproxy_room`](Self::synproxy_room)).
+    #[cold]
+    #[inline(never)]
     pub(super) fn synproxy_miss(&mut self, frame: &mut [u8], now: Instant) -> Verdict {
         let len = frame.len();
         self.synproxy_grow(frame, len, false, now).0
@@ -292,6 +294,8 @@ impl Pipeline {
 
     /// [`synproxy_miss`](Self::synproxy_miss) for frame `i` of a batch, with its buffer's
     /// room; the verdict, uncounted.
+    #[cold]
+    #[inline(never)]
     pub(super) fn synproxy_room<B: FrameBatch + ?Sized>(
         &mut self,
         frames: &mut B,
@@ -503,6 +507,8 @@ impl Pipeline {
     }
 
     /// A packet of a proxied flow (`hit`): translated, or the handshake's next step.
+    #[cold]
+    #[inline(never)]
     pub(super) fn proxied(
         &mut self,
         frame: &mut [u8],
