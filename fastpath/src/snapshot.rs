@@ -475,7 +475,7 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// The service a frontend belongs to.
-    #[inline]
+    #[inline(always)]
     pub fn service_for(&self, frontend: &Frontend) -> Option<&ServiceEntry> {
         let id = *self.frontends.get(frontend)?;
         self.services.get(id as usize).map(|s| &**s)

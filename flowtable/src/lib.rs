@@ -131,7 +131,7 @@ pub use key::{Direction, FlowData, FlowKey, Protocol};
 pub use lb_algos::{BackendId, ConnCounts};
 pub use state::{FlowState, SctpState, TcpFlags, TcpState, Timeouts};
 pub use table::{
-    CAPACITY_MAX, Error, ExpiredFlow, FlowHandle, FlowHit, FlowTable, FlowTableConfig,
+    CAPACITY_MAX, Error, ExpiredFlow, FLAG_SLOW, FlowHandle, FlowHit, FlowTable, FlowTableConfig,
     FlowTableStats, FlowView, HashedKey, InsertError, PendingV4, SEQ_BITS, SweepStats, Tick,
     V4Flow, V4Hit, V4Key, v4_csum_delta,
 };

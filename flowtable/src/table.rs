@@ -79,6 +79,13 @@ const _: () = assert!(
     (std::mem::size_of::<Entry>() == 64 && std::mem::size_of::<Cold>() == 32) || cfg!(loom)
 );
 
+/// A bit of [`FlowData::flags`] that the table reads: [`FlowTable::lookup_v4`] (the IPv4
+/// per-packet shortcut) does not return such a flow, while every other lookup, the inserts
+/// and the rest treat it as any flow. For flows whose packets need more than the shortcut's
+/// rewrite (the SYN proxy's): they cost the shortcut's hits nothing, not even a test. A
+/// table that ever held one says so ([`FlowTable::has_slow_flows`]).
+pub const FLAG_SLOW: u8 = 0x80;
+
 /// Bits of a flow's sequence word that belong to its owner (the pipeline's SYN proxy); the
 /// bits above tag the word with the low bits of the entry's generation, so that a word left
 /// by an earlier flow of the entry (or stored for one that is gone) is never read as this
@@ -474,6 +481,8 @@ pub struct FlowTable {
     cold: Slab<Cold>,
     /// IPv6 flows' sequence words (an IPv4 flow's is in its hot line).
     seq6: Slab<AtomicU64>,
+    /// 1 once a [`FLAG_SLOW`] flow was inserted or adopted (this process).
+    slow_seen: AtomicUsize,
     index: Index,
     /// Free-list head: `tag:32 | entry+1:32` (0 in the low half = empty). The tag defeats ABA.
     free: One<Padded<AtomicU64>>,
@@ -584,6 +593,7 @@ impl FlowTable {
                         .collect(),
                 ),
                 seq6: Slab::boxed(zeros(cap)),
+                slow_seen: AtomicUsize::new(0),
                 index: Index::over(Slab::boxed(zeros(lay.index_slots)), lay.homes),
                 free: One::boxed(Padded(AtomicU64::new(0))),
                 departed: One::boxed(Padded(AtomicU64::new(0))),
@@ -672,6 +682,22 @@ impl FlowTable {
             expired: r(&c.expired),
             removed: r(&c.removed),
             embryonic: self.embryonic(),
+        }
+    }
+
+    /// Whether a [`FLAG_SLOW`] flow was ever in this table (inserted, imported or adopted by
+    /// this process): [`lookup_v4`](Self::lookup_v4)'s misses need a second look then. One
+    /// relaxed load.
+    #[inline]
+    pub fn has_slow_flows(&self) -> bool {
+        self.slow_seen.load(Ordering::Relaxed) != 0
+    }
+
+    /// Notes a [`FLAG_SLOW`] flow.
+    #[inline]
+    fn saw_flags(&self, flags: u8) {
+        if flags & FLAG_SLOW != 0 && self.slow_seen.load(Ordering::Relaxed) == 0 {
+            self.slow_seen.store(1, Ordering::Relaxed);
         }
     }
 
@@ -1464,6 +1490,7 @@ impl FlowTable {
 
     /// Write a popped (exclusively owned, FREE) entry and make it INSERTING. Returns its gen.
     fn write_entry(&self, e: u32, d: &FlowData, state: FlowState, t: u32) -> u64 {
+        self.saw_flags(d.flags);
         let entry = &self.entries[e as usize];
         let old = entry.w[W_CTL].load(Ordering::Relaxed);
         let gen_ = (ctl_gen(old) + 1) & GEN_MASK;

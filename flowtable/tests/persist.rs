@@ -343,6 +343,67 @@ fn sequence_words_survive_adoption_export_and_import() {
 }
 
 #[test]
+fn slow_flows_escape_the_ipv4_shortcut_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flows");
+    let now = Instant::now();
+    let (t, _) = FlowTable::open(&path, config(64), now).unwrap();
+    assert!(!t.has_slow_flows());
+    let plain = flow(2); // IPv4 TCP
+    let slow = FlowData {
+        flags: FLAG_SLOW | 1,
+        ..flow(4)
+    };
+    assert!(!slow.client.is_ipv6() && slow.proto == Protocol::Tcp);
+    let hp = t.insert(&plain, TcpFlags::SYN, now).unwrap();
+    assert!(!t.has_slow_flows());
+    let hs = t.insert(&slow, TcpFlags::SYN, now).unwrap();
+    assert!(t.has_slow_flows());
+    let v4 = |d: &FlowData, reply: bool| {
+        let (a, b) = if reply {
+            (d.backend, d.snat)
+        } else {
+            (d.client, d.vip)
+        };
+        let bits = |s: std::net::SocketAddr| match s.ip() {
+            std::net::IpAddr::V4(v) => v.to_bits(),
+            _ => unreachable!(),
+        };
+        t.v4_key(
+            d.proto,
+            u64::from(bits(a)) | u64::from(bits(b)) << 32,
+            u32::from(a.port()) | u32::from(b.port()) << 16,
+        )
+    };
+    for reply in [false, true] {
+        assert_eq!(
+            t.lookup_v4(&v4(&plain, reply)).map(|h| h.handle()),
+            Some(hp)
+        );
+        assert_eq!(
+            t.lookup_v4(&v4(&slow, reply)),
+            None,
+            "the shortcut skips it"
+        );
+        let k = if reply {
+            slow.reply_key()
+        } else {
+            slow.original_key()
+        };
+        assert_eq!(t.lookup(&k).map(|x| x.0), Some(hs));
+        assert_eq!(t.lookup_hit(&k).map(|h| h.handle), Some(hs));
+    }
+    // Inserting its tuple again finds it.
+    assert_eq!(
+        t.insert(&slow, TcpFlags::SYN, now),
+        Err(InsertError::Exists(hs))
+    );
+    drop(t);
+    let (t, _) = FlowTable::open(&path, config(64), now).unwrap();
+    assert!(t.has_slow_flows(), "adopted");
+}
+
+#[test]
 fn version_1_records_import_without_sequence_words() {
     let dir = tempfile::tempdir().unwrap();
     let now = Instant::now();

@@ -363,7 +363,7 @@ mod synproxy {
         tcp[2..4].copy_from_slice(&dst.1.to_be_bytes());
         tcp[4..8].copy_from_slice(&seq.to_be_bytes());
         tcp[8..12].copy_from_slice(&ack.to_be_bytes());
-        tcp[12] = ((20 + opts.len()) / 4 << 4) as u8;
+        tcp[12] = (((20 + opts.len()) / 4) << 4) as u8;
         tcp[13] = flags;
         tcp[14..16].copy_from_slice(&64240u16.to_be_bytes());
         tcp[20..].copy_from_slice(opts);

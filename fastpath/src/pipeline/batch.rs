@@ -39,7 +39,7 @@ use std::time::Instant;
 use flowtable::{PendingV4, V4Key};
 
 use super::create::{Begun, NewV4};
-use super::{FLAG_SYNPROXY, Pipeline, Verdict, fast, reuse};
+use super::{Pipeline, Verdict, fast, reuse};
 
 /// Frames between the stages of one frame in [`Pipeline::process_batch`]: the prefetch
 /// distance.
@@ -231,11 +231,9 @@ impl Pipeline {
             for i in block(k - 2) {
                 let verdict = match &parsed[i % RING] {
                     Some(p) => match self.flows.lookup_v4(&p.key) {
-                        // (A flow the SYN proxy opened goes the cold way too.)
                         Some(hit)
                             if (self.waiting.len == 0 || !hit.is_inserting())
-                                && !reuse::reopens(p.flags)
-                                && hit.flags & FLAG_SYNPROXY == 0 =>
+                                && !reuse::reopens(p.flags) =>
                         {
                             self.forward_v4(frames.frame(i), &p.v4(), &hit, now)
                         }
@@ -252,15 +250,7 @@ impl Pipeline {
                             }
                         }
                     },
-                    None => {
-                        self.finish_waiting(frames, verdicts);
-                        let mut v = self.run_general(frames.frame(i), now);
-                        if v == super::SYNPROXY {
-                            // An ACK with a valid cookie: its SYN needs the buffer's room.
-                            v = self.synproxy_room(frames, i, now);
-                        }
-                        self.count(v)
-                    }
+                    None => self.general_staged(frames, i, now, verdicts),
                 };
                 verdicts[i] = verdict;
             }
@@ -291,11 +281,12 @@ impl Pipeline {
             if let Some(hit) = self.flows.lookup_v4(key)
                 && !(reuse::reopens(v.flags) && self.reopen(hit.handle(), hit.dir()))
             {
-                if hit.flags & FLAG_SYNPROXY != 0 {
-                    return Some(self.proxied_v4(frames.frame(i), now));
-                }
                 return Some(self.forward_v4(frames.frame(i), v, &hit, now));
             }
+        }
+        if self.proxied_miss(v, key) {
+            // A flow the SYN proxy opened (the shortcut skips those): the general path.
+            return Some(self.general_staged(frames, i, now, verdicts));
         }
         let nv = match self.prepare_v4(v, key, now) {
             Ok(nv) => nv,
@@ -320,6 +311,24 @@ impl Pipeline {
                 Some(self.count(verdict))
             }
         }
+    }
+
+    /// Frame `i` through the general path (the waiting flows finished first), counted; an
+    /// ACK that the SYN proxy turns into a SYN gets the buffer's room.
+    #[inline(never)]
+    fn general_staged<B: FrameBatch + ?Sized>(
+        &mut self,
+        frames: &mut B,
+        i: usize,
+        now: Instant,
+        verdicts: &mut [Verdict],
+    ) -> Verdict {
+        self.finish_waiting(frames, verdicts);
+        let mut v = self.run_general(frames.frame(i), now);
+        if v == super::SYNPROXY {
+            v = self.synproxy_room(frames, i, now);
+        }
+        self.count(v)
     }
 
     /// Finishes the waiting new flows, oldest first, and sets their frames' verdicts.

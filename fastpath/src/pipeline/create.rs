@@ -69,9 +69,9 @@ impl Pipeline {
         if ttl <= 1 {
             return Err(Verdict::Drop(DropReason::TtlExceeded));
         }
-        if synproxy
+        if snapshot.synproxy_any
+            && synproxy
             && proto == PROTO_TCP
-            && snapshot.synproxy_any
             && self.synproxy_takes(svc.synproxy, flags)
         {
             return Err(SYNPROXY);

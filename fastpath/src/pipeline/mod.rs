@@ -315,8 +315,10 @@ pub fn flow_table_config(c: &Config) -> flowtable::FlowTableConfig {
 /// Bit in `FlowData::flags`: the flow is full-NAT.
 const FLAG_FULLNAT: u8 = 1;
 /// Bit in `FlowData::flags`: the flow was opened by the SYN proxy (its sequence word holds
-/// the handshake's state, then the delta).
-pub(crate) const FLAG_SYNPROXY: u8 = 2;
+/// the handshake's state, then the delta). It is the flow table's `FLAG_SLOW`: the IPv4
+/// shortcut's lookup does not find such flows, so its hits pay nothing for them; its misses
+/// look again ([`Pipeline::proxied_miss`]) once the table ever held one.
+pub(crate) const FLAG_SYNPROXY: u8 = flowtable::FLAG_SLOW;
 
 /// Slots of the per-pipeline next-hop cache (direct-mapped by destination address).
 const NH_CACHE_SLOTS: usize = 256;
@@ -530,18 +532,15 @@ impl Pipeline {
             let verdict = self.miss_v4(frame, key.addrs(), key.ports(), now);
             return self.count(verdict);
         };
-        // A SYN, or a flow the SYN proxy opened (the one test other flows pay for it): the
-        // cold path, which looks again.
-        if reuse::reopens(v.flags) | (hit.flags & FLAG_SYNPROXY != 0) {
+        if reuse::reopens(v.flags) {
             return self.syn_v4(frame, now);
         }
         self.forward_v4(frame, &v, &hit, now)
     }
 
-    /// [`run_v4`](Self::run_v4) for a SYN that found a flow, or any packet of a flow the SYN
-    /// proxy opened, counted: forwarded on the flow unless the SYN reopens it (`reuse`),
-    /// then a new flow; a proxied flow's packet takes the general path. Given only the frame
-    /// (parsed and looked up again) so that the hit path keeps nothing across the call.
+    /// [`run_v4`](Self::run_v4) for a SYN that found a flow, counted: forwarded on the flow
+    /// unless the SYN reopens it (`reuse`), then a new flow. Given only the frame (parsed
+    /// and looked up again) so that the hit path keeps nothing across the call.
     #[cold]
     #[inline(never)]
     fn syn_v4(&mut self, frame: &mut [u8], now: Instant) -> Verdict {
@@ -554,9 +553,6 @@ impl Pipeline {
         if let Some(hit) = self.flows.lookup_v4(&key)
             && !(reuse::reopens(v.flags) && self.reopen(hit.handle(), hit.dir()))
         {
-            if hit.flags & FLAG_SYNPROXY != 0 {
-                return self.proxied_v4(frame, now);
-            }
             return self.forward_v4(frame, &v, &hit, now);
         }
         // (Through `miss_v4`, so that `new_flow_v4` keeps one caller, inlined in it.)
@@ -596,13 +592,19 @@ impl Pipeline {
         self.count(Verdict::Tx(port))
     }
 
-    /// A fast-path frame of a flow the SYN proxy opened, counted: the general path (which
-    /// translates its sequence numbers).
+    /// Whether a fast-path frame (`v`, `key`) whose shortcut lookup missed belongs to a flow
+    /// the SYN proxy opened (which that lookup skips): once the table ever held one, a TCP
+    /// miss looks again with the general lookup (the index slots are warm).
+    #[inline(always)]
+    pub(super) fn proxied_miss(&self, v: &fast::V4, key: &V4Key) -> bool {
+        v.proto == classify::PROTO_TCP && self.flows.has_slow_flows() && self.proxied_flow(key)
+    }
+
+    /// [`proxied_miss`](Self::proxied_miss)'s second look.
     #[cold]
     #[inline(never)]
-    pub(super) fn proxied_v4(&mut self, frame: &mut [u8], now: Instant) -> Verdict {
-        let v = self.run_general(frame, now);
-        self.count(v)
+    fn proxied_flow(&self, key: &V4Key) -> bool {
+        self.flows.lookup_hit(&key.key()).is_some()
     }
 
     /// [`run_v4`](Self::run_v4) without a flow. Kept out of line and given only the packed
@@ -612,6 +614,10 @@ impl Pipeline {
     fn miss_v4(&mut self, frame: &mut [u8], addrs: u64, ports: u32, now: Instant) -> Verdict {
         let v = fast::V4::reread(frame, addrs, ports);
         let key = self.flows.v4_key(v.protocol, addrs, ports);
+        if self.proxied_miss(&v, &key) {
+            // (The general path finds the flow, translates, or reopens it.)
+            return self.run_general(frame, now);
+        }
         self.new_flow_v4(frame, &v, &key, now)
     }
 

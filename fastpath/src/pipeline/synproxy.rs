@@ -40,8 +40,11 @@
 //!   backend → client: `seq -= delta`; windows rescaled where the two sides' scales differ
 //!   (the backend chose its own, the client was told [`WSCALE`]). Incremental checksums,
 //!   then the usual NAT rewrite.
-//! - **Cost.** A packet of a flow that is not proxied pays one flag test on the hit path;
-//!   a proxied flow's packets take the general path.
+//! - **Cost.** Proxied flows carry the flow table's `FLAG_SLOW`: the IPv4 shortcut's
+//!   lookup (`lookup_v4`) does not find them, so the hits of other flows pay nothing (not a
+//!   test); a shortcut miss looks again with the general lookup once the table ever held a
+//!   proxied flow, and a proxied flow's packets take the general path (`forward` tests the
+//!   flag there).
 
 use std::net::IpAddr;
 use std::time::Instant;
@@ -253,7 +256,7 @@ enum Miss {
 impl Pipeline {
     /// From `schedule`, for a TCP packet with TCP flags `flags` without a flow, of a service
     /// with SYN proxy `setting`: whether the SYN proxy takes it (see the module doc).
-    #[inline]
+    #[inline(never)]
     pub(super) fn synproxy_takes(&self, setting: SynproxySetting, flags: u8) -> bool {
         match flags & 0x16 {
             0x02 => self.synproxy_engaged(setting),

@@ -321,6 +321,7 @@ impl FlowTable {
             if usable {
                 keep[e] = true;
                 out.flows += 1;
+                self.saw_flags((self.word(e as u32, super::W_META) >> 48) as u8);
                 self.count(backend, FlowState::from_u8(state), 1);
             } else {
                 if ctl_status(c) != ST_FREE {

@@ -149,6 +149,7 @@ impl FlowTable {
             entries: mem.slab(lay.entries, lay.capacity),
             cold: mem.slab(lay.cold, lay.capacity),
             seq6: mem.slab(lay.seq6, lay.capacity),
+            slow_seen: AtomicUsize::new(0),
             index: Index::over(mem.slab(lay.index, lay.index_slots), lay.homes),
             free: mem.one(offset_of!(HeaderBlock, free)),
             departed: mem.one(offset_of!(HeaderBlock, departed)),
