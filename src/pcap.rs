@@ -41,13 +41,15 @@ pub fn main(config: &Path, input: &Path, output: &Path, report: Option<&Path>) -
         Ok(s) => {
             let c = &s.counters;
             eprintln!(
-                "xvs pcap: {} frames: {} tx, {} drop, {} pass, {} slow; {} new flows",
+                "xvs pcap: {} frames: {} tx, {} drop, {} pass, {} slow; {} new flows; synproxy: {} syns, {} acks",
                 s.frames,
                 c.tx,
                 c.drops_total(),
                 c.pass,
                 c.slow,
-                c.new_flows
+                c.new_flows,
+                c.synproxy_syns,
+                c.synproxy_acks
             );
             ExitCode::SUCCESS
         }

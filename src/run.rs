@@ -59,6 +59,8 @@ fn print_counters(o: &Outcome) {
     println!("slow={}", c.slow);
     println!("new_flows={}", c.new_flows);
     println!("reused_flows={}", c.reused);
+    println!("synproxy_syns={}", c.synproxy_syns);
+    println!("synproxy_acks={}", c.synproxy_acks);
     println!("expired_flows={}", c.expired);
     println!("busy_ns={}", c.busy_ns);
     println!("flows_live={}", o.flows_live);

@@ -42,6 +42,9 @@ pub struct Config {
     /// Active backend health checks.
     #[serde(default)]
     pub health: Health,
+    /// The SYN proxy (SYN cookies in front of the backends), for every TCP service.
+    #[serde(default)]
+    pub synproxy: Synproxy,
 }
 
 impl Config {
@@ -612,9 +615,16 @@ pub struct Service {
     /// Bucket size: new connections admitted at once after a quiet spell (default: one
     /// second's worth, `new_conn_rate`). Needs `new_conn_rate`.
     pub new_conn_burst: Option<u32>,
+    /// The SYN proxy for this service (TCP only; default: `[synproxy] mode`).
+    pub synproxy: Option<SynproxyMode>,
 }
 
 impl Service {
+    /// The service's SYN proxy mode, given the global `[synproxy]` one.
+    pub fn synproxy_or(&self, default: SynproxyMode) -> SynproxyMode {
+        self.synproxy.unwrap_or(default)
+    }
+
     /// The service's forwarding mode, given the dataplane default.
     pub fn mode_or(&self, default: Mode) -> Mode {
         self.mode.unwrap_or(default)
@@ -808,5 +818,69 @@ impl Default for Health {
             fall: default_fall(),
             http_path: default_http_path(),
         }
+    }
+}
+
+/// When the SYN proxy answers a TCP service's SYNs itself (SYN cookies) and opens the
+/// backend connection only for a client that completed the handshake.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SynproxyMode {
+    /// Never: SYNs create flows and go to the backends.
+    Off,
+    /// Always.
+    On,
+    /// While the flow table holds more than `[synproxy] auto_threshold` embryonic flows (a
+    /// SYN flood).
+    #[default]
+    Auto,
+}
+
+impl SynproxyMode {
+    /// The name used in the config file (and the `xvs.io/synproxy` annotation).
+    pub fn name(self) -> &'static str {
+        match self {
+            SynproxyMode::Off => "off",
+            SynproxyMode::On => "on",
+            SynproxyMode::Auto => "auto",
+        }
+    }
+
+    /// From its name.
+    pub fn from_name(name: &str) -> Option<SynproxyMode> {
+        match name {
+            "off" => Some(SynproxyMode::Off),
+            "on" => Some(SynproxyMode::On),
+            "auto" => Some(SynproxyMode::Auto),
+            _ => None,
+        }
+    }
+}
+
+/// `[synproxy]`: the SYN proxy's global settings.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Synproxy {
+    /// Every TCP service's mode unless the service (or its `xvs.io/synproxy` annotation)
+    /// says otherwise. Default `auto`.
+    #[serde(default)]
+    pub mode: SynproxyMode,
+    /// `auto` engages while the flow table holds more embryonic flows (SYN sent or
+    /// received, handshake not complete) than this, and lets go once they are below half
+    /// of it. Default 1000 (or half the flow table's capacity, when that is less): a busy
+    /// node's legitimate handshakes (new connections a second times their round trip) stay
+    /// below it; a flood of spoofed SYNs passes it within milliseconds. See
+    /// [`Synproxy::threshold`].
+    pub auto_threshold: Option<u32>,
+}
+
+/// `[synproxy] auto_threshold`'s default.
+pub const SYNPROXY_AUTO_THRESHOLD: u32 = 1000;
+
+impl Synproxy {
+    /// The embryonic-flow count above which `auto` engages, for a flow table of `capacity`.
+    pub fn threshold(&self, capacity: u32) -> u32 {
+        self.auto_threshold
+            .unwrap_or_else(|| SYNPROXY_AUTO_THRESHOLD.min(capacity / 2).max(1))
     }
 }

@@ -639,3 +639,51 @@ fn what_a_file_wrote() {
         ["dataplane.interfaces", "dataplane.batch_size"]
     );
 }
+
+#[test]
+fn synproxy_defaults_overrides_and_refusals() {
+    let c = parse(MINIMAL, "t.toml").unwrap();
+    assert_eq!(c.synproxy.mode, SynproxyMode::Auto);
+    assert_eq!(c.synproxy.auto_threshold, None);
+    assert_eq!(c.synproxy.threshold(c.flowtable.capacity), 1000);
+    assert_eq!(c.synproxy.threshold(100), 50, "half a small table");
+    assert_eq!(c.services[0].synproxy, None);
+    assert_eq!(
+        c.services[0].synproxy_or(c.synproxy.mode),
+        SynproxyMode::Auto
+    );
+    let text = format!(
+        "{}[synproxy]\nmode = \"off\"\nauto_threshold = 50\n",
+        MINIMAL.replace("backends = [", "synproxy = \"on\"\nbackends = [")
+    );
+    let c = parse(&text, "t.toml").unwrap();
+    assert_eq!(c.synproxy.mode, SynproxyMode::Off);
+    assert_eq!(c.synproxy.auto_threshold, Some(50));
+    assert_eq!(c.synproxy.threshold(c.flowtable.capacity), 50);
+    assert_eq!(c.services[0].synproxy, Some(SynproxyMode::On));
+    assert_eq!(c.services[0].synproxy_or(c.synproxy.mode), SynproxyMode::On);
+
+    let p = problem("[synproxy]\nmode = \"maybe\"\n");
+    assert_eq!(p.key, "synproxy.mode");
+    let p = problem("[synproxy]\nauto_threshold = 0\n");
+    assert_eq!(p.key, "synproxy.auto_threshold");
+    let p = problem("[flowtable]\ncapacity = 100\n[synproxy]\nauto_threshold = 100\n");
+    assert_eq!(p.key, "synproxy.auto_threshold");
+    assert!(p.message.contains("flowtable.capacity"), "{}", p.message);
+    let p = problem("[synproxy]\nthreshold = 10\n");
+    assert_eq!(p.key, "synproxy.threshold");
+    let p = problem(
+        "[[services]]\nname = \"d\"\nvip = \"198.18.100.1\"\nport = 53\nprotocol = \"udp\"\nmode = \"nat\"\nsynproxy = \"on\"\n",
+    );
+    assert_eq!(p.key, "services[0].synproxy");
+    assert!(p.message.contains("TCP"), "{}", p.message);
+    // "off" and "auto" are harmless on a UDP service (the global default is auto).
+    parse(
+        "[[services]]\nname = \"d\"\nvip = \"198.18.100.1\"\nport = 53\nprotocol = \"udp\"\nmode = \"nat\"\nsynproxy = \"off\"\n",
+        "t.toml",
+    )
+    .unwrap();
+    for m in [SynproxyMode::Off, SynproxyMode::On, SynproxyMode::Auto] {
+        assert_eq!(SynproxyMode::from_name(m.name()), Some(m));
+    }
+}

@@ -49,7 +49,42 @@ pub fn validate(c: &Config) -> Found {
     kubernetes(c, &mut out);
     admin(c, &mut out);
     log(c, &mut out);
+    synproxy(c, &mut out);
     out
+}
+
+fn synproxy(c: &Config, out: &mut Found) {
+    let Some(t) = c.synproxy.auto_threshold else {
+        return synproxy_services(c, out);
+    };
+    if t == 0 || t >= c.flowtable.capacity {
+        err(
+            out,
+            KeyPath::of(&["synproxy", "auto_threshold"]),
+            format!(
+                "{t} embryonic flows: must be between 1 and flowtable.capacity - 1 ({}); use mode = \"on\" or \"off\" instead",
+                c.flowtable.capacity.saturating_sub(1)
+            ),
+        );
+    }
+    synproxy_services(c, out);
+}
+
+fn synproxy_services(c: &Config, out: &mut Found) {
+    for (i, s) in c.services.iter().enumerate() {
+        if s.synproxy == Some(crate::schema::SynproxyMode::On)
+            && s.protocol != crate::schema::Protocol::Tcp
+        {
+            err(
+                out,
+                KeyPath::of(&["services"]).index(i).key("synproxy"),
+                format!(
+                    "the SYN proxy is for TCP services, not {}",
+                    s.protocol.name()
+                ),
+            );
+        }
+    }
 }
 
 fn err(out: &mut Found, path: KeyPath, msg: impl Into<String>) {

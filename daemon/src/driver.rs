@@ -127,6 +127,7 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
     let epoch = Instant::now();
     // The flow and affinity tables: adopted from the previous process of this boot, or new.
     let tables = state::open(&cfg, epoch)?;
+    let cookie_key = tables.cookie_key;
     let flows = Arc::new(tables.flows);
     let affinity = Arc::new(tables.affinity);
     let syn_watch = Arc::new(SynWatch::new(cfg.flowtable.backends_max as usize));
@@ -277,7 +278,10 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
     let mut stats: Vec<Arc<WorkerStats>> = Vec::with_capacity(workers);
     for (spec, set) in sockets {
         let mut pipeline = Pipeline::new(
-            PipelineConfig::from_config(&cfg, spec.index, workers),
+            PipelineConfig {
+                synproxy_key: cookie_key,
+                ..PipelineConfig::from_config(&cfg, spec.index, workers)
+            },
             Arc::clone(&flows),
             Arc::clone(&affinity),
             io.current.load_full(),

@@ -184,6 +184,7 @@ pub fn cleanup(pin_root: &Path, state_dir: &Path) -> Result<Cleaned, String> {
         flowtable::previous_path(&p.flows),
         p.export,
         p.affinity,
+        p.synproxy_key,
     ] {
         if std::fs::remove_file(&f).is_ok() {
             files.push(f);

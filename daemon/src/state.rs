@@ -6,6 +6,7 @@
 //! | `flows.previous` | a flow state of another geometry, kept until imported |
 //! | `flows.export` | the live flows in the record format, written at a graceful stop |
 //! | `affinity` | the ClientIP affinity table (a shared mapping) |
+//! | `synproxy.key` | the SYN proxy's cookie secret (32 random bytes, mode 0600): a client answered by one process completes its handshake with the next |
 //! | `xvs.sock` | the control socket (`[admin] socket` by default) |
 //!
 //! [`open`] adopts what an earlier process of this boot left (after the flow table's
@@ -17,7 +18,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use config::Config;
-use fastpath::pipeline::flow_table_config;
+use fastpath::pipeline::{CookieKey, flow_table_config};
 use fastpath::snapshot::AdoptedIds;
 use flowtable::{FlowTable, Opened};
 use lb_algos::{AffinityOpened, AffinityTable};
@@ -33,6 +34,8 @@ pub struct Paths {
     pub export: PathBuf,
     /// The affinity table.
     pub affinity: PathBuf,
+    /// The SYN cookie secret.
+    pub synproxy_key: PathBuf,
 }
 
 impl Paths {
@@ -42,6 +45,7 @@ impl Paths {
             flows: dir.join("flows"),
             export: dir.join("flows.export"),
             affinity: dir.join("affinity"),
+            synproxy_key: dir.join("synproxy.key"),
         }
     }
 }
@@ -54,6 +58,8 @@ pub struct Tables {
     pub affinity: AffinityTable,
     /// The ids the flow table's flows hold, when it holds any (adopted or imported).
     pub adopted: Option<AdoptedIds>,
+    /// The SYN cookie secret (kept, or new).
+    pub cookie_key: CookieKey,
 }
 
 /// Opens (adopting or importing) the flow and affinity tables of `cfg`'s state directory,
@@ -105,11 +111,49 @@ pub fn open(cfg: &Config, now: Instant) -> anyhow::Result<Tables> {
         AffinityOpened::Created => {}
     }
     let adopted = (!flows.is_empty()).then(|| AdoptedIds::from_flows(&flows));
+    let cookie_key = cookie_key(&paths.synproxy_key)?;
     Ok(Tables {
         flows,
         affinity,
         adopted,
+        cookie_key,
     })
+}
+
+/// The SYN cookie secret in `path`: the one an earlier process left, else a new random one
+/// written there (aside, mode 0600, then renamed into place). A file of another size is
+/// replaced.
+pub fn cookie_key(path: &Path) -> anyhow::Result<CookieKey> {
+    match std::fs::read(path) {
+        Ok(b) => match <&[u8; 32]>::try_from(b.as_slice()) {
+            Ok(b) => return Ok(CookieKey::from_bytes(b)),
+            Err(_) => {
+                tracing::warn!(path = %path.display(), bytes = b.len(), "the SYN cookie secret is damaged; making a new one (clients in the middle of a proxied handshake retry)")
+            }
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(e)
+                .with_context(|| format!("reading the SYN cookie secret {}", path.display()));
+        }
+    }
+    let key = CookieKey::random();
+    let tmp = path.with_extension("tmp");
+    let write = || -> std::io::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let _ = std::fs::remove_file(&tmp);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(&key.to_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write().with_context(|| format!("writing the SYN cookie secret {}", path.display()))?;
+    Ok(key)
 }
 
 /// Imports into a new table: the previous state of another geometry, else the export of a

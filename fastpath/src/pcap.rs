@@ -292,7 +292,11 @@ pub fn replay<R: Read, W: Write>(
         summary.frames += 1;
         let t0 = *first_ts.get_or_insert(rec.ts);
         let now = epoch + rec.ts.saturating_sub(t0);
-        let verdict = pipeline.process(&mut rec.data, now);
+        // Room for a frame that grows (the SYN proxy's SYN to a backend), as UMEM has.
+        let mut len = rec.data.len();
+        rec.data.resize(len + 64, 0);
+        let verdict = pipeline.process_frame(&mut rec.data, &mut len, now);
+        rec.data.truncate(len);
         if let Verdict::Tx(_) = verdict {
             writer
                 .write(rec.ts, &rec.data)

@@ -152,6 +152,48 @@ pub struct ServiceSpec {
     pub rate_limit: Option<RateLimit>,
     /// Frozen: new flows are refused (`frozen`), established ones continue.
     pub frozen: bool,
+    /// The SYN proxy (TCP frontends), with the global setting folded in.
+    pub synproxy: SynproxySetting,
+}
+
+/// A service's SYN proxy as the fastpath applies it: the service's mode (its own, or the
+/// global `[synproxy] mode`) with the global threshold.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum SynproxySetting {
+    /// SYNs make flows.
+    #[default]
+    Off,
+    /// SYNs are answered with SYN cookies.
+    On,
+    /// As `On` while the flow table holds more than `embryonic_max` embryonic flows (and
+    /// until it holds fewer than half of it), else as `Off`.
+    Auto {
+        /// `[synproxy] auto_threshold`.
+        embryonic_max: u32,
+    },
+}
+
+impl SynproxySetting {
+    /// The setting of a service whose mode is `mode`, under `c`'s `[synproxy]` (and flow
+    /// table capacity).
+    pub fn of(mode: config::SynproxyMode, c: &Config) -> Self {
+        match mode {
+            config::SynproxyMode::Off => SynproxySetting::Off,
+            config::SynproxyMode::On => SynproxySetting::On,
+            config::SynproxyMode::Auto => SynproxySetting::Auto {
+                embryonic_max: c.synproxy.threshold(c.flowtable.capacity),
+            },
+        }
+    }
+
+    /// `off`, `on` or `auto`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SynproxySetting::Off => "off",
+            SynproxySetting::On => "on",
+            SynproxySetting::Auto { .. } => "auto",
+        }
+    }
 }
 
 impl ServiceSpec {
@@ -185,6 +227,7 @@ impl ServiceSpec {
                     burst: s.new_conn_burst.unwrap_or(rate),
                 }),
                 frozen: false,
+                synproxy: SynproxySetting::of(s.synproxy_or(c.synproxy.mode), c),
             })
             .collect()
     }
@@ -232,6 +275,8 @@ pub struct ServiceEntry {
     pub frozen: bool,
     /// New flows refused by the rate limit (this entry's lifetime).
     pub rate_limited: AtomicU64,
+    /// The SYN proxy.
+    pub synproxy: SynproxySetting,
 }
 
 impl ServiceEntry {
@@ -417,6 +462,9 @@ pub struct Snapshot {
     /// Every new flow is refused (the freeze switch, a draining shutdown); established
     /// flows continue.
     pub frozen: bool,
+    /// Whether any service's SYN proxy is not off (the pipeline's new-flow path tests this
+    /// before looking at the service's).
+    pub synproxy_any: bool,
     /// Frontend → service id; shared with the next snapshot when no frontend changed.
     frontends: Arc<FrontendMap>,
     /// The frontends' addresses, sorted: "is this source one of ours" on the new-flow path.
@@ -429,7 +477,7 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// The service a frontend belongs to.
-    #[inline]
+    #[inline(always)]
     pub fn service_for(&self, frontend: &Frontend) -> Option<&ServiceEntry> {
         let id = *self.frontends.get(frontend)?;
         self.services.get(id as usize).map(|s| &**s)
@@ -685,8 +733,10 @@ impl SnapshotBuilder {
             .collect();
         self.order = ids;
         self.generation += 1;
+        let synproxy_any = list.iter().any(|s| s.synproxy != SynproxySetting::Off);
         Ok(Snapshot {
             generation: self.generation,
+            synproxy_any,
             services: ServiceTable {
                 list,
                 by_id: self.pos.clone(),
@@ -905,6 +955,7 @@ impl SnapshotBuilder {
                     limiter: s.rate_limit.map(|l| TokenBucket::new(l, self.epoch)),
                     frozen: s.frozen,
                     rate_limited: AtomicU64::new(0),
+                    synproxy: s.synproxy,
                 }),
             ));
         }
@@ -1265,6 +1316,7 @@ mod tests {
             source_ranges: Vec::new(),
             rate_limit: None,
             frozen: false,
+            synproxy: SynproxySetting::Off,
         }
     }
 

@@ -150,6 +150,10 @@ pub struct WorkerStats {
     /// Flows this worker ended for a new connection on their tuple (a client's SYN on
     /// TIME_WAIT or CLOSE: port reuse), from the pipeline.
     pub reused: AtomicU64,
+    /// SYN proxy: SYN-ACKs with a cookie this worker sent, from the pipeline.
+    pub synproxy_syns: AtomicU64,
+    /// SYN proxy: client ACKs with a valid cookie that opened a backend connection.
+    pub synproxy_acks: AtomicU64,
     /// Flows this worker's sweeps expired.
     pub expired: AtomicU64,
     /// Generation of the snapshot in use.
@@ -187,6 +191,10 @@ pub struct WorkerCounters {
     pub new_flows: u64,
     /// See [`WorkerStats::reused`].
     pub reused: u64,
+    /// See [`WorkerStats::synproxy_syns`].
+    pub synproxy_syns: u64,
+    /// See [`WorkerStats::synproxy_acks`].
+    pub synproxy_acks: u64,
     /// See [`WorkerStats::expired`].
     pub expired: u64,
     /// See [`WorkerStats::generation`].
@@ -214,6 +222,8 @@ impl WorkerCounters {
         }
         self.new_flows += other.new_flows;
         self.reused += other.reused;
+        self.synproxy_syns += other.synproxy_syns;
+        self.synproxy_acks += other.synproxy_acks;
         self.expired += other.expired;
         self.generation = self.generation.max(other.generation);
         self.polls += other.polls;
@@ -242,6 +252,8 @@ impl WorkerStats {
             drops: std::array::from_fn(|i| r(&self.drops[i])),
             new_flows: r(&self.new_flows),
             reused: r(&self.reused),
+            synproxy_syns: r(&self.synproxy_syns),
+            synproxy_acks: r(&self.synproxy_acks),
             expired: r(&self.expired),
             generation: r(&self.generation),
             polls: r(&self.polls),
@@ -574,6 +586,8 @@ impl Worker {
         set(&st.slow, c.slow);
         set(&st.new_flows, c.new_flows);
         set(&st.reused, c.reused);
+        set(&st.synproxy_syns, c.synproxy_syns);
+        set(&st.synproxy_acks, c.synproxy_acks);
         for (a, v) in st.drops.iter().zip(c.drops) {
             set(a, v);
         }
@@ -610,5 +624,26 @@ impl FrameBatch for RxFrames<'_> {
         // `DataMut` only borrows the descriptor (whose length we do not change). The slice
         // borrows `self` mutably, so no other view of this frame exists meanwhile.
         unsafe { std::slice::from_raw_parts_mut(ptr, len) }
+    }
+
+    fn buffer(&mut self, i: usize) -> &mut [u8] {
+        // SAFETY: as in `frame`.
+        let mut data = unsafe { self.umem.data_mut(&mut self.descs[i]) };
+        let len = data.contents().len();
+        let mut cursor = data.cursor();
+        let room = cursor.buf_len();
+        // The whole data segment, then the length put back as it was.
+        cursor.set_pos(room);
+        let s = data.contents_mut();
+        let (ptr, n) = (s.as_mut_ptr(), s.len());
+        data.cursor().set_pos(len);
+        // SAFETY: as in `frame`: the frame's data segment (all of it), ours alone.
+        unsafe { std::slice::from_raw_parts_mut(ptr, n) }
+    }
+
+    fn set_len(&mut self, i: usize, len: usize) {
+        // SAFETY: as in `frame`.
+        let mut data = unsafe { self.umem.data_mut(&mut self.descs[i]) };
+        data.cursor().set_pos(len);
     }
 }

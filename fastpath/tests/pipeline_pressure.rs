@@ -52,7 +52,11 @@ impl Sim {
     fn new() -> Self {
         let epoch = Instant::now();
         Sim {
-            p: pipeline_from(config::LAB_TOML, epoch),
+            // The SYN proxy off: this is the defence without it.
+            p: pipeline_from(
+                &format!("{}\n[synproxy]\nmode = \"off\"\n", config::LAB_TOML),
+                epoch,
+            ),
             now: epoch,
             last_sweep: epoch,
         }

@@ -133,9 +133,9 @@ pub use key::{Direction, FlowData, FlowKey, Protocol};
 pub use lb_algos::{BackendId, ConnCounts};
 pub use state::{FlowState, SctpState, TcpFlags, TcpState, Timeouts};
 pub use table::{
-    CAPACITY_MAX, Error, ExpiredFlow, FlowHandle, FlowHit, FlowTable, FlowTableConfig,
-    FlowTableStats, FlowView, HashedKey, InsertError, PRESSURE_HOLD_TICKS, PendingV4, SweepStats,
-    Tick, V4Flow, V4Hit, V4Key, v4_csum_delta,
+    CAPACITY_MAX, Error, ExpiredFlow, FLAG_SLOW, FlowHandle, FlowHit, FlowTable, FlowTableConfig,
+    FlowTableStats, FlowView, HashedKey, InsertError, PRESSURE_HOLD_TICKS, PendingV4, SEQ_BITS,
+    SweepStats, Tick, V4Flow, V4Hit, V4Key, v4_csum_delta,
 };
 #[cfg(not(loom))]
 pub use table::{Imported, Opened, RECORD_VERSION, Recovery, previous_path};

@@ -50,6 +50,9 @@ const W_ADDR: usize = 4;
 /// IPv4 only: the checksum adjustments ([`v4_csum_delta`]) of the original direction | the
 /// reply direction's << 32.
 const W_V4_CSUM: usize = 6;
+/// IPv4 only: the flow's sequence word (see [`FlowTable::seq`]); an IPv6 flow keeps it in
+/// the `seq6` slab.
+const W_V4_SEQ: usize = 7;
 const W_COLD: usize = 8;
 const HOT_WORDS: usize = 8;
 const COLD_WORDS: usize = 4;
@@ -79,6 +82,26 @@ struct Cold {
 const _: () = assert!(
     (std::mem::size_of::<Entry>() == 64 && std::mem::size_of::<Cold>() == 32) || cfg!(loom)
 );
+
+/// A bit of [`FlowData::flags`] that the table reads: [`FlowTable::lookup_v4`] (the IPv4
+/// per-packet shortcut) does not return such a flow, while every other lookup, the inserts
+/// and the rest treat it as any flow. For flows whose packets need more than the shortcut's
+/// rewrite (the SYN proxy's): they cost the shortcut's hits nothing, not even a test. A
+/// table that ever held one says so ([`FlowTable::has_slow_flows`]).
+pub const FLAG_SLOW: u8 = 0x80;
+
+/// Bits of a flow's sequence word that belong to its owner (the pipeline's SYN proxy); the
+/// bits above tag the word with the low bits of the entry's generation, so that a word left
+/// by an earlier flow of the entry (or stored for one that is gone) is never read as this
+/// flow's.
+pub const SEQ_BITS: u32 = 53;
+const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;
+
+/// A sequence word as stored for generation `gen_`.
+#[inline]
+fn seq_stamp(gen_: u64, v: u64) -> u64 {
+    gen_ << SEQ_BITS | (v & SEQ_MASK)
+}
 
 const ST_FREE: u64 = 0;
 const ST_INSERTING: u64 = 1;
@@ -125,6 +148,15 @@ fn v4_halves(w: u64) -> (u128, u128) {
 /// A time in the table's unit (100 ms ticks since the epoch), from [`FlowTable::tick`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Tick(u32);
+
+impl Tick {
+    /// The time in 100 ms ticks since the table's epoch (boot, for a table in a state file:
+    /// the same clock in every process of a boot).
+    #[inline]
+    pub fn get(self) -> u32 {
+        self.0
+    }
+}
 
 /// What a packet of a known flow needs, from [`FlowTable::lookup_hit`]: 48 bytes, `Copy`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -346,6 +378,8 @@ pub struct FlowView {
     pub state: FlowState,
     /// Last packet time when read (100 ms resolution, rounded down).
     pub last_seen: Instant,
+    /// The flow's sequence word ([`FlowTable::seq`]); 0 when none was stored.
+    pub seq: u64,
 }
 
 /// A flow that left the table (expired, removed or recycled): release what it held.
@@ -387,6 +421,9 @@ pub struct FlowTableStats {
     /// Embryonic flows ended to make room under pressure: by [`FlowTable::give_way`] (a
     /// SNAT port), or expired by a sweep with the shortened pressure timeout.
     pub gave_way: u64,
+    /// Live TCP flows whose handshake has not completed ([`FlowState::is_embryonic`]) now
+    /// (approximate while flows change state).
+    pub embryonic: u64,
 }
 
 #[derive(Default)]
@@ -402,6 +439,9 @@ struct Counters {
     /// Lives in what was the padding of `Padded<Counters>` (layout version 1 files hold 0
     /// there), so the header's offsets are unchanged.
     gave_way: AtomicU64,
+    /// Live embryonic flows: a gauge of wrapping signed updates (a decrement may overtake its
+    /// increment for a moment).
+    embryonic: AtomicU64,
 }
 
 /// One backend's counts in one word: `active << 32 | inactive`, each a wrapping 32-bit
@@ -449,6 +489,10 @@ pub struct SweepStats {
 pub struct FlowTable {
     entries: Slab<Entry>,
     cold: Slab<Cold>,
+    /// IPv6 flows' sequence words (an IPv4 flow's is in its hot line).
+    seq6: Slab<AtomicU64>,
+    /// 1 once a [`FLAG_SLOW`] flow was inserted or adopted (this process).
+    slow_seen: AtomicUsize,
     index: Index,
     /// Free-list head: `tag:32 | entry+1:32` (0 in the low half = empty). The tag defeats ABA.
     free: One<Padded<AtomicU64>>,
@@ -576,6 +620,8 @@ impl FlowTable {
                         })
                         .collect(),
                 ),
+                seq6: Slab::boxed(zeros(cap)),
+                slow_seen: AtomicUsize::new(0),
                 index: Index::over(Slab::boxed(zeros(lay.index_slots)), lay.homes),
                 free: One::boxed(Padded(AtomicU64::new(0))),
                 departed: One::boxed(Padded(AtomicU64::new(0))),
@@ -643,6 +689,7 @@ impl FlowTable {
     pub fn bytes_per_flow(&self) -> f64 {
         let bytes = std::mem::size_of_val(&*self.entries)
             + std::mem::size_of_val(&*self.cold)
+            + std::mem::size_of_val(&*self.seq6)
             + self.index.len() * 8
             + std::mem::size_of_val(&*self.backends)
             + std::mem::size_of::<Self>();
@@ -665,7 +712,31 @@ impl FlowTable {
             expired: r(&c.expired),
             removed: r(&c.removed),
             gave_way: r(&c.gave_way),
+            embryonic: self.embryonic(),
         }
+    }
+
+    /// Whether a [`FLAG_SLOW`] flow was ever in this table (inserted, imported or adopted by
+    /// this process): [`lookup_v4`](Self::lookup_v4)'s misses need a second look then. One
+    /// relaxed load.
+    #[inline]
+    pub fn has_slow_flows(&self) -> bool {
+        self.slow_seen.load(Ordering::Relaxed) != 0
+    }
+
+    /// Notes a [`FLAG_SLOW`] flow.
+    #[inline]
+    fn saw_flags(&self, flags: u8) {
+        if flags & FLAG_SLOW != 0 && self.slow_seen.load(Ordering::Relaxed) == 0 {
+            self.slow_seen.store(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Live embryonic TCP flows now (SYN sent or received, handshake not complete): what a
+    /// SYN flood fills the table with. One relaxed load.
+    #[inline]
+    pub fn embryonic(&self) -> u64 {
+        (self.counters.0.embryonic.load(Ordering::Relaxed) as i64).max(0) as u64
     }
 
     #[inline]
@@ -1060,6 +1131,8 @@ impl FlowTable {
             return None;
         }
         let data = self.read_data(e);
+        let seq = data.and_then(|d| self.seq_slot(e, d.client.is_ipv6()));
+        let seq = seq.map_or(0, |s| s.load(Ordering::Relaxed));
         fence(Ordering::Acquire);
         let c2 = entry.w[W_CTL].load(Ordering::Relaxed);
         if !ctl_readable(c2) || ctl_gen(c2) != h.gen_() {
@@ -1071,7 +1144,95 @@ impl FlowTable {
             data,
             state: FlowState::from_u8(ctl_state(c2)),
             last_seen: self.instant(ctl_ls(c2)),
+            seq: if seq >> SEQ_BITS == Self::seq_gen(h) {
+                seq & SEQ_MASK
+            } else {
+                0
+            },
         })
+    }
+
+    /// Where entry `e`'s sequence word is.
+    #[inline]
+    fn seq_slot(&self, e: u32, v6: bool) -> Option<&AtomicU64> {
+        if v6 {
+            self.seq6.get(e as usize)
+        } else {
+            self.entries.get(e as usize).map(|x| &x.w[W_V4_SEQ])
+        }
+    }
+
+    /// The generation bits a sequence word of flow `h` carries.
+    #[inline]
+    fn seq_gen(h: FlowHandle) -> u64 {
+        h.gen_() & ((1 << (64 - SEQ_BITS)) - 1)
+    }
+
+    /// Flow `h`'s sequence word (`SEQ_BITS` bits): a word per flow that its owner (the
+    /// pipeline's SYN proxy: the handshake's state, then the sequence-number delta) sets
+    /// after the insert with [`set_seq`](Self::set_seq) and changes with
+    /// [`update_seq`](Self::update_seq). `None` when the handle is stale or no word was
+    /// stored for this flow. Lock-free; one more load than the lookup for an IPv4 flow (the
+    /// word is in its hot line), one more line for an IPv6 flow.
+    #[inline]
+    pub fn seq(&self, h: FlowHandle) -> Option<u64> {
+        let e = h.entry();
+        let entry = self.entries.get(e as usize)?;
+        let c1 = entry.w[W_CTL].load(Ordering::Acquire);
+        if !ctl_readable(c1) || ctl_gen(c1) != h.gen_() {
+            return None;
+        }
+        let v6 = (self.word(e, W_META) >> 40) & 1 == 1;
+        let w = self.seq_slot(e, v6)?.load(Ordering::Acquire);
+        fence(Ordering::Acquire);
+        let c2 = entry.w[W_CTL].load(Ordering::Relaxed);
+        if !ctl_readable(c2) || ctl_gen(c2) != h.gen_() || w >> SEQ_BITS != Self::seq_gen(h) {
+            return None;
+        }
+        Some(w & SEQ_MASK)
+    }
+
+    /// Stores flow `h`'s sequence word (the low `SEQ_BITS` bits of `v`); `false` when the
+    /// handle is stale. For the flow's inserter, before anyone else may read the word.
+    pub fn set_seq(&self, h: FlowHandle, v: u64) -> bool {
+        let e = h.entry();
+        let Some(entry) = self.entries.get(e as usize) else {
+            return false;
+        };
+        let c = entry.w[W_CTL].load(Ordering::Acquire);
+        if !ctl_readable(c) || ctl_gen(c) != h.gen_() {
+            return false;
+        }
+        let v6 = (self.word(e, W_META) >> 40) & 1 == 1;
+        let Some(slot) = self.seq_slot(e, v6) else {
+            return false;
+        };
+        slot.store(seq_stamp(Self::seq_gen(h), v), Ordering::Release);
+        true
+    }
+
+    /// Replaces flow `h`'s sequence word `old` by `new` (compare-and-swap: a word that is
+    /// not `old`, of another flow of the entry included, stays); whether it did.
+    pub fn update_seq(&self, h: FlowHandle, old: u64, new: u64) -> bool {
+        let e = h.entry();
+        let Some(v6) = self
+            .entries
+            .get(e as usize)
+            .map(|_| (self.word(e, W_META) >> 40) & 1 == 1)
+        else {
+            return false;
+        };
+        let Some(slot) = self.seq_slot(e, v6) else {
+            return false;
+        };
+        let g = Self::seq_gen(h);
+        slot.compare_exchange(
+            seq_stamp(g, old),
+            seq_stamp(g, new),
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        )
+        .is_ok()
     }
 
     /// Decode entry `e`'s data (possibly torn if racing a recycler: callers validate after).
@@ -1095,6 +1256,12 @@ impl FlowTable {
     }
 
     fn count(&self, backend: u32, state: FlowState, delta: i32) {
+        if state.is_embryonic() {
+            self.counters
+                .0
+                .embryonic
+                .fetch_add(delta as i64 as u64, Ordering::Relaxed);
+        }
         let Some(b) = self.backends.get(backend as usize) else {
             return;
         };
@@ -1106,6 +1273,13 @@ impl FlowTable {
     /// inactive side changes, nothing otherwise.
     #[inline]
     fn recount(&self, backend: u32, old: FlowState, new: FlowState) {
+        if old.is_embryonic() != new.is_embryonic() {
+            let d: i64 = if new.is_embryonic() { 1 } else { -1 };
+            self.counters
+                .0
+                .embryonic
+                .fetch_add(d as u64, Ordering::Relaxed);
+        }
         if old.is_active() == new.is_active() {
             return;
         }
@@ -1183,6 +1357,22 @@ impl FlowTable {
             return Err(InsertError::Invalid("state of another protocol"));
         }
         self.insert_state(data, state, self.ticks(last_seen), |_| {})
+    }
+
+    /// [`restore`](Self::restore), then the flow's sequence word ([`seq`](Self::seq); 0:
+    /// none) stored (imports run before any worker reads the table).
+    pub fn restore_seq(
+        &self,
+        data: &FlowData,
+        state: FlowState,
+        last_seen: Instant,
+        seq: u64,
+    ) -> Result<FlowHandle, InsertError> {
+        let h = self.restore(data, state, last_seen)?;
+        if seq != 0 {
+            self.set_seq(h, seq);
+        }
+        Ok(h)
     }
 
     fn insert_state(
@@ -1331,6 +1521,7 @@ impl FlowTable {
 
     /// Write a popped (exclusively owned, FREE) entry and make it INSERTING. Returns its gen.
     fn write_entry(&self, e: u32, d: &FlowData, state: FlowState, t: u32) -> u64 {
+        self.saw_flags(d.flags);
         let entry = &self.entries[e as usize];
         let old = entry.w[W_CTL].load(Ordering::Relaxed);
         let gen_ = (ctl_gen(old) + 1) & GEN_MASK;

@@ -247,3 +247,219 @@ fn restore_refuses_a_state_of_another_protocol() {
         Err(InsertError::Exists(h))
     );
 }
+
+/// A sequence word for flow `i` (what the SYN proxy stores: a 32-bit delta and flags).
+fn seq_of(i: u32) -> u64 {
+    1 << 52 | u64::from(i.wrapping_mul(0x9e37_79b9)) | u64::from(i % 7) << 32
+}
+
+/// Flows 0..n, every TCP one with a sequence word (IPv4 and IPv6 alternate in `flow`).
+fn fill_proxied(t: &FlowTable, n: u32, now: Instant) -> usize {
+    let mut proxied = 0;
+    for i in 0..n {
+        let d = flow(i);
+        let h = t.insert(&d, TcpFlags::SYN, now).unwrap();
+        if d.proto == Protocol::Tcp {
+            assert!(t.set_seq(h, seq_of(i)));
+            assert_eq!(t.seq(h), Some(seq_of(i)));
+            proxied += 1;
+        } else {
+            assert_eq!(t.seq(h), None, "no word stored");
+        }
+    }
+    proxied
+}
+
+/// Every TCP flow of `t` has its sequence word, the others none.
+fn check_seq(t: &FlowTable, n: u32) {
+    let views = check(t);
+    assert_eq!(views.len(), n as usize);
+    for v in views {
+        let i = (0..n).find(|&i| flow(i) == v.data).expect("a known flow");
+        let want = (v.data.proto == Protocol::Tcp).then(|| seq_of(i));
+        assert_eq!(t.seq(v.handle), want, "flow {i}");
+        assert_eq!(v.seq, want.unwrap_or(0), "flow {i}'s view");
+    }
+}
+
+#[test]
+fn sequence_words_survive_adoption_export_and_import() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flows");
+    let now = Instant::now();
+    let (t, _) = FlowTable::open(&path, config(1024), now).unwrap();
+    let proxied = fill_proxied(&t, 300, now);
+    assert!(proxied > 150);
+    // Every flow inserted with a SYN is embryonic (UDP flows are not).
+    assert_eq!(t.embryonic(), proxied as u64);
+    check_seq(&t, 300);
+    drop(t); // as a crash leaves it
+
+    // Adopted in place: the words stay, the gauge is recounted.
+    let (t, opened) = FlowTable::open(&path, config(1024), Instant::now()).unwrap();
+    assert!(matches!(opened, Opened::Adopted(_)), "{opened:?}");
+    check_seq(&t, 300);
+    assert_eq!(t.embryonic(), proxied as u64);
+
+    // Exported and imported into another layout.
+    let out = dir.path().join("flows.export");
+    assert_eq!(t.export(&out, Instant::now()).unwrap(), 300);
+    let b = FlowTable::new(config(512), now).unwrap();
+    let imported = b.import_records(&out, Instant::now()).unwrap();
+    assert_eq!((imported.restored, imported.refused), (300, 0));
+    check_seq(&b, 300);
+
+    // Another capacity: imported from the state file.
+    drop(t);
+    let (c, opened) = FlowTable::open(&path, config(2048), Instant::now()).unwrap();
+    let Opened::Replaced {
+        previous: Some(prev),
+        ..
+    } = opened
+    else {
+        panic!("{opened:?}")
+    };
+    assert_eq!(c.import_state(&prev).unwrap().restored, 300);
+    check_seq(&c, 300);
+
+    // A word outlives neither its flow nor a stale handle.
+    let v = check(&c).into_iter().find(|v| v.seq != 0).unwrap();
+    assert!(c.remove(v.handle).is_some());
+    assert_eq!(c.seq(v.handle), None);
+    assert!(!c.set_seq(v.handle, 5));
+    let h = c.insert(&v.data, TcpFlags::SYN, now).unwrap();
+    assert_eq!(
+        c.seq(h),
+        None,
+        "the earlier flow's word is not the new one's"
+    );
+    assert!(
+        !c.update_seq(h, 1, 2),
+        "compare-and-swap of a word never stored"
+    );
+    assert!(c.set_seq(h, 1) && c.update_seq(h, 1, 2));
+    assert_eq!(c.seq(h), Some(2));
+    assert!(!c.update_seq(h, 1, 3));
+}
+
+#[test]
+fn slow_flows_escape_the_ipv4_shortcut_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flows");
+    let now = Instant::now();
+    let (t, _) = FlowTable::open(&path, config(64), now).unwrap();
+    assert!(!t.has_slow_flows());
+    let plain = flow(2); // IPv4 TCP
+    let slow = FlowData {
+        flags: FLAG_SLOW | 1,
+        ..flow(4)
+    };
+    assert!(!slow.client.is_ipv6() && slow.proto == Protocol::Tcp);
+    let hp = t.insert(&plain, TcpFlags::SYN, now).unwrap();
+    assert!(!t.has_slow_flows());
+    let hs = t.insert(&slow, TcpFlags::SYN, now).unwrap();
+    assert!(t.has_slow_flows());
+    let v4 = |d: &FlowData, reply: bool| {
+        let (a, b) = if reply {
+            (d.backend, d.snat)
+        } else {
+            (d.client, d.vip)
+        };
+        let bits = |s: std::net::SocketAddr| match s.ip() {
+            std::net::IpAddr::V4(v) => v.to_bits(),
+            _ => unreachable!(),
+        };
+        t.v4_key(
+            d.proto,
+            u64::from(bits(a)) | u64::from(bits(b)) << 32,
+            u32::from(a.port()) | u32::from(b.port()) << 16,
+        )
+    };
+    for reply in [false, true] {
+        assert_eq!(
+            t.lookup_v4(&v4(&plain, reply)).map(|h| h.handle()),
+            Some(hp)
+        );
+        assert_eq!(
+            t.lookup_v4(&v4(&slow, reply)),
+            None,
+            "the shortcut skips it"
+        );
+        let k = if reply {
+            slow.reply_key()
+        } else {
+            slow.original_key()
+        };
+        assert_eq!(t.lookup(&k).map(|x| x.0), Some(hs));
+        assert_eq!(t.lookup_hit(&k).map(|h| h.handle), Some(hs));
+    }
+    // Inserting its tuple again finds it.
+    assert_eq!(
+        t.insert(&slow, TcpFlags::SYN, now),
+        Err(InsertError::Exists(hs))
+    );
+    drop(t);
+    let (t, _) = FlowTable::open(&path, config(64), now).unwrap();
+    assert!(t.has_slow_flows(), "adopted");
+}
+
+#[test]
+fn version_1_records_import_without_sequence_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = Instant::now();
+    let a = FlowTable::new(config(256), now).unwrap();
+    fill_proxied(&a, 50, now);
+    let out = dir.path().join("flows.export");
+    assert_eq!(a.export(&out, now).unwrap(), 50);
+    // Rewrite the file as version 1 wrote it: header version 1, 96-byte records.
+    let v2 = std::fs::read(&out).unwrap();
+    let (head, recs) = v2.split_at(48);
+    let mut v1 = head.to_vec();
+    v1[8..12].copy_from_slice(&1u32.to_le_bytes());
+    v1[12..16].copy_from_slice(&96u32.to_le_bytes());
+    for r in recs.chunks(104) {
+        v1.extend_from_slice(&r[..96]);
+    }
+    std::fs::write(&out, v1).unwrap();
+    let b = FlowTable::new(config(256), now).unwrap();
+    let imported = b.import_records(&out, now).unwrap();
+    assert_eq!((imported.restored, imported.refused), (50, 0));
+    for v in check(&b) {
+        assert_eq!(
+            (v.seq, b.seq(v.handle)),
+            (0, None),
+            "delta 0, never misread"
+        );
+    }
+    // A version this xvs does not know is refused, by name.
+    let mut v9 = std::fs::read(&out).unwrap();
+    v9[8..12].copy_from_slice(&9u32.to_le_bytes());
+    std::fs::write(&out, v9).unwrap();
+    let e = b.import_records(&out, now).unwrap_err();
+    assert!(e.to_string().contains("record version 9"), "{e}");
+}
+
+#[test]
+fn the_embryonic_gauge_follows_handshakes() {
+    let now = Instant::now();
+    let t = FlowTable::new(config(256), now).unwrap();
+    let tcp: Vec<_> = (0..30)
+        .filter(|i| flow(*i).proto == Protocol::Tcp)
+        .collect();
+    let hs: Vec<_> = tcp
+        .iter()
+        .map(|&i| t.insert(&flow(i), TcpFlags::SYN, now).unwrap())
+        .collect();
+    assert_eq!(t.embryonic(), tcp.len() as u64);
+    // Established, reset, removed: each leaves the gauge.
+    t.on_packet(hs[0], Direction::Reply, TcpFlags::SYN | TcpFlags::ACK, now);
+    assert_eq!(t.embryonic(), tcp.len() as u64, "SYN_RECV is embryonic");
+    t.on_packet(hs[0], Direction::Original, TcpFlags::ACK, now);
+    t.on_packet(hs[1], Direction::Reply, TcpFlags::RST, now);
+    t.remove(hs[2]).unwrap();
+    assert_eq!(t.embryonic(), tcp.len() as u64 - 3);
+    assert_eq!(t.stats().embryonic, tcp.len() as u64 - 3);
+    // Expiry too.
+    t.sweep(now + Duration::from_secs(4000), t.capacity(), |_| {});
+    assert_eq!(t.embryonic(), 0);
+}

@@ -493,7 +493,9 @@ fn sweep_budget_and_scan() {
 fn bytes_per_flow_target() {
     let (t, _) = table(100_000);
     let b = t.bytes_per_flow();
-    assert!(b <= 128.0, "{b}");
+    // 64 (hot line) + 32 (cold half-line) + 8 (an IPv6 flow's sequence word, SYN proxy) +
+    // the index (3.2 slots of 8 bytes) + backend counts: 129.6.
+    assert!(b <= 132.0, "{b}");
     assert!(FlowTable::new(FlowTableConfig::new(0, 1), Instant::now()).is_err());
     assert!(FlowTable::new(FlowTableConfig::new(1, 0), Instant::now()).is_err());
 }

@@ -65,6 +65,20 @@ pub trait FrameBatch {
     fn frames_len(&self) -> usize;
     /// Frame `i` (`i < frames_len()`).
     fn frame(&mut self, i: usize) -> &mut [u8];
+
+    /// Frame `i`'s whole buffer: the frame at its start, and room after it for a frame the
+    /// pipeline makes longer (the SYN proxy's SYN to a backend). Default: the frame itself,
+    /// no room.
+    fn buffer(&mut self, i: usize) -> &mut [u8] {
+        self.frame(i)
+    }
+
+    /// Sets frame `i`'s length (at most `buffer(i).len()`), for a frame to transmit. Called
+    /// only when the pipeline changed it; the default does nothing (the bytes past a
+    /// shortened frame are zeroed, Ethernet padding to the receiver).
+    fn set_len(&mut self, i: usize, len: usize) {
+        let _ = (i, len);
+    }
 }
 
 impl FrameBatch for [&mut [u8]] {
@@ -236,11 +250,7 @@ impl Pipeline {
                             }
                         }
                     },
-                    None => {
-                        self.finish_waiting(frames, verdicts);
-                        let v = self.run_general(frames.frame(i), now);
-                        self.count(v)
-                    }
+                    None => self.general_staged(frames, i, now, verdicts),
                 };
                 verdicts[i] = verdict;
             }
@@ -274,8 +284,18 @@ impl Pipeline {
                 return Some(self.forward_v4(frames.frame(i), v, &hit, now));
             }
         }
+        if self.proxied_miss(v, key) {
+            // A flow the SYN proxy opened (the shortcut skips those): the general path.
+            return Some(self.general_staged(frames, i, now, verdicts));
+        }
         let nv = match self.prepare_v4(v, key, now) {
             Ok(nv) => nv,
+            Err(super::SYNPROXY) => {
+                // The SYN proxy's (it may insert a flow: the waiting ones first).
+                self.finish_waiting(frames, verdicts);
+                let verdict = self.synproxy_room(frames, i, now);
+                return Some(self.count(verdict));
+            }
             Err(verdict) => return Some(self.count(verdict)),
         };
         if self.waiting.len == WAITING_MAX {
@@ -291,6 +311,24 @@ impl Pipeline {
                 Some(self.count(verdict))
             }
         }
+    }
+
+    /// Frame `i` through the general path (the waiting flows finished first), counted; an
+    /// ACK that the SYN proxy turns into a SYN gets the buffer's room.
+    #[inline(never)]
+    fn general_staged<B: FrameBatch + ?Sized>(
+        &mut self,
+        frames: &mut B,
+        i: usize,
+        now: Instant,
+        verdicts: &mut [Verdict],
+    ) -> Verdict {
+        self.finish_waiting(frames, verdicts);
+        let mut v = self.run_general(frames.frame(i), now);
+        if v == super::SYNPROXY {
+            v = self.synproxy_room(frames, i, now);
+        }
+        self.count(v)
     }
 
     /// Finishes the waiting new flows, oldest first, and sets their frames' verdicts.

@@ -20,7 +20,8 @@ use lb_algos::{BackendId, FlowTuple, Scheduler};
 
 use super::classify::{PROTO_SCTP, PROTO_TCP, Packet};
 use super::{
-    DropReason, FLAG_FULLNAT, Pipeline, SNAT_TRIES, Verdict, fast, frontend_protocol, nat,
+    DropReason, FLAG_FULLNAT, FLAG_SYNPROXY, Pipeline, SNAT_TRIES, SYNPROXY, Verdict, fast,
+    frontend_protocol, nat,
 };
 use crate::snapshot::Frontend;
 
@@ -40,16 +41,16 @@ pub(super) struct Scheduled {
 impl Pipeline {
     /// Everything before the insert of a new flow for `t` (a packet of IP protocol `proto`,
     /// TCP flags or SCTP chunk type `flags`, TTL `ttl`): the frontend's service, the source
-    /// (martian or xvs's own: `hygiene`), the TTL,
-    /// whether the packet may open a flow, source ranges, the freeze switches, the rate
-    /// limit, then the scheduler. `Err` is the packet's verdict.
+    /// (martian or xvs's own: `hygiene`), the TTL, whether the SYN proxy takes the packet (when `synproxy`: then `Err(SYNPROXY)`, and
+    /// the caller hands it the frame), whether the packet may open a flow, source ranges,
+    /// the freeze switches, the rate limit, then the scheduler. `Err` is the packet's
+    /// verdict.
     #[inline]
     pub(super) fn schedule(
         &self,
         t: &FlowTuple,
-        proto: u8,
-        flags: u8,
-        ttl: u8,
+        (proto, flags, ttl): (u8, u8, u8),
+        synproxy: bool,
         now: Instant,
     ) -> Result<Scheduled, Verdict> {
         let Some(protocol) = frontend_protocol(proto) else {
@@ -68,6 +69,13 @@ impl Pipeline {
         self.source_check(t.src).map_err(Verdict::Drop)?;
         if ttl <= 1 {
             return Err(Verdict::Drop(DropReason::TtlExceeded));
+        }
+        if snapshot.synproxy_any
+            && synproxy
+            && proto == PROTO_TCP
+            && self.synproxy_takes(svc.synproxy, flags)
+        {
+            return Err(SYNPROXY);
         }
         let opens = match proto {
             PROTO_TCP => flags & 0x16 == 0x02, // SYN, no ACK, no RST
@@ -110,14 +118,28 @@ impl Pipeline {
         key: FlowKey,
         now: Instant,
     ) -> Verdict {
+        self.new_flow_as(frame, p, key, now, Proxy::May)
+    }
+
+    /// [`new_flow`](Self::new_flow), with the SYN proxy's part said by `proxy`.
+    pub(super) fn new_flow_as(
+        &mut self,
+        frame: &mut [u8],
+        p: &Packet,
+        key: FlowKey,
+        now: Instant,
+        proxy: Proxy,
+    ) -> Verdict {
         let tuple = FlowTuple {
             src: p.src,
             src_port: p.sport,
             dst: p.dst,
             dst_port: p.dport,
         };
-        let s = match self.schedule(&tuple, p.proto, p.flags, p.ttl, now) {
+        let may = matches!(proxy, Proxy::May);
+        let s = match self.schedule(&tuple, (p.proto, p.flags, p.ttl), may, now) {
             Ok(s) => s,
+            Err(SYNPROXY) if may => return self.synproxy_miss(frame, now),
             Err(v) => return v,
         };
         let Some(mut nh) = self.next_hop(s.backend.ip()) else {
@@ -133,13 +155,18 @@ impl Pipeline {
             service_id: s.service_id,
             backend_id: s.backend_id,
             snapshot_gen: s.snapshot_gen,
-            flags: 0,
+            flags: if let Proxy::Proxied(_) = proxy {
+                FLAG_SYNPROXY
+            } else {
+                0
+            },
         };
         let flags = flowtable::TcpFlags(p.flags);
         let tick = self.tick(now);
         let new_flows_before = self.counters.new_flows;
+        let mut created = None;
         let inserted = if s.mode == Mode::Fullnat {
-            data.flags = FLAG_FULLNAT;
+            data.flags |= FLAG_FULLNAT;
             let snat_ip = match p.src {
                 IpAddr::V4(_) => self.config.snat_v4.map(IpAddr::V4),
                 IpAddr::V6(_) => self.config.snat_v6.map(IpAddr::V6),
@@ -156,6 +183,7 @@ impl Pipeline {
                         oldest.consider(&self.flows, h, tick, data.snat.port())
                     }
                     r => {
+                        created = r.ok();
                         result = self.inserted(r, &mut data);
                         break;
                     }
@@ -171,11 +199,18 @@ impl Pipeline {
         } else {
             match self.flows.insert_at(&data, flags, tick) {
                 Err(InsertError::ReplyInUse(_)) => Err(DropReason::ReplyTupleInUse),
-                r => self.inserted(r, &mut data),
+                r => {
+                    created = r.ok();
+                    self.inserted(r, &mut data)
+                }
             }
         };
         if let Err(r) = inserted {
             return Verdict::Drop(r);
+        }
+        if let (Proxy::Proxied(word), Some(h)) = (proxy, created) {
+            // Before the SYN leaves: nothing of the backend's can be here yet.
+            self.flows.set_seq(h, word);
         }
         if data.backend != s.backend {
             // Another worker's flow was adopted: its backend's next hop.
@@ -245,6 +280,7 @@ impl Pipeline {
     ) -> Verdict {
         let mut nv = match self.prepare_v4(v, key, now) {
             Ok(nv) => nv,
+            Err(SYNPROXY) => return self.synproxy_miss(frame, now),
             Err(verdict) => return verdict,
         };
         let out = match self.begin_v4(&nv) {
@@ -269,7 +305,7 @@ impl Pipeline {
             dst: IpAddr::V4(Ipv4Addr::from_bits(v.dst())),
             dst_port: v.dport(),
         };
-        let s = self.schedule(&tuple, v.proto, v.flags, v.ttl, now)?;
+        let s = self.schedule(&tuple, (v.proto, v.flags, v.ttl), true, now)?;
         let SocketAddr::V4(backend) = s.backend else {
             return Err(Verdict::Drop(DropReason::NoBackend));
         };
@@ -496,6 +532,17 @@ pub(super) struct Out {
     addrs: u64,
     ports: u32,
     created: bool,
+}
+
+/// The SYN proxy's part in a new flow.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Proxy {
+    /// `schedule` may give the packet to the SYN proxy.
+    May,
+    /// The SYN proxy passed it on: the usual new flow.
+    Never,
+    /// The SYN proxy's SYN to the backend: the flow is marked, its sequence word this.
+    Proxied(u64),
 }
 
 /// What [`Pipeline::begin_v4`] did.

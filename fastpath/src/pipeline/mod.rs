@@ -20,7 +20,9 @@
 //! frame (untagged IPv4 TCP/UDP without options) takes a shortcut through the same stages
 //! (`fast`); [`Pipeline::process_batch`] runs a batch of them as a software pipeline
 //! (`batch`). A client's SYN on a flow that has ended first removes it (`reuse`), then
-//! takes the new-flow path.
+//! takes the new-flow path. TCP services may put a SYN proxy in front of the new-flow path
+//! ([`synproxy`]): SYN cookies, the flow made for a client's valid ACK, sequence numbers
+//! translated for the flow's life.
 //!
 //! # Rules chosen
 //!
@@ -56,6 +58,7 @@
 //!   Flow hits are not checked again (their sources passed when the flow was made), and a
 //!   frame for no frontend stays `Pass`.
 
+use std::cell::Cell;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -77,10 +80,12 @@ pub(crate) mod icmp;
 pub(crate) mod nat;
 mod reuse;
 pub mod snat;
+pub mod synproxy;
 
 pub use batch::{FrameBatch, STAGE_DISTANCE, WAITING_MAX};
 use classify::{Frag, PROTO_ICMP, PROTO_ICMPV6, PROTO_SCTP, PROTO_TCP, PROTO_UDP, Packet};
 use nat::Endpoints;
+pub use synproxy::CookieKey;
 
 /// Ports tried for one new fullnat flow before giving up with `SnatPortsExhausted`.
 pub const SNAT_TRIES: usize = 16;
@@ -193,7 +198,20 @@ drop_reasons! {
     BadSctpChecksum = "bad_sctp_checksum",
     /// A later fragment reaching past 65,535 bytes of its datagram.
     OversizedFragment = "oversized_fragment",
+    /// SYN proxy: an ACK without a flow whose acknowledgment is no valid cookie of ours
+    /// (forged, or older than two minutes) while the proxy is engaged.
+    SynCookieInvalid = "syn_cookie_invalid",
+    /// SYN proxy: a packet of a proxied flow before the backend's handshake completed
+    /// (client data is retransmitted).
+    SynproxyPending = "synproxy_pending",
+    /// SYN proxy: a valid cookie's SYN to the backend did not fit the frame's buffer (only
+    /// through `process`, whose frames cannot grow; never in the workers).
+    SynproxyNoRoom = "synproxy_no_room",
 }
+
+/// What `schedule` answers for a packet the SYN proxy takes (its callers hand the frame
+/// over; the same value is the proxy's answer to an ACK it cannot grow into a SYN).
+const SYNPROXY: Verdict = Verdict::Drop(DropReason::SynproxyNoRoom);
 
 /// Per-pipeline counters; the slowpath sums them over workers.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -216,6 +234,11 @@ pub struct Counters {
     pub icmp_translated: u64,
     /// Later fragments forwarded through the fragment table.
     pub fragments_forwarded: u64,
+    /// SYN proxy: SYN-ACKs with a cookie sent to clients.
+    pub synproxy_syns: u64,
+    /// SYN proxy: client ACKs with a valid cookie that opened a backend connection (a flow,
+    /// also counted in `new_flows`).
+    pub synproxy_acks: u64,
 }
 
 impl Counters {
@@ -247,6 +270,8 @@ pub struct PipelineConfig {
     pub fragments_max: usize,
     /// How long after its first fragment a datagram's later fragments are accepted.
     pub fragment_timeout: Duration,
+    /// The SYN cookie secret; every worker must have the same (and the next process too).
+    pub synproxy_key: CookieKey,
 }
 
 /// The source MAC the pcap replayer and tests use when none is configured.
@@ -274,8 +299,16 @@ impl PipelineConfig {
             snat_ports: snat::slice(r.first, r.last, worker, workers),
             fragments_max: 1024,
             fragment_timeout: c.timeouts.fragment.get(),
+            synproxy_key: process_cookie_key(),
         }
     }
+}
+
+/// This process's SYN cookie key when none is configured: random, one for all workers. The
+/// daemon sets the one kept in `state_dir` instead.
+fn process_cookie_key() -> CookieKey {
+    static KEY: std::sync::OnceLock<CookieKey> = std::sync::OnceLock::new();
+    *KEY.get_or_init(CookieKey::random)
 }
 
 /// The flow table's settings from a config (capacity, backends, timeouts).
@@ -305,6 +338,11 @@ pub fn flow_table_config(c: &Config) -> flowtable::FlowTableConfig {
 
 /// Bit in `FlowData::flags`: the flow is full-NAT.
 const FLAG_FULLNAT: u8 = 1;
+/// Bit in `FlowData::flags`: the flow was opened by the SYN proxy (its sequence word holds
+/// the handshake's state, then the delta). It is the flow table's `FLAG_SLOW`: the IPv4
+/// shortcut's lookup does not find such flows, so its hits pay nothing for them; its misses
+/// look again ([`Pipeline::proxied_miss`]) once the table ever held one.
+pub(crate) const FLAG_SYNPROXY: u8 = flowtable::FLAG_SLOW;
 
 /// Slots of the per-pipeline next-hop cache (direct-mapped by destination address).
 const NH_CACHE_SLOTS: usize = 256;
@@ -365,6 +403,9 @@ pub struct Pipeline {
     syn_watch: Option<Arc<SynWatch>>,
     /// New flows half inserted by `process_batch` (empty between calls).
     waiting: batch::Waiting,
+    /// Whether the SYN proxy's `auto` setting is engaged (embryonic flows above the
+    /// threshold, until below half of it).
+    synproxy_auto: Cell<bool>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -414,6 +455,7 @@ impl Pipeline {
             tick,
             syn_watch: None,
             waiting: batch::Waiting::new(),
+            synproxy_auto: Cell::new(false),
         }
     }
 
@@ -458,10 +500,30 @@ impl Pipeline {
         &self.counters
     }
 
-    /// Processes one frame in place. See the module docs for the rules.
+    /// Processes one frame in place. See the module docs for the rules. The frame cannot
+    /// grow: a client ACK that the SYN proxy would turn into a SYN to a backend is dropped
+    /// (`SynproxyNoRoom`); [`process_frame`](Self::process_frame) has room.
     #[inline]
     pub fn process(&mut self, frame: &mut [u8], now: Instant) -> Verdict {
         self.run(frame, now)
+    }
+
+    /// [`process`](Self::process) for the frame `buf[..*len]` in a buffer that may hold a
+    /// longer one: the SYN proxy's SYN to a backend (12 bytes longer than the client's ACK)
+    /// is made there, and `*len` set to the frame's new length for a `Tx` verdict.
+    pub fn process_frame(&mut self, buf: &mut [u8], len: &mut usize, now: Instant) -> Verdict {
+        let n = (*len).min(buf.len());
+        let v = self.run(&mut buf[..n], now);
+        if v != SYNPROXY || buf.len() <= n {
+            return v;
+        }
+        // An ACK with a valid cookie: again, with room (the drop is not counted).
+        self.counters.drops[DropReason::SynproxyNoRoom as usize] -= 1;
+        let (v, new_len) = self.synproxy_grow(buf, n, true, now);
+        if let Verdict::Tx(_) = v {
+            *len = new_len;
+        }
+        self.count(v)
     }
 
     #[inline(always)]
@@ -530,7 +592,8 @@ impl Pipeline {
         dir == Direction::Original && self.ended(h) && self.end(h)
     }
 
-    /// A fast-path frame `v` of a known flow (`hit`), counted.
+    /// A fast-path frame `v` of a known flow (`hit`) that the SYN proxy did not open (the
+    /// callers send those to [`proxied_v4`](Self::proxied_v4)), counted.
     #[inline(always)]
     fn forward_v4(&mut self, frame: &mut [u8], v: &fast::V4, hit: &V4Hit, now: Instant) -> Verdict {
         // (`fast::parse` left frames whose TTL expires to the general path.)
@@ -553,6 +616,21 @@ impl Pipeline {
         self.count(Verdict::Tx(port))
     }
 
+    /// Whether a fast-path frame (`v`, `key`) whose shortcut lookup missed belongs to a flow
+    /// the SYN proxy opened (which that lookup skips): once the table ever held one, a TCP
+    /// miss looks again with the general lookup (the index slots are warm).
+    #[inline(always)]
+    pub(super) fn proxied_miss(&self, v: &fast::V4, key: &V4Key) -> bool {
+        v.proto == classify::PROTO_TCP && self.flows.has_slow_flows() && self.proxied_flow(key)
+    }
+
+    /// [`proxied_miss`](Self::proxied_miss)'s second look.
+    #[cold]
+    #[inline(never)]
+    fn proxied_flow(&self, key: &V4Key) -> bool {
+        self.flows.lookup_hit(&key.key()).is_some()
+    }
+
     /// [`run_v4`](Self::run_v4) without a flow. Kept out of line and given only the packed
     /// tuple (the rest is read again from the frame, the key hashed again), so that the hit
     /// path keeps the parsed fields in registers.
@@ -560,6 +638,10 @@ impl Pipeline {
     fn miss_v4(&mut self, frame: &mut [u8], addrs: u64, ports: u32, now: Instant) -> Verdict {
         let v = fast::V4::reread(frame, addrs, ports);
         let key = self.flows.v4_key(v.protocol, addrs, ports);
+        if self.proxied_miss(&v, &key) {
+            // (The general path finds the flow, translates, or reopens it.)
+            return self.run_general(frame, now);
+        }
         self.new_flow_v4(frame, &v, &key, now)
     }
 
@@ -671,6 +753,21 @@ impl Pipeline {
     /// A packet of a known flow.
     #[inline]
     fn forward(&mut self, frame: &mut [u8], p: &Packet, hit: &FlowHit, now: Instant) -> Verdict {
+        if hit.flags & FLAG_SYNPROXY != 0 {
+            return self.proxied(frame, p, hit, now);
+        }
+        self.forward_plain(frame, p, hit, now)
+    }
+
+    /// [`forward`](Self::forward) without the SYN proxy's translation.
+    #[inline]
+    fn forward_plain(
+        &mut self,
+        frame: &mut [u8],
+        p: &Packet,
+        hit: &FlowHit,
+        now: Instant,
+    ) -> Verdict {
         if p.ttl <= 1 {
             return Verdict::Drop(DropReason::TtlExceeded);
         }
@@ -855,7 +952,7 @@ fn frontend_protocol(proto: u8) -> Option<config::Protocol> {
 
 /// The packet's own tuple.
 #[inline]
-fn flow_key(p: &Packet) -> FlowKey {
+pub(crate) fn flow_key(p: &Packet) -> FlowKey {
     let proto = match p.proto {
         PROTO_TCP => Protocol::Tcp,
         PROTO_UDP => Protocol::Udp,

@@ -304,6 +304,7 @@ impl FlowTable {
         for b in self.backends.iter() {
             b.0.store(0, Ordering::Relaxed);
         }
+        self.counters.0.embryonic.store(0, Ordering::Relaxed);
         let mut out = Recovery {
             clean,
             previous_pid,
@@ -320,6 +321,7 @@ impl FlowTable {
             if usable {
                 keep[e] = true;
                 out.flows += 1;
+                self.saw_flags((self.word(e as u32, super::W_META) >> 48) as u8);
                 self.count(backend, FlowState::from_u8(state), 1);
             } else {
                 if ctl_status(c) != ST_FREE {
@@ -411,7 +413,7 @@ impl FlowTable {
         let mut out = Imported::default();
         old.scan(0, old.capacity(), |v| {
             out.read += 1;
-            match self.restore(&v.data, v.state, v.last_seen) {
+            match self.restore_seq(&v.data, v.state, v.last_seen, v.seq) {
                 Ok(_) => out.restored += 1,
                 Err(_) => out.refused += 1,
             }
@@ -436,13 +438,15 @@ impl FlowTable {
             count: 0,
             boot,
             exported_mono_ns: mono_of(now),
+            version: RECORD_VERSION,
+            record_len: RECORD_LEN,
         };
         w.write_all(&head.encode()).map_err(io)?;
         let mut failed = None;
         self.scan(0, self.capacity(), |v| {
             if failed.is_none() {
                 let age = now.saturating_duration_since(v.last_seen);
-                match w.write_all(&encode_record(&v.data, v.state, age)) {
+                match w.write_all(&encode_record(&v.data, v.state, age, v.seq)) {
                     Ok(()) => head.count += 1,
                     Err(e) => failed = Some(e),
                 }
@@ -478,9 +482,9 @@ impl FlowTable {
         let mut out = Imported::default();
         let mut rec = [0u8; RECORD_LEN];
         for _ in 0..head.count {
-            r.read_exact(&mut rec).map_err(io)?;
+            r.read_exact(&mut rec[..head.record_len]).map_err(io)?;
             out.read += 1;
-            let Some((data, state, age)) = decode_record(&rec) else {
+            let Some((data, state, age, seq)) = decode_record(&rec, head.version) else {
                 out.refused += 1;
                 continue;
             };
@@ -488,7 +492,7 @@ impl FlowTable {
                 .checked_sub(age + since)
                 .unwrap_or(self.epoch)
                 .max(self.epoch);
-            match self.restore(&data, state, last_seen) {
+            match self.restore_seq(&data, state, last_seen, seq) {
                 Ok(_) => out.restored += 1,
                 Err(_) => out.refused += 1,
             }
@@ -504,23 +508,33 @@ pub fn previous_path(path: &Path) -> PathBuf {
 
 /// The record format's version. Records are little-endian and fixed-size; a new field means
 /// a new version (and the reader of the old one kept).
-pub const RECORD_VERSION: u32 = 1;
+///
+/// - 1: 96-byte records.
+/// - 2: 104-byte records: version 1's, then the flow's sequence word (SYN proxy). Version 1
+///   records are still read (sequence word 0: no proxied flow existed then).
+pub const RECORD_VERSION: u32 = 2;
 const RECORD_MAGIC: &[u8; 8] = b"XVSFLOWR";
 const RECORD_HEADER_LEN: usize = 48;
-const RECORD_LEN: usize = 96;
+/// Bytes of a record of this version.
+const RECORD_LEN: usize = 104;
+/// Bytes of a version 1 record.
+const RECORD_LEN_V1: usize = 96;
 
 struct RecordHeader {
     count: u64,
     boot: [u64; 2],
     exported_mono_ns: u64,
+    /// The records' version and size (read back: this version's or version 1's).
+    version: u32,
+    record_len: usize,
 }
 
 impl RecordHeader {
     fn encode(&self) -> [u8; RECORD_HEADER_LEN] {
         let mut b = [0u8; RECORD_HEADER_LEN];
         b[..8].copy_from_slice(RECORD_MAGIC);
-        b[8..12].copy_from_slice(&RECORD_VERSION.to_le_bytes());
-        b[12..16].copy_from_slice(&(RECORD_LEN as u32).to_le_bytes());
+        b[8..12].copy_from_slice(&self.version.to_le_bytes());
+        b[12..16].copy_from_slice(&(self.record_len as u32).to_le_bytes());
         b[16..24].copy_from_slice(&self.count.to_le_bytes());
         b[24..32].copy_from_slice(&self.boot[0].to_le_bytes());
         b[32..40].copy_from_slice(&self.boot[1].to_le_bytes());
@@ -534,23 +548,29 @@ impl RecordHeader {
         if &b[..8] != RECORD_MAGIC {
             return Err("not an xvs flow export (bad magic)".to_owned());
         }
-        if u32_at(8) != RECORD_VERSION || u32_at(12) as usize != RECORD_LEN {
+        let (version, len) = (u32_at(8), u32_at(12) as usize);
+        if !matches!(
+            (version, len),
+            (1, RECORD_LEN_V1) | (RECORD_VERSION, RECORD_LEN)
+        ) {
             return Err(format!(
-                "record version {} (this xvs reads {RECORD_VERSION})",
-                u32_at(8)
+                "record version {version} (this xvs reads 1 and {RECORD_VERSION})"
             ));
         }
         Ok(RecordHeader {
             count: u64_at(16),
             boot: [u64_at(24), u64_at(32)],
             exported_mono_ns: u64_at(40),
+            version,
+            record_len: len,
         })
     }
 }
 
 /// One record: `proto, state, v6, flags` (4 bytes), the four ports (8), service and backend
-/// ids and snapshot generation (12), idle ms (4), four 16-byte addresses (64), 4 reserved.
-fn encode_record(d: &FlowData, state: FlowState, age: Duration) -> [u8; RECORD_LEN] {
+/// ids and snapshot generation (12), idle ms (4), four 16-byte addresses (64), 4 reserved,
+/// the sequence word (8, version 2).
+fn encode_record(d: &FlowData, state: FlowState, age: Duration, seq: u64) -> [u8; RECORD_LEN] {
     let mut b = [0u8; RECORD_LEN];
     b[0] = d.proto as u8;
     b[1] = state.to_u8();
@@ -566,10 +586,15 @@ fn encode_record(d: &FlowData, state: FlowState, age: Duration) -> [u8; RECORD_L
     b[20..24].copy_from_slice(&d.snapshot_gen.to_le_bytes());
     let ms = age.as_millis().min(u128::from(u32::MAX)) as u32;
     b[24..28].copy_from_slice(&ms.to_le_bytes());
+    b[96..104].copy_from_slice(&seq.to_le_bytes());
     b
 }
 
-fn decode_record(b: &[u8; RECORD_LEN]) -> Option<(FlowData, FlowState, Duration)> {
+/// A record of `version` (its bytes at the start of `b`).
+fn decode_record(
+    b: &[u8; RECORD_LEN],
+    version: u32,
+) -> Option<(FlowData, FlowState, Duration, u64)> {
     let u16_at = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
     let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
     let proto = Protocol::from_ip_proto(b[0])?;
@@ -593,7 +618,17 @@ fn decode_record(b: &[u8; RECORD_LEN]) -> Option<(FlowData, FlowState, Duration)
         snapshot_gen: u32_at(20),
         flags: b[3],
     };
-    Some((data, state, Duration::from_millis(u64::from(u32_at(24)))))
+    let seq = if version >= 2 {
+        u64::from_le_bytes(b[96..104].try_into().expect("8 bytes"))
+    } else {
+        0
+    };
+    Some((
+        data,
+        state,
+        Duration::from_millis(u64::from(u32_at(24))),
+        seq,
+    ))
 }
 
 #[cfg(test)]

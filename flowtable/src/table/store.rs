@@ -18,7 +18,11 @@ use crate::sync::{AtomicU64, AtomicUsize, Ordering, Padded};
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"XVSFLOWT");
 /// The layout version: entry words, index words, header fields and their offsets. Bump it
 /// whenever any of them changes; a state of another version is imported, never adopted.
-pub(crate) const LAYOUT_VERSION: u64 = 1;
+///
+/// - 1: the first.
+/// - 2: the sequence words (an IPv4 entry's last hot word, the `seq6` slab after the cold
+///   half-lines) and the embryonic gauge in the counters.
+pub(crate) const LAYOUT_VERSION: u64 = 2;
 
 /// Header status: a process owns the table (or owned it when it died).
 pub(crate) const STATUS_RUNNING: u64 = 1;
@@ -95,6 +99,7 @@ pub(crate) struct Layout {
     pub backends_max: usize,
     pub entries: usize,
     pub cold: usize,
+    pub seq6: usize,
     pub index: usize,
     pub backends: usize,
     /// Bytes in all.
@@ -108,7 +113,8 @@ impl Layout {
         let index_slots = Index::slots_for(homes);
         let entries = page_round(std::mem::size_of::<HeaderBlock>());
         let cold = entries + page_round(capacity * std::mem::size_of::<Entry>());
-        let index = cold + page_round(capacity * std::mem::size_of::<Cold>());
+        let seq6 = cold + page_round(capacity * std::mem::size_of::<Cold>());
+        let index = seq6 + page_round(capacity * 8);
         let backends = index + page_round(index_slots * 8);
         let total = backends + page_round(backends_max * std::mem::size_of::<BackendCount>());
         Layout {
@@ -118,6 +124,7 @@ impl Layout {
             backends_max,
             entries,
             cold,
+            seq6,
             index,
             backends,
             total,
@@ -141,6 +148,8 @@ impl FlowTable {
         FlowTable {
             entries: mem.slab(lay.entries, lay.capacity),
             cold: mem.slab(lay.cold, lay.capacity),
+            seq6: mem.slab(lay.seq6, lay.capacity),
+            slow_seen: AtomicUsize::new(0),
             index: Index::over(mem.slab(lay.index, lay.index_slots), lay.homes),
             free: mem.one(offset_of!(HeaderBlock, free)),
             departed: mem.one(offset_of!(HeaderBlock, departed)),

@@ -92,6 +92,10 @@ fn fold16(s: u64) -> u16 {
     y + u16::from(c)
 }
 
+/// What `hit_v4` compares of `meta >> 32`: protocol, family, and the flags byte's
+/// [`FLAG_SLOW`] bit.
+const SHORTCUT_MASK: u64 = 0xffff | (FLAG_SLOW as u64) << 16;
+
 /// [`FlowHit`] for an IPv4 flow, from [`FlowTable::lookup_v4`]: the outgoing endpoints packed
 /// like a [`V4Key`]'s and the checksum adjustment, 32 bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -235,7 +239,8 @@ impl FlowTable {
     }
 
     /// [`lookup_hit`](Self::lookup_hit) for an IPv4 key: the same flow, answered as a
-    /// [`V4Hit`]. Wait-free like [`lookup`](Self::lookup).
+    /// [`V4Hit`], unless it is a [`FLAG_SLOW`] one (`None`: see
+    /// [`has_slow_flows`](Self::has_slow_flows)). Wait-free like [`lookup`](Self::lookup).
     #[inline(always)]
     pub fn lookup_v4(&self, k: &V4Key) -> Option<V4Hit> {
         // `Index::probe` spelled out over the probe window.
@@ -276,8 +281,9 @@ impl FlowTable {
             .load(Ordering::Relaxed)
             .rotate_left(32 * r as u32);
         let csum = entry.w[W_V4_CSUM].load(Ordering::Relaxed) >> (32 * r);
-        // One test for the protocol and family, the ports and the addresses.
-        let differ = ((meta >> 32) & 0xffff ^ k.misc() >> 32)
+        // One test for the protocol and family, the ports and the addresses; and that the
+        // flow is no `FLAG_SLOW` one (meta bit 55, which no key has).
+        let differ = ((meta >> 32) & SHORTCUT_MASK ^ k.misc() >> 32)
             | u64::from(ports as u32 ^ k.ports)
             | (key_addrs ^ k.addrs);
         if differ != 0 {
@@ -392,6 +398,7 @@ impl FlowTable {
     /// [`write_entry`](Self::write_entry) for a [`V4Flow`]: the same words.
     #[inline(always)]
     fn write_entry_v4(&self, e: u32, f: &V4Flow, state: u8, t: u32) -> u64 {
+        self.saw_flags(f.flags);
         let entry = &self.entries[e as usize];
         let old = entry.w[W_CTL].load(Ordering::Relaxed);
         let gen_ = (ctl_gen(old) + 1) & GEN_MASK;

@@ -114,7 +114,7 @@ pub fn render(stats: &StatsView, services: &[ServiceView], probes: &ProbeCounts)
         o.sample("xvs_drops_total", &[("reason", reason)], f(*n));
     }
     type Field = fn(&super::views::WorkerView) -> u64;
-    let per_worker: [(&str, &str, Field); 10] = [
+    let per_worker: [(&str, &str, Field); 12] = [
         (
             "xvs_rx_packets_total",
             "Frames received, per worker.",
@@ -157,6 +157,16 @@ pub fn render(stats: &StatsView, services: &[ServiceView], probes: &ProbeCounts)
             "xvs_reused_flows_total",
             "Flows in TIME_WAIT or CLOSE ended by a new SYN of their tuple (scheduled afresh).",
             |w| w.reused_flows,
+        ),
+        (
+            "xvs_synproxy_syns_total",
+            "SYN proxy: SYN-ACKs with a SYN cookie sent to clients, per worker.",
+            |w| w.synproxy_syns,
+        ),
+        (
+            "xvs_synproxy_acks_total",
+            "SYN proxy: client ACKs with a valid cookie that opened a backend connection, per worker.",
+            |w| w.synproxy_acks,
         ),
         (
             "xvs_expired_flows_total",
@@ -299,6 +309,12 @@ pub fn render(stats: &StatsView, services: &[ServiceView], probes: &ProbeCounts)
     // Flow table.
     let t = &stats.flowtable;
     o.single("xvs_flowtable_flows", "gauge", "Live flows.", f(t.flows));
+    o.single(
+        "xvs_flowtable_embryonic_flows",
+        "gauge",
+        "Live TCP flows whose handshake has not completed (the SYN proxy's auto threshold applies to it).",
+        f(t.embryonic),
+    );
     o.single(
         "xvs_flowtable_capacity",
         "gauge",

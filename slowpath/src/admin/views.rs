@@ -293,6 +293,12 @@ pub struct WorkerView {
     /// afresh (IPVS's `conn_reuse_mode`).
     #[serde(default)]
     pub reused_flows: u64,
+    /// SYN proxy: SYN-ACKs with a cookie sent.
+    #[serde(default)]
+    pub synproxy_syns: u64,
+    /// SYN proxy: client ACKs with a valid cookie that opened a backend connection.
+    #[serde(default)]
+    pub synproxy_acks: u64,
     /// Flows expired by this worker's sweeps.
     pub expired_flows: u64,
     /// Nanoseconds spent in polls that moved frames (busy time; the rest is empty polls).
@@ -318,6 +324,8 @@ impl WorkerView {
             slow: c.slow,
             new_flows: c.new_flows,
             reused_flows: c.reused,
+            synproxy_syns: c.synproxy_syns,
+            synproxy_acks: c.synproxy_acks,
             expired_flows: c.expired,
             busy_ns: c.busy_ns,
             generation: c.generation,
@@ -362,6 +370,9 @@ pub struct FlowTableView {
     /// last 10 s): half-open flows expire after `tcp_syn_pressure`.
     #[serde(default)]
     pub under_pressure: bool,
+    /// Live TCP flows whose handshake has not completed (the SYN proxy's `auto` looks at it).
+    #[serde(default)]
+    pub embryonic: u64,
 }
 
 impl FlowTableView {
@@ -386,6 +397,7 @@ impl FlowTableView {
             index_full: s.index_full,
             recycled: s.recycled,
             expired: s.expired,
+            embryonic: s.embryonic,
             removed: s.removed,
             gave_way: s.gave_way,
             under_pressure: false,

@@ -60,6 +60,9 @@ pub const ANN_WEIGHTS: &str = "xvs.io/weights";
 pub const ANN_NEW_CONN_RATE: &str = "xvs.io/new-conn-rate";
 /// Annotation: the token bucket's size (default: the rate, one second's worth).
 pub const ANN_NEW_CONN_BURST: &str = "xvs.io/new-conn-burst";
+/// Annotation: the SYN proxy of every TCP spec of the Service, `off`, `on` or `auto`
+/// (default: `[synproxy] mode`).
+pub const ANN_SYNPROXY: &str = "xvs.io/synproxy";
 /// Legacy annotation carrying load-balancer source ranges when the field is empty.
 pub const ANN_LB_SOURCE_RANGES: &str = "service.beta.kubernetes.io/load-balancer-source-ranges";
 

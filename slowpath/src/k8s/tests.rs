@@ -4,7 +4,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use config::{Cidr, Config, Dur, Kubernetes, Mode, Protocol, SchedFlag, SchedulerName};
-use fastpath::snapshot::{BackendSpec, Frontend, ServiceSpec};
+use fastpath::snapshot::{BackendSpec, Frontend, ServiceSpec, SynproxySetting};
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::{Value, json};
@@ -146,6 +146,9 @@ fn cluster_ip_service_gets_its_ready_endpoints() {
             source_ranges: vec![],
             rate_limit: None,
             frozen: false,
+            synproxy: SynproxySetting::Auto {
+                embryonic_max: 1000
+            },
             backends: vec![
                 BackendSpec {
                     addr: sa("10.0.0.1:8080"),
@@ -663,6 +666,7 @@ fn annotations_set_scheduler_flags_mode_and_weights() {
         "xvs.io/scheduler-flags": "mh-port, mh-fallback",
         "xvs.io/mode": "nat",
         "xvs.io/weights": "10.0.0.1=3, 10.0.0.2=0",
+        "xvs.io/synproxy": "on",
     }));
     let s = slice(
         "web-1",
@@ -680,8 +684,27 @@ fn annotations_set_scheduler_flags_mode_and_weights() {
     assert_eq!(sp.scheduler, SchedulerName::Mh);
     assert_eq!(sp.flags, vec![SchedFlag::MhPort, SchedFlag::MhFallback]);
     assert_eq!(sp.mode, Mode::Nat);
+    assert_eq!(sp.synproxy, SynproxySetting::On);
     let w: Vec<u32> = sp.backends.iter().map(|b| b.weight).collect();
     assert_eq!(w, vec![3, 0, 1]);
+    // "off" overrides a global "on"; the global threshold goes with "auto".
+    let mut c = cfg();
+    c.synproxy.mode = config::SynproxyMode::On;
+    c.synproxy.auto_threshold = Some(77);
+    for (v, want) in [
+        ("off", SynproxySetting::Off),
+        ("auto", SynproxySetting::Auto { embryonic_max: 77 }),
+    ] {
+        let m = build_model(
+            &[annotated(json!({"xvs.io/synproxy": v}))],
+            &[],
+            &node(),
+            &c,
+        );
+        assert_eq!(spec(&m, "ns/web:http").synproxy, want, "{v}");
+    }
+    let m = build_model(&[web(json!({}))], &[], &node(), &c);
+    assert_eq!(spec(&m, "ns/web:http").synproxy, SynproxySetting::On);
 }
 
 #[test]
@@ -691,6 +714,7 @@ fn invalid_annotations_fall_back_to_defaults_with_problems() {
         "xvs.io/mode": "dsr",
         "xvs.io/weights": "10.0.0.1=heavy",
         "xvs.io/scheduler-flags": "turbo",
+        "xvs.io/synproxy": "sometimes",
     }));
     let mut c = cfg();
     c.kubernetes.as_mut().unwrap().default_scheduler = SchedulerName::Wlc;
@@ -700,7 +724,13 @@ fn invalid_annotations_fall_back_to_defaults_with_problems() {
     assert_eq!(sp.scheduler, SchedulerName::Wlc);
     assert_eq!(sp.mode, Mode::Nat);
     assert!(sp.flags.is_empty());
-    assert_eq!(m.problems.len(), 4, "{:?}", m.problems);
+    assert_eq!(
+        sp.synproxy,
+        SynproxySetting::Auto {
+            embryonic_max: 1000
+        }
+    );
+    assert_eq!(m.problems.len(), 5, "{:?}", m.problems);
 }
 
 #[test]

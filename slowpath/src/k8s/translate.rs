@@ -4,8 +4,8 @@ use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use config::{Cidr, Config, Mode, Protocol, SchedFlag, SchedulerName};
-use fastpath::snapshot::{BackendSpec, Frontend, RateLimit, ServiceSpec};
+use config::{Cidr, Config, Mode, Protocol, SchedFlag, SchedulerName, SynproxyMode};
+use fastpath::snapshot::{BackendSpec, Frontend, RateLimit, ServiceSpec, SynproxySetting};
 use k8s_openapi::api::core::v1::{Node, Service, ServicePort, ServiceSpec as K8sServiceSpec};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
@@ -13,8 +13,8 @@ use super::endpoints::{self, Ep, Policy, Topology};
 use super::incremental::Merge;
 use super::{
     ANN_LB_SOURCE_RANGES, ANN_MODE, ANN_NEW_CONN_BURST, ANN_NEW_CONN_RATE, ANN_SCHEDULER,
-    ANN_SCHEDULER_FLAGS, ANN_WEIGHTS, HealthCheckNodePort, K8sModel, LABEL_SERVICE_NAME,
-    LABEL_SERVICE_PROXY_NAME, LABEL_ZONE, Problem,
+    ANN_SCHEDULER_FLAGS, ANN_SYNPROXY, ANN_WEIGHTS, HealthCheckNodePort, K8sModel,
+    LABEL_SERVICE_NAME, LABEL_SERVICE_PROXY_NAME, LABEL_ZONE, Problem,
 };
 
 /// The session affinity timeout when a ClientIP Service does not set one (3 hours).
@@ -237,6 +237,7 @@ struct Common {
     affinity_timeout: Option<Duration>,
     weights: HashMap<IpAddr, u32>,
     rate_limit: Option<RateLimit>,
+    synproxy: SynproxySetting,
 }
 
 /// Translates one Service with its EndpointSlices (sorted by name). Pure.
@@ -433,6 +434,7 @@ fn translate_into(
                         source_ranges: ranges,
                         rate_limit: common.rate_limit,
                         frozen: false,
+                        synproxy: common.synproxy,
                     };
                     out.push(spec, lb);
                 };
@@ -709,7 +711,21 @@ fn common(
         rate,
         burst: burst.unwrap_or(rate),
     });
+    let synproxy_mode = match ann(ANN_SYNPROXY) {
+        None => cfg.synproxy.mode,
+        Some(v) => SynproxyMode::from_name(v).unwrap_or_else(|| {
+            out.problem(
+                object,
+                format!(
+                    "{ANN_SYNPROXY}: unknown mode {v:?} (off, on or auto); using {}",
+                    cfg.synproxy.mode.name()
+                ),
+            );
+            cfg.synproxy.mode
+        }),
+    };
     Common {
+        synproxy: SynproxySetting::of(synproxy_mode, cfg),
         scheduler,
         flags,
         mode,
