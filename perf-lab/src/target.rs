@@ -553,6 +553,8 @@ fn all_services(svc: &Services) -> impl Iterator<Item = (u32, &'static str, u16)
 
 /// The xvs config for the rig.
 pub fn xvs_config(rig: &Rig, svc: &Services, at: &Placement) -> String {
+    // The SYN proxy is off: the scenarios measure forwarding, and the generator's SYN loads
+    // are floods by `auto`'s standard (the proxy's own cost: `benches --mix synproxy`).
     // The state (flow table, control socket) lives with the run's files, so rigs never
     // share one.
     let state = at.xvs_state_dir();
@@ -567,7 +569,8 @@ pub fn xvs_config(rig: &Rig, svc: &Services, at: &Placement) -> String {
          snat_addresses = [\"{LB_BACKEND_IP}\"]\nsnat_port_range = \"1024-32767\"\n\
          xdp_mode = \"auto\"\nzero_copy = \"off\"\nbatch_size = 64\nnapi_busy_poll = {busy}\nstate_dir = {state:?}\nbpf_pin_root = \"{pins}/xvs\"\n{drain}\n\
          [flowtable]\ncapacity = {capacity}\n\n\
-         [admin]\nlisten = \"127.0.0.1:{XVS_ADMIN_PORT}\"\n",
+         [admin]\nlisten = \"127.0.0.1:{XVS_ADMIN_PORT}\"\n\n\
+         [synproxy]\nmode = \"off\"\n",
         prefix = rig.prefix,
         state = state.display().to_string(),
         pins = crate::rig::LAB_BPFFS,
