@@ -226,10 +226,17 @@ fn cleanup(config: Option<&PathBuf>, watch: Option<(u32, PathBuf)>) -> ExitCode 
         return ExitCode::from(EXIT_BAD_CONFIG);
     };
     let dp = &cfg.dataplane;
+    let mut taps = 0;
+    for i in &dp.interfaces {
+        match fastpath::xsk::tap::remove(&i.name) {
+            Ok(removed) => taps += usize::from(removed),
+            Err(e) => eprintln!("xvs cleanup: the exception device of {}: {e}", i.name),
+        }
+    }
     match daemon::hold::cleanup(&dp.bpf_pin_root, &dp.state_dir) {
         Ok(c) => {
             println!(
-                "removed {} pinned steering link(s) under {} and {} state file(s) in {}",
+                "removed {} pinned steering link(s) under {}, {} state file(s) in {} and {taps} exception device(s)",
                 c.links,
                 dp.bpf_pin_root.display(),
                 c.files.len(),

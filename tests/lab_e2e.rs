@@ -1076,13 +1076,30 @@ fn pass_reaches_the_kernel_for_traffic_to_a_nat_backend_that_bypasses_the_vip() 
         .map(|w| w["pass_injected"].as_u64().unwrap())
         .sum();
     assert!(injected > 0, "{stats}");
+    // The devices outlive the process (a restart attaches to them), and `xvs cleanup`
+    // removes them.
     lab.stop_xvs();
-    let links = lab.exec("x", &["ip", "-o", "link", "show"]);
-    let links = String::from_utf8_lossy(&links.stdout).to_string();
-    assert!(
-        !links.contains(": xvsp"),
-        "the devices go with xvs: {links}"
+    let links = |lab: &Lab| {
+        let o = lab.exec("x", &["ip", "-o", "link", "show"]);
+        String::from_utf8_lossy(&o.stdout).matches(": xvsp").count()
+    };
+    assert_eq!(links(&lab), 2, "the devices stay for the next xvs");
+    lab.start_xvs(&nat_config());
+    assert_eq!(links(&lab), 2, "a restart attaches to them");
+    let o = direct(&lab, "http://198.18.1.2:8080/");
+    assert!(o.status.success(), "after a restart: {o:?}");
+    lab.stop_xvs();
+    let config = lab.dir.path().join("xvs.toml").display().to_string();
+    let o = lab.exec(
+        "x",
+        &[env!("CARGO_BIN_EXE_xvs"), "cleanup", "--config", &config],
     );
+    assert!(o.status.success(), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("2 exception device(s)"),
+        "{o:?}"
+    );
+    assert_eq!(links(&lab), 0, "xvs cleanup removes the devices");
 }
 
 /// The SYN proxy with real TCP stacks on both sides: every connection's handshake goes

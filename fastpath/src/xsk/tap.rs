@@ -12,8 +12,12 @@
 //! has no address, no IPv6 link-local address (`addr_gen_mode` none) and reverse-path
 //! filtering off (a backend's reply arrives on the TAP while the route back to the backend
 //! leaves by another interface; the kernel uses the stricter of `all` and the device's
-//! setting, so a node with `net.ipv4.conf.all.rp_filter = 1` drops them: use 0 or 2). The
-//! kernel removes the device when the last worker closes its queue (process exit).
+//! setting, so a node with `net.ipv4.conf.all.rp_filter = 1` drops them: use 0 or 2).
+//!
+//! The device is persistent, like the pinned steering: a restarted xvs attaches its queues to
+//! the same device. (A device that went with the process would be unregistered by the kernel
+//! while the next process starts, holding the RTNL lock the steering attach needs: it made a
+//! restart's gap about a second longer.) `xvs cleanup` removes it ([`remove`]).
 //!
 //! Writes are non-blocking: a full TAP queue drops the frame (counted).
 
@@ -22,6 +26,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
+const TUNSETPERSIST: libc::c_ulong = 0x4004_54cb;
 const IFF_TAP: libc::c_short = 0x0002;
 const IFF_NO_PI: libc::c_short = 0x1000;
 const IFF_MULTI_QUEUE: libc::c_short = 0x0100;
@@ -116,6 +121,14 @@ impl PassTap {
         };
         ioctl(fd.as_raw_fd(), TUNSETIFF, &mut req)
             .map_err(|e| io::Error::new(e.kind(), format!("TUNSETIFF {name}: {e}")))?;
+        // SAFETY: TUNSETPERSIST takes its argument by value.
+        if unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETPERSIST as _, 1 as libc::c_ulong) } < 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(
+                e.kind(),
+                format!("TUNSETPERSIST {name}: {e}"),
+            ));
+        }
         let tap = PassTap { fd, name };
         tap.configure(ifname)?;
         Ok(tap)
@@ -171,4 +184,41 @@ impl PassTap {
         let n = unsafe { libc::write(self.fd.as_raw_fd(), frame.as_ptr().cast(), frame.len()) };
         n == frame.len() as isize
     }
+}
+
+/// Removes interface `ifname`'s exception device, if there is one; `Ok(true)` if it was
+/// there. For `xvs cleanup`: while an xvs runs, its queues keep the device until it exits.
+pub fn remove(ifname: &str) -> io::Result<bool> {
+    let c = CString::new(ifname).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: a valid C string.
+    let ifindex = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if ifindex == 0 {
+        return Ok(false);
+    }
+    let name = tap_name(ifindex);
+    let cname =
+        CString::new(name.as_str()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: a valid C string.
+    if unsafe { libc::if_nametoindex(cname.as_ptr()) } == 0 {
+        return Ok(false);
+    }
+    // SAFETY: plain open of a path.
+    let fd = unsafe { libc::open(c"/dev/net/tun".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut req = IfReqFlags {
+        name: ifr_name(&name),
+        flags: IFF_TAP | IFF_NO_PI | IFF_MULTI_QUEUE,
+        _pad: [0; 22],
+    };
+    ioctl(fd.as_raw_fd(), TUNSETIFF, &mut req)?;
+    // SAFETY: TUNSETPERSIST takes its argument by value.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETPERSIST as _, 0 as libc::c_ulong) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // Closing our queue, the last one, removes the device.
+    Ok(true)
 }
