@@ -854,7 +854,8 @@ fn freeze_udp_resteer_and_graceful_drain() {
     let path = lab.dir.path().join("xvs.toml");
     let without = config.replacen(&format!("  {{ addr = \"198.18.1.{n}:9000\" }},\n"), "", 1);
     assert_ne!(without, config, "backend {n} not found in the echo service");
-    std::fs::write(&path, without).unwrap();
+    // The running [dataplane] (with the lab's state_dir): a reload may not change it.
+    std::fs::write(&path, lab.with_state(&without)).unwrap();
     unsafe { libc::kill(pid, libc::SIGHUP) };
     // Within the removal grace (3 s by default) the flow stays; after it, it moves.
     std::thread::sleep(Duration::from_millis(600));
