@@ -218,7 +218,7 @@ mod tests {
         if mem < u64::from(config::FLOWS_MAX) * config::FLOW_BYTES {
             let e = check_flow_memory(&cfg).unwrap_err();
             assert!(
-                e.starts_with("flowtable.capacity 1073741824 needs 122.0 GiB"),
+                e.starts_with("flowtable.capacity 1073741824 needs 130.0 GiB"),
                 "{e}"
             );
         }
