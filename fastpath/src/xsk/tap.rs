@@ -90,45 +90,67 @@ fn sysctl(path: &str, value: &str) -> io::Result<()> {
     std::fs::write(format!("/proc/sys/{path}"), value)
 }
 
+/// The index of interface `name`, or 0 when there is none.
+fn ifindex(name: &str) -> io::Result<u32> {
+    let c = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: a valid C string.
+    Ok(unsafe { libc::if_nametoindex(c.as_ptr()) })
+}
+
+/// A new queue of multi-queue TAP device `name` (created if absent), non-blocking, with the
+/// device's persistence set to `persist`.
+fn attach(name: &str, persist: bool) -> io::Result<OwnedFd> {
+    // SAFETY: plain open of a path.
+    let fd = unsafe {
+        libc::open(
+            c"/dev/net/tun".as_ptr(),
+            libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("/dev/net/tun: {e}")));
+    }
+    // SAFETY: a fresh descriptor we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut req = IfReqFlags {
+        name: ifr_name(name),
+        flags: IFF_TAP | IFF_NO_PI | IFF_MULTI_QUEUE,
+        _pad: [0; 22],
+    };
+    ioctl(fd.as_raw_fd(), TUNSETIFF, &mut req)
+        .map_err(|e| io::Error::new(e.kind(), format!("TUNSETIFF {name}: {e}")))?;
+    // SAFETY: TUNSETPERSIST takes its argument by value.
+    if unsafe {
+        libc::ioctl(
+            fd.as_raw_fd(),
+            TUNSETPERSIST as _,
+            libc::c_ulong::from(persist),
+        )
+    } < 0
+    {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(
+            e.kind(),
+            format!("TUNSETPERSIST {name}: {e}"),
+        ));
+    }
+    Ok(fd)
+}
+
 impl PassTap {
     /// Attaches a queue of interface `ifname`'s exception device, creating and configuring the
     /// device if this is the first queue.
     pub fn open(ifname: &str) -> io::Result<PassTap> {
-        let c = CString::new(ifname).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        // SAFETY: a valid C string.
-        let ifindex = unsafe { libc::if_nametoindex(c.as_ptr()) };
-        if ifindex == 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let name = tap_name(ifindex);
-        // SAFETY: plain open of a path.
-        let fd = unsafe {
-            libc::open(
-                c"/dev/net/tun".as_ptr(),
-                libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            let e = io::Error::last_os_error();
-            return Err(io::Error::new(e.kind(), format!("/dev/net/tun: {e}")));
-        }
-        // SAFETY: a fresh descriptor we own.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let mut req = IfReqFlags {
-            name: ifr_name(&name),
-            flags: IFF_TAP | IFF_NO_PI | IFF_MULTI_QUEUE,
-            _pad: [0; 22],
-        };
-        ioctl(fd.as_raw_fd(), TUNSETIFF, &mut req)
-            .map_err(|e| io::Error::new(e.kind(), format!("TUNSETIFF {name}: {e}")))?;
-        // SAFETY: TUNSETPERSIST takes its argument by value.
-        if unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETPERSIST as _, 1 as libc::c_ulong) } < 0 {
-            let e = io::Error::last_os_error();
+        let index = ifindex(ifname)?;
+        if index == 0 {
             return Err(io::Error::new(
-                e.kind(),
-                format!("TUNSETPERSIST {name}: {e}"),
+                io::ErrorKind::NotFound,
+                format!("no interface {ifname}"),
             ));
         }
+        let name = tap_name(index);
+        let fd = attach(&name, true)?;
         let tap = PassTap { fd, name };
         tap.configure(ifname)?;
         Ok(tap)
@@ -189,36 +211,15 @@ impl PassTap {
 /// Removes interface `ifname`'s exception device, if there is one; `Ok(true)` if it was
 /// there. For `xvs cleanup`: while an xvs runs, its queues keep the device until it exits.
 pub fn remove(ifname: &str) -> io::Result<bool> {
-    let c = CString::new(ifname).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: a valid C string.
-    let ifindex = unsafe { libc::if_nametoindex(c.as_ptr()) };
-    if ifindex == 0 {
+    let index = ifindex(ifname)?;
+    if index == 0 {
         return Ok(false);
     }
-    let name = tap_name(ifindex);
-    let cname =
-        CString::new(name.as_str()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: a valid C string.
-    if unsafe { libc::if_nametoindex(cname.as_ptr()) } == 0 {
+    let name = tap_name(index);
+    if ifindex(&name)? == 0 {
         return Ok(false);
     }
-    // SAFETY: plain open of a path.
-    let fd = unsafe { libc::open(c"/dev/net/tun".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor we own.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let mut req = IfReqFlags {
-        name: ifr_name(&name),
-        flags: IFF_TAP | IFF_NO_PI | IFF_MULTI_QUEUE,
-        _pad: [0; 22],
-    };
-    ioctl(fd.as_raw_fd(), TUNSETIFF, &mut req)?;
-    // SAFETY: TUNSETPERSIST takes its argument by value.
-    if unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETPERSIST as _, 0 as libc::c_ulong) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // Closing our queue, the last one, removes the device.
+    // Our queue, the last one, removes the device when it closes (dropped here).
+    attach(&name, false)?;
     Ok(true)
 }
