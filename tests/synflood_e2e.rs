@@ -17,6 +17,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
+use fastpath::wire::checksum;
 
 const FLOOD: u32 = 200_000;
 const FLOOD_MAX_TIME: Duration = Duration::from_secs(20);
@@ -36,16 +37,6 @@ fn mac_of(lab: &Lab, which: &str, dev: &str) -> [u8; 6] {
     mac
 }
 
-fn csum(data: &[u8], mut sum: u32) -> u16 {
-    for c in data.chunks(2) {
-        sum += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
-    }
-    while sum >> 16 != 0 {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
 /// A SYN frame from `src`:`sport` to the web VIP, with valid checksums.
 fn syn_frame(dst_mac: [u8; 6], src: [u8; 4], sport: u16, seq: u32) -> Vec<u8> {
     let vip = [198, 18, 100, 1];
@@ -61,7 +52,7 @@ fn syn_frame(dst_mac: [u8; 6], src: [u8; 4], sport: u16, seq: u32) -> Vec<u8> {
     ip[9] = 6;
     ip[12..16].copy_from_slice(&src);
     ip[16..20].copy_from_slice(&vip);
-    let c = csum(&ip, 0);
+    let c = checksum::checksum(&ip);
     ip[10..12].copy_from_slice(&c.to_be_bytes());
     let mut tcp = [0u8; 20];
     tcp[0..2].copy_from_slice(&sport.to_be_bytes());
@@ -70,12 +61,7 @@ fn syn_frame(dst_mac: [u8; 6], src: [u8; 4], sport: u16, seq: u32) -> Vec<u8> {
     tcp[12] = 5 << 4;
     tcp[13] = 0x02;
     tcp[14..16].copy_from_slice(&64240u16.to_be_bytes());
-    let mut pseudo = Vec::with_capacity(32);
-    pseudo.extend_from_slice(&src);
-    pseudo.extend_from_slice(&vip);
-    pseudo.extend_from_slice(&[0, 6, 0, 20]);
-    pseudo.extend_from_slice(&tcp);
-    let c = csum(&pseudo, 0);
+    let c = checksum::l4_checksum_v4(&src, &vip, 6, &tcp);
     tcp[16..18].copy_from_slice(&c.to_be_bytes());
     f.extend_from_slice(&ip);
     f.extend_from_slice(&tcp);
