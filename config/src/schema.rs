@@ -45,6 +45,9 @@ pub struct Config {
     /// The SYN proxy (SYN cookies in front of the backends), for every TCP service.
     #[serde(default)]
     pub synproxy: Synproxy,
+    /// Flow sync between the nodes of a tier (off unless `enable`).
+    #[serde(default)]
+    pub sync: Sync,
 }
 
 impl Config {
@@ -883,4 +886,71 @@ impl Synproxy {
         self.auto_threshold
             .unwrap_or_else(|| SYNPROXY_AUTO_THRESHOLD.min(capacity / 2).max(1))
     }
+}
+
+/// `[sync]`: flow sync between the peers of a tier. Every node sends the flows its workers
+/// create, the state changes that matter (established, closing) and their ends to every
+/// peer, over UDP, authenticated with a key all peers share; a peer installs them so it
+/// can serve them the moment ECMP moves their packets to it (replies to this node's SNAT
+/// addresses included: the peers announce them as backups, see `[bgp]`).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sync {
+    /// Sync on. Default false.
+    #[serde(default)]
+    pub enable: bool,
+    /// This node's sync address (UDP), where peers send. Required when enabled.
+    pub listen: Option<SocketAddr>,
+    /// The shared key: a file of at least 32 bytes (e.g. `head -c 32 /dev/urandom`), the
+    /// same on every peer, readable by root only. Required when enabled.
+    pub key_file: Option<PathBuf>,
+    /// The other nodes of the tier.
+    #[serde(default)]
+    pub peers: Vec<SyncPeer>,
+    /// How often the slowpath sends what the workers recorded. Default 10 ms.
+    #[serde(default = "sync_interval")]
+    pub interval: Dur,
+    /// How often every live flow this node serves is sent again, so that a peer's copy
+    /// does not expire while the flow lives here. Default 60 s (less than the shortest
+    /// established timeout matters: a flow idle longer is not refreshed).
+    #[serde(default = "d60")]
+    pub refresh: Dur,
+    /// At most this many messages a second to each peer (a full dump is paced by it too).
+    /// Default 20000.
+    #[serde(default = "sync_rate")]
+    pub max_messages_per_second: u32,
+}
+
+/// One peer of `[sync] peers`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SyncPeer {
+    /// Its sync address (its `[sync] listen`).
+    pub address: SocketAddr,
+    /// Its `[dataplane] snat_addresses`: this node takes replies to them once it serves
+    /// the peer's flows, and (with `[bgp]`) announces them as backups.
+    #[serde(default)]
+    pub snat_addresses: Vec<IpAddr>,
+}
+
+impl Default for Sync {
+    fn default() -> Sync {
+        Sync {
+            enable: false,
+            listen: None,
+            key_file: None,
+            peers: Vec::new(),
+            interval: sync_interval(),
+            refresh: d60(),
+            max_messages_per_second: sync_rate(),
+        }
+    }
+}
+
+fn sync_interval() -> Dur {
+    Dur::from_millis(10)
+}
+
+fn sync_rate() -> u32 {
+    20_000
 }

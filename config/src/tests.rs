@@ -687,3 +687,43 @@ fn synproxy_defaults_overrides_and_refusals() {
         assert_eq!(SynproxyMode::from_name(m.name()), Some(m));
     }
 }
+
+#[test]
+fn sync_defaults_and_refusals() {
+    let c = parse(MINIMAL, "t.toml").unwrap();
+    assert!(!c.sync.enable);
+    assert_eq!(c.sync.interval.get(), std::time::Duration::from_millis(10));
+    assert_eq!(c.sync.max_messages_per_second, 20_000);
+    let on = |extra: &str| {
+        format!(
+            "{MINIMAL}[sync]\nenable = true\nlisten = \"198.18.2.11:7946\"\nkey_file = \"/etc/xvs/sync.key\"\n{extra}"
+        )
+    };
+    let c = parse(
+        &on("peers = [{ address = \"198.18.2.12:7946\", snat_addresses = [\"198.18.3.2\"] }]\n"),
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(c.sync.peers.len(), 1);
+    assert_eq!(
+        c.sync.peers[0].snat_addresses,
+        vec!["198.18.3.2".parse::<std::net::IpAddr>().unwrap()]
+    );
+    let p = problem(&on(""));
+    assert_eq!(p.key, "sync.peers");
+    let p = problem(&on("peers = [{ address = \"198.18.2.11:7946\" }]\n"));
+    assert_eq!(p.key, "sync.peers[0].address");
+    assert!(p.message.contains("sync.listen"), "{}", p.message);
+    let p = problem(&on(
+        "peers = [{ address = \"198.18.2.12:7946\", snat_addresses = [\"198.18.1.254\"] }]\n",
+    ));
+    assert_eq!(p.key, "sync.peers[0].snat_addresses");
+    let p = problem(&on(
+        "interval = \"5s\"\npeers = [{ address = \"198.18.2.12:7946\" }]\n",
+    ));
+    assert_eq!(p.key, "sync.interval");
+    let p = problem(&format!(
+        "{MINIMAL}[sync]\nenable = true\nkey_file = \"/k\"\npeers = [{{ address = \"198.18.2.12:7946\" }}]\n"
+    ));
+    assert_eq!(p.key, "sync.listen");
+}

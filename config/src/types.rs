@@ -35,6 +35,10 @@ impl Dur {
     pub const fn from_secs(s: u64) -> Dur {
         Dur(Duration::from_secs(s))
     }
+    /// Milliseconds.
+    pub const fn from_millis(ms: u64) -> Dur {
+        Dur(Duration::from_millis(ms))
+    }
     /// The duration.
     pub const fn get(self) -> Duration {
         self.0
