@@ -138,4 +138,6 @@ pub use table::{
     SweepStats, Tick, V4Flow, V4Hit, V4Key, v4_csum_delta,
 };
 #[cfg(not(loom))]
-pub use table::{Imported, Opened, RECORD_VERSION, Recovery, previous_path};
+pub use table::{
+    FlowRecord, Imported, Opened, RECORD_BYTES, RECORD_VERSION, Recovery, previous_path,
+};

@@ -18,7 +18,9 @@ mod persist;
 mod store;
 mod v4;
 #[cfg(not(loom))]
-pub use persist::{Imported, Opened, RECORD_VERSION, Recovery, previous_path};
+pub use persist::{
+    FlowRecord, Imported, Opened, RECORD_BYTES, RECORD_VERSION, Recovery, previous_path,
+};
 pub use v4::{PendingV4, V4Flow, V4Hit, V4Key, v4_csum_delta};
 
 /// Largest capacity: entry numbers must fit the index word's 32-bit field with room for the
@@ -179,6 +181,13 @@ pub struct FlowHit {
 }
 
 impl FlowHit {
+    /// The flow's state when it was looked up ([`FlowState::to_u8`]'s code): with what
+    /// [`FlowTable::touch`] returns, whether the packet changed it.
+    #[inline(always)]
+    pub fn state_code(&self) -> u8 {
+        ctl_state(self.ctl)
+    }
+
     /// Whether the flow is IPv6.
     #[inline]
     pub fn is_ipv6(&self) -> bool {
@@ -278,6 +287,15 @@ impl FlowHandle {
     }
     fn gen_(self) -> u64 {
         self.0 >> 32
+    }
+    /// The handle as one word (for a queue of handles; see [`from_bits`](Self::from_bits)).
+    pub fn to_bits(self) -> u64 {
+        self.0
+    }
+    /// A handle back from [`to_bits`](Self::to_bits). Any word makes a handle that is safe
+    /// to use: one that names no live flow is stale (calls return `None`).
+    pub fn from_bits(bits: u64) -> FlowHandle {
+        FlowHandle(bits)
     }
 }
 
@@ -1096,6 +1114,47 @@ impl FlowTable {
                     let (old, new) = (FlowState::from_u8(old), FlowState::from_u8(new));
                     self.recount(backend, old, new);
                     return Some(new);
+                }
+                Err(a) => c = a,
+            }
+        }
+    }
+
+    /// Sets flow `h`'s state to `state` and its last-seen time to `last_seen` when that is
+    /// later than the flow's (a peer's copy of a flow it serves, see the slowpath's flow
+    /// sync); the per-backend counts follow the state. Returns the state set, or `None`
+    /// when the handle is stale or `state` is of another protocol. Not for the packet path.
+    pub fn update(&self, h: FlowHandle, state: FlowState, last_seen: Instant) -> Option<FlowState> {
+        let e = h.entry();
+        let entry = self.entries.get(e as usize)?;
+        let data = self.read_data(e)?;
+        let fits = matches!(
+            (state, data.proto),
+            (FlowState::Tcp(_), Protocol::Tcp)
+                | (FlowState::Udp, Protocol::Udp)
+                | (FlowState::Icmp, Protocol::Icmp | Protocol::Icmpv6)
+                | (FlowState::Sctp(_), Protocol::Sctp)
+        );
+        if !fits {
+            return None;
+        }
+        let t = self.ticks(last_seen);
+        let new = state.to_u8();
+        let mut c = entry.w[W_CTL].load(Ordering::Acquire);
+        loop {
+            if !ctl_readable(c) || ctl_gen(c) != h.gen_() {
+                return None;
+            }
+            let old = ctl_state(c);
+            let ls = ctl_ls(c).max(t);
+            if new == old && ls == ctl_ls(c) {
+                return Some(state);
+            }
+            let nc = c & !((0xff << 32) | 0xffff_ffff) | u64::from(new) << 32 | u64::from(ls);
+            match entry.w[W_CTL].compare_exchange_weak(c, nc, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    self.recount(data.backend_id.0, FlowState::from_u8(old), state);
+                    return Some(state);
                 }
                 Err(a) => c = a,
             }

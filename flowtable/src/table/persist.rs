@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use lb_algos::BackendId;
 
+use super::FlowView;
 use super::store::{
     HeaderBlock, LAYOUT_VERSION, Layout, MAGIC, STATUS_CLEAN, STATUS_RUNNING, entry_bytes,
 };
@@ -498,6 +499,56 @@ impl FlowTable {
             }
         }
         Ok(out)
+    }
+}
+
+/// Bytes of one flow in the record format (this version).
+pub const RECORD_BYTES: usize = RECORD_LEN;
+
+/// One flow as the record format carries it: the flow data (with the writer's service
+/// and backend ids, which a reader of another process maps to its own), its state, how
+/// long it had been idle when written, and its sequence word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowRecord {
+    /// The flow.
+    pub data: FlowData,
+    /// Its state.
+    pub state: FlowState,
+    /// Idle time when written (millisecond resolution).
+    pub idle: Duration,
+    /// Its sequence word (0: none).
+    pub seq: u64,
+}
+
+impl FlowRecord {
+    /// The record of `v` read at `now`.
+    pub fn of(v: &FlowView, now: Instant) -> FlowRecord {
+        FlowRecord {
+            data: v.data,
+            state: v.state,
+            idle: now.saturating_duration_since(v.last_seen),
+            seq: v.seq,
+        }
+    }
+
+    /// Its [`RECORD_BYTES`] bytes (the format of [`FlowTable::export`]'s records, version
+    /// [`RECORD_VERSION`]).
+    pub fn encode(&self) -> [u8; RECORD_BYTES] {
+        encode_record(&self.data, self.state, self.idle, self.seq)
+    }
+
+    /// A record back from its bytes; `None` for bytes that are no valid record.
+    pub fn decode(b: &[u8; RECORD_BYTES]) -> Option<FlowRecord> {
+        let (data, state, idle, seq) = decode_record(b, RECORD_VERSION)?;
+        if !data.same_family() {
+            return None;
+        }
+        Some(FlowRecord {
+            data,
+            state,
+            idle,
+            seq,
+        })
     }
 }
 

@@ -116,6 +116,14 @@ pub struct V4Hit {
 }
 
 impl V4Hit {
+    /// The flow's state when it was looked up (see [`FlowHit::state_code`]).
+    ///
+    /// [`FlowHit::state_code`]: crate::FlowHit::state_code
+    #[inline(always)]
+    pub fn state_code(&self) -> u8 {
+        super::ctl_state(self.ctl)
+    }
+
     /// Whether the flow was still being inserted when found (its reply tuple possibly not
     /// indexed yet, the insert possibly about to fail).
     #[inline]
