@@ -56,6 +56,7 @@ use config::Dataplane;
 use xsk_rs::FrameDesc;
 use xsk_rs::umem::Umem;
 
+use crate::flowlog::{EndedFlow, FlowEvent};
 use crate::pipeline::{Counters, DropReason, FrameBatch, Pipeline, Verdict};
 use crate::snapshot::Snapshot;
 use crate::xsk::pool::FramePool;
@@ -436,7 +437,13 @@ impl Worker {
             flows.capacity() as u128 * since.as_nanos() / self.spec.sweep_round.as_nanos().max(1);
         let n = (due as usize).clamp(1, self.spec.sweep_budget.max(1));
         let expired = &mut self.local.expired;
-        flows.sweep(now, n, |_| *expired += 1);
+        match self.pipeline.flow_log() {
+            Some(log) => flows.sweep(now, n, |e| {
+                *expired += 1;
+                log.record(FlowEvent::Ended(EndedFlow::of(&e.data)));
+            }),
+            None => flows.sweep(now, n, |_| *expired += 1),
+        };
     }
 
     /// Completed tx frames back to the free stack.

@@ -203,8 +203,8 @@ impl FlowState {
         )
     }
 
-    /// Compact encoding stored in the entry's control word.
-    pub(crate) fn to_u8(self) -> u8 {
+    /// Compact encoding stored in the entry's control word (what hits' `state_code` reads).
+    pub fn to_u8(self) -> u8 {
         match self {
             FlowState::Tcp(s) => s as u8,
             FlowState::Udp => 16,

@@ -241,8 +241,9 @@ impl Pipeline {
         data: &mut FlowData,
     ) -> Result<(), DropReason> {
         match r {
-            Ok(_) => {
+            Ok(h) => {
                 self.counters.new_flows += 1;
+                self.log_created(h);
                 Ok(())
             }
             Err(InsertError::Exists(h)) => match self.flows.get(h) {
@@ -423,8 +424,9 @@ impl Pipeline {
         r: Result<FlowHandle, InsertError>,
     ) -> Result<Out, DropReason> {
         match r {
-            Ok(_) => {
+            Ok(h) => {
                 self.counters.new_flows += 1;
+                self.log_created(h);
                 // The reply tuple (backend -> snat) reversed.
                 let reply = &nv.flow.reply;
                 Ok(Out {

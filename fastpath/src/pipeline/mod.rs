@@ -67,6 +67,7 @@ use config::Config;
 use flowtable::{Direction, FlowHandle, FlowHit, FlowKey, FlowTable, Protocol, Tick, V4Hit, V4Key};
 use lb_algos::AffinityTable;
 
+use crate::flowlog::{FlowEvent, FlowLog};
 use crate::passive::SynWatch;
 use crate::snapshot::{NextHop, Snapshot};
 
@@ -406,6 +407,8 @@ pub struct Pipeline {
     /// Whether the SYN proxy's `auto` setting is engaged (embryonic flows above the
     /// threshold, until below half of it).
     synproxy_auto: Cell<bool>,
+    /// Where flow events go for the tier's flow sync, when it is on.
+    log: Option<Arc<FlowLog>>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -456,6 +459,26 @@ impl Pipeline {
             syn_watch: None,
             waiting: batch::Waiting::new(),
             synproxy_auto: Cell::new(false),
+            log: None,
+        }
+    }
+
+    /// Records the flows this pipeline creates and the state changes it makes in `log`
+    /// (flow sync between the peers of a tier).
+    pub fn set_flow_log(&mut self, log: Arc<FlowLog>) {
+        self.log = Some(log);
+    }
+
+    /// The flow log, when flow sync is on.
+    pub fn flow_log(&self) -> Option<&Arc<FlowLog>> {
+        self.log.as_ref()
+    }
+
+    /// A flow this pipeline inserted, for the flow log.
+    #[inline(always)]
+    fn log_created(&self, h: FlowHandle) {
+        if let Some(log) = &self.log {
+            log.record(FlowEvent::Created(h));
         }
     }
 
@@ -659,7 +682,13 @@ impl Pipeline {
     #[inline(always)]
     fn touch(&mut self, hit: &FlowHit, flags: u8, now: Instant) {
         let tick = self.tick(now);
-        self.flows.touch(hit, flowtable::TcpFlags(flags), tick);
+        let state = self.flows.touch(hit, flowtable::TcpFlags(flags), tick);
+        if let Some(log) = &self.log
+            && let Some(s) = state
+            && s.to_u8() != hit.state_code()
+        {
+            log.record(FlowEvent::Changed(hit.handle));
+        }
         self.answered(flags, hit.backend_id());
     }
 
@@ -667,7 +696,13 @@ impl Pipeline {
     #[inline(always)]
     fn touch_v4(&mut self, hit: &V4Hit, flags: u8, now: Instant) {
         let tick = self.tick(now);
-        self.flows.touch_v4(hit, flowtable::TcpFlags(flags), tick);
+        let state = self.flows.touch_v4(hit, flowtable::TcpFlags(flags), tick);
+        if let Some(log) = &self.log
+            && let Some(s) = state
+            && s.to_u8() != hit.state_code()
+        {
+            log.record(FlowEvent::Changed(hit.handle()));
+        }
         // (Tested as the flow table's shortcut tests it: a pure ACK is no SYN-ACK.)
         if flags & 0x17 != 0x10 {
             self.answered(flags, hit.backend_id());
