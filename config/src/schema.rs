@@ -947,6 +947,24 @@ impl Default for Sync {
     }
 }
 
+impl Sync {
+    /// The peers' SNAT addresses when sync is on (this node takes replies to them; `[bgp]`
+    /// announces them as backups), else none.
+    pub fn peer_snat_addresses(&self) -> Vec<IpAddr> {
+        if !self.enable {
+            return Vec::new();
+        }
+        let mut out: Vec<IpAddr> = self
+            .peers
+            .iter()
+            .flat_map(|p| p.snat_addresses.iter().copied())
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+}
+
 fn sync_interval() -> Dur {
     Dur::from_millis(10)
 }

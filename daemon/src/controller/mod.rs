@@ -534,7 +534,11 @@ impl Controller {
                 let snap = Arc::new(snap);
                 self.awaiting = Some((snap.generation, since));
                 self.current = Some(Arc::clone(&snap));
-                let steering = SteerSet::of(&snap, &self.cfg.dataplane);
+                let mut steering = SteerSet::of(&snap, &self.cfg.dataplane);
+                // Replies to the peers' SNAT addresses: their flows, once served here.
+                steering
+                    .snat_addresses
+                    .extend(self.cfg.sync.peer_snat_addresses());
                 self.actions.push_back(Action::Publish {
                     snapshot: snap,
                     steering,

@@ -345,6 +345,10 @@ const FLAG_FULLNAT: u8 = 1;
 /// look again ([`Pipeline::proxied_miss`]) once the table ever held one.
 pub(crate) const FLAG_SYNPROXY: u8 = flowtable::FLAG_SLOW;
 
+/// Bit in `FlowData::flags`: the flow was installed from a peer of the tier (flow sync);
+/// the pipeline forwards it like any other, flow sync tells its copies from its own flows.
+pub const FLAG_PEER: u8 = 2;
+
 /// Slots of the per-pipeline next-hop cache (direct-mapped by destination address).
 const NH_CACHE_SLOTS: usize = 256;
 const _: () = assert!(NH_CACHE_SLOTS.is_power_of_two());

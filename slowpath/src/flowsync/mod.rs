@@ -1,0 +1,689 @@
+//! Flow sync between the nodes of a tier (`[sync]`): every node sends the flows its
+//! workers create, the state changes they make and the flows their sweeps end to every
+//! peer, and installs what its peers send into its own flow table, as flows it can serve
+//! the moment ECMP moves their packets to it (replies to a peer's SNAT address included:
+//! the steering takes them, `[bgp]` announces them as backups).
+//!
+//! - **Sending.** Every `interval` the task drains the workers' [`FlowLog`]s, reads each
+//!   logged flow from the table (its state now; a flow gone since is skipped), and sends
+//!   them in datagrams of [`wire::FLOWS_PER_DATAGRAM`] flows, ends in their own. Every
+//!   `refresh` it sends again every flow of its own that was active in the last period,
+//!   so a peer's copy lives as long as the flow (a peer's copy is never refreshed by a
+//!   node that does not own it, so copies do not echo between peers).
+//! - **Pacing.** At most `max_messages_per_second` datagrams a second leave; what waits
+//!   is queued (bounded: beyond [`QUEUE_MAX`] datagrams new ones are dropped and counted;
+//!   the next refresh sends their flows again).
+//! - **Receiving.** A datagram is accepted only from a configured peer's address, with a
+//!   valid HMAC and a fresh, unseen sequence ([`wire`]). A flow is installed with this
+//!   node's ids for its service (found by the frontend its client addressed) and backend
+//!   (by address): a flow whose service or backend this node does not know is refused and
+//!   counted. A flow already here is updated in place (state, last-seen time), never
+//!   removed and inserted again: a packet between the two would find no flow. A flow of
+//!   this node's own is never overwritten by a peer's; a peer's end removes only a copy
+//!   that has been idle here for [`END_IDLE`] (one this node serves stays).
+//! - **Dumps.** At start a node asks every peer for all its flows ([`wire::Kind::DumpRequest`])
+//!   and is [`ready`](FlowSync::ready) (to be announced by `[bgp]`) once every peer has
+//!   finished its dump or been silent for [`DUMP_WAIT`]; a peer heard again after
+//!   [`PEER_SILENT`] of silence (a partition healed) is asked again.
+//!
+//! Nothing here runs on the packet path; the workers only push to their logs.
+
+pub mod wire;
+
+use std::collections::{HashSet, VecDeque};
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwap;
+use fastpath::flowlog::{FlowEvent, FlowLog};
+use fastpath::pipeline::FLAG_PEER;
+use fastpath::snapshot::{Frontend, Snapshot};
+use flowtable::{FlowData, FlowRecord, FlowTable, InsertError, Protocol};
+use tokio::net::UdpSocket;
+use tokio_util::sync::CancellationToken;
+
+use wire::{End, Key, Kind, Message, Refused, Replay, Writer};
+
+/// Datagrams waiting to be sent, at most.
+pub const QUEUE_MAX: usize = 100_000;
+/// A peer's end removes a copy only when it has been idle here this long.
+pub const END_IDLE: Duration = Duration::from_secs(1);
+/// A starting node waits this long for a silent peer's dump.
+pub const DUMP_WAIT: Duration = Duration::from_secs(3);
+/// A peer not heard from for this long is down; heard again, it is asked for a dump.
+pub const PEER_SILENT: Duration = Duration::from_secs(3);
+/// How often a node says it is alive.
+pub const HELLO_EVERY: Duration = Duration::from_secs(1);
+/// Flow-table entries a dump or refresh reads per interval.
+const SCAN_CHUNK: usize = 1 << 16;
+/// A dump or refresh reads on only while fewer datagrams than this wait.
+const SCAN_BACKLOG: usize = 2048;
+
+/// `[sync]`, resolved (the key read).
+#[derive(Debug)]
+pub struct FlowSyncConfig {
+    /// This node's sync address.
+    pub listen: SocketAddr,
+    /// The peers' sync addresses.
+    pub peers: Vec<SocketAddr>,
+    /// The shared key.
+    pub key: Key,
+    /// How often logs are drained and datagrams sent.
+    pub interval: Duration,
+    /// How often own active flows are sent again.
+    pub refresh: Duration,
+    /// Datagrams a second, at most.
+    pub max_messages_per_second: u32,
+}
+
+impl FlowSyncConfig {
+    /// From `[sync]` (enabled), reading the key file.
+    pub fn from_config(s: &config::Sync) -> Result<FlowSyncConfig, String> {
+        let listen = s.listen.ok_or("[sync] listen is not set")?;
+        let path = s.key_file.as_ref().ok_or("[sync] key_file is not set")?;
+        let bytes =
+            std::fs::read(path).map_err(|e| format!("[sync] key_file {}: {e}", path.display()))?;
+        let key =
+            Key::new(&bytes).map_err(|e| format!("[sync] key_file {}: {e}", path.display()))?;
+        Ok(FlowSyncConfig {
+            listen,
+            peers: s.peers.iter().map(|p| p.address).collect(),
+            key,
+            interval: s.interval.get(),
+            refresh: s.refresh.get(),
+            max_messages_per_second: s.max_messages_per_second,
+        })
+    }
+}
+
+/// Flow sync's counters (read by the metrics and `/v1/stats`).
+#[derive(Debug, Default)]
+pub struct SyncStats {
+    /// Datagrams sent (to each peer counted once per peer).
+    pub messages_sent: AtomicU64,
+    /// Bytes sent.
+    pub bytes_sent: AtomicU64,
+    /// Flow records sent.
+    pub flows_sent: AtomicU64,
+    /// End records sent.
+    pub ends_sent: AtomicU64,
+    /// Datagrams accepted.
+    pub messages_received: AtomicU64,
+    /// Peers' flows installed as new flows.
+    pub flows_installed: AtomicU64,
+    /// Peers' flows that updated a copy already here.
+    pub flows_updated: AtomicU64,
+    /// Peers' ends that removed a copy.
+    pub flows_removed: AtomicU64,
+    /// Peers' flows refused: service or backend unknown here.
+    pub refused_unknown: AtomicU64,
+    /// Peers' flows refused: a flow of this node holds the tuple.
+    pub refused_conflict: AtomicU64,
+    /// Peers' flows refused: the table is full, or the record is invalid.
+    pub refused_other: AtomicU64,
+    /// Datagrams refused: malformed.
+    pub rejected_malformed: AtomicU64,
+    /// Datagrams refused: authentication failed.
+    pub rejected_auth: AtomicU64,
+    /// Datagrams refused: replayed or stale.
+    pub rejected_replay: AtomicU64,
+    /// Datagrams refused: not from a configured peer.
+    pub rejected_unknown_peer: AtomicU64,
+    /// Datagrams dropped: the send queue was full.
+    pub queue_dropped: AtomicU64,
+    /// Datagrams whose send failed.
+    pub send_errors: AtomicU64,
+    /// Datagrams waiting.
+    pub queued: AtomicU64,
+    /// Dumps sent to peers.
+    pub dumps_sent: AtomicU64,
+    /// Dumps received from peers.
+    pub dumps_received: AtomicU64,
+    /// Sync lag: the age (µs) of the last flow datagram when it arrived (its sequence is
+    /// the sender's clock), 0 before the first.
+    pub lag_us: AtomicU64,
+    /// Peers heard from within [`PEER_SILENT`].
+    pub peers_up: AtomicU64,
+}
+
+impl SyncStats {
+    fn add(a: &AtomicU64, n: u64) {
+        a.fetch_add(n, Ordering::Relaxed);
+    }
+    fn refused(&self, r: Refused) {
+        Self::add(
+            match r {
+                Refused::Malformed => &self.rejected_malformed,
+                Refused::Auth => &self.rejected_auth,
+                Refused::Replay => &self.rejected_replay,
+            },
+            1,
+        );
+    }
+}
+
+/// What installing one peer's flow did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Installed {
+    /// A new flow (a copy of the peer's).
+    New,
+    /// A flow already here was updated in place.
+    Updated,
+    /// Refused: no service here has the flow's frontend, or it has no such backend.
+    Unknown,
+    /// Refused: a flow of this node's own holds the tuple, with another backend or SNAT.
+    Conflict,
+    /// Refused: full table, invalid record, reply tuple taken.
+    Refused,
+}
+
+/// Installs a peer's flow `r` into `flows`, with `snap`'s ids (see the module doc).
+pub fn install(flows: &FlowTable, snap: &Snapshot, r: &FlowRecord, now: Instant) -> Installed {
+    let d = &r.data;
+    let protocol = match d.proto {
+        Protocol::Tcp => config::Protocol::Tcp,
+        Protocol::Udp => config::Protocol::Udp,
+        Protocol::Sctp => config::Protocol::Sctp,
+        Protocol::Icmp | Protocol::Icmpv6 => return Installed::Unknown,
+    };
+    let frontend = Frontend {
+        vip: d.vip.ip(),
+        protocol,
+        port: d.vip.port(),
+    };
+    let Some(service) = snap.service_for(&frontend) else {
+        return Installed::Unknown;
+    };
+    let Some(backend) = service.backends.iter().find(|b| b.addr == d.backend) else {
+        return Installed::Unknown;
+    };
+    let data = FlowData {
+        service_id: service.id,
+        backend_id: backend.id,
+        snapshot_gen: snap.generation as u32,
+        flags: d.flags | FLAG_PEER,
+        ..*d
+    };
+    let last_seen = now
+        .checked_sub(r.idle)
+        .unwrap_or(flows.epoch())
+        .max(flows.epoch());
+    match flows.restore_seq(&data, r.state, last_seen, r.seq) {
+        Ok(_) => Installed::New,
+        Err(InsertError::Exists(h)) => {
+            let Some(here) = flows.get(h) else {
+                return Installed::Refused;
+            };
+            if here.data.backend != data.backend || here.data.snat != data.snat {
+                return Installed::Conflict;
+            }
+            if flows.update(h, r.state, last_seen).is_none() {
+                return Installed::Refused;
+            }
+            if r.seq != 0 && here.seq != r.seq {
+                flows.set_seq(h, r.seq);
+            }
+            Installed::Updated
+        }
+        Err(_) => Installed::Refused,
+    }
+}
+
+/// Applies a peer's end: removes this node's copy of the flow when it is a peer's copy idle
+/// here for [`END_IDLE`]; returns whether it did.
+pub fn end(flows: &FlowTable, e: &End, now: Instant) -> bool {
+    let Some(key) = flowtable::FlowKey::new(e.proto, e.client, e.vip) else {
+        return false;
+    };
+    let Some((h, flowtable::Direction::Original)) = flows.lookup(&key) else {
+        return false;
+    };
+    let Some(v) = flows.get(h) else { return false };
+    if v.data.flags & FLAG_PEER == 0 || now.saturating_duration_since(v.last_seen) < END_IDLE {
+        return false;
+    }
+    flows.remove(h).is_some()
+}
+
+/// The running service's handle.
+#[derive(Debug, Clone)]
+pub struct FlowSync {
+    /// Its counters.
+    pub stats: Arc<SyncStats>,
+    ready: Arc<AtomicBool>,
+}
+
+impl FlowSync {
+    /// Whether the start-up dumps are in (every peer finished its dump or was silent for
+    /// [`DUMP_WAIT`]): the node may be announced.
+    pub fn ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// Binds `cfg.listen` and starts the service on `rt`; it stops with `stop`.
+    pub fn spawn(
+        rt: &tokio::runtime::Handle,
+        cfg: FlowSyncConfig,
+        flows: Arc<FlowTable>,
+        snapshot: Arc<ArcSwap<Snapshot>>,
+        logs: Vec<Arc<FlowLog>>,
+        stop: CancellationToken,
+    ) -> io::Result<(FlowSync, tokio::task::JoinHandle<()>)> {
+        let std_sock = std::net::UdpSocket::bind(cfg.listen)
+            .map_err(|e| io::Error::new(e.kind(), format!("[sync] listen {}: {e}", cfg.listen)))?;
+        std_sock.set_nonblocking(true)?;
+        let stats = Arc::new(SyncStats::default());
+        let ready = Arc::new(AtomicBool::new(cfg.peers.is_empty()));
+        let handle = FlowSync {
+            stats: Arc::clone(&stats),
+            ready: Arc::clone(&ready),
+        };
+        let task = rt.spawn(async move {
+            let sock = match UdpSocket::from_std(std_sock) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!(error = %e, "flow sync: socket");
+                    return;
+                }
+            };
+            let mut s = Service::new(cfg, flows, snapshot, logs, stats, ready);
+            s.run(sock, stop).await;
+        });
+        Ok((handle, task))
+    }
+}
+
+/// A peer, as this node sees it.
+#[derive(Debug)]
+struct Peer {
+    addr: SocketAddr,
+    replay: Replay,
+    heard: Option<Instant>,
+    /// Its dump to us finished (or it was given up on).
+    dumped: bool,
+}
+
+/// A scan of the table in progress (a dump to one peer, or a refresh to all).
+#[derive(Debug)]
+struct Scan {
+    /// The peer a dump goes to; `None`: a refresh.
+    to: Option<usize>,
+    cursor: usize,
+    sent: u64,
+    /// A refresh sends only own flows active since this.
+    since: Option<Instant>,
+}
+
+struct Service {
+    cfg: FlowSyncConfig,
+    flows: Arc<FlowTable>,
+    snapshot: Arc<ArcSwap<Snapshot>>,
+    logs: Vec<Arc<FlowLog>>,
+    stats: Arc<SyncStats>,
+    ready: Arc<AtomicBool>,
+    peers: Vec<Peer>,
+    /// Datagrams waiting: to one peer, or to all.
+    queue: VecDeque<(Option<usize>, Vec<u8>)>,
+    tokens: f64,
+    last_refill: Instant,
+    last_seq: u64,
+    started_us: u64,
+    started: Instant,
+    scans: Vec<Scan>,
+    last_refresh: Instant,
+    last_hello: Option<Instant>,
+}
+
+fn unix_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+impl Service {
+    fn new(
+        cfg: FlowSyncConfig,
+        flows: Arc<FlowTable>,
+        snapshot: Arc<ArcSwap<Snapshot>>,
+        logs: Vec<Arc<FlowLog>>,
+        stats: Arc<SyncStats>,
+        ready: Arc<AtomicBool>,
+    ) -> Service {
+        let now = Instant::now();
+        let peers = cfg
+            .peers
+            .iter()
+            .map(|a| Peer {
+                addr: *a,
+                replay: Replay::default(),
+                heard: None,
+                dumped: false,
+            })
+            .collect();
+        Service {
+            tokens: f64::from(cfg.max_messages_per_second) / 10.0,
+            cfg,
+            flows,
+            snapshot,
+            logs,
+            stats,
+            ready,
+            peers,
+            queue: VecDeque::new(),
+            last_refill: now,
+            last_seq: 0,
+            started_us: unix_us(),
+            started: now,
+            scans: Vec::new(),
+            last_refresh: now,
+            last_hello: None,
+        }
+    }
+
+    async fn run(&mut self, sock: UdpSocket, stop: CancellationToken) {
+        tracing::info!(listen = %self.cfg.listen, peers = self.peers.len(), "flow sync started; asking the peers for their flows");
+        for p in 0..self.peers.len() {
+            self.control(Some(p), Kind::DumpRequest, 0);
+        }
+        let mut tick = tokio::time::interval(self.cfg.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut buf = vec![0u8; 65536];
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                r = sock.recv_from(&mut buf) => match r {
+                    Ok((n, from)) => self.receive(&buf[..n], from, Instant::now()),
+                    Err(e) => tracing::debug!(error = %e, "flow sync: receive"),
+                },
+                _ = tick.tick() => {
+                    let now = Instant::now();
+                    self.tick(now);
+                    self.send(&sock, now).await;
+                }
+            }
+        }
+        // What the workers logged last still goes out (best effort, within one interval).
+        self.drain_logs(Instant::now());
+        self.send(&sock, Instant::now()).await;
+    }
+
+    fn next_seq(&mut self) -> u64 {
+        self.last_seq = (self.last_seq + 1).max(unix_us());
+        self.last_seq
+    }
+
+    fn push(&mut self, to: Option<usize>, w: Writer, aux: u64) {
+        if self.queue.len() >= QUEUE_MAX {
+            SyncStats::add(&self.stats.queue_dropped, 1);
+            return;
+        }
+        let seq = self.next_seq();
+        self.queue.push_back((to, w.seal(&self.cfg.key, seq, aux)));
+    }
+
+    fn control(&mut self, to: Option<usize>, kind: Kind, aux: u64) {
+        self.push(to, Writer::new(kind), aux);
+    }
+
+    fn tick(&mut self, now: Instant) {
+        self.drain_logs(now);
+        if self
+            .last_hello
+            .is_none_or(|t| now.duration_since(t) >= HELLO_EVERY)
+        {
+            self.last_hello = Some(now);
+            self.control(None, Kind::Hello, self.started_us);
+        }
+        if now.duration_since(self.last_refresh) >= self.cfg.refresh {
+            let since = self.last_refresh;
+            self.last_refresh = now;
+            if !self.scans.iter().any(|s| s.to.is_none()) {
+                self.scans.push(Scan {
+                    to: None,
+                    cursor: 0,
+                    sent: 0,
+                    since: Some(since),
+                });
+            }
+        }
+        self.scan(now);
+        let mut up = 0;
+        for p in &mut self.peers {
+            let silent = p.heard.is_none_or(|h| now.duration_since(h) >= PEER_SILENT);
+            if !silent {
+                up += 1;
+            }
+            if !p.dumped && silent && now.duration_since(self.started) >= DUMP_WAIT {
+                p.dumped = true;
+            }
+        }
+        self.stats.peers_up.store(up, Ordering::Relaxed);
+        self.stats
+            .queued
+            .store(self.queue.len() as u64, Ordering::Relaxed);
+        if !self.ready.load(Ordering::Relaxed) && self.peers.iter().all(|p| p.dumped) {
+            self.ready.store(true, Ordering::Release);
+            tracing::info!(
+                took_ms = now.duration_since(self.started).as_millis() as u64,
+                "flow sync: the peers' flows are in"
+            );
+        }
+    }
+
+    /// The workers' logs, as datagrams to every peer.
+    fn drain_logs(&mut self, now: Instant) {
+        let mut seen = HashSet::new();
+        let mut flows = Writer::new(Kind::Flows);
+        let mut ends = Writer::new(Kind::Ends);
+        let mut nflows = 0u64;
+        let mut nends = 0u64;
+        for i in 0..self.logs.len() {
+            while let Some(ev) = self.logs[i].pop() {
+                match ev {
+                    FlowEvent::Created(h) | FlowEvent::Changed(h) => {
+                        if !seen.insert(h) {
+                            continue;
+                        }
+                        let Some(v) = self.flows.get(h) else { continue };
+                        flows.flow(&FlowRecord::of(&v, now));
+                        nflows += 1;
+                        if !flows.has_room() {
+                            let full = std::mem::replace(&mut flows, Writer::new(Kind::Flows));
+                            self.push(None, full, 0);
+                        }
+                    }
+                    FlowEvent::Ended(e) => {
+                        ends.end(&End {
+                            proto: e.proto,
+                            client: e.client,
+                            vip: e.vip,
+                        });
+                        nends += 1;
+                        if !ends.has_room() {
+                            let full = std::mem::replace(&mut ends, Writer::new(Kind::Ends));
+                            self.push(None, full, 0);
+                        }
+                    }
+                }
+            }
+        }
+        if !flows.is_empty() {
+            self.push(None, flows, 0);
+        }
+        if !ends.is_empty() {
+            self.push(None, ends, 0);
+        }
+        let peers = self.peers.len() as u64;
+        SyncStats::add(&self.stats.flows_sent, nflows * peers);
+        SyncStats::add(&self.stats.ends_sent, nends * peers);
+    }
+
+    /// Dumps and refreshes: one chunk of the table each per interval while the queue is
+    /// short.
+    fn scan(&mut self, now: Instant) {
+        let cap = self.flows.capacity();
+        let mut i = 0;
+        while i < self.scans.len() {
+            if self.queue.len() >= SCAN_BACKLOG {
+                return;
+            }
+            let Scan {
+                to, cursor, since, ..
+            } = self.scans[i];
+            let len = SCAN_CHUNK.min(cap - cursor);
+            let mut w = Writer::new(Kind::Flows);
+            let mut full = Vec::new();
+            let mut n = 0u64;
+            self.flows.scan(cursor, len, |v| {
+                if let Some(since) = since
+                    && (v.data.flags & FLAG_PEER != 0 || v.last_seen < since)
+                {
+                    return;
+                }
+                w.flow(&FlowRecord::of(&v, now));
+                n += 1;
+                if !w.has_room() {
+                    full.push(std::mem::replace(&mut w, Writer::new(Kind::Flows)));
+                }
+            });
+            if !w.is_empty() {
+                full.push(w);
+            }
+            for w in full {
+                self.push(to, w, 0);
+            }
+            let fanout = if to.is_some() {
+                1
+            } else {
+                self.peers.len() as u64
+            };
+            SyncStats::add(&self.stats.flows_sent, n * fanout);
+            let s = &mut self.scans[i];
+            s.cursor += len;
+            s.sent += n;
+            if s.cursor >= cap {
+                let s = self.scans.remove(i);
+                if let Some(p) = s.to {
+                    self.control(Some(p), Kind::DumpEnd, s.sent);
+                    SyncStats::add(&self.stats.dumps_sent, 1);
+                    tracing::info!(peer = %self.peers[p].addr, flows = s.sent, "flow sync: dump sent");
+                }
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Sends what the rate allows.
+    async fn send(&mut self, sock: &UdpSocket, now: Instant) {
+        let rate = f64::from(self.cfg.max_messages_per_second);
+        let dt = now.duration_since(self.last_refill).as_secs_f64();
+        self.last_refill = now;
+        self.tokens = (self.tokens + dt * rate).min((rate / 10.0).max(16.0));
+        while self.tokens >= 1.0 {
+            let Some((to, d)) = self.queue.pop_front() else {
+                break;
+            };
+            self.tokens -= 1.0;
+            let targets: Vec<SocketAddr> = match to {
+                Some(p) => vec![self.peers[p].addr],
+                None => self.peers.iter().map(|p| p.addr).collect(),
+            };
+            for t in targets {
+                match sock.send_to(&d, t).await {
+                    Ok(_) => {
+                        SyncStats::add(&self.stats.messages_sent, 1);
+                        SyncStats::add(&self.stats.bytes_sent, d.len() as u64);
+                    }
+                    Err(e) => {
+                        SyncStats::add(&self.stats.send_errors, 1);
+                        tracing::debug!(peer = %t, error = %e, "flow sync: send");
+                    }
+                }
+            }
+        }
+        self.stats
+            .queued
+            .store(self.queue.len() as u64, Ordering::Relaxed);
+    }
+
+    fn receive(&mut self, d: &[u8], from: SocketAddr, now: Instant) {
+        let Some(p) = self.peers.iter().position(|p| p.addr == from) else {
+            SyncStats::add(&self.stats.rejected_unknown_peer, 1);
+            return;
+        };
+        let m: Message = match wire::open(&self.cfg.key, d) {
+            Ok(m) => m,
+            Err(r) => {
+                self.stats.refused(r);
+                return;
+            }
+        };
+        let now_us = unix_us();
+        if let Err(r) = self.peers[p].replay.check(m.seq, now_us) {
+            self.stats.refused(r);
+            return;
+        }
+        SyncStats::add(&self.stats.messages_received, 1);
+        let peer = &mut self.peers[p];
+        let was_silent = peer
+            .heard
+            .is_some_and(|h| now.duration_since(h) >= PEER_SILENT);
+        peer.heard = Some(now);
+        if was_silent {
+            // A partition healed (or the peer's link came back): what it did meanwhile.
+            tracing::info!(peer = %peer.addr, "flow sync: peer heard again; asking for its flows");
+            self.control(Some(p), Kind::DumpRequest, 0);
+        }
+        match m.kind {
+            Kind::Flows => {
+                self.stats
+                    .lag_us
+                    .store(now_us.saturating_sub(m.seq), Ordering::Relaxed);
+                let snap = self.snapshot.load();
+                for r in &m.flows {
+                    let counter = match install(&self.flows, &snap, r, now) {
+                        Installed::New => &self.stats.flows_installed,
+                        Installed::Updated => &self.stats.flows_updated,
+                        Installed::Unknown => &self.stats.refused_unknown,
+                        Installed::Conflict => &self.stats.refused_conflict,
+                        Installed::Refused => &self.stats.refused_other,
+                    };
+                    SyncStats::add(counter, 1);
+                }
+                SyncStats::add(&self.stats.refused_other, m.invalid as u64);
+            }
+            Kind::Ends => {
+                for e in &m.ends {
+                    if end(&self.flows, e, now) {
+                        SyncStats::add(&self.stats.flows_removed, 1);
+                    }
+                }
+                SyncStats::add(&self.stats.refused_other, m.invalid as u64);
+            }
+            Kind::DumpRequest => {
+                if !self.scans.iter().any(|s| s.to == Some(p)) {
+                    tracing::info!(peer = %self.peers[p].addr, "flow sync: peer asked for a dump");
+                    self.scans.push(Scan {
+                        to: Some(p),
+                        cursor: 0,
+                        sent: 0,
+                        since: None,
+                    });
+                }
+            }
+            Kind::DumpEnd => {
+                SyncStats::add(&self.stats.dumps_received, 1);
+                self.peers[p].dumped = true;
+                tracing::info!(peer = %self.peers[p].addr, flows = m.aux, "flow sync: dump received");
+            }
+            Kind::Hello => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
