@@ -95,6 +95,11 @@ pub struct DaemonState {
     pub status: Arc<ArcSwap<StatusView>>,
     /// Where commands go.
     pub commands: mpsc::UnboundedSender<CommandMsg>,
+    /// Flow sync and the workers' flow logs, when `[sync]` is on.
+    pub peer_sync: Option<(
+        slowpath::flowsync::FlowSync,
+        Vec<Arc<fastpath::flowlog::FlowLog>>,
+    )>,
 }
 
 /// The controller's command for an admin action; `Err` when it does not apply.
@@ -154,6 +159,7 @@ impl AdminSource for DaemonState {
                 flows_resteered: s.flows_resteered,
                 flows_ended: s.flows_ended,
             },
+            peer_sync: self.peer_sync.as_ref().map(|(fs, logs)| fs.view(logs)),
         }
     }
 

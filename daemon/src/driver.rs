@@ -35,6 +35,7 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::Context;
 use arc_swap::ArcSwap;
 use config::Config;
+use fastpath::flowlog::{self, FlowLog};
 use fastpath::passive::SynWatch;
 use fastpath::pipeline::{Pipeline, PipelineConfig};
 use fastpath::snapshot::{L2Table, Snapshot, SnapshotBuilder};
@@ -43,6 +44,7 @@ use fastpath::worker::{WorkerCounters, WorkerStats, spawn_worker, worker_specs};
 use fastpath::xsk::XskSet;
 use fastpath::xsk::napi::NapiDefer;
 use slowpath::admin::{AdminConfig, AdminServer};
+use slowpath::flowsync::{FlowSync, FlowSyncConfig};
 use slowpath::health::HealthChecker;
 use slowpath::k8s::HealthCheckNodePort;
 use slowpath::k8s::hcnp::HealthCheckServers;
@@ -122,6 +124,14 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
                 .context("starting the Kubernetes source")?,
         ),
         None => None,
+    };
+
+    // Flow sync's key and socket address are checked before anything of the node is
+    // touched.
+    let sync_cfg = if cfg.sync.enable {
+        Some(FlowSyncConfig::from_config(&cfg.sync).map_err(anyhow::Error::msg)?)
+    } else {
+        None
     };
 
     let epoch = Instant::now();
@@ -273,6 +283,13 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
     );
     io.perform(&mut ctl, now);
 
+    // Flow sync: one log per worker.
+    let flow_logs: Vec<Arc<FlowLog>> = match &sync_cfg {
+        Some(_) => (0..workers)
+            .map(|_| Arc::new(FlowLog::new(flowlog::DEFAULT_CAPACITY)))
+            .collect(),
+        None => Vec::new(),
+    };
     let stop_workers = Arc::new(AtomicBool::new(false));
     let mut handles: Vec<JoinHandle<()>> = Vec::with_capacity(workers);
     let mut stats: Vec<Arc<WorkerStats>> = Vec::with_capacity(workers);
@@ -287,6 +304,9 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
             io.current.load_full(),
         );
         pipeline.set_syn_watch(Arc::clone(&syn_watch));
+        if let Some(log) = flow_logs.get(spec.index) {
+            pipeline.set_flow_log(Arc::clone(log));
+        }
         let (h, s) = spawn_worker(
             spec,
             set,
@@ -299,6 +319,23 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
         stats.push(s);
     }
 
+    let peer_sync = match sync_cfg {
+        Some(c) => {
+            let (fs, task) = FlowSync::spawn(
+                rt.handle(),
+                c,
+                Arc::clone(&flows),
+                Arc::clone(&io.current),
+                flow_logs.clone(),
+                shutdown.clone(),
+            )
+            .context("starting flow sync")?;
+            tasks.push(task);
+            Some((fs, flow_logs))
+        }
+        None => None,
+    };
+
     let sync_period = ctl.sync_period();
     let state = Arc::new(DaemonState {
         snapshot: Arc::clone(&io.current),
@@ -310,6 +347,7 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
         healthz_timeout: 2 * sync_period,
         status: Arc::clone(&io.status),
         commands: cmd_tx,
+        peer_sync,
     });
     let admin_cfg = AdminConfig {
         listen: cfg.admin.listen,

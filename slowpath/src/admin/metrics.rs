@@ -74,6 +74,129 @@ impl Out {
 }
 
 /// u64 counters as f64 samples (exact below 2^53).
+/// Flow sync with the tier's peers (`[sync]`).
+fn peer_sync(o: &mut Out, p: &super::views::PeerSyncView) {
+    let counters: [(&str, &str, u64); 12] = [
+        (
+            "xvs_peer_sync_messages_sent_total",
+            "Flow sync datagrams sent (once per peer).",
+            p.messages_sent,
+        ),
+        (
+            "xvs_peer_sync_bytes_sent_total",
+            "Flow sync bytes sent.",
+            p.bytes_sent,
+        ),
+        (
+            "xvs_peer_sync_flows_sent_total",
+            "Flow records sent to peers (once per peer).",
+            p.flows_sent,
+        ),
+        (
+            "xvs_peer_sync_ends_sent_total",
+            "Ended-flow records sent to peers (once per peer).",
+            p.ends_sent,
+        ),
+        (
+            "xvs_peer_sync_messages_received_total",
+            "Flow sync datagrams accepted from peers.",
+            p.messages_received,
+        ),
+        (
+            "xvs_peer_sync_flows_installed_total",
+            "Peers' flows installed into this node's flow table.",
+            p.flows_installed,
+        ),
+        (
+            "xvs_peer_sync_flows_updated_total",
+            "Peers' flows that updated a copy already here.",
+            p.flows_updated,
+        ),
+        (
+            "xvs_peer_sync_flows_removed_total",
+            "Copies of peers' flows removed by their ends.",
+            p.flows_removed,
+        ),
+        (
+            "xvs_peer_sync_queue_dropped_total",
+            "Flow sync datagrams dropped because the send queue was full.",
+            p.queue_dropped,
+        ),
+        (
+            "xvs_peer_sync_send_errors_total",
+            "Flow sync datagrams whose send failed.",
+            p.send_errors,
+        ),
+        (
+            "xvs_peer_sync_log_dropped_total",
+            "Workers' flow events dropped because their log was full (the refresh sends the flows later).",
+            p.log_dropped,
+        ),
+        (
+            "xvs_peer_sync_dumps_received_total",
+            "Full dumps received from peers.",
+            p.dumps_received,
+        ),
+    ];
+    for (name, help, v) in counters {
+        o.single(name, "counter", help, f(v));
+    }
+    o.single(
+        "xvs_peer_sync_dumps_sent_total",
+        "counter",
+        "Full dumps sent to peers.",
+        f(p.dumps_sent),
+    );
+    o.family(
+        "xvs_peer_sync_flows_refused_total",
+        "counter",
+        "Peers' flows refused, by reason (unknown: no such service or backend here; conflict: a flow of this node holds the tuple; other).",
+    );
+    for (reason, n) in &p.flows_refused {
+        o.sample(
+            "xvs_peer_sync_flows_refused_total",
+            &[("reason", reason)],
+            f(*n),
+        );
+    }
+    o.family(
+        "xvs_peer_sync_messages_rejected_total",
+        "counter",
+        "Flow sync datagrams rejected, by reason (auth: forged or another key; replay: repeated or stale; malformed; unknown_peer).",
+    );
+    for (reason, n) in &p.messages_rejected {
+        o.sample(
+            "xvs_peer_sync_messages_rejected_total",
+            &[("reason", reason)],
+            f(*n),
+        );
+    }
+    o.single(
+        "xvs_peer_sync_lag_seconds",
+        "gauge",
+        "Age of the last flow datagram from a peer when it arrived (by the sender's clock).",
+        p.lag_us as f64 / 1e6,
+    );
+    o.single(
+        "xvs_peer_sync_queued",
+        "gauge",
+        "Flow sync datagrams waiting to be sent.",
+        f(p.queued),
+    );
+    o.single(
+        "xvs_peer_sync_peers_up",
+        "gauge",
+        "Peers heard from within the last 3 s.",
+        f(p.peers_up),
+    );
+    o.single(
+        "xvs_peer_sync_ready",
+        "gauge",
+        "1 once the start-up dumps from the peers are in.",
+        f(u64::from(p.ready)),
+    );
+}
+
 fn f(v: u64) -> f64 {
     v as f64
 }
@@ -380,6 +503,9 @@ pub fn render(stats: &StatsView, services: &[ServiceView], probes: &ProbeCounts)
         "Flows removed explicitly.",
         f(t.removed),
     );
+    if let Some(p) = &stats.peer_sync {
+        peer_sync(&mut o, p);
+    }
 
     // Steering.
     o.family(

@@ -246,6 +246,53 @@ pub struct StatsView {
     /// Freeze, drain and what happened to the flows of removed backends.
     #[serde(default)]
     pub governance: GovernanceView,
+    /// Flow sync with the peers of a tier (`[sync]`), when it is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_sync: Option<PeerSyncView>,
+}
+
+/// Flow sync's counters (see `slowpath::flowsync`), totals since start-up.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerSyncView {
+    /// The start-up dumps are in (the node may be announced).
+    pub ready: bool,
+    /// Peers heard from within the last 3 s.
+    pub peers_up: u64,
+    /// Datagrams sent (one per peer).
+    pub messages_sent: u64,
+    /// Bytes sent.
+    pub bytes_sent: u64,
+    /// Flow records sent (one per peer).
+    pub flows_sent: u64,
+    /// End records sent (one per peer).
+    pub ends_sent: u64,
+    /// Datagrams accepted from peers.
+    pub messages_received: u64,
+    /// Peers' flows installed.
+    pub flows_installed: u64,
+    /// Peers' flows that updated a copy in place.
+    pub flows_updated: u64,
+    /// Copies removed by peers' ends.
+    pub flows_removed: u64,
+    /// Peers' flows refused, by reason (`unknown`: no such service or backend here;
+    /// `conflict`: an own flow holds the tuple; `other`: full table, invalid record).
+    pub flows_refused: std::collections::BTreeMap<String, u64>,
+    /// Datagrams refused, by reason (`auth`, `replay`, `malformed`, `unknown_peer`).
+    pub messages_rejected: std::collections::BTreeMap<String, u64>,
+    /// Datagrams dropped because the send queue was full.
+    pub queue_dropped: u64,
+    /// Datagrams whose send failed.
+    pub send_errors: u64,
+    /// Datagrams waiting to be sent.
+    pub queued: u64,
+    /// Workers' flow events dropped because their log was full.
+    pub log_dropped: u64,
+    /// Dumps sent to peers.
+    pub dumps_sent: u64,
+    /// Dumps received from peers.
+    pub dumps_received: u64,
+    /// Age of the last flow datagram when it arrived (µs; the sender's clock).
+    pub lag_us: u64,
 }
 
 /// Governance state and the endpoint-removal policy's work.

@@ -263,6 +263,48 @@ impl FlowSync {
         self.ready.load(Ordering::Acquire)
     }
 
+    /// The counters as `/v1/stats` shows them; `logs` are the workers' flow logs.
+    pub fn view(&self, logs: &[Arc<FlowLog>]) -> crate::admin::views::PeerSyncView {
+        let s = &self.stats;
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        crate::admin::views::PeerSyncView {
+            ready: self.ready(),
+            peers_up: r(&s.peers_up),
+            messages_sent: r(&s.messages_sent),
+            bytes_sent: r(&s.bytes_sent),
+            flows_sent: r(&s.flows_sent),
+            ends_sent: r(&s.ends_sent),
+            messages_received: r(&s.messages_received),
+            flows_installed: r(&s.flows_installed),
+            flows_updated: r(&s.flows_updated),
+            flows_removed: r(&s.flows_removed),
+            flows_refused: [
+                ("unknown", r(&s.refused_unknown)),
+                ("conflict", r(&s.refused_conflict)),
+                ("other", r(&s.refused_other)),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect(),
+            messages_rejected: [
+                ("auth", r(&s.rejected_auth)),
+                ("replay", r(&s.rejected_replay)),
+                ("malformed", r(&s.rejected_malformed)),
+                ("unknown_peer", r(&s.rejected_unknown_peer)),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect(),
+            queue_dropped: r(&s.queue_dropped),
+            send_errors: r(&s.send_errors),
+            queued: r(&s.queued),
+            log_dropped: logs.iter().map(|l| l.dropped()).sum(),
+            dumps_sent: r(&s.dumps_sent),
+            dumps_received: r(&s.dumps_received),
+            lag_us: r(&s.lag_us),
+        }
+    }
+
     /// Binds `cfg.listen` and starts the service on `rt`; it stops with `stop`.
     pub fn spawn(
         rt: &tokio::runtime::Handle,

@@ -174,6 +174,7 @@ impl AdminSource for Fake {
                 flows_resteered: 4,
                 flows_ended: 6,
             },
+            peer_sync: None,
         }
     }
 
