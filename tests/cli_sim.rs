@@ -259,3 +259,117 @@ fn flows_file_from_disk() {
         "{out}"
     );
 }
+
+/// Writes a config whose mh services list `backends` (v4 and v6) in the given order, after
+/// `pad` rr backends that take the first backend ids, with `m`-slot Maglev tables.
+fn mh_config(dir: &Path, name: &str, m: u32, pad: usize, order: &[usize]) -> PathBuf {
+    let v4: Vec<String> = (0..9)
+        .map(|i| {
+            format!(
+                "{{ addr = \"198.18.1.{}:{}\", weight = {} }}",
+                10 + i,
+                8443 + i % 2,
+                1 + i % 3
+            )
+        })
+        .collect();
+    let v6: Vec<String> = (0..9)
+        .map(|i| {
+            format!(
+                "{{ addr = \"[2001:2:0:1::{:x}]:443\", weight = {} }}",
+                0x10 + i,
+                (i % 4) * 2
+            )
+        })
+        .collect();
+    let list = |all: &[String]| {
+        order
+            .iter()
+            .map(|&i| all[i].as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let pad: Vec<String> = (0..pad)
+        .map(|i| format!("{{ addr = \"198.18.2.{}:80\" }}", 1 + i))
+        .collect();
+    let mut text = format!(
+        "[dataplane]\nmode = \"fullnat\"\nsnat_addresses = [\"198.18.1.254\", \"2001:2:0:1::fe\"]\nmh_table_size = {m}\n",
+    );
+    if !pad.is_empty() {
+        text += &format!(
+            "[[services]]\nname = \"pad\"\nvip = \"198.18.100.1\"\nport = 80\nprotocol = \"tcp\"\nbackends = [{}]\n",
+            pad.join(", ")
+        );
+    }
+    text += &format!(
+        "[[services]]\nname = \"mh4\"\nvip = \"198.18.100.7\"\nport = 443\nprotocol = \"tcp\"\nscheduler = \"mh\"\nflags = [\"mh-port\"]\nbackends = [{}]\n",
+        list(&v4)
+    );
+    text += &format!(
+        "[[services]]\nname = \"mh6\"\nvip = \"2001:2:0:100::7\"\nport = 443\nprotocol = \"tcp\"\nscheduler = \"mh\"\nflags = [\"mh-port\", \"mh-fallback\"]\nbackends = [{}]\n",
+        list(&v6)
+    );
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// Runs `xvs sim --config config --flows file`.
+fn sim_file(config: &Path, flows: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_xvs"))
+        .args(["sim", "--config", config.to_str().unwrap(), "--flows"])
+        .arg(flows)
+        .output()
+        .expect("run xvs")
+}
+
+#[test]
+fn maglev_agrees_across_processes_whatever_the_backend_order() {
+    // Two nodes of a tier (or one node before and after a restart): the same mh services,
+    // their backends listed in other orders and numbered differently (the second config has
+    // a service first whose backends take the low ids). Every flow must reach the same
+    // backend address in both processes.
+    let dir = tempfile::tempdir().unwrap();
+    let mut input = flows("tcp", "198.18.100.7", 443, 3000);
+    for i in 0..3000 {
+        input += &format!(
+            "tcp,2001:2::{:x},{},2001:2:0:100::7,443\n",
+            1 + i % 500,
+            20000 + i
+        );
+    }
+    let f = dir.path().join("flows.csv");
+    std::fs::write(&f, input).unwrap();
+    // The default table size, and a small one whose every slot the flows sample.
+    for m in [65537, 251] {
+        let a = mh_config(dir.path(), "a.toml", m, 0, &[0, 1, 2, 3, 4, 5, 6, 7, 8]);
+        let b = mh_config(dir.path(), "b.toml", m, 5, &[7, 2, 8, 0, 5, 3, 1, 6, 4]);
+        let c = mh_config(dir.path(), "c.toml", m, 2, &[8, 7, 6, 5, 4, 3, 2, 1, 0]);
+        same_backends(&a, &[&b, &c], &f);
+    }
+}
+
+/// Asserts every flow of the file `f` reaches the same backend address under `a` and under
+/// each of `others`.
+fn same_backends(a: &Path, others: &[&Path], f: &Path) {
+    let want = targets(&sim_file(a, f));
+    assert_eq!(want.len(), 6000);
+    assert!(want.iter().all(|t| !t.starts_with("none")), "{want:?}");
+    // Every usable backend is used (the weight-0 ones of mh6 never are).
+    let used: std::collections::BTreeSet<&String> = want.iter().collect();
+    assert_eq!(used.len(), 9 + 6, "{used:?}");
+    for other in others {
+        let got = targets(&sim_file(other, f));
+        let diff: Vec<usize> = (0..want.len()).filter(|&i| want[i] != got[i]).collect();
+        assert!(
+            diff.is_empty(),
+            "{}: {} of {} flows differ, first {:?}: {} vs {}",
+            other.display(),
+            diff.len(),
+            want.len(),
+            diff.first(),
+            want[diff[0]],
+            got[diff[0]]
+        );
+    }
+}

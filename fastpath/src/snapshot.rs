@@ -28,6 +28,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 mod adopt;
+#[cfg(test)]
+mod mh_order;
 
 pub use crate::limit::RateLimit;
 use crate::limit::TokenBucket;
@@ -885,15 +887,22 @@ impl SnapshotBuilder {
             let old_ids: HashMap<SocketAddr, BackendId, ahash::RandomState> =
                 old.iter().map(|b| (b.addr, b.id)).collect();
             let mut backends: Vec<BackendEntry> = Vec::with_capacity(s.backends.len());
-            let mut listed: std::collections::HashSet<SocketAddr, ahash::RandomState> =
-                std::collections::HashSet::default();
+            // Address → position in `backends`.
+            let mut listed: HashMap<SocketAddr, usize, ahash::RandomState> = HashMap::default();
             let mut fresh: Vec<(usize, SocketAddr)> = Vec::new();
             for b in &s.backends {
-                // A source may list an endpoint twice (two EndpointSlices); schedulers refuse
-                // duplicates, so the first listing wins.
-                if !listed.insert(b.addr) {
+                // A source may list an endpoint twice (two EndpointSlices, two sources);
+                // schedulers refuse duplicates, so the listings merge into the most usable
+                // one (usable, then the larger weight): whichever comes first, every node
+                // and every restart builds the same tables (mh across a tier).
+                if let Some(&i) = listed.get(&b.addr) {
+                    let e = &mut backends[i];
+                    if (b.usable, b.weight) > (e.usable, e.weight) {
+                        (e.usable, e.weight) = (b.usable, b.weight);
+                    }
                     continue;
                 }
+                listed.insert(b.addr, backends.len());
                 let bid = match old_ids.get(&b.addr) {
                     Some(id) => *id,
                     None => {
@@ -915,7 +924,7 @@ impl SnapshotBuilder {
                 };
             }
             for b in old {
-                if !listed.contains(&b.addr) {
+                if !listed.contains_key(&b.addr) {
                     retire.push(((s.name.clone(), b.addr), b.id));
                 }
             }

@@ -238,3 +238,136 @@ fn all_drained_or_empty_gives_none_and_ids_do_not_matter() {
         Maglev::build(&renumbered, &p).unwrap().table()
     );
 }
+
+/// A small deterministic generator for the order tests (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            v.swap(i, self.below(i + 1));
+        }
+    }
+    /// Distinct ids in a random order: what another node's (or process's) builder may have
+    /// assigned, since it numbers backends in the order it learned them.
+    fn ids(&mut self, n: usize) -> Vec<BackendId> {
+        let mut ids: Vec<BackendId> = (0..n as u32)
+            .map(|i| BackendId(i * 3 + (self.next() % 3) as u32))
+            .collect();
+        self.shuffle(&mut ids);
+        ids
+    }
+}
+
+/// Backends of both families, several ports on one address, uneven weights, one drained.
+fn tier_backends() -> Vec<Backend> {
+    let mut out = Vec::new();
+    for i in 0..12u32 {
+        let addr: SocketAddr = format!("10.{}.{}.{}:{}", i % 2, i % 3, i, 8080 + i % 4)
+            .parse()
+            .unwrap();
+        out.push(Backend {
+            id: BackendId(i),
+            addr,
+            weight: 1 + i % 4,
+        });
+    }
+    for (i, a) in [
+        "[2001:db8::1]:443",
+        "[2001:db8::1]:8443",
+        "[2001:db8::2]:443",
+    ]
+    .iter()
+    .enumerate()
+    {
+        out.push(Backend {
+            id: BackendId(100 + i as u32),
+            addr: a.parse().unwrap(),
+            weight: 2,
+        });
+    }
+    out[5].weight = 0;
+    out
+}
+
+/// The same backends listed in any order under any ids give the same slot owners (by
+/// address) and send every flow to the same address: what two nodes of a tier, or a node
+/// before and after a restart, must agree on.
+#[test]
+fn same_table_for_any_order_and_any_ids() {
+    let base = tier_backends();
+    let mut rng = Rng(0x5eed_0001);
+    for (port, fallback) in [(false, false), (true, false), (true, true)] {
+        let p = params(4093, port, fallback);
+        let reference = Maglev::build(&base, &p).unwrap();
+        let want = owners(&reference, &base);
+        for round in 0..64 {
+            let mut b = base.clone();
+            rng.shuffle(&mut b);
+            for (b, id) in b.iter_mut().zip(rng.ids(base.len())) {
+                b.id = id;
+            }
+            let t = Maglev::build(&b, &p).unwrap();
+            assert_eq!(
+                owners(&t, &b),
+                want,
+                "round {round} port={port} fb={fallback}"
+            );
+            for i in 0..256 {
+                let f = flow(i * 7919, (i * 31) as u16);
+                assert_eq!(
+                    reference.pick(&f).map(|x| base[x].addr),
+                    t.pick(&f).map(|x| b[x].addr),
+                    "round {round}: flow {i}"
+                );
+            }
+        }
+    }
+}
+
+/// Weights large enough to be shifted down, with a gcd to divide out, in any order.
+#[test]
+fn same_weighted_table_for_any_order() {
+    let weights = [6_000_000u32, 3_000, 12, 600_000, 6, 30_000, 3];
+    let base: Vec<Backend> = backends(&weights);
+    let p = params(65537, false, false);
+    let want = owners(&Maglev::build(&base, &p).unwrap(), &base);
+    let mut rng = Rng(0x5eed_0002);
+    for _ in 0..16 {
+        let mut b = base.clone();
+        rng.shuffle(&mut b);
+        for (b, id) in b.iter_mut().zip(rng.ids(base.len())) {
+            b.id = id;
+        }
+        assert_eq!(owners(&Maglev::build(&b, &p).unwrap(), &b), want);
+    }
+}
+
+/// A backend that leaves and comes back (under a new id, at another place in the list)
+/// gives back the table from before it left.
+#[test]
+fn removing_and_re_adding_a_backend_restores_the_table() {
+    let base = tier_backends();
+    let p = params(4093, true, false);
+    let want = owners(&Maglev::build(&base, &p).unwrap(), &base);
+    let mut rng = Rng(0x5eed_0003);
+    for gone in 0..base.len() {
+        let mut rest: Vec<Backend> = base.clone();
+        let mut back = rest.remove(gone);
+        let without = Maglev::build(&rest, &p).unwrap();
+        assert!(owners(&without, &rest).iter().all(|&a| a != back.addr));
+        rng.shuffle(&mut rest);
+        back.id = BackendId(10_000 + gone as u32);
+        rest.insert(rng.below(rest.len() + 1), back);
+        assert_eq!(owners(&Maglev::build(&rest, &p).unwrap(), &rest), want);
+    }
+}
