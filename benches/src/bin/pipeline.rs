@@ -24,11 +24,14 @@
 //! batch; `--batch 1` copies one frame at a time and calls `process`. The copy is part of
 //! the time. Run with
 //! `cargo run --release -p benches --bin pipeline -- --flows 1000000 --mix established`.
+//! `--sync` logs every flow event for flow sync (a thread drains the log each millisecond, as
+//! the slowpath does) and prints `sync_events` and `sync_log_dropped`.
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use fastpath::flowlog::{self, FlowLog};
 use fastpath::pipeline::{FrameBatch, Pipeline, PipelineConfig, Verdict, flow_table_config};
 use fastpath::snapshot::SnapshotBuilder;
 use fastpath::wire::checksum;
@@ -200,6 +203,7 @@ fn main() {
     let mut mix = String::from("established");
     let mut rounds = 5usize;
     let mut batch = (config::Dataplane::default().batch_size as usize).min(BATCH_MAX);
+    let mut sync = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -222,8 +226,9 @@ fn main() {
                     .filter(|b| (1..=BATCH_MAX).contains(b))
                     .expect("--batch 1..=256")
             }
+            "--sync" => sync = true,
             other => panic!(
-                "unknown argument {other}; use --flows N --mix established|syn|mixed|first-ack|synproxy [--rounds N] [--batch N]"
+                "unknown argument {other}; use --flows N --mix established|syn|mixed|first-ack|synproxy [--rounds N] [--batch N] [--sync]"
             ),
         }
     }
@@ -233,6 +238,25 @@ fn main() {
     );
     let epoch = Instant::now();
     let mut p = pipeline(flows, mix == "synproxy", epoch);
+    // `--sync`: the worker logs its flows for flow sync, and a thread drains the log every
+    // millisecond as the slowpath does every `[sync] interval`.
+    let drained = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let drainer = sync.then(|| {
+        let log = Arc::new(FlowLog::new(flowlog::DEFAULT_CAPACITY));
+        p.set_flow_log(Arc::clone(&log));
+        let (drained, stop) = (Arc::clone(&drained), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            use std::sync::atomic::Ordering::Relaxed;
+            while !stop.load(Relaxed) {
+                while log.pop().is_some() {
+                    drained.fetch_add(1, Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            log.dropped()
+        })
+    });
     let (elapsed, packets, tx) = match mix.as_str() {
         "synproxy" => {
             let (e, tx) = synproxy::handshakes(&mut p, flows, epoch, batch);
@@ -290,6 +314,16 @@ fn main() {
         other => panic!("unknown mix {other}"),
     };
     let ns = elapsed.as_nanos() as f64 / packets as f64;
+    if let Some(d) = drainer {
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let dropped = d.join().expect("drainer");
+        println!("sync=1");
+        println!(
+            "sync_events={}",
+            drained.load(std::sync::atomic::Ordering::Relaxed)
+        );
+        println!("sync_log_dropped={dropped}");
+    }
     println!("flows={flows}");
     println!("mix={mix}");
     println!("batch={batch}");

@@ -686,12 +686,16 @@ impl Pipeline {
     #[inline(always)]
     fn touch(&mut self, hit: &FlowHit, flags: u8, now: Instant) {
         let tick = self.tick(now);
-        let state = self.flows.touch(hit, flowtable::TcpFlags(flags), tick);
-        if let Some(log) = &self.log
-            && let Some(s) = state
-            && s.to_u8() != hit.state_code()
-        {
-            log.record(FlowEvent::Changed(hit.handle));
+        match &self.log {
+            None => {
+                self.flows.touch(hit, flowtable::TcpFlags(flags), tick);
+            }
+            Some(log) => {
+                let state = self.flows.touch(hit, flowtable::TcpFlags(flags), tick);
+                if state.is_some_and(|s| s.to_u8() != hit.state_code()) {
+                    log.record(FlowEvent::Changed(hit.handle));
+                }
+            }
         }
         self.answered(flags, hit.backend_id());
     }
@@ -700,16 +704,25 @@ impl Pipeline {
     #[inline(always)]
     fn touch_v4(&mut self, hit: &V4Hit, flags: u8, now: Instant) {
         let tick = self.tick(now);
-        let state = self.flows.touch_v4(hit, flowtable::TcpFlags(flags), tick);
-        if let Some(log) = &self.log
-            && let Some(s) = state
-            && s.to_u8() != hit.state_code()
-        {
-            log.record(FlowEvent::Changed(hit.handle()));
+        match &self.log {
+            // Without flow sync the state is not looked at (as before the log existed).
+            None => {
+                self.flows.touch_v4(hit, flowtable::TcpFlags(flags), tick);
+            }
+            Some(log) => self.touch_logged(log, hit, flags, tick),
         }
         // (Tested as the flow table's shortcut tests it: a pure ACK is no SYN-ACK.)
         if flags & 0x17 != 0x10 {
             self.answered(flags, hit.backend_id());
+        }
+    }
+
+    /// `touch_v4` with flow sync on: a state change is logged.
+    #[inline(never)]
+    fn touch_logged(&self, log: &FlowLog, hit: &V4Hit, flags: u8, tick: Tick) {
+        let state = self.flows.touch_v4(hit, flowtable::TcpFlags(flags), tick);
+        if state.is_some_and(|s| s.to_u8() != hit.state_code()) {
+            log.record(FlowEvent::Changed(hit.handle()));
         }
     }
 
