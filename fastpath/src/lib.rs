@@ -1,7 +1,8 @@
 //! The xvs fastpath: zero-copy wire views, the sans-IO per-packet pipeline, the immutable
 //! `Snapshot` it reads, and (later) the AF_XDP workers that drive it.
 
-pub mod flowlog;
+/// Flow sync's per-worker flow log (in the flow table's crate, which records state changes).
+pub use flowtable::log as flowlog;
 pub mod limit;
 pub mod passive;
 pub mod pcap;

@@ -278,6 +278,7 @@ pub fn spawn_worker(
         .name(format!("xvs-w{}", worker.spec.index))
         .spawn(move || {
             worker.pin();
+            worker.pipeline.enter_thread();
             worker.run();
         })?;
     Ok((handle, stats))

@@ -124,6 +124,8 @@
 
 mod index;
 pub mod key;
+#[cfg(not(loom))]
+pub mod log;
 mod mem;
 pub mod state;
 mod sync;

@@ -1111,6 +1111,10 @@ impl FlowTable {
             let nc = c & !((0xff << 32) | 0xffff_ffff) | u64::from(new) << 32 | u64::from(ls);
             match entry.w[W_CTL].compare_exchange_weak(c, nc, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
+                    #[cfg(not(loom))]
+                    if new != old {
+                        crate::log::changed(FlowHandle::new(e, gen_));
+                    }
                     let (old, new) = (FlowState::from_u8(old), FlowState::from_u8(new));
                     self.recount(backend, old, new);
                     return Some(new);
@@ -1118,6 +1122,14 @@ impl FlowTable {
                 Err(a) => c = a,
             }
         }
+    }
+
+    /// Flow `h`'s state code now ([`FlowState::to_u8`]); `None` when the handle is stale.
+    /// With a hit's [`state_code`](FlowHit::state_code), whether a packet changed it.
+    #[inline]
+    pub fn state_code(&self, h: FlowHandle) -> Option<u8> {
+        let c = self.entries.get(h.entry() as usize)?.w[W_CTL].load(Ordering::Acquire);
+        (ctl_readable(c) && ctl_gen(c) == h.gen_()).then(|| ctl_state(c))
     }
 
     /// Sets flow `h`'s state to `state` and its last-seen time to `last_seen` when that is

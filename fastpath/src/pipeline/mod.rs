@@ -468,9 +468,18 @@ impl Pipeline {
     }
 
     /// Records the flows this pipeline creates and the state changes it makes in `log`
-    /// (flow sync between the peers of a tier).
+    /// (flow sync between the peers of a tier). State changes are recorded by the flow
+    /// table into the log of the thread that makes them: this sets it for the calling
+    /// thread, and a worker sets it again on its own ([`Pipeline::enter_thread`]).
     pub fn set_flow_log(&mut self, log: Arc<FlowLog>) {
+        flowtable::log::set_thread_log(Some(Arc::clone(&log)));
         self.log = Some(log);
+    }
+
+    /// Call on the thread that will run this pipeline (a worker does at its start): the
+    /// flow table's state changes on it go to this pipeline's flow log.
+    pub fn enter_thread(&self) {
+        flowtable::log::set_thread_log(self.log.clone());
     }
 
     /// The flow log, when flow sync is on.
@@ -686,17 +695,7 @@ impl Pipeline {
     #[inline(always)]
     fn touch(&mut self, hit: &FlowHit, flags: u8, now: Instant) {
         let tick = self.tick(now);
-        match &self.log {
-            None => {
-                self.flows.touch(hit, flowtable::TcpFlags(flags), tick);
-            }
-            Some(log) => {
-                let state = self.flows.touch(hit, flowtable::TcpFlags(flags), tick);
-                if state.is_some_and(|s| s.to_u8() != hit.state_code()) {
-                    log.record(FlowEvent::Changed(hit.handle));
-                }
-            }
-        }
+        self.flows.touch(hit, flowtable::TcpFlags(flags), tick);
         self.answered(flags, hit.backend_id());
     }
 
@@ -704,25 +703,10 @@ impl Pipeline {
     #[inline(always)]
     fn touch_v4(&mut self, hit: &V4Hit, flags: u8, now: Instant) {
         let tick = self.tick(now);
-        match &self.log {
-            // Without flow sync the state is not looked at (as before the log existed).
-            None => {
-                self.flows.touch_v4(hit, flowtable::TcpFlags(flags), tick);
-            }
-            Some(log) => self.touch_logged(log, hit, flags, tick),
-        }
+        self.flows.touch_v4(hit, flowtable::TcpFlags(flags), tick);
         // (Tested as the flow table's shortcut tests it: a pure ACK is no SYN-ACK.)
         if flags & 0x17 != 0x10 {
             self.answered(flags, hit.backend_id());
-        }
-    }
-
-    /// `touch_v4` with flow sync on: a state change is logged.
-    #[inline(never)]
-    fn touch_logged(&self, log: &FlowLog, hit: &V4Hit, flags: u8, tick: Tick) {
-        let state = self.flows.touch_v4(hit, flowtable::TcpFlags(flags), tick);
-        if state.is_some_and(|s| s.to_u8() != hit.state_code()) {
-            log.record(FlowEvent::Changed(hit.handle()));
         }
     }
 

@@ -4,6 +4,10 @@
 //!
 //! - One log per worker: a bounded lock-free queue allocated up front (the worker pushes,
 //!   the slowpath pops); recording allocates nothing and takes no lock.
+//! - State changes are recorded by the table itself, where it changes a flow's state
+//!   (`touch`'s out-of-line write), into the log of the thread doing it
+//!   ([`set_thread_log`]): the packet path without flow sync pays nothing, not even a test.
+//!   Creations are recorded by the worker's pipeline, ends by its sweeps.
 //! - A created or changed flow is logged by its handle only: the slowpath reads the flow
 //!   from the table when it sends it (its state then, the latest), and skips it if it is
 //!   gone by then. An ended flow is logged with its tuple, since its entry may be reused.
@@ -16,7 +20,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crossbeam_queue::ArrayQueue;
 use std::net::SocketAddr;
 
-use flowtable::{FlowData, FlowHandle, Protocol};
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use crate::{FlowData, FlowHandle, Protocol};
 
 /// Events a log holds by default (per worker): 10 ms of 1.6 M new flows a second.
 pub const DEFAULT_CAPACITY: usize = 1 << 14;
@@ -97,6 +104,28 @@ impl FlowLog {
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }
+}
+
+thread_local! {
+    static THREAD_LOG: RefCell<Option<Arc<FlowLog>>> = const { RefCell::new(None) };
+}
+
+/// Makes `log` the log of the calling thread: the state changes the table makes on this
+/// thread go there (`None`: nowhere). A worker calls it on its own thread.
+pub fn set_thread_log(log: Option<Arc<FlowLog>>) {
+    THREAD_LOG.with(|l| *l.borrow_mut() = log);
+}
+
+/// Records that flow `h`'s state changed, in the calling thread's log if it has one.
+#[cold]
+pub(crate) fn changed(h: FlowHandle) {
+    THREAD_LOG.with(|l| {
+        if let Ok(l) = l.try_borrow()
+            && let Some(log) = l.as_ref()
+        {
+            log.record(FlowEvent::Changed(h));
+        }
+    });
 }
 
 #[cfg(test)]
