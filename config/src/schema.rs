@@ -54,15 +54,6 @@ pub struct Config {
 }
 
 impl Config {
-    /// The file xvs writes for BIRD: `[bgp] include`, else `bird-xvs.conf` in
-    /// `[dataplane] state_dir`.
-    pub fn bgp_include(&self) -> PathBuf {
-        self.bgp
-            .include
-            .clone()
-            .unwrap_or_else(|| self.dataplane.state_dir.join("bird-xvs.conf"))
-    }
-
     /// The control socket: `[admin] socket`, else `xvs.sock` in `[dataplane] state_dir`.
     pub fn admin_socket(&self) -> PathBuf {
         self.admin
@@ -984,8 +975,11 @@ pub struct Bgp {
     #[serde(default = "default_bird_socket")]
     pub socket: PathBuf,
     /// The file xvs writes (aside, then renamed over), which bird.conf includes. Default
-    /// `bird-xvs.conf` in `[dataplane] state_dir`; see [`Config::bgp_include`].
-    pub include: Option<PathBuf>,
+    /// `/run/bird/bird-xvs.conf`, beside Debian's socket: Debian's BIRD runs as user `bird`,
+    /// which cannot read `[dataplane] state_dir` (mode 0750). xvs creates the directory
+    /// when it is missing.
+    #[serde(default = "default_bird_include")]
+    pub include: PathBuf,
     /// This node's AS number. Required with `neighbors`, and whenever backups are
     /// announced (the export filter prepends it to them).
     pub local_as: Option<u32>,
@@ -1030,6 +1024,9 @@ pub const BGP_BACKUP_PREPEND: u32 = 3;
 fn default_bird_socket() -> PathBuf {
     PathBuf::from("/run/bird/bird.ctl")
 }
+fn default_bird_include() -> PathBuf {
+    PathBuf::from("/run/bird/bird-xvs.conf")
+}
 fn default_backup_prepend() -> u32 {
     BGP_BACKUP_PREPEND
 }
@@ -1042,7 +1039,7 @@ impl Default for Bgp {
         Bgp {
             enable: false,
             socket: default_bird_socket(),
-            include: None,
+            include: default_bird_include(),
             local_as: None,
             router_id: None,
             neighbors: Vec::new(),

@@ -733,7 +733,7 @@ fn bgp_defaults_and_refusals() {
     let c = parse(MINIMAL, "t.toml").unwrap();
     assert!(!c.bgp.enable);
     assert_eq!(c.bgp.socket, Path::new("/run/bird/bird.ctl"));
-    assert_eq!(c.bgp_include(), Path::new("/run/xvs/bird-xvs.conf"));
+    assert_eq!(c.bgp.include, Path::new("/run/bird/bird-xvs.conf"));
     assert_eq!(c.bgp.backup_prepend, 3);
     assert_eq!(c.bgp.liveness_device, "xvs-live");
     assert!(c.bgp.neighbors.is_empty() && c.bgp.local_as.is_none());
@@ -749,7 +749,7 @@ fn bgp_defaults_and_refusals() {
     assert_eq!(c.bgp.neighbors.len(), 2);
     assert!(c.bgp.neighbors[0].bfd && !c.bgp.neighbors[1].bfd);
     assert_eq!(c.bgp.neighbors[1].asn, 65000);
-    assert_eq!(c.bgp_include(), Path::new("/etc/bird/xvs.conf"));
+    assert_eq!(c.bgp.include, Path::new("/etc/bird/xvs.conf"));
     let p = problem(&on(
         "neighbors = [{ address = \"198.18.2.1\", as = 65000 }]\n",
     ));
