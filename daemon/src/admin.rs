@@ -14,8 +14,8 @@ use fastpath::steer::SteerCounters;
 use fastpath::worker::WorkerStats;
 use flowtable::FlowTable;
 use slowpath::admin::{
-    AdminSource, ControlAction, ControlFuture, FlowTableView, FlowViewJson, GovernanceView,
-    HealthView, ServiceView, StatsView, SteerView, SyncView, WorkerView,
+    AdminSource, BgpView, ControlAction, ControlFuture, FlowTableView, FlowViewJson,
+    GovernanceView, HealthView, ServiceView, StatsView, SteerView, SyncView, WorkerView,
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -95,6 +95,8 @@ pub struct DaemonState {
     pub status: Arc<ArcSwap<StatusView>>,
     /// Where commands go.
     pub commands: mpsc::UnboundedSender<CommandMsg>,
+    /// The BGP speaker's counters, when `[bgp]` is on.
+    pub bgp: Option<Arc<slowpath::bgp::BgpStats>>,
 }
 
 /// The controller's command for an admin action; `Err` when it does not apply.
@@ -154,6 +156,7 @@ impl AdminSource for DaemonState {
                 flows_resteered: s.flows_resteered,
                 flows_ended: s.flows_ended,
             },
+            bgp: self.bgp.as_deref().map(BgpView::from_stats),
         }
     }
 

@@ -174,6 +174,17 @@ impl AdminSource for Fake {
                 flows_resteered: 4,
                 flows_ended: 6,
             },
+            bgp: Some(admin::BgpView {
+                live: true,
+                in_sync: true,
+                vips: 2,
+                snat: 1,
+                backups: 1,
+                writes: 3,
+                reconfigures: 3,
+                errors: 1,
+                last_error: None,
+            }),
         }
     }
 
