@@ -259,3 +259,53 @@ fn bfd_removes_a_node_whose_link_died() {
     );
     expect_hops(&t, &snat(1), &[uplink(1)], SETTLE);
 }
+
+#[test]
+fn a_node_without_bird_forwards_and_announces_once_bird_is_back() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut t = Tier::up();
+    t.start_all();
+    // n1's BIRD crashes: the router loses n1 (BFD), n1's xvs goes on.
+    t.kill_bird("n1");
+    let took = expect_hops(&t, WEB, &[uplink(2)], WITHDRAW_MAX);
+    println!(
+        "n1's BIRD killed: the router's route is n2's alone {:.1} ms later",
+        took.as_secs_f64() * 1e3
+    );
+    // xvs restarts without a BIRD to talk to: it runs (BIRD's absence is logged, counted,
+    // retried), and what it asks for is in the file.
+    t.stop(1);
+    t.start(1);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let b = loop {
+        let b = t.stats(1)["bgp"].clone();
+        if b["errors"].as_u64() > Some(0) || std::time::Instant::now() > deadline {
+            break b;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(b["live"], true, "{b}");
+    assert_eq!(b["in_sync"], false, "{b}");
+    let e = b["last_error"].as_str().unwrap_or_default();
+    assert!(e.contains("cannot connect to BIRD's control socket"), "{b}");
+    let inc = std::fs::read_to_string(t.node_dir(1).join("bird-xvs.conf")).unwrap();
+    assert!(
+        inc.contains(&format!("route {WEB}/32 via \"xvs-live\"; # vip")),
+        "{inc}"
+    );
+    // BIRD comes back: it reads the file, the routes return, and xvs's retry reconfigures it.
+    let started = std::time::Instant::now();
+    t.start_bird("n1");
+    expect_hops(&t, WEB, &both(), SETTLE);
+    println!(
+        "n1's BIRD started: ECMP over both again {:.2} s later",
+        started.elapsed().as_secs_f64()
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(40);
+    while t.stats(1)["bgp"]["in_sync"] != true && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let b = &t.stats(1)["bgp"];
+    assert_eq!(b["in_sync"], true, "{b}");
+    assert!(b.get("last_error").is_none(), "{b}");
+}

@@ -10,7 +10,8 @@
 //!
 //! What a test can do: start, stop (SIGTERM), `kill -9` and restart a node's xvs
 //! ([`Tier::start`], [`Tier::stop`], [`Tier::kill`]); take a node's uplink down and up
-//! ([`Tier::set_link`]); read the router's kernel routes ([`Tier::next_hops`]) and wait for
+//! ([`Tier::set_link`]); crash and restart a BIRD ([`Tier::kill_bird`],
+//! [`Tier::start_bird`]); read the router's kernel routes ([`Tier::next_hops`]) and wait for
 //! them to change, timing it ([`Tier::wait_next_hops`]); ask BIRD ([`Tier::birdc`]); run
 //! requests and downloads from the client ([`Tier::curl`], [`Tier::download`]); read a
 //! node's admin API ([`Tier::admin`], [`Tier::stats`]); stop and restart a backend's
@@ -456,6 +457,48 @@ backends = [{solo}]
             .arg(&sock)
             .args(cmd.split_whitespace()));
         String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// `kill -9` of the BIRD of `which` (`r`, `n1`, `n2`), as a crash would.
+    pub fn kill_bird(&self, which: &str) {
+        let pidfile = self.dir.path().join(which).join("bird.pid");
+        let pid: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap_or_else(|e| panic!("{}: {e}", pidfile.display()))
+            .trim()
+            .parse()
+            .unwrap();
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        // Bounded: BIRD exits at once on SIGKILL.
+        for _ in 0..200 {
+            if unsafe { libc::kill(pid, 0) } != 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = std::fs::remove_file(pidfile);
+        let _ = std::fs::remove_file(self.dir.path().join(which).join("bird.ctl"));
+    }
+
+    /// Starts the BIRD of `which` again (as `scripts/tier up` did).
+    pub fn start_bird(&self, which: &str) {
+        let d = self.dir.path().join(which);
+        let o = self.exec(
+            which,
+            &[
+                "bird",
+                "-c",
+                d.join("bird.conf").to_str().unwrap(),
+                "-s",
+                d.join("bird.ctl").to_str().unwrap(),
+                "-P",
+                d.join("bird.pid").to_str().unwrap(),
+            ],
+        );
+        assert!(
+            o.status.success(),
+            "bird: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
     }
 
     /// What to print when a tier assertion fails: BIRD's views and the nodes' logs.
