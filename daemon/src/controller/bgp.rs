@@ -29,6 +29,7 @@ impl Controller {
     /// them, and they are never announced (the driver reads the interfaces' addresses).
     pub fn set_node_addresses(&mut self, addrs: Vec<IpAddr>) {
         self.node_addresses = addrs;
+        self.announce_inputs = None;
         self.emit_announcement();
     }
 
@@ -65,9 +66,20 @@ impl Controller {
         {
             return;
         }
+        // Rendering costs a line per VIP: only when an input changed (the published
+        // snapshot, the drain, the config).
+        let inputs = (
+            self.current.as_ref().map_or(0, |s| s.generation),
+            self.admin_drain || self.drain.is_some(),
+            self.counters.reloads_ok,
+        );
+        if self.announce_inputs == Some(inputs) {
+            return;
+        }
         let Some(inc) = self.include(false) else {
             return;
         };
+        self.announce_inputs = Some(inputs);
         if self.announced.as_ref() != Some(&inc) {
             self.log_announcement(&inc);
             self.announced = Some(inc.clone());

@@ -276,6 +276,8 @@ pub struct Controller {
     node_addresses: Vec<IpAddr>,
     /// The include file last emitted ([`bgp`]).
     announced: Option<slowpath::bgp::Include>,
+    /// What it was rendered from: snapshot generation, draining, reloads applied.
+    announce_inputs: Option<(u64, bool, u64)>,
     actions: VecDeque<Action>,
 }
 
@@ -344,6 +346,7 @@ impl Controller {
             emitted: None,
             node_addresses: Vec::new(),
             announced: None,
+            announce_inputs: None,
             actions: VecDeque::new(),
             cfg,
         };
