@@ -54,7 +54,17 @@ fn the_router_spreads_every_vip_over_both_nodes() {
         expect_hops(&t, &snat(n), &[uplink(n)], SETTLE);
         expect_hops(&t, &snat6(n), &[uplink6(n)], SETTLE);
     }
-    let r = t.birdc("r", "show route 198.18.3.1/32 all");
+    // Backups may come in a later UPDATE than the VIPs (other attributes): bounded wait.
+    let deadline = std::time::Instant::now() + SETTLE;
+    let r = loop {
+        let r = t.birdc("r", "show route 198.18.3.1/32 all");
+        if r.contains("BGP.as_path: 65001 65001 65001 65001")
+            || std::time::Instant::now() > deadline
+        {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     assert!(r.contains("BGP.as_path: 65001 65001 65001 65001"), "{r}");
     assert!(r.contains("BGP.as_path: 65001\n"), "{r}");
 
