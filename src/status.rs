@@ -368,6 +368,22 @@ fn render_status(
         "sync:       generation {}, {last}; {} syncs; reloads {} ok, {} failed",
         s.generation, s.sync.syncs, s.sync.reloads_ok, s.sync.reloads_failed
     );
+    if let Some(b) = &s.bgp {
+        let _ = writeln!(
+            o,
+            "bgp:        {}, BIRD {}; announcing {} VIPs, {} SNAT, {} backups; {} reconfigures, {} errors{}",
+            if b.live { "live" } else { "NOT live" },
+            if b.in_sync { "in sync" } else { "NOT in sync" },
+            b.vips,
+            b.snat,
+            b.backups,
+            b.reconfigures,
+            b.errors,
+            b.last_error
+                .as_deref()
+                .map_or_else(String::new, |e| format!("; last error: {e}"))
+        );
+    }
     let t = &s.flowtable;
     let pct = if t.capacity == 0 {
         0.0

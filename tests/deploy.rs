@@ -74,3 +74,105 @@ fn daemonset_runs_that_config_with_the_capabilities_it_needs() {
     }
     assert!(rbac.contains(r#"verbs: ["get", "list", "watch"]"#));
 }
+
+/// The `bird.conf: |` block of the ConfigMap, de-indented.
+fn embedded_bird_conf() -> String {
+    let text = deploy("configmap.yaml");
+    let block: Vec<&str> = text
+        .lines()
+        .skip_while(|l| l.trim() != "bird.conf: |")
+        .skip(1)
+        .take_while(|l| l.trim().is_empty() || l.starts_with("    "))
+        .collect();
+    assert!(!block.is_empty(), "the ConfigMap has no bird.conf");
+    block
+        .iter()
+        .map(|l| l.get(4..).unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Whether `bird -p` accepts `conf` with xvs's include file `include` where it includes
+/// `/run/bird/bird-xvs.con[f]`; `None` when BIRD is not installed (scripts/deps installs it).
+fn bird_accepts(conf: &str, include: &str) -> Option<Result<(), String>> {
+    let dir = tempfile::tempdir().unwrap();
+    let inc = dir.path().join("bird-xvs.conf");
+    std::fs::write(&inc, include).unwrap();
+    let main = dir.path().join("bird.conf");
+    assert!(conf.contains("\"/run/bird/bird-xvs.con[f]\""), "{conf}");
+    std::fs::write(
+        &main,
+        conf.replace("/run/bird/bird-xvs.con[f]", inc.to_str().unwrap()),
+    )
+    .unwrap();
+    let o = std::process::Command::new("bird")
+        .arg("-p")
+        .arg("-c")
+        .arg(&main)
+        .output()
+        .ok()?;
+    Some(if o.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&o.stderr).into_owned())
+    })
+}
+
+/// An announcement of every kind, both families.
+fn announcement() -> slowpath::bgp::Announcement {
+    use slowpath::bgp::RouteKind;
+    let mut a = slowpath::bgp::Announcement::default();
+    for (ip, k) in [
+        ("198.18.100.1", RouteKind::Vip),
+        ("198.18.20.1", RouteKind::Snat),
+        ("198.18.20.2", RouteKind::Backup),
+        ("2001:2:0:100::1", RouteKind::Vip),
+        ("2001:2:0:20::2", RouteKind::Backup),
+    ] {
+        a.routes.insert(ip.parse().unwrap(), k);
+    }
+    a
+}
+
+#[test]
+fn the_bird_beside_xvs_reads_what_xvs_writes() {
+    let cfg = config::parse(&embedded_config(), "deploy/configmap.yaml").unwrap();
+    let b = &cfg.bgp;
+    assert!(b.enable);
+    // Socket and include file in the emptyDir both containers mount at /run/bird.
+    assert_eq!(b.socket, Path::new("/run/bird/bird.ctl"));
+    assert_eq!(b.include, Path::new("/run/bird/bird-xvs.conf"));
+    let ds = deploy("daemonset.yaml");
+    assert_eq!(
+        ds.matches("{ name: bird-run, mountPath: /run/bird }")
+            .count(),
+        2
+    );
+    assert!(ds.contains(r#""-s", "/run/bird/bird.ctl""#));
+    assert!(ds.contains("{ name: sync, containerPort: 7946, protocol: UDP }"));
+    let conf = embedded_bird_conf();
+    let example = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("config/examples/bird.conf"),
+    )
+    .unwrap();
+    let edge =
+        config::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("config/examples/edge-node.toml"))
+            .unwrap();
+    let cases = [
+        ("deploy/configmap.yaml bird.conf", &conf, b),
+        ("config/examples/bird.conf", &example, &edge.bgp),
+    ];
+    for (what, conf, bgp) in cases {
+        for a in [announcement(), slowpath::bgp::Announcement::default()] {
+            let include = slowpath::bgp::render(bgp, &a);
+            match bird_accepts(conf, &include) {
+                None => {
+                    eprintln!("skipped: no `bird` here (scripts/deps installs bird2)");
+                    return;
+                }
+                Some(Ok(())) => {}
+                Some(Err(e)) => panic!("BIRD refuses {what} with:\n{include}\n{e}"),
+            }
+        }
+    }
+}

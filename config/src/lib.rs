@@ -21,8 +21,8 @@ pub use schema::*;
 pub use span::KeyPath;
 pub use types::{Cidr, Dur, Mac, PortRange};
 pub use validate::{
-    BACKENDS_MAX, FLOW_BYTES, FLOWS_MAX, IDLE_BACKOFF_MAX, MH_TABLE_SIZE_MAX, UMEM_FRAMES_MAX,
-    WRR_SEQUENCE_MAX,
+    BACKENDS_MAX, BGP_BACKUP_PREPEND_MAX, FLOW_BYTES, FLOWS_MAX, IDLE_BACKOFF_MAX,
+    MH_TABLE_SIZE_MAX, UMEM_FRAMES_MAX, WRR_SEQUENCE_MAX,
 };
 
 /// The configuration `xvs run` uses when no file is given: the netns lab of the README demo.

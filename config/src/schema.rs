@@ -2,7 +2,7 @@
 //! have a default has one (written next to the field), and nothing here checks relations
 //! between keys: that is `validate`'s job, which can name the key and line of a problem.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 use serde::Deserialize;
@@ -48,6 +48,9 @@ pub struct Config {
     /// Flow sync between the nodes of a tier (off unless `enable`).
     #[serde(default)]
     pub sync: Sync,
+    /// VIP announcement through BIRD (off unless `enable`).
+    #[serde(default)]
+    pub bgp: Bgp,
 }
 
 impl Config {
@@ -971,4 +974,113 @@ fn sync_interval() -> Dur {
 
 fn sync_rate() -> u32 {
     20_000
+}
+
+/// `[bgp]`: this node's VIPs and SNAT addresses announced through BIRD 2. xvs writes an
+/// include file for BIRD (static protocols `xvs4` and `xvs6` with one host route per
+/// address, the export filter `xvs_export`, and, when `neighbors` are listed, the BGP
+/// sessions themselves) and asks BIRD to reconfigure over its control socket. The routes
+/// point at `liveness_device`, a device that exists only while xvs runs and is ready to
+/// serve: when xvs dies (even `kill -9`) the kernel deletes it and BIRD withdraws the routes
+/// at once, although BIRD itself keeps running.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Bgp {
+    /// Announce. Default false.
+    #[serde(default)]
+    pub enable: bool,
+    /// BIRD's control socket (`bird -s`). Default `/run/bird/bird.ctl`, Debian's.
+    #[serde(default = "default_bird_socket")]
+    pub socket: PathBuf,
+    /// The file xvs writes (aside, then renamed over), which bird.conf includes. Default
+    /// `/run/bird/bird-xvs.conf`, beside Debian's socket: Debian's BIRD runs as user `bird`,
+    /// which cannot read `[dataplane] state_dir` (mode 0750). xvs creates the directory
+    /// when it is missing.
+    #[serde(default = "default_bird_include")]
+    pub include: PathBuf,
+    /// This node's AS number. Required with `neighbors`, and whenever backups are
+    /// announced (the export filter prepends it to them).
+    pub local_as: Option<u32>,
+    /// BIRD's router id, written into the include file when set (else bird.conf's, or
+    /// BIRD's choice: the lowest IPv4 address of the node).
+    pub router_id: Option<Ipv4Addr>,
+    /// The routers this node peers with. Listed: xvs writes the BGP sessions (one per
+    /// neighbour: an IPv4 neighbour carries the IPv4 routes, an IPv6 one the IPv6 routes)
+    /// and, for `bfd`, a BFD protocol. Empty (the default): bird.conf owns the sessions and
+    /// exports xvs's routes with `export filter xvs_export;`.
+    #[serde(default)]
+    pub neighbors: Vec<BgpNeighbor>,
+    /// How many times this node's AS is prepended to the backups (the peers' SNAT
+    /// addresses, `[sync] peers[].snat_addresses`), so that routers prefer the owner's
+    /// route and use a backup only when the owner's is gone. Default 3.
+    #[serde(default = "default_backup_prepend")]
+    pub backup_prepend: u32,
+    /// The liveness device: a TUN device xvs opens when it is ready to serve, and the kernel
+    /// deletes when xvs exits. Default `xvs-live`.
+    #[serde(default = "default_liveness_device")]
+    pub liveness_device: String,
+}
+
+/// One of `[bgp] neighbors`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BgpNeighbor {
+    /// The router's address on the link to this node.
+    pub address: IpAddr,
+    /// The router's AS number.
+    #[serde(rename = "as")]
+    pub asn: u32,
+    /// BFD on the session: the router notices a dead link or node in well under a second
+    /// (BIRD's BFD defaults) instead of the BGP hold time. Default true.
+    #[serde(default = "yes")]
+    pub bfd: bool,
+}
+
+/// `[bgp] backup_prepend`'s default.
+pub const BGP_BACKUP_PREPEND: u32 = 3;
+
+fn default_bird_socket() -> PathBuf {
+    PathBuf::from("/run/bird/bird.ctl")
+}
+fn default_bird_include() -> PathBuf {
+    PathBuf::from("/run/bird/bird-xvs.conf")
+}
+fn default_backup_prepend() -> u32 {
+    BGP_BACKUP_PREPEND
+}
+fn default_liveness_device() -> String {
+    "xvs-live".to_owned()
+}
+
+impl Default for Bgp {
+    fn default() -> Bgp {
+        Bgp {
+            enable: false,
+            socket: default_bird_socket(),
+            include: default_bird_include(),
+            local_as: None,
+            router_id: None,
+            neighbors: Vec::new(),
+            backup_prepend: default_backup_prepend(),
+            liveness_device: default_liveness_device(),
+        }
+    }
+}
+
+impl Config {
+    /// The addresses announced as backups: with `[sync]` on, every peer's SNAT address.
+    pub fn bgp_backups(&self) -> Vec<IpAddr> {
+        if !self.sync.enable {
+            return Vec::new();
+        }
+        let mut v: Vec<IpAddr> = self
+            .sync
+            .peers
+            .iter()
+            .flat_map(|p| p.snat_addresses.iter().copied())
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
 }

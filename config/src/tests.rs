@@ -727,3 +727,62 @@ fn sync_defaults_and_refusals() {
     ));
     assert_eq!(p.key, "sync.listen");
 }
+
+#[test]
+fn bgp_defaults_and_refusals() {
+    let c = parse(MINIMAL, "t.toml").unwrap();
+    assert!(!c.bgp.enable);
+    assert_eq!(c.bgp.socket, Path::new("/run/bird/bird.ctl"));
+    assert_eq!(c.bgp.include, Path::new("/run/bird/bird-xvs.conf"));
+    assert_eq!(c.bgp.backup_prepend, 3);
+    assert_eq!(c.bgp.liveness_device, "xvs-live");
+    assert!(c.bgp.neighbors.is_empty() && c.bgp.local_as.is_none());
+    // Operator-owned sessions: nothing else is needed.
+    let c = parse(&format!("{MINIMAL}[bgp]\nenable = true\n"), "t.toml").unwrap();
+    assert!(c.bgp.enable && c.bgp_backups().is_empty());
+    let on = |extra: &str| format!("{MINIMAL}[bgp]\nenable = true\n{extra}");
+    let c = parse(
+        &on("local_as = 65001\nrouter_id = \"198.18.2.11\"\nneighbors = [{ address = \"198.18.2.1\", as = 65000 }, { address = \"2001:2:0:2::1\", as = 65000, bfd = false }]\ninclude = \"/etc/bird/xvs.conf\"\n"),
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(c.bgp.neighbors.len(), 2);
+    assert!(c.bgp.neighbors[0].bfd && !c.bgp.neighbors[1].bfd);
+    assert_eq!(c.bgp.neighbors[1].asn, 65000);
+    assert_eq!(c.bgp.include, Path::new("/etc/bird/xvs.conf"));
+    let p = problem(&on(
+        "neighbors = [{ address = \"198.18.2.1\", as = 65000 }]\n",
+    ));
+    assert_eq!(p.key, "bgp.local_as");
+    let p = problem(&on(
+        "local_as = 65001\nneighbors = [{ address = \"198.18.2.1\", as = 0 }]\n",
+    ));
+    assert_eq!(p.key, "bgp.neighbors[0].as");
+    let p = problem(&on(
+        "local_as = 65001\nneighbors = [{ address = \"198.18.2.1\", as = 1 }, { address = \"198.18.2.1\", as = 2 }]\n",
+    ));
+    assert_eq!(p.key, "bgp.neighbors[1].address");
+    let p = problem(&on("local_as = 23456\n"));
+    assert_eq!(p.key, "bgp.local_as");
+    let p = problem(&on("local_as = 65001\nbackup_prepend = 17\n"));
+    assert_eq!(p.key, "bgp.backup_prepend");
+    let p = problem(&on("liveness_device = \"a-much-too-long-name\"\n"));
+    assert_eq!(p.key, "bgp.liveness_device");
+    let p = problem(&on("liveness_device = \"x\\\"y\"\n"));
+    assert_eq!(p.key, "bgp.liveness_device");
+    // Backups (the peers' SNAT addresses, with sync on) are prepended with the local AS.
+    let sync = "[sync]\nenable = true\nlisten = \"198.18.2.11:7946\"\nkey_file = \"/k\"\npeers = [{ address = \"198.18.2.12:7946\", snat_addresses = [\"198.18.3.2\", \"2001:2:0:3::2\"] }]\n";
+    let p = problem(&format!("{}{sync}", on("")));
+    assert_eq!(p.key, "bgp.local_as");
+    assert!(p.message.contains("backup"), "{}", p.message);
+    let c = parse(&format!("{}{sync}", on("backup_prepend = 0\n")), "t.toml").unwrap();
+    assert_eq!(c.bgp_backups().len(), 2);
+    let c = parse(&format!("{}{sync}", on("local_as = 65001\n")), "t.toml").unwrap();
+    assert_eq!(
+        c.bgp_backups(),
+        vec![
+            "198.18.3.2".parse::<std::net::IpAddr>().unwrap(),
+            "2001:2:0:3::2".parse().unwrap()
+        ]
+    );
+}

@@ -52,7 +52,103 @@ pub fn validate(c: &Config) -> Found {
     log(c, &mut out);
     synproxy(c, &mut out);
     sync(c, &mut out);
+    bgp(c, &mut out);
     out
+}
+
+/// Most times `[bgp] backup_prepend` may prepend the local AS: three already lose to any
+/// owner's path that is not itself padded.
+pub const BGP_BACKUP_PREPEND_MAX: u32 = 16;
+/// AS_TRANS (RFC 6793): a placeholder in 2-byte AS fields, never a real AS.
+const AS_TRANS: u32 = 23456;
+
+fn bgp(c: &Config, out: &mut Found) {
+    let b = &c.bgp;
+    let at = |k: &str| KeyPath::of(&["bgp", k]);
+    if !b.enable {
+        return;
+    }
+    let bad_as = |n: u32| n == 0 || n == AS_TRANS;
+    match b.local_as {
+        Some(n) if bad_as(n) => err(
+            out,
+            at("local_as"),
+            format!("{n} is not an AS number (0 and 23456, AS_TRANS, are reserved)"),
+        ),
+        Some(_) => {}
+        None if !b.neighbors.is_empty() => err(
+            out,
+            at("local_as"),
+            "required with bgp.neighbors: this node's AS number in the sessions xvs writes",
+        ),
+        None if b.backup_prepend > 0 && !c.bgp_backups().is_empty() => err(
+            out,
+            at("local_as"),
+            format!(
+                "required to announce the peers' SNAT addresses as backups (sync.peers[].snat_addresses): the export filter prepends it {} times (or set bgp.backup_prepend = 0)",
+                b.backup_prepend
+            ),
+        ),
+        None => {}
+    }
+    if b.backup_prepend > BGP_BACKUP_PREPEND_MAX {
+        err(
+            out,
+            at("backup_prepend"),
+            format!(
+                "{}: at most {BGP_BACKUP_PREPEND_MAX} (3 already lose to the owner's path)",
+                b.backup_prepend
+            ),
+        );
+    }
+    let name = &b.liveness_device;
+    if let Some(why) = bad_ifname(name) {
+        err(
+            out,
+            at("liveness_device"),
+            format!("{name:?} cannot be a device name: {why}"),
+        );
+    } else if name.contains(['"', '\\']) {
+        err(
+            out,
+            at("liveness_device"),
+            format!("{name:?}: no '\"' or '\\', it is written into BIRD's config as a string"),
+        );
+    } else if c.dataplane.interfaces.iter().any(|i| &i.name == name) {
+        err(
+            out,
+            at("liveness_device"),
+            format!("{name:?} is an interface of dataplane.interfaces: xvs creates this device"),
+        );
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, n) in b.neighbors.iter().enumerate() {
+        let here = KeyPath::of(&["bgp", "neighbors"]).index(i);
+        let a = n.address;
+        if a.is_unspecified() || a.is_multicast() || a.is_loopback() {
+            err(
+                out,
+                here.clone().key("address"),
+                format!("{a}: a neighbor needs a unicast address"),
+            );
+        } else if !seen.insert(a) {
+            err(
+                out,
+                here.clone().key("address"),
+                format!("{a} is listed twice"),
+            );
+        }
+        if bad_as(n.asn) {
+            err(
+                out,
+                here.key("as"),
+                format!(
+                    "{} is not an AS number (0 and 23456, AS_TRANS, are reserved)",
+                    n.asn
+                ),
+            );
+        }
+    }
 }
 
 fn sync(c: &Config, out: &mut Found) {

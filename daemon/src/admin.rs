@@ -14,8 +14,8 @@ use fastpath::steer::SteerCounters;
 use fastpath::worker::WorkerStats;
 use flowtable::FlowTable;
 use slowpath::admin::{
-    AdminSource, ControlAction, ControlFuture, FlowTableView, FlowViewJson, GovernanceView,
-    HealthView, ServiceView, StatsView, SteerView, SyncView, WorkerView,
+    AdminSource, BgpView, ControlAction, ControlFuture, FlowTableView, FlowViewJson,
+    GovernanceView, HealthView, ServiceView, StatsView, SteerView, SyncView, WorkerView,
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -100,6 +100,8 @@ pub struct DaemonState {
         slowpath::flowsync::FlowSync,
         Vec<Arc<fastpath::flowlog::FlowLog>>,
     )>,
+    /// The BGP speaker's counters, when `[bgp]` is on.
+    pub bgp: Option<Arc<slowpath::bgp::BgpStats>>,
 }
 
 /// The controller's command for an admin action; `Err` when it does not apply.
@@ -160,6 +162,7 @@ impl AdminSource for DaemonState {
                 flows_ended: s.flows_ended,
             },
             peer_sync: self.peer_sync.as_ref().map(|(fs, logs)| fs.view(logs)),
+            bgp: self.bgp.as_deref().map(BgpView::from_stats),
         }
     }
 

@@ -44,6 +44,7 @@ use fastpath::worker::{WorkerCounters, WorkerStats, spawn_worker, worker_specs};
 use fastpath::xsk::XskSet;
 use fastpath::xsk::napi::NapiDefer;
 use slowpath::admin::{AdminConfig, AdminServer};
+use slowpath::bgp::{BgpStats, Include, Speaker};
 use slowpath::flowsync::{FlowSync, FlowSyncConfig};
 use slowpath::health::HealthChecker;
 use slowpath::k8s::HealthCheckNodePort;
@@ -64,6 +65,9 @@ pub const TICK: Duration = Duration::from_millis(100);
 pub const RUNTIME_THREADS: usize = 2;
 /// How long the slowpath services get to end after the shutdown signal.
 const SERVICES_STOP: Duration = Duration::from_secs(5);
+/// How long a stopping daemon waits for BIRD to take the file that announces nothing (the
+/// liveness device is already gone, so BIRD has withdrawn the routes anyway).
+const BGP_FINISH: Duration = Duration::from_secs(2);
 
 /// What a run leaves: the final counters, and why it failed, if it did.
 pub struct Outcome {
@@ -258,6 +262,15 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
     }
     drop(ev_tx);
 
+    if cfg.bgp.enable {
+        match slowpath::bgp::interface_addresses() {
+            Ok(addrs) => ctl.set_node_addresses(addrs),
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the interfaces' addresses: NodePort frontends on them may be announced")
+            }
+        }
+    }
+
     // The first snapshot, published and steered before any worker runs.
     let initial = SnapshotBuilder::from_config(&cfg).build(&[], &L2Table::default())?;
     let mut io = Io {
@@ -272,6 +285,7 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
         watch: FileWatch::new(path.and_then(Stamp::of)),
         stop: None,
         restart_hold,
+        bgp: Bgp::default(),
     };
     let now = Instant::now();
     ctl.tick(
@@ -335,6 +349,20 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
         }
         None => None,
     };
+    // The node announces once its workers run (the controller emits nothing before its first
+    // snapshot is published; what it emitted meanwhile waits here).
+    let bgp_stats = cfg.bgp.enable.then(|| {
+        let stats = Arc::new(BgpStats::default());
+        let speaker = Speaker::spawn(
+            rt.handle(),
+            cfg.bgp.socket.clone(),
+            cfg.bgp.liveness_device.clone(),
+            Arc::clone(&stats),
+            &shutdown,
+        );
+        io.bgp.start(speaker);
+        stats
+    });
 
     let sync_period = ctl.sync_period();
     let state = Arc::new(DaemonState {
@@ -348,6 +376,7 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
         status: Arc::clone(&io.status),
         commands: cmd_tx,
         peer_sync,
+        bgp: bgp_stats,
     });
     let admin_cfg = AdminConfig {
         listen: cfg.admin.listen,
@@ -370,6 +399,14 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
     );
 
     let stopped = rt.block_on(io.run(&mut ctl, ev_rx, cmd_rx, &state, &handles));
+    // The liveness device closed at the stop action; BIRD gets the empty file too.
+    if let Bgp::On(speaker) = std::mem::take(&mut io.bgp)
+        && !rt.block_on(speaker.finish(BGP_FINISH))
+    {
+        tracing::warn!(
+            "BGP: BIRD did not take the final (empty) file within {BGP_FINISH:?}; the routes are withdrawn anyway (the liveness device is gone)"
+        );
+    }
 
     // The steering stays attached for the next process: from the last refresh of the hold,
     // frames xvs owns are dropped (not answered by the kernel) for `restart_hold`, then the
@@ -437,6 +474,41 @@ struct Io<'a> {
     watch: FileWatch,
     stop: Option<StopReason>,
     restart_hold: Duration,
+    bgp: Bgp,
+}
+
+/// The BGP speaker ([`Speaker`]), started once the workers run.
+#[derive(Default)]
+enum Bgp {
+    /// `[bgp]` off, or nothing announced yet.
+    #[default]
+    Off,
+    /// The workers do not run yet: the last include file the controller emitted.
+    Waiting(Include),
+    /// Started.
+    On(Speaker),
+}
+
+impl Bgp {
+    fn announce(&mut self, include: Include) {
+        match self {
+            Bgp::On(s) => s.announce(include),
+            other => *other = Bgp::Waiting(include),
+        }
+    }
+
+    fn start(&mut self, mut speaker: Speaker) {
+        if let Bgp::Waiting(include) = std::mem::take(self) {
+            speaker.announce(include);
+        }
+        *self = Bgp::On(speaker);
+    }
+
+    fn withdraw(&self) {
+        if let Bgp::On(s) = self {
+            s.withdraw();
+        }
+    }
 }
 
 impl Io<'_> {
@@ -489,6 +561,9 @@ impl Io<'_> {
                 state.fastpath_running.store(false, Ordering::Relaxed);
             }
             let tx_frames = state.workers.iter().map(|w| w.read().tx).sum();
+            if let Some((fs, _)) = &state.peer_sync {
+                ctl.set_peers_ready(fs.ready());
+            }
             ctl.tick(
                 now,
                 Sample {
@@ -553,7 +628,10 @@ impl Io<'_> {
                     let view = StatusView::new(s, Instant::now(), SystemTime::now());
                     self.status.store(Arc::new(view));
                 }
+                Action::Announce(include) => self.bgp.announce(include),
                 Action::Stop(why) => {
+                    // First of all: BIRD withdraws every route of this node.
+                    self.bgp.withdraw();
                     match &why {
                         StopReason::Drained(_) => {}
                         StopReason::Signal => tracing::info!(target: "xvs", "stopping"),

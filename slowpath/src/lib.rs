@@ -1,5 +1,6 @@
 //! The xvs slowpath: state sources, the snapshot builder, health checks and admin HTTP.
 pub mod admin;
+pub mod bgp;
 pub mod flowsync;
 pub mod health;
 pub mod k8s;

@@ -195,6 +195,10 @@ fn metrics_are_valid_prometheus_text() {
     has("xvs_removed_backend_flows_total{action=\"resteered\"} 4\n");
     has("xvs_removed_backend_flows_total{action=\"ended\"} 6\n");
     has("xvs_snapshot_generation 42\n");
+    has("xvs_bgp_live 1\n");
+    has("xvs_bgp_routes{kind=\"vip\"} 2\n");
+    has("xvs_bgp_routes{kind=\"backup\"} 1\n");
+    has("xvs_bgp_errors_total 1\n");
     // The admin server's own families, one sample per listener.
     has("xvs_admin_connections_rejected_total{listener=\"listen\"} 0\n");
     has("xvs_admin_connections_rejected_total{listener=\"healthz\"} 0\n");

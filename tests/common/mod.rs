@@ -2,6 +2,8 @@
 //! unique prefix, the real `xvs run` binary inside, and real clients (curl, python).
 #![allow(dead_code)]
 
+pub mod tier;
+
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};

@@ -39,13 +39,18 @@
 //!   flowing, and the daemon stops when no established flow is left and nothing was forwarded
 //!   for a second, or at `[dataplane] drain_timeout`. A second signal (or a zero timeout)
 //!   stops at once. `drain` through the admin API turns `/healthz` 503 without stopping.
+//!   Either withdraws every BGP route of the node.
+//! - **BGP** (`[bgp]`, see [`bgp`]): once ready, the include file for BIRD is emitted
+//!   ([`Action::Announce`]) whenever what the node announces changes; nothing while
+//!   draining, and nothing before a stop.
 //! - **Reload.** SIGHUP or a change of the file asks the driver to load it
 //!   ([`Action::LoadConfig`]). Only a complete, valid file replaces the running config; any
 //!   other is refused (logged with the reason, counted in `reloads_failed`) and the running
 //!   one stays, services and flows untouched. Refused ([`Controller::refusal`]): a file that
 //!   does not load; an empty one (only whitespace or comments); one whose last line has no
 //!   newline (cut mid-line: `port = 8` of `port = 8080` still parses); one that adds or
-//!   removes `[kubernetes]`; one whose `[dataplane]` differs from the running one (named key
+//!   removes `[kubernetes]`; one that changes `[bgp] enable` or `liveness_device`; one whose
+//!   `[dataplane]` differs from the running one (named key
 //!   by key: the dataplane changes only with a restart; a file cut before its `[dataplane]`
 //!   lands here too); and, for the static source, one with no services while services run,
 //!   unless it says `services = []` (a file cut before its first `[[services]]`). Services and
@@ -55,6 +60,7 @@
 //!   ([`passive`]) are reported to the health checker; next hops the snapshot cannot resolve
 //!   are solicited.
 
+mod bgp;
 mod drain;
 pub mod passive;
 pub mod removal;
@@ -63,6 +69,8 @@ mod steer;
 mod testlab;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_bgp;
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, SocketAddr};
@@ -140,7 +148,7 @@ pub enum Command {
     Freeze(Option<String>),
     /// Undo a freeze (of the node, or of the named service).
     Unfreeze(Option<String>),
-    /// `/healthz` answers 503; traffic still flows.
+    /// `/healthz` answers 503 and the BGP routes are withdrawn; traffic still flows.
     Drain,
     /// Undo [`Command::Drain`].
     Undrain,
@@ -191,7 +199,10 @@ pub enum Action {
     LoadConfig,
     /// The status changed: what `/healthz`, `/livez` and `/v1/stats` show.
     Status(Status),
-    /// Stop the daemon.
+    /// Write this include file for BIRD and have BIRD reconfigure; open the liveness device
+    /// (once) after the first ([`bgp`]).
+    Announce(slowpath::bgp::Include),
+    /// Stop the daemon (and close the liveness device first: BIRD withdraws everything).
     Stop(StopReason),
 }
 
@@ -258,9 +269,17 @@ pub struct Controller {
     source_ready: bool,
     /// ...and it has been published.
     synced_once: bool,
+    /// Flow sync's start-up dumps are in (always, without `[sync]`).
+    peers_ready: bool,
     counters: Status,
     /// The status last emitted.
     emitted: Option<Status>,
+    /// This node's interface addresses (never announced: NodePort frontends).
+    node_addresses: Vec<IpAddr>,
+    /// The include file last emitted ([`bgp`]).
+    announced: Option<slowpath::bgp::Include>,
+    /// What it was rendered from: snapshot generation, draining, reloads applied.
+    announce_inputs: Option<(u64, bool, u64)>,
     actions: VecDeque<Action>,
 }
 
@@ -325,8 +344,12 @@ impl Controller {
             sync_period,
             source_ready,
             synced_once: false,
+            peers_ready: !cfg.sync.enable,
             counters: Status::default(),
             emitted: None,
+            node_addresses: Vec::new(),
+            announced: None,
+            announce_inputs: None,
             actions: VecDeque::new(),
             cfg,
         };
@@ -639,6 +662,7 @@ impl Controller {
 
     fn stop(&mut self, why: StopReason) {
         if !self.stopping {
+            self.withdraw_all();
             self.stopping = true;
             self.actions.push_back(Action::Stop(why));
         }
@@ -668,6 +692,14 @@ impl Controller {
             return Some(format!(
                 "the file switches the source from {was} to {is} ([kubernetes]): that needs a restart"
             ));
+        }
+        if new.bgp.enable != self.cfg.bgp.enable
+            || new.bgp.liveness_device != self.cfg.bgp.liveness_device
+        {
+            return Some(
+                "the file changes [bgp] enable or liveness_device: that needs a restart (the other [bgp] keys reload)"
+                    .to_owned(),
+            );
         }
         let changed = self.cfg.dataplane.differences(&new.dataplane);
         if !changed.is_empty() {
@@ -739,6 +771,7 @@ impl Controller {
             self.emitted = Some(s.clone());
             self.actions.push_back(Action::Status(s));
         }
+        self.emit_announcement();
     }
 
     /// The policy the removal passes apply.

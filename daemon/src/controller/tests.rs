@@ -15,24 +15,24 @@ use super::testlab::{CFG, dst_of, frame, ip};
 use super::*;
 
 /// The controller with a pretend driver around it.
-struct Harness {
-    ctl: Controller,
-    pipeline: Option<Pipeline>,
-    syn: Arc<SynWatch>,
-    flows: Arc<FlowTable>,
-    now: Instant,
+pub(super) struct Harness {
+    pub(super) ctl: Controller,
+    pub(super) pipeline: Option<Pipeline>,
+    pub(super) syn: Arc<SynWatch>,
+    pub(super) flows: Arc<FlowTable>,
+    pub(super) now: Instant,
     /// Frames the pipeline transmitted (the sample's `tx_frames`).
-    tx: u64,
+    pub(super) tx: u64,
     /// Every action performed, in order (publishes as `Published(generation)`).
-    log: Vec<Seen>,
-    status: Status,
-    stopped: Option<StopReason>,
-    workers_running: bool,
+    pub(super) log: Vec<Seen>,
+    pub(super) status: Status,
+    pub(super) stopped: Option<StopReason>,
+    pub(super) workers_running: bool,
 }
 
 /// An action as the harness saw it.
 #[derive(Debug, PartialEq)]
-enum Seen {
+pub(super) enum Seen {
     Published(u64),
     Synced,
     HealthTargets(Vec<SocketAddr>),
@@ -40,6 +40,7 @@ enum Seen {
     Solicit(IpAddr),
     HealthCheckNodePorts(usize),
     LoadConfig,
+    Announce(slowpath::bgp::Include),
 }
 
 fn lab_l2() -> L2Table {
@@ -57,7 +58,7 @@ fn lab_l2() -> L2Table {
 }
 
 impl Harness {
-    fn new(text: &str) -> Harness {
+    pub(super) fn new(text: &str) -> Harness {
         let cfg = config::parse(text, "t.toml").unwrap();
         let now = Instant::now();
         let flows = Arc::new(FlowTable::new(flow_table_config(&cfg), now).unwrap());
@@ -80,7 +81,7 @@ impl Harness {
     }
 
     /// Advances the fake clock by `d`, ticks, and performs the actions.
-    fn step(&mut self, d: Duration) {
+    pub(super) fn step(&mut self, d: Duration) {
         self.now += d;
         let sample = Sample {
             tx_frames: self.tx,
@@ -90,12 +91,12 @@ impl Harness {
         self.perform();
     }
 
-    fn event(&mut self, ev: Event) {
+    pub(super) fn event(&mut self, ev: Event) {
         self.ctl.handle(self.now, ev);
         self.perform();
     }
 
-    fn perform(&mut self) {
+    pub(super) fn perform(&mut self) {
         while let Some(a) = self.ctl.poll_action() {
             match a {
                 Action::Publish { snapshot, .. } => {
@@ -119,6 +120,7 @@ impl Harness {
                 }
                 Action::LoadConfig => self.log.push(Seen::LoadConfig),
                 Action::Status(s) => self.status = s,
+                Action::Announce(inc) => self.log.push(Seen::Announce(inc)),
                 Action::Stop(why) => self.stopped = Some(why),
             }
         }
@@ -142,7 +144,7 @@ impl Harness {
     }
 
     /// Sends a frame through the pipeline; the backend it went to, if transmitted.
-    fn send(&mut self, f: &[u8]) -> Option<IpAddr> {
+    pub(super) fn send(&mut self, f: &[u8]) -> Option<IpAddr> {
         let mut f = f.to_vec();
         let p = self.pipeline.as_mut().expect("nothing published yet");
         match p.process(&mut f, self.now) {
@@ -154,14 +156,14 @@ impl Harness {
         }
     }
 
-    fn published(&self) -> usize {
+    pub(super) fn published(&self) -> usize {
         self.log
             .iter()
             .filter(|s| matches!(s, Seen::Published(_)))
             .count()
     }
 
-    fn reload(&mut self, text: &str) {
+    pub(super) fn reload(&mut self, text: &str) {
         let r = match config::parse_written(text, "t.toml") {
             Ok((c, written)) => Reload::Loaded(Box::new(c), written),
             Err(e) => Reload::Invalid(e.to_string()),
@@ -177,9 +179,9 @@ impl Harness {
     }
 }
 
-const TICK: Duration = Duration::from_millis(100);
+pub(super) const TICK: Duration = Duration::from_millis(100);
 
-fn steps(h: &mut Harness, n: usize) {
+pub(super) fn steps(h: &mut Harness, n: usize) {
     for _ in 0..n {
         h.step(TICK);
     }

@@ -576,6 +576,41 @@ pub fn render(stats: &StatsView, services: &[ServiceView], probes: &ProbeCounts)
         f(stats.sync.reloads_failed),
     );
 
+    if let Some(b) = &stats.bgp {
+        o.single(
+            "xvs_bgp_live",
+            "gauge",
+            "1 while the liveness device is open: BIRD's routes for this node are live.",
+            u8::from(b.live),
+        );
+        o.single(
+            "xvs_bgp_in_sync",
+            "gauge",
+            "1 when BIRD has taken the latest include file.",
+            u8::from(b.in_sync),
+        );
+        o.family(
+            "xvs_bgp_routes",
+            "gauge",
+            "Host routes announced through BIRD, by kind: vip, snat (this node's), backup (peers' SNAT addresses).",
+        );
+        for (kind, n) in [("vip", b.vips), ("snat", b.snat), ("backup", b.backups)] {
+            o.sample("xvs_bgp_routes", &[("kind", kind)], f(n));
+        }
+        o.single(
+            "xvs_bgp_reconfigures_total",
+            "counter",
+            "BIRD configure commands accepted.",
+            f(b.reconfigures),
+        );
+        o.single(
+            "xvs_bgp_errors_total",
+            "counter",
+            "BGP announcement failures (writing the include file, reaching BIRD, BIRD refusing it, the liveness device), retries included.",
+            f(b.errors),
+        );
+    }
+
     // The health endpoints themselves, like kube-proxy's proxy_healthz_total.
     o.family(
         "xvs_healthz_total",

@@ -249,6 +249,9 @@ pub struct StatsView {
     /// Flow sync with the peers of a tier (`[sync]`), when it is on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer_sync: Option<PeerSyncView>,
+    /// VIP announcement through BIRD (`[bgp]`), when enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bgp: Option<BgpView>,
 }
 
 /// Flow sync's counters (see `slowpath::flowsync`), totals since start-up.
@@ -293,6 +296,49 @@ pub struct PeerSyncView {
     pub dumps_received: u64,
     /// Age of the last flow datagram when it arrived (µs; the sender's clock).
     pub lag_us: u64,
+}
+
+/// VIP announcement through BIRD (see `crate::bgp`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BgpView {
+    /// The liveness device is open: BIRD's routes for this node are live.
+    pub live: bool,
+    /// BIRD has taken the latest include file.
+    pub in_sync: bool,
+    /// VIPs announced (in the file BIRD last took).
+    pub vips: u64,
+    /// This node's SNAT addresses announced.
+    pub snat: u64,
+    /// Peers' SNAT addresses announced as backups.
+    pub backups: u64,
+    /// Include files written.
+    pub writes: u64,
+    /// `configure`s BIRD accepted.
+    pub reconfigures: u64,
+    /// Failures (writing the file, reaching BIRD, BIRD refusing it, the device), retries
+    /// included.
+    pub errors: u64,
+    /// The latest attempt's failure, if it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+impl BgpView {
+    /// The speaker's counters.
+    pub fn from_stats(s: &crate::bgp::BgpStats) -> BgpView {
+        use std::sync::atomic::Ordering::Relaxed;
+        BgpView {
+            live: s.live.load(Relaxed),
+            in_sync: s.in_sync.load(Relaxed),
+            vips: s.vips.load(Relaxed),
+            snat: s.snat.load(Relaxed),
+            backups: s.backups.load(Relaxed),
+            writes: s.writes.load(Relaxed),
+            reconfigures: s.reconfigures.load(Relaxed),
+            errors: s.errors.load(Relaxed),
+            last_error: s.last_error(),
+        }
+    }
 }
 
 /// Governance state and the endpoint-removal policy's work.

@@ -175,6 +175,17 @@ impl AdminSource for Fake {
                 flows_ended: 6,
             },
             peer_sync: None,
+            bgp: Some(admin::BgpView {
+                live: true,
+                in_sync: true,
+                vips: 2,
+                snat: 1,
+                backups: 1,
+                writes: 3,
+                reconfigures: 3,
+                errors: 1,
+                last_error: None,
+            }),
         }
     }
 

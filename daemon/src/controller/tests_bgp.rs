@@ -1,0 +1,141 @@
+//! The controller's `[bgp]` rules on the fake clock (see [`super::bgp`]).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use slowpath::bgp::Include;
+
+use super::testlab::{CFG, ip};
+use super::tests::{Harness, Seen, TICK, steps};
+use super::*;
+
+/// The lab's two services, a SNAT address, a peer's as backup, BGP on.
+fn bgp_cfg(extra_bgp: &str) -> String {
+    CFG.replace(
+        "mode = \"nat\"",
+        "mode = \"nat\"\nsnat_addresses = [\"198.18.3.1\"]\ndrain_timeout = \"3s\"",
+    ) + &format!(
+        "[sync]\nenable = true\nlisten = \"198.18.2.11:7946\"\nkey_file = \"/k\"\npeers = [{{ address = \"198.18.2.12:7946\", snat_addresses = [\"198.18.3.2\"] }}]\n[bgp]\nenable = true\nlocal_as = 65001\ninclude = \"/x/bird-xvs.conf\"\n{extra_bgp}"
+    )
+}
+
+fn announced(h: &Harness) -> Vec<&Include> {
+    h.log
+        .iter()
+        .filter_map(|s| match s {
+            Seen::Announce(i) => Some(i),
+            _ => None,
+        })
+        .collect()
+}
+
+fn counts(i: &Include) -> (usize, usize, usize) {
+    (i.vips, i.snat, i.backups)
+}
+
+#[test]
+fn announces_once_ready_withdraws_on_drain_and_before_the_stop() {
+    let mut h = Harness::new(&bgp_cfg(""));
+    assert!(announced(&h).is_empty(), "nothing before the first publish");
+    assert!(!h.ctl.ready_to_announce());
+    steps(&mut h, 3);
+    assert!(h.ctl.ready_to_announce());
+    let a = announced(&h);
+    assert_eq!(a.len(), 1, "one include file, not one per tick");
+    assert_eq!(counts(a[0]), (2, 1, 1));
+    assert_eq!(a[0].path, std::path::Path::new("/x/bird-xvs.conf"));
+    let text = &a[0].text;
+    for route in [
+        "route 198.18.100.53/32 via \"xvs-live\"; # vip",
+        "route 198.18.100.80/32 via \"xvs-live\"; # vip",
+        "route 198.18.3.1/32 via \"xvs-live\"; # snat",
+        "route 198.18.3.2/32 via \"xvs-live\"; # backup",
+        "bgp_path.prepend(65001);",
+    ] {
+        assert!(text.contains(route), "{route} in\n{text}");
+    }
+
+    // Every backend of web down: its VIP goes.
+    let down: HashMap<SocketAddr, bool> = [("198.18.1.1:80", false), ("198.18.1.2:80", false)]
+        .into_iter()
+        .map(|(a, up)| (a.parse().unwrap(), up))
+        .collect();
+    h.event(Event::Health(down));
+    steps(&mut h, 2);
+    let a = announced(&h);
+    assert_eq!(a.len(), 2);
+    assert_eq!(counts(a[1]), (1, 1, 1));
+    assert!(!a[1].text.contains("198.18.100.80/32"));
+    h.event(Event::Health(HashMap::new()));
+    steps(&mut h, 2);
+    assert_eq!(counts(announced(&h)[2]), (2, 1, 1));
+
+    // An admin drain withdraws everything; undrain brings it back.
+    h.ctl.command(h.now, Command::Drain).unwrap();
+    h.perform();
+    assert_eq!(counts(announced(&h)[3]), (0, 0, 0));
+    h.ctl.command(h.now, Command::Undrain).unwrap();
+    h.perform();
+    assert_eq!(counts(announced(&h)[4]), (2, 1, 1));
+
+    // The drain of a stop signal withdraws at once; the stop adds nothing more.
+    h.event(Event::Signal(Signal::Stop));
+    assert_eq!(counts(announced(&h)[5]), (0, 0, 0));
+    steps(&mut h, 40);
+    assert!(h.stopped.is_some());
+    assert_eq!(announced(&h).len(), 6);
+}
+
+#[test]
+fn a_stop_without_drain_withdraws_before_stopping() {
+    let mut h =
+        Harness::new(&bgp_cfg("").replace("drain_timeout = \"3s\"", "drain_timeout = \"0s\""));
+    steps(&mut h, 2);
+    assert_eq!(announced(&h).len(), 1);
+    h.event(Event::Signal(Signal::Stop));
+    let last = announced(&h).pop().unwrap();
+    assert_eq!(counts(last), (0, 0, 0));
+    assert!(!last.text.contains(" via "));
+    assert_eq!(h.stopped, Some(StopReason::Signal));
+    // The withdrawal came before the stop.
+    assert!(matches!(h.log.last(), Some(Seen::Announce(_))));
+}
+
+#[test]
+fn node_addresses_are_never_announced_and_bgp_off_announces_nothing() {
+    let mut h = Harness::new(&bgp_cfg(""));
+    h.ctl.set_node_addresses(vec![ip("198.18.100.53")]);
+    steps(&mut h, 2);
+    let a = announced(&h);
+    assert_eq!(counts(a[0]), (1, 1, 1));
+    assert!(!a[0].text.contains("198.18.100.53/32"));
+
+    let mut h = Harness::new(CFG);
+    steps(&mut h, 3);
+    h.event(Event::Signal(Signal::Stop));
+    steps(&mut h, 2);
+    assert!(announced(&h).is_empty());
+}
+
+#[test]
+fn reloads_rewrite_the_file_but_cannot_switch_bgp_on_or_off() {
+    let mut h = Harness::new(&bgp_cfg(""));
+    steps(&mut h, 2);
+    assert_eq!(announced(&h).len(), 1);
+    // Neighbours added: the sessions appear in the file.
+    h.reload(&bgp_cfg(
+        "neighbors = [{ address = \"198.18.2.1\", as = 65000 }]\n",
+    ));
+    steps(&mut h, 2);
+    let a = announced(&h);
+    assert_eq!(a.len(), 2);
+    assert!(a[1].text.contains("protocol bgp xvs_198_18_2_1"));
+    assert_eq!(h.status.reloads_ok, 1);
+    // Switching BGP off, or renaming the device, needs a restart.
+    h.reload(&bgp_cfg("").replace("[bgp]\nenable = true", "[bgp]\nenable = false"));
+    h.reload(&bgp_cfg("liveness_device = \"live1\"\n"));
+    steps(&mut h, 2);
+    assert_eq!(h.status.reloads_failed, 2);
+    assert_eq!(announced(&h).len(), 2);
+    let _ = TICK;
+}
