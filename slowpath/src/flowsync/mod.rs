@@ -53,6 +53,8 @@ pub const QUEUE_MAX: usize = 100_000;
 pub const END_IDLE: Duration = Duration::from_secs(1);
 /// A starting node waits this long for a silent peer's dump.
 pub const DUMP_WAIT: Duration = Duration::from_secs(3);
+/// A starting node stops waiting for a peer that is up but sends no dump after this long.
+pub const DUMP_GIVE_UP: Duration = Duration::from_secs(30);
 /// A peer not heard from for this long is down; heard again, it is asked for a dump.
 pub const PEER_SILENT: Duration = Duration::from_secs(3);
 /// How often a node says it is alive.
@@ -346,6 +348,8 @@ struct Peer {
     heard: Option<Instant>,
     /// Its dump to us finished (or it was given up on).
     dumped: bool,
+    /// When we last asked it for a dump.
+    asked: Option<Instant>,
 }
 
 /// A scan of the table in progress (a dump to one peer, or a refresh to all).
@@ -403,6 +407,7 @@ impl Service {
                 replay: Replay::default(),
                 heard: None,
                 dumped: false,
+                asked: None,
             })
             .collect();
         Service {
@@ -428,7 +433,7 @@ impl Service {
     async fn run(&mut self, sock: UdpSocket, stop: CancellationToken) {
         tracing::info!(listen = %self.cfg.listen, peers = self.peers.len(), "flow sync started; asking the peers for their flows");
         for p in 0..self.peers.len() {
-            self.control(Some(p), Kind::DumpRequest, 0);
+            self.ask(p, Instant::now());
         }
         let mut tick = tokio::time::interval(self.cfg.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -466,6 +471,12 @@ impl Service {
         self.queue.push_back((to, w.seal(&self.cfg.key, seq, aux)));
     }
 
+    /// Asks peer `p` for all its flows.
+    fn ask(&mut self, p: usize, now: Instant) {
+        self.peers[p].asked = Some(now);
+        self.control(Some(p), Kind::DumpRequest, 0);
+    }
+
     fn control(&mut self, to: Option<usize>, kind: Kind, aux: u64) {
         self.push(to, Writer::new(kind), aux);
     }
@@ -493,14 +504,28 @@ impl Service {
         }
         self.scan(now);
         let mut up = 0;
-        for p in &mut self.peers {
+        let mut ask = Vec::new();
+        for (i, p) in self.peers.iter_mut().enumerate() {
             let silent = p.heard.is_none_or(|h| now.duration_since(h) >= PEER_SILENT);
             if !silent {
                 up += 1;
             }
-            if !p.dumped && silent && now.duration_since(self.started) >= DUMP_WAIT {
-                p.dumped = true;
+            if p.dumped {
+                continue;
             }
+            if silent && now.duration_since(self.started) >= DUMP_WAIT {
+                // Nobody there: nothing to wait for.
+                p.dumped = true;
+            } else if now.duration_since(self.started) >= DUMP_GIVE_UP {
+                tracing::warn!(peer = %p.addr, "flow sync: the peer is up but sent no dump within {DUMP_GIVE_UP:?}; going on without it");
+                p.dumped = true;
+            } else if !silent && p.asked.is_none_or(|t| now.duration_since(t) >= DUMP_WAIT) {
+                // It is there but did not answer (it may have started after we asked).
+                ask.push(i);
+            }
+        }
+        for p in ask {
+            self.ask(p, now);
         }
         self.stats.peers_up.store(up, Ordering::Relaxed);
         self.stats
@@ -674,11 +699,15 @@ impl Service {
         let was_silent = peer
             .heard
             .is_some_and(|h| now.duration_since(h) >= PEER_SILENT);
+        let first = peer.heard.is_none();
         peer.heard = Some(now);
         if was_silent {
             // A partition healed (or the peer's link came back): what it did meanwhile.
             tracing::info!(peer = %peer.addr, "flow sync: peer heard again; asking for its flows");
-            self.control(Some(p), Kind::DumpRequest, 0);
+            self.ask(p, now);
+        } else if first && !peer.dumped {
+            // It started after we asked (our request went nowhere): ask again.
+            self.ask(p, now);
         }
         match m.kind {
             Kind::Flows => {

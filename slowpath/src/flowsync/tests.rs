@@ -334,3 +334,49 @@ fn ends_remove_idle_copies_only_and_refreshes_send_own_active_flows_only() {
     let _ = BackendId(0);
     let _: SocketAddr = A.parse().unwrap();
 }
+
+#[test]
+fn a_peer_that_starts_after_the_request_is_asked_again() {
+    let epoch = Instant::now();
+    let (mut a, mut b) = pair(epoch);
+    b.svc.started = epoch;
+    // B asked A before A listened: the request was lost.
+    b.svc.ask(0, epoch);
+    b.svc.queue.clear();
+    // A comes up and says hello: B asks again at once.
+    a.svc.tick(epoch + Duration::from_millis(500));
+    deliver(&mut a, &mut b, A, epoch + Duration::from_millis(500));
+    assert!(
+        b.svc
+            .queue
+            .iter()
+            .any(|(_, d)| d[5] == Kind::DumpRequest as u8),
+        "asked again"
+    );
+    deliver(&mut b, &mut a, B, epoch + Duration::from_millis(500));
+    let t = epoch + Duration::from_millis(510);
+    a.svc.tick(t);
+    deliver(&mut a, &mut b, A, t);
+    b.svc.tick(t);
+    assert!(b.svc.ready.load(Ordering::Relaxed), "ready after A's dump");
+    // A peer that is up but never answers does not hold a node back for ever.
+    let (mut c, mut d) = pair(epoch);
+    d.svc.started = epoch;
+    d.svc.ask(0, epoch);
+    d.svc.queue.clear();
+    for s in 1..=30u64 {
+        let t = epoch + Duration::from_secs(s);
+        c.svc.tick(t);
+        while let Some((_, dg)) = c.svc.queue.pop_front() {
+            if dg[5] == Kind::Hello as u8 {
+                d.svc.receive(&dg, A.parse().unwrap(), t);
+            }
+        }
+        d.svc.tick(t);
+        d.svc.queue.clear();
+    }
+    assert!(
+        d.svc.ready.load(Ordering::Relaxed),
+        "gave up after DUMP_GIVE_UP"
+    );
+}
