@@ -693,6 +693,7 @@ mod tests {
                 service: "dns".into(),
                 state: "UDP".into(),
                 idle_s: 1.25,
+                peer: false,
             }],
         };
         let (addr, t) = server(

@@ -374,16 +374,17 @@ backends = [{solo}]
         self.xvs[n - 1].is_some()
     }
 
-    /// Takes node `n`'s uplink (`up0`) down or up; returns the moment it was done. The router
-    /// does not see the link go: only BFD tells it.
+    /// Takes node `n`'s uplink down or up where a link fails: at the switch port (the node
+    /// sees its carrier go, as with a pulled cable or a dead switch port; its addresses and
+    /// routes stay, as they do then). Returns when it was done.
     pub fn set_link(&self, n: usize, up: bool) -> Instant {
         let t = Instant::now();
         let o = run(Command::new("ip").args([
             "-n",
-            &self.ns(&format!("n{n}")),
+            &self.ns("s"),
             "link",
             "set",
-            "up0",
+            &format!("n{n}-up"),
             if up { "up" } else { "down" },
         ]));
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

@@ -165,6 +165,9 @@ pub struct FlowViewJson {
     pub state: String,
     /// Seconds since the flow's last packet (100 ms resolution).
     pub idle_s: f64,
+    /// A copy of a peer's flow, installed by flow sync (`[sync]`).
+    #[serde(default)]
+    pub peer: bool,
 }
 
 impl FlowViewJson {
@@ -180,6 +183,7 @@ impl FlowViewJson {
             service: service.unwrap_or_default().to_owned(),
             state: state_name(v.state),
             idle_s: now.saturating_duration_since(v.last_seen).as_secs_f64(),
+            peer: d.flags & fastpath::pipeline::FLAG_PEER != 0,
         }
     }
 

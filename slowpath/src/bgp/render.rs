@@ -127,6 +127,9 @@ fn neighbors(s: &mut String, bgp: &config::Bgp) {
         if n.bfd {
             s.push_str("  bfd on;\n");
         }
+        // Back within seconds once a failed link or router returns (BIRD's default waits
+        // 60 s after an error before it tries again).
+        s.push_str("  error wait time 1, 5;\n  connect delay time 1;\n  connect retry time 5;\n");
         let _ = writeln!(
             s,
             "  {channel} {{\n    import none;\n    export filter xvs_export;\n    next hop self;\n  }};\n}}"
@@ -240,6 +243,9 @@ protocol bgp xvs_198_18_2_1 {
   local as 65001;
   neighbor 198.18.2.1 as 65000;
   bfd on;
+  error wait time 1, 5;
+  connect delay time 1;
+  connect retry time 5;
   ipv4 {
     import none;
     export filter xvs_export;
@@ -251,6 +257,9 @@ protocol bgp xvs_2001_2_0_2__1 {
   description "xvs: 2001:2:0:2::1";
   local as 65001;
   neighbor 2001:2:0:2::1 as 65000;
+  error wait time 1, 5;
+  connect delay time 1;
+  connect retry time 5;
   ipv6 {
     import none;
     export filter xvs_export;

@@ -80,6 +80,7 @@ pub fn flow(i: u16) -> FlowViewJson {
         service: "web".into(),
         state: "ESTABLISHED".into(),
         idle_s: 0.5,
+        peer: false,
     }
 }
 
