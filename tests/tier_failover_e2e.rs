@@ -285,3 +285,49 @@ fn a_draining_node_is_left_first_and_its_flows_go_on() {
         "n1's xvs runs on (an admin drain does not stop it)"
     );
 }
+
+/// What flow sync costs on the wire: 1,000 short HTTP connections through the tier (each
+/// a new flow on one node), then the datagrams and bytes both nodes sent, per 1,000 new
+/// flows. Printed for the README; asserted only loosely (every flow was sent, and no flow
+/// cost more than its events: created, established, closing, ended).
+#[test]
+fn sync_bytes_and_messages_per_1000_new_flows() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut t = Tier::up();
+    t.start_all();
+    let before: Vec<serde_json::Value> = (1..=2).map(|n| peer_sync(&t, n)).collect();
+    let flows_before = t.new_flows(1) + t.new_flows(2);
+    let script = format!(
+        "for i in $(seq 1000); do curl -s -o /dev/null --max-time 5 http://{WEB}/ || echo fail; done"
+    );
+    let o = t.exec("c", &["sh", "-c", &script]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(out.matches("fail").count(), 0, "every connection succeeds");
+    // The last connections' ends: after their TIME_WAIT... not waited for; their closing
+    // states are in.
+    std::thread::sleep(Duration::from_millis(500));
+    let new = t.new_flows(1) + t.new_flows(2) - flows_before;
+    assert!(new >= 1000, "{new} new flows");
+    let delta = |k: &str| -> u64 {
+        (1..=2)
+            .map(|n| peer_sync(&t, n)[k].as_u64().unwrap() - before[n - 1][k].as_u64().unwrap())
+            .sum()
+    };
+    let (msgs, bytes, flows) = (
+        delta("messages_sent"),
+        delta("bytes_sent"),
+        delta("flows_sent"),
+    );
+    let per = |x: u64| x as f64 * 1000.0 / new as f64;
+    println!(
+        "flow sync, 2 nodes, {new} short connections: per 1,000 new flows {:.0} datagrams, {:.0} KiB, {:.0} flow records sent (hellos included)",
+        per(msgs),
+        per(bytes) / 1024.0,
+        per(flows)
+    );
+    assert!(
+        flows >= new,
+        "every new flow was sent: {flows} records for {new} flows"
+    );
+    assert!(flows <= 4 * new, "{flows} records for {new} flows");
+}
