@@ -701,6 +701,12 @@ impl Controller {
                     .to_owned(),
             );
         }
+        if new.sync != self.cfg.sync {
+            return Some(
+                "the file changes [sync]: flow sync's socket, key and peers change only with a restart"
+                    .to_owned(),
+            );
+        }
         let changed = self.cfg.dataplane.differences(&new.dataplane);
         if !changed.is_empty() {
             let keys = changed.join(", ");

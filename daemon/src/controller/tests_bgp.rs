@@ -36,6 +36,8 @@ fn counts(i: &Include) -> (usize, usize, usize) {
 #[test]
 fn announces_once_ready_withdraws_on_drain_and_before_the_stop() {
     let mut h = Harness::new(&bgp_cfg(""));
+    // Flow sync's start-up dumps are in (see the last test for before).
+    h.ctl.set_peers_ready(true);
     assert!(announced(&h).is_empty(), "nothing before the first publish");
     assert!(!h.ctl.ready_to_announce());
     steps(&mut h, 3);
@@ -90,6 +92,7 @@ fn announces_once_ready_withdraws_on_drain_and_before_the_stop() {
 fn a_stop_without_drain_withdraws_before_stopping() {
     let mut h =
         Harness::new(&bgp_cfg("").replace("drain_timeout = \"3s\"", "drain_timeout = \"0s\""));
+    h.ctl.set_peers_ready(true);
     steps(&mut h, 2);
     assert_eq!(announced(&h).len(), 1);
     h.event(Event::Signal(Signal::Stop));
@@ -104,6 +107,8 @@ fn a_stop_without_drain_withdraws_before_stopping() {
 #[test]
 fn node_addresses_are_never_announced_and_bgp_off_announces_nothing() {
     let mut h = Harness::new(&bgp_cfg(""));
+    // Flow sync's start-up dumps are in (see the last test for before).
+    h.ctl.set_peers_ready(true);
     h.ctl.set_node_addresses(vec![ip("198.18.100.53")]);
     steps(&mut h, 2);
     let a = announced(&h);
@@ -120,6 +125,8 @@ fn node_addresses_are_never_announced_and_bgp_off_announces_nothing() {
 #[test]
 fn reloads_rewrite_the_file_but_cannot_switch_bgp_on_or_off() {
     let mut h = Harness::new(&bgp_cfg(""));
+    // Flow sync's start-up dumps are in (see the last test for before).
+    h.ctl.set_peers_ready(true);
     steps(&mut h, 2);
     assert_eq!(announced(&h).len(), 1);
     // Neighbours added: the sessions appear in the file.
@@ -138,4 +145,22 @@ fn reloads_rewrite_the_file_but_cannot_switch_bgp_on_or_off() {
     assert_eq!(h.status.reloads_failed, 2);
     assert_eq!(announced(&h).len(), 2);
     let _ = TICK;
+}
+
+#[test]
+fn a_reload_cannot_change_sync_and_the_node_announces_only_once_the_peers_flows_are_in() {
+    let mut h = Harness::new(&bgp_cfg(""));
+    h.ctl.set_peers_ready(false);
+    steps(&mut h, 2);
+    assert_eq!(
+        announced(&h).len(),
+        0,
+        "nothing before the peers' dumps are in"
+    );
+    h.ctl.set_peers_ready(true);
+    steps(&mut h, 1);
+    assert_eq!(announced(&h).len(), 1);
+    h.reload(&bgp_cfg("").replace("198.18.2.12:7946", "198.18.2.13:7946"));
+    steps(&mut h, 1);
+    assert_eq!(h.status.reloads_failed, 1, "[sync] changes need a restart");
 }
