@@ -139,6 +139,10 @@ struct RunArgs {
     /// The xvs binary (default: target/release/xvs, else target/debug/xvs).
     #[arg(long)]
     xvs: Option<PathBuf>,
+    /// A further xvs `[dataplane]` setting, as a TOML line (repeatable), e.g.
+    /// `--xvs-set 'tx_ring_size = 8192'`; replaces perf-lab's own value of that key.
+    #[arg(long = "xvs-set", value_name = "KEY = VALUE")]
+    xvs_set: Vec<String>,
     /// Core for the LB under test.
     #[arg(long, default_value_t = 1)]
     lb_core: usize,
@@ -231,6 +235,7 @@ fn real_main() -> anyhow::Result<()> {
                     dir,
                     state_dir: None,
                     drain_timeout_s: None,
+                    xvs_dataplane: a.xvs_set,
                 },
             };
             let mut r = bench::run(&opts)?;

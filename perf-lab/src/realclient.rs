@@ -79,6 +79,11 @@ pub struct BulkRun {
     pub rig_core_busy_ratio: f64,
     /// Target CPU ns per packet the backend received.
     pub cpu_ns_per_pkt: Option<f64>,
+    /// The rig core's busy time per packet the backend received, ns: what the clients,
+    /// servers and the veths' receive (for the AF_XDP targets: the XDP program and the copy
+    /// into the UMEM, the frees of the transmitted copies) cost per forwarded packet.
+    #[serde(default)]
+    pub rig_ns_per_pkt: Option<f64>,
     /// xvs: the change of its worker counters over the run (empty for other targets).
     pub target_metrics: BTreeMap<String, f64>,
 }
@@ -113,6 +118,9 @@ pub struct ConnRate {
     pub rig_core_busy_ratio: f64,
     /// Target CPU µs per completed connection.
     pub cpu_us_per_conn: Option<f64>,
+    /// The rig core's busy time per completed connection, µs.
+    #[serde(default)]
+    pub rig_us_per_conn: Option<f64>,
     /// xvs: the change of its worker counters over the run.
     pub target_metrics: BTreeMap<String, f64>,
 }
@@ -185,6 +193,22 @@ pub(crate) fn run_scenario(ctx: &mut Ctx<'_>, target: &Running) -> anyhow::Resul
         &rig.ns_client(),
         "sysctl -qw net.ipv4.ip_local_port_range='1024 65000' net.ipv4.tcp_tw_reuse=1",
     )?;
+    // The clients' and servers' receive (and the TCP transmits it triggers: an ACK clocks
+    // out the next segments) on the rig core: a veth delivers on the sending CPU, which for
+    // what the LB transmits is the LB core, where it would be charged to the target.
+    let mask = format!("{:x}", 1u64 << opts.placement.gen_core);
+    let rps = |ns: &str, ifname: &str| {
+        sh_in(
+            ns,
+            &format!(
+                "for f in /sys/class/net/{ifname}/queues/rx-*/rps_cpus; do echo {mask} > $f; done"
+            ),
+        )
+    };
+    rps(&rig.ns_client(), IF_CLIENT)?;
+    for i in 1..=rig.backends {
+        rps(&rig.ns_backend(i), IF_BACKEND)?;
+    }
     let backends: Vec<u16> = (1..=ctx.svc.backends).collect();
     let counters0 = link_packets(ctx, &backends)?;
     let (lb_core, gen_core) = (opts.placement.lb_core, opts.placement.gen_core);
@@ -507,6 +531,7 @@ fn bulk_run(ctx: &Ctx<'_>, target: &Running, streams: u32) -> anyhow::Result<Bul
         lb_core_busy_ratio: f.lb_core_busy_ratio,
         rig_core_busy_ratio: f.rig_busy_ratio,
         cpu_ns_per_pkt: f.ns_per_pkt,
+        rig_ns_per_pkt: rig_per(&cpu0, &cpu1, f.rig_busy_ratio, backend_packets),
         target_metrics: metrics_delta(&m0, &m1),
     })
 }
@@ -570,6 +595,7 @@ fn conn_run(ctx: &Ctx<'_>, target: &Running) -> anyhow::Result<ConnRate> {
     c.lb_core_busy_ratio = f.lb_core_busy_ratio;
     c.rig_core_busy_ratio = f.rig_busy_ratio;
     c.cpu_us_per_conn = f.ns_per_pkt.map(|n| n / 1000.0);
+    c.rig_us_per_conn = rig_per(&cpu0, &cpu1, f.rig_busy_ratio, c.completed).map(|n| n / 1000.0);
     c.target_metrics = metrics_delta(&m0, &m1);
     Ok(c)
 }
@@ -615,8 +641,14 @@ pub fn parse_ab(out: &str, csv: &str) -> anyhow::Result<ConnRate> {
         lb_core_busy_ratio: 0.0,
         rig_core_busy_ratio: 0.0,
         cpu_us_per_conn: None,
+        rig_us_per_conn: None,
         target_metrics: BTreeMap::new(),
     })
+}
+
+/// The rig core's busy ns per unit (packet, connection) over the window `a..b`.
+fn rig_per(a: &cpu::Sample, b: &cpu::Sample, busy_ratio: f64, units: u64) -> Option<f64> {
+    (units > 0).then(|| busy_ratio * b.wall_ns().saturating_sub(a.wall_ns()) as f64 / units as f64)
 }
 
 /// `perf-lab http-serve`: an HTTP/1.0 server for conn-rate's backends. `threads` threads

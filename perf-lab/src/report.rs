@@ -278,7 +278,7 @@ fn bulk_section(
         "\n## bulk-tcp (real clients)\n\niperf3 through the VIP to one backend, {secs} s per run \
          (1 stream, then 8), DNAT; goodput at the receiver in Gbit/s. Busy %: the target's and \
          the rig core's (iperf3 client and server, the veths' receive) share of the run.\n\n\
-         | target | runs | streams | Gbit/s | retransmits | busy % target / rig | ns/pkt | xvs tx_ring_full |\n\
+         | target | runs | streams | Gbit/s | retransmits | busy % target / rig | ns/pkt target / rig | xvs tx_ring_full |\n\
          |---|---:|---:|---:|---:|---:|---:|---:|"
     );
     let mut medians = Vec::new();
@@ -294,7 +294,7 @@ fn bulk_section(
             let gbit = Stat::of(b.iter().map(|b| Some(b.gbit_s)));
             let _ = writeln!(
                 md,
-                "| {} | {} | {streams} | {} | {} | {} / {} | {} | {} |",
+                "| {} | {} | {streams} | {} | {} | {} / {} | {} / {} | {} |",
                 t.name(),
                 b.len(),
                 stat_text(gbit, 2),
@@ -311,6 +311,7 @@ fn bulk_section(
                     0
                 ),
                 stat_text(Stat::of(b.iter().map(|b| b.cpu_ns_per_pkt)), 0),
+                stat_text(Stat::of(b.iter().map(|b| b.rig_ns_per_pkt)), 0),
                 stat_text(
                     Stat::of(
                         b.iter()
@@ -362,7 +363,7 @@ fn conn_section(
          concurrency {conc}) through the VIP to {} backends for {} s, DNAT. Request time: \
          connect to close, ms. Busy %: the target's and the rig core's (ab, the servers, the \
          veths' receive) share of the run.\n\n\
-         | target | runs | connections/s | failed | p50 ms | p99 ms | max ms | CPU µs/conn | busy % target / rig |\n\
+         | target | runs | connections/s | failed | p50 ms | p99 ms | max ms | CPU µs/conn target / rig | busy % target / rig |\n\
          |---|---:|---:|---:|---:|---:|---:|---:|---:|",
         first.backends, first.duration_s
     );
@@ -379,7 +380,7 @@ fn conn_section(
         );
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} / {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} / {} | {} / {} |",
             t.name(),
             c.len(),
             stat_text(rate, 0),
@@ -388,6 +389,7 @@ fn conn_section(
             stat_text(p99, 3),
             stat_text(max, 3),
             stat_text(Stat::of(c.iter().map(|c| c.cpu_us_per_conn)), 1),
+            stat_text(Stat::of(c.iter().map(|c| c.rig_us_per_conn)), 1),
             stat_text(
                 Stat::of(c.iter().map(|c| c.target_busy_ratio.map(|v| v * 100.0))),
                 0
@@ -1398,7 +1400,8 @@ mod tests {
                 "streams": s, "seconds": 2.0, "gbit_s": g, "sender_gbit_s": g,
                 "retransmits": 0, "client_packets": 1000, "backend_packets": 1000,
                 "target_busy_ratio": 0.5, "lb_core_busy_ratio": 1.0, "rig_core_busy_ratio": 1.0,
-                "cpu_ns_per_pkt": 500.0, "target_metrics": {"tx_ring_full": 0.0}
+                "cpu_ns_per_pkt": 500.0, "rig_ns_per_pkt": 900.0,
+                "target_metrics": {"tx_ring_full": 0.0}
             })).collect::<Vec<_>>())
         };
         let conn = |rate: f64| {
@@ -1407,7 +1410,7 @@ mod tests {
                 "non_2xx": 0, "conn_per_s": rate,
                 "latency_ms": {"p50": 1.0, "p99": 3.0, "p999": null, "max": 9.0},
                 "target_busy_ratio": 0.9, "lb_core_busy_ratio": 1.0, "rig_core_busy_ratio": 1.0,
-                "cpu_us_per_conn": 50.0, "target_metrics": {}})
+                "cpu_us_per_conn": 50.0, "rig_us_per_conn": 60.0, "target_metrics": {}})
         };
         let mut inputs = Vec::new();
         let cases = [
@@ -1435,7 +1438,7 @@ mod tests {
         let w = report(&inputs, &out).unwrap();
         let md = std::fs::read_to_string(&w.markdown).unwrap();
         assert!(
-            md.contains("| xvs | 2 | 1 | 1.60 (1.50–1.70) | 0 | 50 / 100 | 500 | 0 |"),
+            md.contains("| xvs | 2 | 1 | 1.60 (1.50–1.70) | 0 | 50 / 100 | 500 / 900 | 0 |"),
             "{md}"
         );
         assert!(md.contains("| nft | 1 | 8 | 3.20 | "), "{md}");
@@ -1444,7 +1447,7 @@ mod tests {
             "{md}"
         );
         assert!(
-            md.contains("| xvs | 1 | 9000 | 0 | 1.000 | 3.000 | 9.000 | 50.0 | 90 / 100 |"),
+            md.contains("| xvs | 1 | 9000 | 0 | 1.000 | 3.000 | 9.000 | 50.0 / 60.0 | 90 / 100 |"),
             "{md}"
         );
         assert!(md.contains("xvs/nft: connections/s ×0.90"), "{md}");
