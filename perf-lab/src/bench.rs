@@ -25,6 +25,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::cpu;
 use crate::generator::{self, GenSpec, Kind, Size};
+use crate::hgrm;
+use crate::meta::Meta;
+use crate::realclient::{self, BulkRun, ConnRate};
 use crate::reflect::Reflector;
 use crate::restart::{self, Restart, Restarts};
 use crate::rig::{IF_LB_BACKEND, Rig, RigGuard, VIP};
@@ -68,6 +71,12 @@ pub enum Scenario {
     /// which it is stopped (SIGTERM, drain_timeout 0s, then a new xvs). See
     /// [`crate::restart`].
     Restart,
+    /// Real clients: iperf3 through the VIP to one backend, 1 stream then 8 streams, each
+    /// `--duration` seconds (kernel TCP on both sides; see [`crate::realclient`]).
+    BulkTcp,
+    /// Real clients: ab's short HTTP/1.0 connections (one TCP connection per request)
+    /// through the VIP to every backend for `--duration` seconds.
+    ConnRate,
 }
 
 impl Scenario {
@@ -80,7 +89,14 @@ impl Scenario {
             Scenario::Services10k => "services-10k",
             Scenario::ChangeUnderLoad => "change-under-load",
             Scenario::Restart => "restart",
+            Scenario::BulkTcp => "bulk-tcp",
+            Scenario::ConnRate => "conn-rate",
         }
+    }
+
+    /// Whether real clients (kernel TCP, iperf3 or ab) replace the generator and sinks.
+    pub fn real_client(self) -> bool {
+        matches!(self, Scenario::BulkTcp | Scenario::ConnRate)
     }
 
     /// (services, flows, kind, snat)
@@ -92,6 +108,10 @@ impl Scenario {
             Scenario::Services10k => (10_000, 10_000, Kind::Udp, true),
             // DNAT: 100,000 flows would need more SNAT ports than one address has.
             Scenario::Restart => (1, 100_000, Kind::Ack, false),
+            // DNAT, as kube-proxy for a client outside the cluster; the flows size the flow
+            // table (conn-rate opens tens of thousands of connections).
+            Scenario::BulkTcp => (1, 16, Kind::Ack, false),
+            Scenario::ConnRate => (1, 262_144, Kind::Ack, false),
         }
     }
 }
@@ -286,6 +306,23 @@ pub struct RunResult {
     pub target_counters: BTreeMap<String, u64>,
     /// Caveats.
     pub notes: Vec<String>,
+    /// When, where and how the run was made (null in results from before it).
+    #[serde(default)]
+    pub meta: Option<Meta>,
+    /// The latency histograms' percentile distributions written beside the JSON (HdrHistogram
+    /// text format, µs), by trial: `main`, `latency_at_rate`; file names relative to the
+    /// JSON's directory (null: none written, e.g. saturation mode).
+    #[serde(default)]
+    pub latency_hgrm: Option<BTreeMap<String, String>>,
+    /// bulk-tcp: the iperf3 runs (null for other scenarios).
+    #[serde(default)]
+    pub bulk_tcp: Option<Vec<BulkRun>>,
+    /// conn-rate: the ab run (null for other scenarios).
+    #[serde(default)]
+    pub conn_rate: Option<ConnRate>,
+    /// The latency histograms (ns) by trial, for the `.hgrm` files; not in the JSON.
+    #[serde(skip)]
+    pub histograms: Vec<(String, Histogram<u64>)>,
 }
 
 /// What one generator-mode trial measured.
@@ -326,9 +363,9 @@ impl Trial {
 
 pub(crate) struct Ctx<'a> {
     pub(crate) opts: &'a RunOpts,
-    rig: &'a Rig,
-    svc: Services,
-    gspec: GenSpec,
+    pub(crate) rig: &'a Rig,
+    pub(crate) svc: Services,
+    pub(crate) gspec: GenSpec,
     seq: u32,
 }
 
@@ -345,7 +382,12 @@ fn svc_for(opts: &RunOpts) -> (Services, GenSpec) {
         count: services,
         base_port: 1000,
         protos,
-        backends: opts.backends,
+        // iperf3's control and data connections must reach the same server.
+        backends: if opts.scenario == Scenario::BulkTcp {
+            1
+        } else {
+            opts.backends
+        },
         snat,
         flows,
         scheduler: "rr",
@@ -386,7 +428,9 @@ pub(crate) enum Event {
 
 /// Runs one scenario against one target on a fresh rig (torn down on every exit path).
 pub fn run(opts: &RunOpts) -> anyhow::Result<RunResult> {
+    let meta = Meta::collect();
     let restart_rate = restart::check(opts)?;
+    realclient::check(opts)?;
     let rig = Rig::new(&opts.prefix, opts.backends, opts.queues)?;
     rig.up().context("bringing the rig up")?;
     let _guard = RigGuard(rig.clone());
@@ -414,6 +458,23 @@ pub fn run(opts: &RunOpts) -> anyhow::Result<RunResult> {
     };
     let mut notes =
         vec!["veth copy-mode AF_XDP on a shared 2-core machine; numbers are noisy".to_owned()];
+    if opts.scenario.real_client() {
+        let mut r = realclient::run_scenario(&mut ctx, &target)?;
+        notes.push(
+            "real clients: kernel TCP in the client and backend namespaces, pinned to the rig \
+             core; DNAT (xvs mode nat); checksum offload off on every sender (no TSO)"
+                .into(),
+        );
+        if opts.ndr {
+            notes.push("--ndr applies to the packet scenarios only".into());
+        }
+        r.target_counters = target.stop();
+        r.napi_busy_poll = matches!(opts.target, Target::Xvs | Target::L2fwd)
+            .then_some(opts.placement.napi_busy_poll);
+        r.notes = notes;
+        r.meta = Some(meta);
+        return Ok(r);
+    }
     let mut result = match opts.mode {
         Mode::Generator => {
             let mut rate = opts.rate_pps;
@@ -471,6 +532,9 @@ pub fn run(opts: &RunOpts) -> anyhow::Result<RunResult> {
             trial: t.summary(rate),
             latency_us: latency(&t),
         });
+        result
+            .histograms
+            .push(("latency_at_rate".into(), t.hist.clone()));
     }
     if opts.target == Target::Xvs && ctx.gspec.kind != Kind::Udp {
         notes.push("xvs: a SYN is sent first on each TCP flow".into());
@@ -479,6 +543,7 @@ pub fn run(opts: &RunOpts) -> anyhow::Result<RunResult> {
     result.napi_busy_poll =
         matches!(opts.target, Target::Xvs | Target::L2fwd).then_some(opts.placement.napi_busy_poll);
     result.notes = notes;
+    result.meta = Some(meta);
     Ok(result)
 }
 
@@ -533,6 +598,11 @@ fn result_from(opts: &RunOpts, ctx: &Ctx<'_>, t: &Trial) -> RunResult {
         restart: None,
         target_counters: BTreeMap::new(),
         notes: Vec::new(),
+        meta: None,
+        latency_hgrm: None,
+        bulk_tcp: None,
+        conn_rate: None,
+        histograms: vec![("main".into(), t.hist.clone())],
     }
 }
 
@@ -803,7 +873,134 @@ fn saturation(ctx: &mut Ctx<'_>, target: &Running) -> anyhow::Result<RunResult> 
         restart: None,
         target_counters: BTreeMap::new(),
         notes: Vec::new(),
+        meta: None,
+        latency_hgrm: None,
+        bulk_tcp: None,
+        conn_rate: None,
+        histograms: Vec::new(),
     })
+}
+
+/// Writes the latency histograms of `r` beside `path` (`STEM.hgrm` for the main run,
+/// `STEM.TRIAL.hgrm` for the others), records them in `r.latency_hgrm`, and writes `r` as
+/// JSON to `path`.
+pub fn write_result(r: &mut RunResult, path: &Path) -> anyhow::Result<()> {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "result".into());
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+    if let Some(d) = dir {
+        std::fs::create_dir_all(d)?;
+    }
+    let mut files = BTreeMap::new();
+    for (name, h) in &r.histograms {
+        if h.is_empty() {
+            continue;
+        }
+        let file = if name == "main" {
+            format!("{stem}.hgrm")
+        } else {
+            format!("{stem}.{}.hgrm", name.replace('_', "-"))
+        };
+        let p = dir.map_or_else(|| PathBuf::from(&file), |d| d.join(&file));
+        std::fs::write(&p, hgrm::percentile_distribution(h))
+            .with_context(|| format!("writing {}", p.display()))?;
+        files.insert(name.clone(), file);
+    }
+    r.latency_hgrm = (!files.is_empty()).then_some(files);
+    write_json(r, path)
+}
+
+/// The one-line human summary `run` prints on stderr.
+pub fn summary_line(r: &RunResult) -> String {
+    let n0 = |v: f64| group_thousands(v.round() as u64);
+    let mode = match r.mode {
+        Mode::Generator => "generator",
+        Mode::Saturation => "saturation",
+    };
+    let mut parts = vec![];
+    if let Some(runs) = &r.bulk_tcp {
+        for b in runs {
+            parts.push(format!(
+                "{} stream{}: {:.2} Gbit/s, {} retransmits",
+                b.streams,
+                if b.streams == 1 { "" } else { "s" },
+                b.gbit_s,
+                b.retransmits.map_or("unknown".into(), |n| n.to_string())
+            ));
+        }
+    }
+    if let Some(c) = &r.conn_rate {
+        parts.push(format!(
+            "{} connections/s ({} completed, {} failed), p50 {} / p99 {} ms",
+            n0(c.conn_per_s),
+            group_thousands(c.completed),
+            group_thousands(c.failed),
+            c.latency_ms.p50.map_or("–".into(), |v| format!("{v:.3}")),
+            c.latency_ms.p99.map_or("–".into(), |v| format!("{v:.3}")),
+        ));
+    }
+    if let Some(o) = r.offered_pps {
+        parts.push(format!("offered {} pps", n0(o)));
+    }
+    parts.push(format!("forwarded {} pps", n0(r.forwarded_pps)));
+    if let Some(l) = r.loss_ratio {
+        parts.push(format!("loss {:.3}%", l * 100.0));
+    }
+    let us = |v: Option<f64>| v.map_or("–".to_owned(), |v| format!("{v:.1}"));
+    if r.latency_us.p50.is_some() {
+        parts.push(format!(
+            "latency p50/p99/p99.9 {}/{}/{} µs",
+            us(r.latency_us.p50),
+            us(r.latency_us.p99),
+            us(r.latency_us.p999)
+        ));
+    }
+    if let Some(l) = &r.latency_at_rate {
+        parts.push(format!(
+            "at {} pps: p50/p99 {}/{} µs",
+            n0(l.trial.rate_pps as f64),
+            us(l.latency_us.p50),
+            us(l.latency_us.p99)
+        ));
+    }
+    if let Some(c) = r.cpu_ns_per_pkt {
+        parts.push(format!("{} ns/pkt", n0(c)));
+    }
+    match r.target_busy_ratio {
+        Some(t) => parts.push(format!(
+            "busy target {:.0}% / rig {:.0}%",
+            t * 100.0,
+            r.rig_core_busy_ratio * 100.0
+        )),
+        None => parts.push(format!("busy rig {:.0}%", r.rig_core_busy_ratio * 100.0)),
+    }
+    if !r.ndr_trials.is_empty() {
+        parts.push(match r.ndr_pps {
+            Some(n) => format!("NDR {} pps", n0(n)),
+            None => "NDR not found (every trial lost more than 0.1%)".into(),
+        });
+    }
+    format!(
+        "perf-lab: {} {} {mode}: {}",
+        r.scenario.name(),
+        r.target.name(),
+        parts.join(", ")
+    )
+}
+
+/// `1234567` as `1,234,567`.
+pub fn group_thousands(v: u64) -> String {
+    let s = v.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// Writes `r` as pretty JSON to `path`.

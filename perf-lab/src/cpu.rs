@@ -52,6 +52,13 @@ pub fn sample(target: &Running, lb_core: usize, rig_core: usize) -> Sample {
     }
 }
 
+impl Sample {
+    /// When it was read (CLOCK_MONOTONIC ns).
+    pub fn wall_ns(&self) -> u64 {
+        self.wall_ns
+    }
+}
+
 /// The CPU figures of a window.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Figures {

@@ -10,6 +10,8 @@
 //! - [`l2fwd`]: the AF_XDP MAC-rewrite forwarder (the AF_XDP ceiling).
 //! - [`bench`]: scenarios, one measured run, the NDR search, the JSON result.
 //! - [`restart`]: the restart scenario's figures (xvs killed or stopped under load).
+//! - [`realclient`]: the real-client scenarios (iperf3 bulk TCP, ab connection rate).
+//! - [`meta`], [`hgrm`]: each result's metadata; latency percentile distributions (`.hgrm`).
 //! - [`report`]: Markdown tables and hand-written SVG plots.
 //! - [`sys`], [`xsk`]: commands, namespaces, CPU accounting; opening AF_XDP sockets.
 
@@ -17,7 +19,10 @@ pub mod bench;
 pub mod cpu;
 pub mod frame;
 pub mod generator;
+pub mod hgrm;
 pub mod l2fwd;
+pub mod meta;
+pub mod realclient;
 pub mod reflect;
 pub mod report;
 pub mod restart;

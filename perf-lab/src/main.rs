@@ -68,6 +68,17 @@ enum Cmd {
         #[arg(long)]
         napi_busy_poll: bool,
     },
+    /// The HTTP/1.0 backend of conn-rate (started by `run` in each backend namespace).
+    #[command(hide = true)]
+    HttpServe {
+        #[arg(long, default_value_t = perf_lab::rig::BACKEND_PORT)]
+        port: u16,
+        /// Response body bytes.
+        #[arg(long, default_value_t = perf_lab::realclient::RESPONSE_BYTES)]
+        size: usize,
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+    },
 }
 
 #[derive(Args)]
@@ -128,6 +139,10 @@ struct RunArgs {
     /// The xvs binary (default: target/release/xvs, else target/debug/xvs).
     #[arg(long)]
     xvs: Option<PathBuf>,
+    /// A further xvs `[dataplane]` setting, as a TOML line (repeatable), e.g.
+    /// `--xvs-set 'tx_ring_size = 8192'`; replaces perf-lab's own value of that key.
+    #[arg(long = "xvs-set", value_name = "KEY = VALUE")]
+    xvs_set: Vec<String>,
     /// Core for the LB under test.
     #[arg(long, default_value_t = 1)]
     lb_core: usize,
@@ -147,6 +162,7 @@ fn main() {
 }
 
 fn real_main() -> anyhow::Result<()> {
+    perf_lab::sys::quiet_libbpf();
     match Cli::parse().cmd {
         Cmd::Up(a) => {
             let rig = Rig::new(&a.prefix, a.backends, a.queues)?;
@@ -219,29 +235,25 @@ fn real_main() -> anyhow::Result<()> {
                     dir,
                     state_dir: None,
                     drain_timeout_s: None,
+                    xvs_dataplane: a.xvs_set,
                 },
             };
-            let r = bench::run(&opts)?;
-            bench::write_json(&r, &a.json)?;
+            let mut r = bench::run(&opts)?;
+            bench::write_result(&mut r, &a.json)?;
             if let Some(restarts) = &r.restart {
                 print!("{}", perf_lab::restart::key_values(restarts));
             }
-            eprintln!(
-                "perf-lab: {} {} {:?}: offered {} pps, forwarded {:.0} pps, loss {}, p50/p99/p99.9 {:?}/{:?}/{:?} µs, {:?} ns/pkt, NDR {:?}",
-                r.scenario.name(),
-                r.target.name(),
-                r.mode,
-                r.offered_pps.map_or("-".into(), |v| format!("{v:.0}")),
-                r.forwarded_pps,
-                r.loss_ratio
-                    .map_or("-".into(), |v| format!("{:.3}%", v * 100.0)),
-                r.latency_us.p50,
-                r.latency_us.p99,
-                r.latency_us.p999,
-                r.cpu_ns_per_pkt.map(|v| v.round()),
-                r.ndr_pps.map(|v| v.round()),
-            );
+            eprintln!("{}", bench::summary_line(&r));
+            if let Some(files) = &r.latency_hgrm {
+                let names: Vec<&str> = files.values().map(String::as_str).collect();
+                eprintln!("perf-lab: latency distributions: {}", names.join(", "));
+            }
         }
+        Cmd::HttpServe {
+            port,
+            size,
+            threads,
+        } => perf_lab::realclient::http_serve(port, size, threads)?,
     }
     Ok(())
 }

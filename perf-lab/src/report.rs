@@ -1,11 +1,20 @@
 //! `perf-lab report`: JSON results -> `report.md` (one table per scenario and mode, targets
 //! as rows, with xvs/nft and xvs/l2fwd ratios) and hand-written SVG plots per scenario:
-//! `<scenario>-<mode>-rate.svg` (forwarded vs offered rate per target, from the main run and
-//! the NDR trials) and `<scenario>-<mode>-latency.svg` (p50/p99/p99.9 bars per target).
+//!
+//! - generator mode: `<scenario>-generator-rate.svg`, forwarded (y) vs offered (x) rate per
+//!   target from the main run and the NDR trials; `<scenario>-generator-latency.svg`,
+//!   p50/p99/p99.9 per target on a log axis (at the common latency rate when every run has
+//!   that trial).
+//! - saturation mode: `<scenario>-saturation-rate.svg`, the forwarded rate per target (there
+//!   is no offered rate, and no latency, so no latency plot).
+//! - bulk-tcp: `bulk-tcp-generator-rate.svg`, iperf3 goodput per target, 1 and 8 streams;
+//!   conn-rate: `conn-rate-generator-rate.svg` (connections/s) and
+//!   `conn-rate-generator-latency.svg` (ab's request times, log axis).
 //!
 //! Several results of one target in one scenario and mode (`campaign.sh` with `REPEATS`)
 //! make one row: the median of each figure over the runs (the worst for a swap's loss),
-//! with the runs' spread of forwarded rates under the table.
+//! with the runs' spread of forwarded rates under the table; the charts draw the median
+//! with whiskers from the lowest to the highest run.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -13,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use crate::bench::{Latency, Mode, RunResult};
+use crate::bench::{Latency, Mode, RunResult, Scenario};
 use crate::restart::{Restart, Restarts};
 use crate::target::Target;
 
@@ -63,6 +72,20 @@ pub fn report(inputs: &[PathBuf], out: &Path) -> anyhow::Result<Written> {
         let mut by_target: BTreeMap<Target, Vec<&RunResult>> = BTreeMap::new();
         for r in all {
             by_target.entry(r.target).or_default().push(r);
+        }
+        let real = by_target
+            .values()
+            .next()
+            .and_then(|v| v.first())
+            .map(|r| r.scenario)
+            .filter(|s| s.real_client());
+        if let Some(sc) = real {
+            let targets: Vec<(Target, Vec<&RunResult>)> = by_target.into_iter().collect();
+            match sc {
+                Scenario::BulkTcp => bulk_section(&mut md, out, &targets, &mut written)?,
+                _ => conn_section(&mut md, out, &targets, &mut written)?,
+            }
+            continue;
         }
         let combined: Vec<(RunResult, usize, f64, f64)> = by_target
             .values()
@@ -167,21 +190,256 @@ pub fn report(inputs: &[PathBuf], out: &Path) -> anyhow::Result<Written> {
             }
         }
         let stem = format!("{scenario}-{mode}");
-        let rate = out.join(format!("{stem}-rate.svg"));
-        std::fs::write(&rate, rate_svg(&format!("{scenario} ({mode})"), &rs))?;
-        let lat = out.join(format!("{stem}-latency.svg"));
-        std::fs::write(&lat, latency_svg(&format!("{scenario} ({mode})"), &rs))?;
-        let _ = writeln!(
-            md,
-            "\n![rate]({stem}-rate.svg) ![latency]({stem}-latency.svg)"
-        );
-        written.svgs.push(rate);
-        written.svgs.push(lat);
+        let targets: Vec<(Target, Vec<&RunResult>)> = by_target.into_iter().collect();
+        let mut files = Vec::new();
+        if mode == "generator" {
+            files.push((
+                "rate",
+                format!("{stem}-rate.svg"),
+                rate_svg(
+                    &format!("{scenario} (generator): forwarded vs offered rate"),
+                    &rs,
+                ),
+            ));
+            if let Some(c) = latency_chart(&scenario, &targets) {
+                files.push(("latency", format!("{stem}-latency.svg"), c.svg()));
+            }
+        } else {
+            // No offered rate and no latency in saturation mode: the forwarded rate per target.
+            let chart = Chart {
+                title: format!("{scenario} (saturation): forwarded rate"),
+                ylabel: "forwarded (pps)".into(),
+                series: vec!["forwarded".into()],
+                groups: targets
+                    .iter()
+                    .map(|(t, runs)| {
+                        let v = Stat::of(runs.iter().map(|r| Some(r.forwarded_pps)));
+                        (t.name().to_owned(), vec![v])
+                    })
+                    .collect(),
+                log: false,
+                digits: 0,
+            };
+            files.push(("rate", format!("{stem}-rate.svg"), chart.svg()));
+        }
+        write_svgs(&mut md, out, files, &mut written)?;
     }
     let md_path = out.join("report.md");
     std::fs::write(&md_path, md)?;
     written.markdown = md_path;
     Ok(written)
+}
+
+/// Writes the SVGs into `out` and links them from the Markdown.
+fn write_svgs(
+    md: &mut String,
+    out: &Path,
+    files: Vec<(&str, String, String)>,
+    written: &mut Written,
+) -> anyhow::Result<()> {
+    let mut links = Vec::new();
+    for (alt, name, svg) in files {
+        let p = out.join(&name);
+        std::fs::write(&p, svg).with_context(|| format!("writing {}", p.display()))?;
+        links.push(format!("![{alt}]({name})"));
+        written.svgs.push(p);
+    }
+    if !links.is_empty() {
+        let _ = writeln!(md, "\n{}", links.join(" "));
+    }
+    Ok(())
+}
+
+/// xvs's figure over nft's, of the medians.
+fn ratio_line(targets: &[(Target, Vec<Option<Stat>>)], what: &[&str]) -> Option<String> {
+    let get = |t: Target| targets.iter().find(|(x, _)| *x == t).map(|(_, v)| v);
+    let (x, n) = (get(Target::Xvs)?, get(Target::Nft)?);
+    let parts: Vec<String> = what
+        .iter()
+        .enumerate()
+        .map(|(i, w)| {
+            let r = ratio(x[i].map(|s| s.med), n[i].map(|s| s.med));
+            format!("{w} ×{r}")
+        })
+        .collect();
+    Some(format!("\nxvs/nft: {}\n", parts.join(", ")))
+}
+
+/// bulk-tcp: goodput of 1 and 8 streams per target, table and chart.
+fn bulk_section(
+    md: &mut String,
+    out: &Path,
+    targets: &[(Target, Vec<&RunResult>)],
+    written: &mut Written,
+) -> anyhow::Result<()> {
+    let secs = targets[0].1[0].duration_s;
+    let _ = writeln!(
+        md,
+        "\n## bulk-tcp (real clients)\n\niperf3 through the VIP to one backend, {secs} s per run \
+         (1 stream, then 8), DNAT; goodput at the receiver in Gbit/s. Busy %: the target's and \
+         the rig core's (iperf3 client and server, the veths' receive) share of the run.\n\n\
+         | target | runs | streams | Gbit/s | retransmits | busy % target / rig | ns/pkt target / rig | xvs tx_ring_full |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    let mut medians = Vec::new();
+    let mut groups = Vec::new();
+    for (t, runs) in targets {
+        let mut per = Vec::new();
+        for (k, streams) in crate::realclient::IPERF_STREAMS.iter().enumerate() {
+            let b: Vec<&crate::realclient::BulkRun> = runs
+                .iter()
+                .filter_map(|r| r.bulk_tcp.as_ref()?.get(k))
+                .filter(|b| b.streams == *streams)
+                .collect();
+            let gbit = Stat::of(b.iter().map(|b| Some(b.gbit_s)));
+            let _ = writeln!(
+                md,
+                "| {} | {} | {streams} | {} | {} | {} / {} | {} / {} | {} |",
+                t.name(),
+                b.len(),
+                stat_text(gbit, 2),
+                stat_text(
+                    Stat::of(b.iter().map(|b| b.retransmits.map(|n| n as f64))),
+                    0
+                ),
+                stat_text(
+                    Stat::of(b.iter().map(|b| b.target_busy_ratio.map(|v| v * 100.0))),
+                    0
+                ),
+                stat_text(
+                    Stat::of(b.iter().map(|b| Some(b.rig_core_busy_ratio * 100.0))),
+                    0
+                ),
+                stat_text(Stat::of(b.iter().map(|b| b.cpu_ns_per_pkt)), 0),
+                stat_text(Stat::of(b.iter().map(|b| b.rig_ns_per_pkt)), 0),
+                stat_text(
+                    Stat::of(
+                        b.iter()
+                            .map(|b| b.target_metrics.get("tx_ring_full").copied())
+                    ),
+                    0
+                ),
+            );
+            per.push(gbit);
+        }
+        medians.push((*t, per.clone()));
+        groups.push((t.name().to_owned(), per));
+    }
+    if let Some(l) = ratio_line(&medians, &["1 stream", "8 streams"]) {
+        md.push_str(&l);
+    }
+    let chart = Chart {
+        title: "bulk-tcp: iperf3 goodput through the VIP".into(),
+        ylabel: "goodput (Gbit/s)".into(),
+        series: vec!["1 stream".into(), "8 streams".into()],
+        groups,
+        log: false,
+        digits: 2,
+    };
+    write_svgs(
+        md,
+        out,
+        vec![(
+            "bulk-tcp",
+            "bulk-tcp-generator-rate.svg".into(),
+            chart.svg(),
+        )],
+        written,
+    )
+}
+
+/// conn-rate: connections per second and request times per target, table and charts.
+fn conn_section(
+    md: &mut String,
+    out: &Path,
+    targets: &[(Target, Vec<&RunResult>)],
+    written: &mut Written,
+) -> anyhow::Result<()> {
+    let first = targets[0].1[0];
+    let conc = first.conn_rate.as_ref().map_or(0, |c| c.concurrency);
+    let _ = writeln!(
+        md,
+        "\n## conn-rate (real clients)\n\nab (HTTP/1.0, a new TCP connection per request, \
+         concurrency {conc}) through the VIP to {} backends for {} s, DNAT. Request time: \
+         connect to close, ms. Busy %: the target's and the rig core's (ab, the servers, the \
+         veths' receive) share of the run.\n\n\
+         | target | runs | connections/s | failed | p50 ms | p99 ms | max ms | CPU µs/conn target / rig | busy % target / rig |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        first.backends, first.duration_s
+    );
+    let mut medians = Vec::new();
+    let (mut rate_groups, mut lat_groups) = (Vec::new(), Vec::new());
+    for (t, runs) in targets {
+        let c: Vec<&crate::realclient::ConnRate> =
+            runs.iter().filter_map(|r| r.conn_rate.as_ref()).collect();
+        let rate = Stat::of(c.iter().map(|c| Some(c.conn_per_s)));
+        let (p50, p99, max) = (
+            Stat::of(c.iter().map(|c| c.latency_ms.p50)),
+            Stat::of(c.iter().map(|c| c.latency_ms.p99)),
+            Stat::of(c.iter().map(|c| c.latency_ms.max)),
+        );
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {} | {} / {} | {} / {} |",
+            t.name(),
+            c.len(),
+            stat_text(rate, 0),
+            c.iter().map(|c| c.failed).max().unwrap_or(0),
+            stat_text(p50, 3),
+            stat_text(p99, 3),
+            stat_text(max, 3),
+            stat_text(Stat::of(c.iter().map(|c| c.cpu_us_per_conn)), 1),
+            stat_text(Stat::of(c.iter().map(|c| c.rig_us_per_conn)), 1),
+            stat_text(
+                Stat::of(c.iter().map(|c| c.target_busy_ratio.map(|v| v * 100.0))),
+                0
+            ),
+            stat_text(
+                Stat::of(c.iter().map(|c| Some(c.rig_core_busy_ratio * 100.0))),
+                0
+            ),
+        );
+        medians.push((*t, vec![rate, p99]));
+        rate_groups.push((t.name().to_owned(), vec![rate]));
+        lat_groups.push((t.name().to_owned(), vec![p50, p99, max]));
+    }
+    md.push_str("\nfailed: the worst run's.\n");
+    if let Some(l) = ratio_line(&medians, &["connections/s", "p99"]) {
+        md.push_str(&l);
+    }
+    let rate = Chart {
+        title: format!("conn-rate: short TCP connections through the VIP (ab -c {conc})"),
+        ylabel: "connections per second".into(),
+        series: vec!["connections/s".into()],
+        groups: rate_groups,
+        log: false,
+        digits: 0,
+    };
+    let lat = Chart {
+        title: "conn-rate: request time, connect to close".into(),
+        ylabel: "request time (ms, log scale)".into(),
+        series: vec!["p50".into(), "p99".into(), "max".into()],
+        groups: lat_groups,
+        log: true,
+        digits: 2,
+    };
+    write_svgs(
+        md,
+        out,
+        vec![
+            (
+                "conn-rate",
+                "conn-rate-generator-rate.svg".into(),
+                rate.svg(),
+            ),
+            (
+                "request time",
+                "conn-rate-generator-latency.svg".into(),
+                lat.svg(),
+            ),
+        ],
+        written,
+    )
 }
 
 /// The median of `v` (the mean of the middle two for an even count); `None` when empty.
@@ -384,16 +642,18 @@ const W: f64 = 640.0;
 const H: f64 = 400.0;
 const L: f64 = 70.0;
 const R: f64 = 150.0;
-const T: f64 = 40.0;
+const T: f64 = 48.0;
 const B: f64 = 50.0;
 
-fn svg_open(title: &str) -> String {
+fn svg_open(title: &str, subtitle: &str) -> String {
     format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\" \
          font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"{}\" y=\"22\" text-anchor=\"middle\" font-size=\"14\">{}</text>\n",
-        W / 2.0,
-        esc(title)
+         <text class=\"title\" x=\"{x}\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">{}</text>\n\
+         <text class=\"subtitle\" x=\"{x}\" y=\"36\" text-anchor=\"middle\" font-size=\"11\" fill=\"#555\">{}</text>\n",
+        esc(title),
+        esc(subtitle),
+        x = (L + W - R) / 2.0,
     )
 }
 
@@ -416,59 +676,119 @@ fn nice_max(v: f64) -> f64 {
     10.0 * p
 }
 
-fn axes(s: &mut String, xmax: f64, ymax: f64, xlabel: &str, ylabel: &str, xticks: bool) {
-    let (x0, y0, x1, y1) = (L, H - B, W - R, T);
-    let _ = writeln!(
-        s,
-        "<line x1=\"{x0}\" y1=\"{y0}\" x2=\"{x1}\" y2=\"{y0}\" stroke=\"black\"/>"
-    );
-    let _ = writeln!(
-        s,
-        "<line x1=\"{x0}\" y1=\"{y0}\" x2=\"{x0}\" y2=\"{y1}\" stroke=\"black\"/>"
-    );
-    for i in 0..=5 {
-        let f = f64::from(i) / 5.0;
-        let y = y0 - f * (y0 - y1);
+/// A y axis: linear from 0 to `max`, or logarithmic over whole decades.
+#[derive(Clone, Copy, Debug)]
+enum Scale {
+    Linear { max: f64 },
+    Log { lo_exp: i32, hi_exp: i32 },
+}
+
+impl Scale {
+    fn linear(max: f64) -> Scale {
+        Scale::Linear { max: nice_max(max) }
+    }
+
+    /// Whole decades around `lo..=hi` (positive values).
+    fn log(lo: f64, hi: f64) -> Scale {
+        let lo = lo.max(1e-3);
+        let lo_exp = lo.log10().floor() as i32;
+        let hi_exp = (hi.max(lo).log10().ceil() as i32).max(lo_exp + 1);
+        Scale::Log { lo_exp, hi_exp }
+    }
+
+    /// Plot y of value `v`.
+    fn y(self, v: f64) -> f64 {
+        let f = match self {
+            Scale::Linear { max } => v / max,
+            Scale::Log { lo_exp, hi_exp } => {
+                (v.max(10f64.powi(lo_exp)).log10() - f64::from(lo_exp)) / f64::from(hi_exp - lo_exp)
+            }
+        };
+        H - B - f.clamp(0.0, 1.0) * (H - B - T)
+    }
+
+    /// Grid values and whether each is labelled.
+    fn ticks(self) -> Vec<(f64, bool)> {
+        match self {
+            Scale::Linear { max } => (0..=5).map(|i| (max * f64::from(i) / 5.0, true)).collect(),
+            Scale::Log { lo_exp, hi_exp } => {
+                let few = hi_exp - lo_exp <= 2;
+                let mut v = Vec::new();
+                for e in lo_exp..=hi_exp {
+                    let d = 10f64.powi(e);
+                    v.push((d, true));
+                    if e < hi_exp {
+                        v.push((2.0 * d, few));
+                        v.push((5.0 * d, few));
+                    }
+                }
+                v
+            }
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Scale::Linear { .. } => "linear",
+            Scale::Log { .. } => "log",
+        }
+    }
+}
+
+/// The y axis (grid, labelled ticks, label) and the x axis line and label.
+fn axes_y(s: &mut String, scale: Scale, xlabel: &str, ylabel: &str) {
+    let (x0, y0, x1) = (L, H - B, W - R);
+    let _ = writeln!(s, "<g class=\"y-axis\" data-scale=\"{}\">", scale.name());
+    for (v, labelled) in scale.ticks() {
+        let y = scale.y(v);
         let _ = writeln!(
             s,
-            "<line x1=\"{x0}\" y1=\"{y}\" x2=\"{x1}\" y2=\"{y}\" stroke=\"#ddd\"/><text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>",
-            x0 - 4.0,
-            y + 4.0,
-            short(ymax * f)
+            "<line x1=\"{x0}\" y1=\"{y:.1}\" x2=\"{x1}\" y2=\"{y:.1}\" stroke=\"{}\"/>",
+            if labelled { "#ccc" } else { "#eee" }
         );
-        if xticks {
-            let x = x0 + f * (x1 - x0);
+        if labelled {
             let _ = writeln!(
                 s,
-                "<text x=\"{x}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
-                y0 + 16.0,
-                short(xmax * f)
+                "<text class=\"y-tick\" data-value=\"{v}\" x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+                x0 - 4.0,
+                y + 4.0,
+                short(v)
             );
         }
     }
     let _ = writeln!(
         s,
-        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+        "<text class=\"y-label\" x=\"16\" y=\"{m}\" text-anchor=\"middle\" transform=\"rotate(-90 16 {m})\">{}</text>\n</g>",
+        esc(ylabel),
+        m = (y0 + T) / 2.0,
+    );
+    let _ = writeln!(
+        s,
+        "<line x1=\"{x0}\" y1=\"{y0}\" x2=\"{x1}\" y2=\"{y0}\" stroke=\"black\"/>\n\
+         <line x1=\"{x0}\" y1=\"{y0}\" x2=\"{x0}\" y2=\"{T}\" stroke=\"black\"/>\n\
+         <text class=\"x-label\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
         (x0 + x1) / 2.0,
         H - 12.0,
         esc(xlabel)
     );
-    let _ = writeln!(
-        s,
-        "<text x=\"16\" y=\"{}\" text-anchor=\"middle\" transform=\"rotate(-90 16 {})\">{}</text>",
-        (y0 + y1) / 2.0,
-        (y0 + y1) / 2.0,
-        esc(ylabel)
-    );
 }
 
 fn short(v: f64) -> String {
+    let trim = |s: String| {
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_owned()
+        } else {
+            s
+        }
+    };
     if v >= 1e6 {
-        format!("{:.2}M", v / 1e6)
+        format!("{}M", trim(format!("{:.2}", v / 1e6)))
     } else if v >= 1e3 {
-        format!("{:.0}k", v / 1e3)
+        format!("{}k", trim(format!("{:.1}", v / 1e3)))
+    } else if v >= 10.0 || v == 0.0 {
+        format!("{v:.0}")
     } else {
-        format!("{v:.1}")
+        trim(format!("{v:.2}"))
     }
 }
 
@@ -477,7 +797,7 @@ fn legend(s: &mut String, i: usize, name: &str) {
     let x = W - R + 15.0;
     let _ = writeln!(
         s,
-        "<rect x=\"{x}\" y=\"{}\" width=\"12\" height=\"12\" fill=\"{}\"/><text x=\"{}\" y=\"{}\">{}</text>",
+        "<rect x=\"{x}\" y=\"{}\" width=\"12\" height=\"12\" fill=\"{}\"/><text class=\"legend\" x=\"{}\" y=\"{}\">{}</text>",
         y - 10.0,
         COLORS[i % COLORS.len()],
         x + 18.0,
@@ -486,44 +806,226 @@ fn legend(s: &mut String, i: usize, name: &str) {
     );
 }
 
-/// Forwarded vs offered rate, one series per target (the main run and its NDR trials;
-/// saturation runs, which have no offered rate, are drawn at x = forwarded).
+/// The median and the extremes of one figure over a target's runs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Stat {
+    /// Median.
+    pub med: f64,
+    /// Lowest.
+    pub lo: f64,
+    /// Highest.
+    pub hi: f64,
+    /// Runs with the figure.
+    pub n: usize,
+}
+
+impl Stat {
+    /// Over the values present; `None` when there are none.
+    pub fn of(v: impl IntoIterator<Item = Option<f64>>) -> Option<Stat> {
+        let v: Vec<f64> = v.into_iter().flatten().collect();
+        let n = v.len();
+        Some(Stat {
+            lo: v.iter().copied().fold(f64::MAX, f64::min),
+            hi: v.iter().copied().fold(f64::MIN, f64::max),
+            med: median(v)?,
+            n,
+        })
+    }
+
+    /// `med` with `(lo–hi)` when the runs differ.
+    fn text(self, digits: usize) -> String {
+        if self.n > 1 && self.lo < self.hi {
+            format!(
+                "{} ({}–{})",
+                num(self.med, digits),
+                num(self.lo, digits),
+                num(self.hi, digits)
+            )
+        } else {
+            num(self.med, digits)
+        }
+    }
+}
+
+fn stat_text(s: Option<Stat>, digits: usize) -> String {
+    s.map_or_else(|| "–".to_owned(), |s| s.text(digits))
+}
+
+/// A chart of one figure per target (x: the targets) and series (e.g. p50/p99/p99.9): bars
+/// on a linear axis, points on a log axis; whiskers from the lowest to the highest run when
+/// a target has several.
+pub struct Chart {
+    /// Title.
+    pub title: String,
+    /// y axis label.
+    pub ylabel: String,
+    /// The series' names (legend).
+    pub series: Vec<String>,
+    /// Per target: its name and one figure per series.
+    pub groups: Vec<(String, Vec<Option<Stat>>)>,
+    /// Log y axis.
+    pub log: bool,
+    /// Digits of the value labels.
+    pub digits: usize,
+}
+
+impl Chart {
+    /// The SVG.
+    pub fn svg(&self) -> String {
+        let all: Vec<Stat> = self
+            .groups
+            .iter()
+            .flat_map(|(_, v)| v.iter().flatten().copied())
+            .collect();
+        let runs = all.iter().map(|s| s.n).max().unwrap_or(0);
+        let subtitle = if runs > 1 {
+            format!("median of up to {runs} runs per target; whiskers: lowest to highest run")
+        } else {
+            "one run per target".to_owned()
+        };
+        let mut s = svg_open(&self.title, &subtitle);
+        let scale = if self.log {
+            let lo = all
+                .iter()
+                .map(|s| s.lo)
+                .filter(|v| *v > 0.0)
+                .fold(f64::MAX, f64::min);
+            let hi = all.iter().map(|s| s.hi).fold(0.0, f64::max);
+            if lo == f64::MAX {
+                Scale::log(1.0, 10.0)
+            } else {
+                Scale::log(lo, hi)
+            }
+        } else {
+            Scale::linear(all.iter().map(|s| s.hi).fold(0.0, f64::max))
+        };
+        axes_y(&mut s, scale, "target", &self.ylabel);
+        let groups = self.groups.len().max(1) as f64;
+        let gw = (W - R - L) / groups;
+        let k = self.series.len().max(1) as f64;
+        let bw = gw * 0.8 / k;
+        for (g, (name, vals)) in self.groups.iter().enumerate() {
+            let gx = L + gw * g as f64 + gw * 0.1;
+            for (i, v) in vals.iter().enumerate() {
+                let Some(v) = v else { continue };
+                let c = COLORS[i % COLORS.len()];
+                let cx = gx + bw * (i as f64 + 0.5);
+                let y = scale.y(v.med);
+                let tip = format!("{} {}: {}", name, self.series[i], v.text(self.digits));
+                if self.log {
+                    let _ = writeln!(
+                        s,
+                        "<circle class=\"point\" cx=\"{cx:.1}\" cy=\"{y:.1}\" r=\"4.5\" fill=\"{c}\"><title>{}</title></circle>",
+                        esc(&tip)
+                    );
+                } else {
+                    let _ = writeln!(
+                        s,
+                        "<rect class=\"bar\" x=\"{:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{c}\"><title>{}</title></rect>",
+                        cx - bw * 0.45,
+                        bw * 0.9,
+                        (H - B - y).max(0.0),
+                        esc(&tip)
+                    );
+                }
+                if v.n > 1 {
+                    let (ylo, yhi) = (scale.y(v.lo), scale.y(v.hi));
+                    let _ = writeln!(
+                        s,
+                        "<g class=\"error-bar\" data-lo=\"{}\" data-hi=\"{}\" stroke=\"black\" stroke-width=\"1.2\">\
+                         <line x1=\"{cx:.1}\" y1=\"{ylo:.1}\" x2=\"{cx:.1}\" y2=\"{yhi:.1}\"/>\
+                         <line x1=\"{:.1}\" y1=\"{ylo:.1}\" x2=\"{:.1}\" y2=\"{ylo:.1}\"/>\
+                         <line x1=\"{:.1}\" y1=\"{yhi:.1}\" x2=\"{:.1}\" y2=\"{yhi:.1}\"/></g>",
+                        v.lo,
+                        v.hi,
+                        cx - 4.0,
+                        cx + 4.0,
+                        cx - 4.0,
+                        cx + 4.0
+                    );
+                }
+                let ly = if v.n > 1 { scale.y(v.hi) } else { y };
+                let _ = writeln!(
+                    s,
+                    "<text class=\"value\" x=\"{cx:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"10\">{}</text>",
+                    ly - 6.0,
+                    if v.med >= 1e4 {
+                        short(v.med)
+                    } else {
+                        num(v.med, self.digits)
+                    }
+                );
+            }
+            let _ = writeln!(
+                s,
+                "<text class=\"x-tick\" x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+                L + gw * (g as f64 + 0.5),
+                H - B + 16.0,
+                esc(name)
+            );
+        }
+        for (i, n) in self.series.iter().enumerate() {
+            legend(&mut s, i, n);
+        }
+        s.push_str("</svg>\n");
+        s
+    }
+}
+
+/// Forwarded vs offered rate in generator mode, one series per target (the main run and
+/// its NDR trials, of the run whose forwarded rate is the median), with the line where
+/// forwarded = offered.
 pub fn rate_svg(title: &str, rs: &[&RunResult]) -> String {
     let series: Vec<(String, Vec<(f64, f64)>)> = rs
         .iter()
-        .map(|r| {
+        .filter_map(|r| {
             let mut pts: Vec<(f64, f64)> = r
                 .ndr_trials
                 .iter()
                 .map(|t| (t.offered_pps, t.forwarded_pps))
                 .collect();
-            pts.push((r.offered_pps.unwrap_or(r.forwarded_pps), r.forwarded_pps));
+            pts.push((r.offered_pps?, r.forwarded_pps));
             pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-            (r.target.name().to_owned(), pts)
+            Some((r.target.name().to_owned(), pts))
         })
         .collect();
     let m = series
         .iter()
         .flat_map(|(_, p)| p.iter().flat_map(|&(a, b)| [a, b]))
         .fold(0.0, f64::max);
-    let m = nice_max(m);
-    let mut s = svg_open(title);
-    axes(&mut s, m, m, "offered (pps)", "forwarded (pps)", true);
+    let scale = Scale::linear(m);
+    let Scale::Linear { max: m } = scale else {
+        unreachable!()
+    };
+    let mut s = svg_open(
+        title,
+        "the main run and the NDR trials; dashed: forwarded = offered",
+    );
+    axes_y(&mut s, scale, "offered (pps)", "forwarded (pps)");
     let px = |v: f64| L + v / m * (W - R - L);
-    let py = |v: f64| H - B - v / m * (H - B - T);
+    for i in 0..=5 {
+        let v = m * f64::from(i) / 5.0;
+        let _ = writeln!(
+            s,
+            "<text class=\"x-tick\" x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+            px(v),
+            H - B + 16.0,
+            short(v)
+        );
+    }
     let _ = writeln!(
         s,
         "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#999\" stroke-dasharray=\"4 4\"/>",
         px(0.0),
-        py(0.0),
+        scale.y(0.0),
         px(m),
-        py(m)
+        scale.y(m)
     );
     for (i, (name, pts)) in series.iter().enumerate() {
         let c = COLORS[i % COLORS.len()];
         let path: Vec<String> = pts
             .iter()
-            .map(|&(x, y)| format!("{:.1},{:.1}", px(x), py(y)))
+            .map(|&(x, y)| format!("{:.1},{:.1}", px(x), scale.y(y)))
             .collect();
         let _ = writeln!(
             s,
@@ -535,7 +1037,7 @@ pub fn rate_svg(title: &str, rs: &[&RunResult]) -> String {
                 s,
                 "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"4\" fill=\"{c}\"/>",
                 px(x),
-                py(y)
+                scale.y(y)
             );
         }
         legend(&mut s, i, name);
@@ -544,62 +1046,53 @@ pub fn rate_svg(title: &str, rs: &[&RunResult]) -> String {
     s
 }
 
-/// p50/p99/p99.9 bars per target.
-pub fn latency_svg(title: &str, rs: &[&RunResult]) -> String {
-    let vals: Vec<(String, [f64; 3])> = rs
+/// The latency chart of a packet scenario in generator mode: p50/p99/p99.9 per target on a
+/// log axis, from the trial at the common rate when every target has one (else the main
+/// run's), median and spread over the runs. `None` when no run has a latency.
+pub fn latency_chart(scenario: &str, by_target: &[(Target, Vec<&RunResult>)]) -> Option<Chart> {
+    let common = by_target
         .iter()
-        .map(|r| {
-            // The common-rate trial when there is one: the main run's latency at the rig's
-            // limit is mostly queueing.
-            let l = r
-                .latency_at_rate
-                .as_ref()
-                .map_or(&r.latency_us, |l| &l.latency_us);
+        .all(|(_, runs)| runs.iter().all(|r| r.latency_at_rate.is_some()));
+    let lat = |r: &RunResult| -> Latency {
+        match (&r.latency_at_rate, common) {
+            (Some(l), true) => l.latency_us.clone(),
+            _ => r.latency_us.clone(),
+        }
+    };
+    let groups: Vec<(String, Vec<Option<Stat>>)> = by_target
+        .iter()
+        .map(|(t, runs)| {
+            let l: Vec<Latency> = runs.iter().map(|r| lat(r)).collect();
             (
-                r.target.name().to_owned(),
-                [
-                    l.p50.unwrap_or(0.0),
-                    l.p99.unwrap_or(0.0),
-                    l.p999.unwrap_or(0.0),
+                t.name().to_owned(),
+                vec![
+                    Stat::of(l.iter().map(|l| l.p50)),
+                    Stat::of(l.iter().map(|l| l.p99)),
+                    Stat::of(l.iter().map(|l| l.p999)),
                 ],
             )
         })
         .collect();
-    let m = nice_max(vals.iter().flat_map(|(_, v)| *v).fold(0.0, f64::max));
-    let mut s = svg_open(title);
-    axes(&mut s, 0.0, m, "target", "latency (µs)", false);
-    let groups = vals.len().max(1) as f64;
-    let gw = (W - R - L) / groups;
-    let bw = gw / 4.0;
-    let py = |v: f64| H - B - v / m * (H - B - T);
-    for (g, (name, v)) in vals.iter().enumerate() {
-        let gx = L + gw * g as f64;
-        for (k, val) in v.iter().enumerate() {
-            let x = gx + bw * (k as f64 + 0.5);
-            let y = py(*val);
-            let _ = writeln!(
-                s,
-                "<rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{}\"><title>{} {}: {val:.1} µs</title></rect>",
-                bw * 0.9,
-                (H - B - y).max(0.0),
-                COLORS[k],
-                esc(name),
-                ["p50", "p99", "p99.9"][k]
-            );
-        }
-        let _ = writeln!(
-            s,
-            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
-            gx + gw / 2.0,
-            H - B + 16.0,
-            esc(name)
-        );
+    if groups.iter().all(|(_, v)| v.iter().all(Option::is_none)) {
+        return None;
     }
-    for (k, n) in ["p50", "p99", "p99.9"].iter().enumerate() {
-        legend(&mut s, k, n);
-    }
-    s.push_str("</svg>\n");
-    s
+    let rate = by_target
+        .first()
+        .and_then(|(_, r)| r.first())
+        .and_then(|r| r.latency_at_rate.as_ref())
+        .map(|l| l.trial.rate_pps);
+    let title = match (common, rate) {
+        (true, Some(rate)) => format!("{scenario}: one-way latency at {} pps", short(rate as f64)),
+        _ => format!("{scenario}: one-way latency at each run's rate"),
+    };
+    Some(Chart {
+        title,
+        ylabel: "latency (µs, log scale)".into(),
+        series: vec!["p50".into(), "p99".into(), "p99.9".into()],
+        groups,
+        log: true,
+        digits: 0,
+    })
 }
 
 #[cfg(test)]
@@ -714,6 +1207,258 @@ mod tests {
              (20000–30000) | 100000 / 100000 | 2 | 10.0 | 255.0 (205.0–305.0) | 1 |"
         );
         assert!(md.contains("| xvs | term | 3 |"), "{md}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The `<text class="CLASS" ...>LABEL</text>` labels of an SVG.
+    fn texts<'a>(svg: &'a str, class: &str) -> Vec<&'a str> {
+        svg.split(&format!("class=\"{class}\""))
+            .skip(1)
+            .filter_map(|rest| rest.split_once('>')?.1.split_once("</text>").map(|t| t.0))
+            .collect()
+    }
+
+    /// The y of each labelled tick, by its value.
+    fn ticks(svg: &str) -> Vec<(f64, f64)> {
+        svg.split("class=\"y-tick\" data-value=\"")
+            .skip(1)
+            .map(|rest| {
+                let v: f64 = rest.split('"').next().unwrap().parse().unwrap();
+                let y: f64 = rest
+                    .split(" y=\"")
+                    .nth(1)
+                    .unwrap()
+                    .split('"')
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                (v, y)
+            })
+            .collect()
+    }
+
+    /// (lo, hi) of every error bar.
+    fn error_bars(svg: &str) -> Vec<(f64, f64)> {
+        svg.split("class=\"error-bar\" data-lo=\"")
+            .skip(1)
+            .map(|rest| {
+                let lo = rest.split('"').next().unwrap().parse().unwrap();
+                let hi = rest
+                    .split("data-hi=\"")
+                    .nth(1)
+                    .unwrap()
+                    .split('"')
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                (lo, hi)
+            })
+            .collect()
+    }
+
+    /// Renders `svg` to PNG with rsvg-convert (librsvg2-bin, scripts/deps) when installed: a
+    /// malformed SVG fails.
+    fn renders(svg: &str, name: &str) {
+        let ok = std::process::Command::new("sh")
+            .args(["-c", "command -v rsvg-convert >/dev/null"])
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!("rsvg-convert not installed (scripts/deps): {name} not rendered");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("perf-lab-svg-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (src, png) = (
+            dir.join(format!("{name}.svg")),
+            dir.join(format!("{name}.png")),
+        );
+        std::fs::write(&src, svg).unwrap();
+        let out = std::process::Command::new("rsvg-convert")
+            .arg("-o")
+            .arg(&png)
+            .arg(&src)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(std::fs::metadata(&png).unwrap().len() > 1000, "{name}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn from_json(v: serde_json::Value) -> RunResult {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn latency_is_on_a_log_axis_with_error_bars_from_repeats() {
+        // xvs three runs (p99 10, 30, 20), nft one run (p99 40).
+        let runs: Vec<RunResult> = [("xvs", 10.0), ("xvs", 30.0), ("xvs", 20.0), ("nft", 40.0)]
+            .iter()
+            .map(|(t, p99)| from_json(result(t, 100.0, *p99, 0)))
+            .collect();
+        let by_target = vec![
+            (Target::Xvs, runs[..3].iter().collect::<Vec<_>>()),
+            (Target::Nft, vec![&runs[3]]),
+        ];
+        let c = latency_chart("change-under-load", &by_target).unwrap();
+        let svg = c.svg();
+        renders(&svg, "latency");
+        assert!(svg.contains("class=\"y-axis\" data-scale=\"log\""), "{svg}");
+        assert_eq!(texts(&svg, "y-label"), ["latency (µs, log scale)"]);
+        assert!(texts(&svg, "title")[0].contains("at 1k pps"), "{svg}");
+        // Decades equally spaced: a log axis.
+        let t = ticks(&svg);
+        let y = |v: f64| t.iter().find(|x| x.0 == v).unwrap().1;
+        assert!(
+            ((y(1.0) - y(10.0)) - (y(10.0) - y(100.0))).abs() < 0.2,
+            "{t:?}"
+        );
+        // Error bars: xvs's p50, p99, p99.9 (3 runs), lowest to highest; none for nft's
+        // single run.
+        let bars = error_bars(&svg);
+        assert_eq!(bars, [(1.0, 1.0), (10.0, 30.0), (10.0, 30.0)]);
+        assert!(texts(&svg, "subtitle")[0].contains("whiskers"), "{svg}");
+        // One run per target: no whiskers at all.
+        let single = vec![(Target::Nft, vec![&runs[3]])];
+        let svg = latency_chart("x", &single).unwrap().svg();
+        assert!(error_bars(&svg).is_empty());
+        assert_eq!(texts(&svg, "subtitle"), ["one run per target"]);
+    }
+
+    #[test]
+    fn rate_axes_say_what_is_drawn_and_saturation_has_no_latency_plot() {
+        let dir = std::env::temp_dir().join(format!("perf-lab-report-sat-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut inputs = Vec::new();
+        for (i, (t, mode, fwd)) in [
+            ("xvs", "saturation", 1.4e6),
+            ("xvs", "saturation", 1.5e6),
+            ("nft", "saturation", 1.3e6),
+            ("xvs", "generator", 3.0e5),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let mut v = result(t, *fwd, 20.0, 0);
+            v["scenario"] = "one-service".into();
+            v["swap"] = serde_json::Value::Null;
+            v["mode"] = (*mode).into();
+            if *mode == "saturation" {
+                v["offered_pps"] = serde_json::Value::Null;
+                v["latency_at_rate"] = serde_json::Value::Null;
+                v["latency_us"] =
+                    serde_json::json!({"p50": null, "p99": null, "p999": null, "max": null});
+            }
+            let p = dir.join(format!("{i}.json"));
+            std::fs::write(&p, v.to_string()).unwrap();
+            inputs.push(p);
+        }
+        let out = dir.join("out");
+        let w = report(&inputs, &out).unwrap();
+        let names: Vec<String> = w
+            .svgs
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "one-service-generator-rate.svg",
+                "one-service-generator-latency.svg",
+                "one-service-saturation-rate.svg"
+            ]
+        );
+        let sat = std::fs::read_to_string(out.join("one-service-saturation-rate.svg")).unwrap();
+        renders(&sat, "saturation");
+        assert_eq!(texts(&sat, "y-label"), ["forwarded (pps)"]);
+        assert_eq!(texts(&sat, "x-label"), ["target"]);
+        assert!(!sat.contains("offered"), "{sat}");
+        assert_eq!(error_bars(&sat), [(1.4e6, 1.5e6)]);
+        let gen_rate = std::fs::read_to_string(out.join("one-service-generator-rate.svg")).unwrap();
+        renders(&gen_rate, "generator-rate");
+        assert_eq!(texts(&gen_rate, "x-label"), ["offered (pps)"]);
+        assert_eq!(texts(&gen_rate, "y-label"), ["forwarded (pps)"]);
+        let md = std::fs::read_to_string(&w.markdown).unwrap();
+        assert!(!md.contains("saturation-latency"), "{md}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn real_client_sections() {
+        let dir = std::env::temp_dir().join(format!("perf-lab-report-rc-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let bulk = |g1: f64, g8: f64| {
+            serde_json::json!([1, 8].iter().zip([g1, g8]).map(|(s, g)| serde_json::json!({
+                "streams": s, "seconds": 2.0, "gbit_s": g, "sender_gbit_s": g,
+                "retransmits": 0, "client_packets": 1000, "backend_packets": 1000,
+                "target_busy_ratio": 0.5, "lb_core_busy_ratio": 1.0, "rig_core_busy_ratio": 1.0,
+                "cpu_ns_per_pkt": 500.0, "rig_ns_per_pkt": 900.0,
+                "target_metrics": {"tx_ring_full": 0.0}
+            })).collect::<Vec<_>>())
+        };
+        let conn = |rate: f64| {
+            serde_json::json!({"client": "ab", "concurrency": 16, "seconds": 2.0,
+                "response_bytes": 100, "completed": (rate * 2.0) as u64, "failed": 0,
+                "non_2xx": 0, "conn_per_s": rate,
+                "latency_ms": {"p50": 1.0, "p99": 3.0, "p999": null, "max": 9.0},
+                "target_busy_ratio": 0.9, "lb_core_busy_ratio": 1.0, "rig_core_busy_ratio": 1.0,
+                "cpu_us_per_conn": 50.0, "rig_us_per_conn": 60.0, "target_metrics": {}})
+        };
+        let mut inputs = Vec::new();
+        let cases = [
+            ("xvs", "bulk-tcp", 1.5, 1.6),
+            ("xvs", "bulk-tcp", 1.7, 1.4),
+            ("nft", "bulk-tcp", 3.0, 3.2),
+            ("xvs", "conn-rate", 9000.0, 0.0),
+            ("nft", "conn-rate", 10000.0, 0.0),
+        ];
+        for (i, (t, sc, a, b)) in cases.iter().enumerate() {
+            let mut v = result(t, 1000.0, 1.0, 0);
+            v["scenario"] = (*sc).into();
+            v["swap"] = serde_json::Value::Null;
+            v["latency_at_rate"] = serde_json::Value::Null;
+            if *sc == "bulk-tcp" {
+                v["bulk_tcp"] = bulk(*a, *b);
+            } else {
+                v["conn_rate"] = conn(*a);
+            }
+            let p = dir.join(format!("{i}.json"));
+            std::fs::write(&p, v.to_string()).unwrap();
+            inputs.push(p);
+        }
+        let out = dir.join("out");
+        let w = report(&inputs, &out).unwrap();
+        let md = std::fs::read_to_string(&w.markdown).unwrap();
+        assert!(
+            md.contains("| xvs | 2 | 1 | 1.60 (1.50–1.70) | 0 | 50 / 100 | 500 / 900 | 0 |"),
+            "{md}"
+        );
+        assert!(md.contains("| nft | 1 | 8 | 3.20 | "), "{md}");
+        assert!(
+            md.contains("xvs/nft: 1 stream ×0.53, 8 streams ×0.47"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| xvs | 1 | 9000 | 0 | 1.000 | 3.000 | 9.000 | 50.0 / 60.0 | 90 / 100 |"),
+            "{md}"
+        );
+        assert!(md.contains("xvs/nft: connections/s ×0.90"), "{md}");
+        let b = std::fs::read_to_string(out.join("bulk-tcp-generator-rate.svg")).unwrap();
+        renders(&b, "bulk");
+        assert_eq!(texts(&b, "y-label"), ["goodput (Gbit/s)"]);
+        assert_eq!(texts(&b, "legend"), ["1 stream", "8 streams"]);
+        assert_eq!(error_bars(&b), [(1.5, 1.7), (1.4, 1.6)]);
+        let l = std::fs::read_to_string(out.join("conn-rate-generator-latency.svg")).unwrap();
+        renders(&l, "conn-latency");
+        assert!(l.contains("data-scale=\"log\""), "{l}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

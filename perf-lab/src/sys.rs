@@ -235,6 +235,44 @@ pub fn metric_sum(text: &str, name: &str) -> Option<f64> {
     found
 }
 
+/// libbpf's and libxdp's messages below warning level (libbpf: "elf: skipping unrecognized
+/// data section(7) xdp_metadata", libxdp: "Falling back to loading single prog without
+/// dispatcher": informational, but printed on stderr by default, where they read as
+/// failures) are dropped; warnings are still printed as the libraries print them.
+pub fn quiet_libbpf() {
+    // Both libraries: level 0 is WARN, 1 INFO, 2 DEBUG. The va_list reaches the callback as a
+    // pointer (x86_64: the array decays; aarch64: a struct that large is passed by
+    // reference), and goes on to vdprintf the same way.
+    unsafe extern "C" fn warnings_only(
+        level: libc::c_int,
+        fmt: *const libc::c_char,
+        ap: *mut libc::c_void,
+    ) -> libc::c_int {
+        if level != 0 {
+            return 0;
+        }
+        // SAFETY: the format and arguments the library passed, forwarded unchanged.
+        unsafe { vdprintf(2, fmt, ap) }
+    }
+    type PrintFn = Option<
+        unsafe extern "C" fn(libc::c_int, *const libc::c_char, *mut libc::c_void) -> libc::c_int,
+    >;
+    unsafe extern "C" {
+        fn vdprintf(
+            fd: libc::c_int,
+            fmt: *const libc::c_char,
+            ap: *mut libc::c_void,
+        ) -> libc::c_int;
+        fn libbpf_set_print(f: PrintFn) -> PrintFn;
+        fn libxdp_set_print(f: PrintFn) -> PrintFn;
+    }
+    // SAFETY: both only store the function pointer (a static function of this program).
+    unsafe {
+        libbpf_set_print(Some(warnings_only));
+        libxdp_set_print(Some(warnings_only));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::metric_sum;

@@ -109,6 +109,9 @@ pub struct Placement {
     pub state_dir: Option<PathBuf>,
     /// xvs' `[dataplane] drain_timeout`, seconds (default: xvs' own).
     pub drain_timeout_s: Option<u32>,
+    /// Further `[dataplane]` settings of xvs, `key = value` TOML lines (`--xvs-set`); a key
+    /// perf-lab sets itself is replaced.
+    pub xvs_dataplane: Vec<String>,
 }
 
 impl Placement {
@@ -582,6 +585,9 @@ pub fn xvs_config(rig: &Rig, svc: &Services, at: &Placement) -> String {
             .drain_timeout_s
             .map_or(String::new(), |s| format!("drain_timeout = \"{s}s\"\n")),
     );
+    if !at.xvs_dataplane.is_empty() {
+        s = set_dataplane(&s, &at.xvs_dataplane);
+    }
     let backends: Vec<String> = (1..=svc.backends)
         .map(|i| format!("{{ addr = \"{}:{BACKEND_PORT}\" }}", rig::backend_ip(i)))
         .collect();
@@ -608,6 +614,30 @@ pub fn xvs_config(rig: &Rig, svc: &Services, at: &Placement) -> String {
         rig::mac_str(rig::CLIENT_MAC)
     );
     s
+}
+
+/// `config` with each `key = value` of `lines` in its `[dataplane]` table, replacing a line
+/// of the same key there.
+fn set_dataplane(config: &str, lines: &[String]) -> String {
+    let key = |l: &str| l.split('=').next().unwrap_or("").trim().to_owned();
+    let keys: Vec<String> = lines.iter().map(|l| key(l)).collect();
+    let mut out = String::new();
+    let mut in_dp = false;
+    for l in config.lines() {
+        if l.starts_with('[') {
+            if in_dp {
+                for x in lines {
+                    let _ = writeln!(out, "{}", x.trim());
+                }
+            }
+            in_dp = l == "[dataplane]";
+        }
+        if in_dp && l.contains('=') && !l.starts_with(' ') && keys.contains(&key(l)) {
+            continue;
+        }
+        let _ = writeln!(out, "{l}");
+    }
+    out
 }
 
 /// The nftables rule set (kube-proxy nftables-mode shape).
@@ -700,4 +730,53 @@ pub fn iptables_rules(svc: &Services) -> String {
         }
     }
     format!("{chains}{rules}COMMIT\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xvs_set_replaces_or_adds_dataplane_keys() {
+        let rig = Rig::new("t", 3, 1).unwrap();
+        let svc = Services {
+            count: 1,
+            base_port: 1000,
+            protos: vec!["tcp"],
+            backends: 3,
+            snat: false,
+            flows: 10,
+            scheduler: "rr",
+            extra: 0,
+        };
+        let mut at = Placement {
+            lb_core: 1,
+            gen_core: 0,
+            napi_busy_poll: false,
+            xvs: PathBuf::from("xvs"),
+            dir: PathBuf::from("/tmp/x"),
+            state_dir: None,
+            drain_timeout_s: None,
+            xvs_dataplane: vec![
+                "tx_ring_size = 8192".into(),
+                "umem_frames = 16384".into(),
+                "batch_size=128".into(),
+            ],
+        };
+        let c = xvs_config(&rig, &svc, &at);
+        config::parse(&c, "xvs.conf").expect("a valid config");
+        let dp = c
+            .split("[dataplane]")
+            .nth(1)
+            .unwrap()
+            .split("\n[")
+            .next()
+            .unwrap();
+        assert!(dp.lines().any(|l| l == "tx_ring_size = 8192"), "{c}");
+        assert!(dp.lines().any(|l| l == "batch_size=128"), "{c}");
+        assert!(!dp.contains("batch_size = 64"), "{c}");
+        assert_eq!(c.matches("batch_size").count(), 1, "{c}");
+        at.xvs_dataplane.clear();
+        assert!(xvs_config(&rig, &svc, &at).contains("batch_size = 64"));
+    }
 }

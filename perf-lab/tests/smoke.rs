@@ -50,7 +50,24 @@ const KEYS: &[&str] = &[
     "restart",
     "target_counters",
     "notes",
+    "meta",
+    "latency_hgrm",
+    "bulk_tcp",
+    "conn_rate",
 ];
+
+/// The keys of `meta` (every run's circumstances).
+const META_KEYS: &[&str] = &[
+    "timestamp_utc",
+    "kernel",
+    "cpu_model",
+    "cores",
+    "git_revision",
+    "command_line",
+];
+
+/// One perf-lab run at a time (the tests of this file share the machine's two cores).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 struct Cleanup(String);
 
@@ -145,7 +162,87 @@ fn run_scenario(
             "{target}: key {k} missing from {json_s}"
         );
     }
+    check_meta_and_console(&v, &String::from_utf8_lossy(&out.stderr), &args);
     v
+}
+
+/// Every result records when, where and how it was made; the console says it in words, not
+/// Rust `Debug` values, without libbpf's informational lines.
+fn check_meta_and_console(v: &serde_json::Value, stderr: &str, args: &[&str]) {
+    let m = &v["meta"];
+    for k in META_KEYS {
+        assert!(m.get(*k).is_some(), "meta.{k} missing: {m}");
+    }
+    let ts = m["timestamp_utc"].as_str().unwrap();
+    assert!(ts.len() == 20 && ts.ends_with('Z'), "{ts}");
+    assert!(m["cores"].as_u64().is_some_and(|c| c > 0), "{m}");
+    assert!(m["kernel"].as_str().is_some_and(|k| !k.is_empty()), "{m}");
+    let cmd = m["command_line"].as_str().unwrap();
+    assert!(
+        cmd.contains(&format!("run {}", args[1..].join(" "))),
+        "{cmd}"
+    );
+    for bad in [
+        "Some(",
+        "None",
+        "libbpf: elf:",
+        "libxdp: Falling back",
+        "{:?}",
+    ] {
+        assert!(!stderr.contains(bad), "console shows {bad:?}:\n{stderr}");
+    }
+    let summary = stderr
+        .lines()
+        .rfind(|l| l.starts_with("perf-lab: ") && l.contains(" pps"))
+        .unwrap_or_else(|| panic!("no summary line:\n{stderr}"));
+    assert!(
+        summary.contains(&format!(
+            "{} {}",
+            v["scenario"].as_str().unwrap(),
+            v["target"].as_str().unwrap()
+        )),
+        "{summary}"
+    );
+}
+
+/// The `.hgrm` files a generator-mode run writes beside its JSON: HdrHistogram's percentile
+/// distribution of the packets' latency, ending at 100% with every packet counted.
+fn check_hgrm(json: &Path, v: &serde_json::Value) {
+    let files = v["latency_hgrm"]
+        .as_object()
+        .unwrap_or_else(|| panic!("no latency_hgrm: {v}"));
+    assert!(
+        files.contains_key("main") && files.contains_key("latency_at_rate"),
+        "{files:?}"
+    );
+    for (trial, f) in files {
+        let p = json.parent().unwrap().join(f.as_str().unwrap());
+        let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        assert!(
+            text.starts_with("       Value     Percentile TotalCount 1/(1-Percentile)\n\n"),
+            "{trial}: {text}"
+        );
+        let rows: Vec<Vec<f64>> = text
+            .lines()
+            .skip(2)
+            .take_while(|l| !l.starts_with('#'))
+            .map(|l| l.split_whitespace().map(|x| x.parse().unwrap()).collect())
+            .collect();
+        let last = rows.last().unwrap();
+        assert_eq!(last[1], 1.0, "{trial}: {text}");
+        if trial == "main" {
+            let counted = v["received"].as_u64().unwrap() + v["duplicates"].as_u64().unwrap();
+            assert_eq!(last[2] as u64, counted, "{trial}: {text}");
+            // The median row agrees with the JSON's p50 (same histogram).
+            let p50 = v["latency_us"]["p50"].as_f64().unwrap();
+            let row = rows.iter().find(|r| r[1] >= 0.5).unwrap();
+            assert!(
+                (row[0] - p50).abs() <= p50 * 0.002 + 0.01,
+                "{row:?} vs {p50}"
+            );
+        }
+        assert!(text.contains("#[Mean    = "), "{text}");
+    }
 }
 
 fn per_backend(v: &serde_json::Value) -> Vec<u64> {
@@ -163,6 +260,7 @@ fn every_target_forwards_to_every_backend_and_reports() {
         eprintln!("smoke: skipped (needs root for network namespaces and AF_XDP)");
         return;
     }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let prefix = format!("plsm{}", std::process::id() % 100_000);
     let _cleanup = Cleanup(prefix.clone());
     let dir = std::env::temp_dir().join(format!("perf-lab-smoke-{}", std::process::id()));
@@ -220,6 +318,7 @@ fn every_target_forwards_to_every_backend_and_reports() {
             serde_json::Value::Null
         };
         assert_eq!(v["napi_busy_poll"], busy_poll, "{t}");
+        check_hgrm(&json, &v);
         jsons.push(json);
     }
     // Saturation mode: a burst circulates through the reflectors.
@@ -235,6 +334,7 @@ fn every_target_forwards_to_every_backend_and_reports() {
         "saturation: nothing circulated"
     );
     assert_eq!(v["mode"], "saturation");
+    assert!(v["latency_hgrm"].is_null(), "saturation has no latency");
     jsons.push(json);
     // The same loop through an AF_XDP target (its own XDP program on the backend-side veth
     // takes the reflected frames); the reflector counts every backend.
@@ -326,6 +426,12 @@ fn every_target_forwards_to_every_backend_and_reports() {
             "{f}"
         );
     }
+    // Saturation mode has no latency: no plot of it.
+    assert!(!out_dir.join("one-service-saturation-latency.svg").exists());
+    let sat = std::fs::read_to_string(out_dir.join("one-service-saturation-rate.svg")).unwrap();
+    assert!(!sat.contains("offered"), "{sat}");
+    let lat = std::fs::read_to_string(out_dir.join("one-service-generator-latency.svg")).unwrap();
+    assert!(lat.contains("data-scale=\"log\""), "{lat}");
 
     drop(_cleanup);
     let list = String::from_utf8(
@@ -340,5 +446,150 @@ fn every_target_forwards_to_every_backend_and_reports() {
         !list.lines().any(|l| l.starts_with(&format!("{prefix}-"))),
         "namespaces left: {list}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The real-client scenarios through every target that translates addresses (xvs, nft,
+/// iptables when installed), short: iperf3 1 and 8 streams for 1 s each, ab for 1 s.
+#[test]
+fn real_clients_through_every_target() {
+    if !is_root() {
+        eprintln!("smoke: skipped (needs root for network namespaces and AF_XDP)");
+        return;
+    }
+    if !have("iperf3") || !have("ab") {
+        eprintln!("smoke: iperf3 or ab not installed (scripts/deps); skipping real clients");
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let prefix = format!("plrc{}", std::process::id() % 100_000);
+    let _cleanup = Cleanup(prefix.clone());
+    let dir = std::env::temp_dir().join(format!("perf-lab-smoke-rc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut targets = vec!["nft"];
+    if have("iptables-restore") {
+        targets.push("iptables");
+    }
+    let xvs = xvs().map(|p| p.to_string_lossy().into_owned());
+    if xvs.is_some() {
+        targets.push("xvs");
+    }
+    // Refused before any rig is built: l2fwd rewrites MACs one way only, and real clients
+    // have no saturation mode.
+    for (t, mode, why) in [
+        ("l2fwd", "generator", "both ways"),
+        ("nft", "saturation", "no saturation mode"),
+    ] {
+        let out = Command::new(BIN)
+            .args([
+                "run",
+                "--scenario",
+                "bulk-tcp",
+                "--target",
+                t,
+                "--mode",
+                mode,
+                "--json",
+            ])
+            .arg(dir.join("refused.json"))
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(why), "{err}");
+    }
+    let mut jsons = Vec::new();
+    for t in &targets {
+        for scenario in ["bulk-tcp", "conn-rate"] {
+            let json = dir.join(format!("{scenario}-{t}.json"));
+            let json_s = json.to_string_lossy().into_owned();
+            let mut args = vec![
+                "run",
+                "--prefix",
+                &prefix,
+                "--scenario",
+                scenario,
+                "--target",
+                t,
+                "--duration",
+                "1",
+                "--json",
+                &json_s,
+            ];
+            if let (Some(p), "xvs") = (&xvs, *t) {
+                args.extend(["--xvs", p.as_str()]);
+            }
+            let out = Command::new(BIN).args(&args).output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "perf-lab {args:?}:\n{stderr}");
+            let v: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+            for k in KEYS {
+                assert!(v.get(*k).is_some(), "{t} {scenario}: key {k} missing");
+            }
+            check_meta_and_console(&v, &stderr, &args);
+            assert!(
+                v["forwarded_pps"].as_f64().unwrap() > 0.0,
+                "{t} {scenario}: {v}"
+            );
+            if scenario == "bulk-tcp" {
+                let runs = v["bulk_tcp"].as_array().unwrap();
+                let streams: Vec<u64> = runs
+                    .iter()
+                    .map(|r| r["streams"].as_u64().unwrap())
+                    .collect();
+                assert_eq!(streams, [1, 8], "{t}");
+                for r in runs {
+                    assert!(r["gbit_s"].as_f64().unwrap() > 0.01, "{t}: {r}");
+                    assert!(r["backend_packets"].as_u64().unwrap() > 1000, "{t}: {r}");
+                    assert!(r["rig_core_busy_ratio"].as_f64().unwrap() > 0.0, "{t}: {r}");
+                }
+                if *t == "xvs" {
+                    let m = &runs[0]["target_metrics"];
+                    assert!(m["tx_packets"].as_f64().unwrap() > 1000.0, "{m}");
+                    assert!(m.get("tx_ring_full").is_some(), "{m}");
+                }
+            } else {
+                let c = &v["conn_rate"];
+                assert!(c["completed"].as_u64().unwrap() > 100, "{t}: {c}");
+                assert_eq!(c["failed"].as_u64(), Some(0), "{t}: {c}");
+                assert_eq!(c["non_2xx"].as_u64(), Some(0), "{t}: {c}");
+                assert!(c["latency_ms"]["p99"].as_f64().is_some(), "{t}: {c}");
+                // Round robin (xvs) or random (kernel) over every backend.
+                let per = per_backend(&v);
+                assert!(per.len() == 3 && per.iter().all(|&n| n > 0), "{t}: {per:?}");
+            }
+            jsons.push(json);
+        }
+    }
+    let out_dir = dir.join("report");
+    let st = Command::new(BIN)
+        .arg("report")
+        .args(&jsons)
+        .arg("--out")
+        .arg(&out_dir)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let md = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    assert!(md.contains("## bulk-tcp (real clients)"), "{md}");
+    assert!(md.contains("## conn-rate (real clients)"), "{md}");
+    for t in &targets {
+        assert!(md.contains(&format!("| {t} | 1 | 1 | ")), "{t}:\n{md}");
+        assert!(md.contains(&format!("| {t} | 1 | 8 | ")), "{t}:\n{md}");
+    }
+    for f in [
+        "bulk-tcp-generator-rate.svg",
+        "conn-rate-generator-rate.svg",
+        "conn-rate-generator-latency.svg",
+    ] {
+        let svg = std::fs::read_to_string(out_dir.join(f)).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.contains("class=\"bar\"")
+                || svg.contains("class=\"point\""),
+            "{f}"
+        );
+    }
+    drop(_cleanup);
     let _ = std::fs::remove_dir_all(&dir);
 }
