@@ -457,10 +457,10 @@ fn real_clients_through_every_target() {
         eprintln!("smoke: skipped (needs root for network namespaces and AF_XDP)");
         return;
     }
-    if !have("iperf3") || !have("ab") {
-        eprintln!("smoke: iperf3 or ab not installed (scripts/deps); skipping real clients");
-        return;
-    }
+    assert!(
+        have("iperf3") && have("ab"),
+        "iperf3 or ab is not installed: scripts/deps installs them (apt-get install iperf3 apache2-utils)"
+    );
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let prefix = format!("plrc{}", std::process::id() % 100_000);
     let _cleanup = Cleanup(prefix.clone());
