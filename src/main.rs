@@ -62,7 +62,7 @@ enum Command {
         /// Output capture: every frame xvs would transmit.
         #[arg(long = "out")]
         output: PathBuf,
-        /// JSON lines, one per input frame: its verdict and drop reason.
+        /// JSON lines, one per input frame: its verdict and drop reason (`-`: stdout).
         #[arg(long)]
         report: Option<PathBuf>,
     },

@@ -1,4 +1,4 @@
-//! `xvs pcap --config F --in IN.pcap --out OUT.pcap [--report R.json]`: replay a capture
+//! `xvs pcap --config F --in IN.pcap --out OUT.pcap [--report R.json | --report -]`: replay a capture
 //! through one fastpath pipeline built from the config (see `fastpath::pcap::replay`).
 //!
 //! Exit codes: 0 done, 1 the capture could not be read or an output could not be written,
@@ -32,11 +32,17 @@ pub fn main(config: &Path, input: &Path, output: &Path, report: Option<&Path>) -
         Ok(f) => BufWriter::new(f),
         Err(e) => return fail("cannot create output", output, &e),
     };
-    let mut rep = match report.map(File::create).transpose() {
-        Ok(f) => f.map(BufWriter::new),
-        Err(e) => return fail("cannot create report", report.unwrap_or(output), &e),
+    // `--report -`: the report on stdout (the summary stays on stderr).
+    let mut rep: Option<Box<dyn Write>> = match report {
+        None => None,
+        Some(p) if p == Path::new("-") => Some(Box::new(BufWriter::new(std::io::stdout().lock()))),
+        Some(p) => match File::create(p) {
+            Ok(f) => Some(Box::new(BufWriter::new(f))),
+            Err(e) => return fail("cannot create report", p, &e),
+        },
     };
     let result = replay(&cfg, inp, out, rep.as_mut().map(|w| w as &mut dyn Write));
+    drop(rep);
     match result {
         Ok(s) => {
             let c = &s.counters;

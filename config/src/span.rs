@@ -183,7 +183,7 @@ pub fn schema(
         }
     }
     let inner = e.inner();
-    let message = first_line(inner.message());
+    let message = did_you_mean(&first_line(inner.message()));
     // serde reports a missing key at its table; name the key itself.
     if let Some(field) = message
         .strip_prefix("missing field `")
@@ -209,6 +209,54 @@ pub fn schema(
         column,
         message,
     }
+}
+
+/// serde's "unknown field `x`, expected one of `a`, `b`, ..." (or "unknown variant"), with
+/// the closest expected name offered instead of the whole list when one is close (at most
+/// a third of its letters wrong: a typo, not another word).
+fn did_you_mean(message: &str) -> String {
+    let Some(rest) = message
+        .strip_prefix("unknown field `")
+        .or_else(|| message.strip_prefix("unknown variant `"))
+    else {
+        return message.to_owned();
+    };
+    let Some((given, expected)) = rest.split_once('`') else {
+        return message.to_owned();
+    };
+    let what = if message.starts_with("unknown field") {
+        "field"
+    } else {
+        "variant"
+    };
+    let best = expected
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|cand| (edit_distance(given, cand), cand))
+        .min();
+    match best {
+        Some((d, cand)) if d > 0 && d <= given.chars().count().max(3) / 3 => {
+            format!("unknown {what} `{given}`: did you mean `{cand}`?")
+        }
+        _ => message.to_owned(),
+    }
+}
+
+/// Levenshtein distance (small strings: config keys).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != *cb))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
 }
 
 fn first_line(message: &str) -> String {

@@ -131,11 +131,15 @@ fn misspelt_key_names_key_and_line() {
     let p = problem(&text);
     assert_eq!(p.key, "services[0].schedular");
     assert_eq!(p.line, 10);
-    assert!(
-        p.message.contains("unknown field `schedular`"),
-        "{}",
-        p.message
+    assert_eq!(
+        p.message, "unknown field `schedular`: did you mean `scheduler`?",
+        "a typo gets the key it meant, not the list of every key"
     );
+    // A word that is no typo of any key keeps serde's list.
+    let p = problem("[dataplane]\nbananas = 64\n");
+    assert!(p.message.contains("expected one of"), "{}", p.message);
+    let p = problem("[synproxy]\nmode = \"aut\"\n");
+    assert!(p.message.contains("did you mean `auto`?"), "{}", p.message);
     let p = problem("[dataplane]\nbatch = 64\n");
     assert_eq!(
         (p.key.as_str(), p.line, p.column),

@@ -636,3 +636,29 @@ pub fn render(stats: &StatsView, services: &[ServiceView], probes: &ProbeCounts)
     o.sample("xvs_livez_total", &[("code", "503")], f(probes.livez_fail));
     o.0
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admin::views::WorkerView;
+    use fastpath::worker::WorkerCounters;
+
+    #[test]
+    fn frames_that_could_not_be_transmitted_are_drops() {
+        let c = WorkerCounters {
+            tx_ring_full: 2757,
+            tx_no_port: 3,
+            ..WorkerCounters::default()
+        };
+        let stats = StatsView {
+            workers: vec![WorkerView::from_counters(0, &c)],
+            ..StatsView::default()
+        };
+        let text = render(&stats, &[], &ProbeCounts::default());
+        assert!(
+            text.contains("xvs_drops_total{reason=\"tx_ring_full\"} 2757"),
+            "{text}"
+        );
+        assert!(text.contains("xvs_drops_total{reason=\"tx_no_port\"} 3"));
+    }
+}

@@ -403,7 +403,8 @@ pub struct WorkerView {
     pub busy_ns: u64,
     /// The snapshot generation the worker last loaded.
     pub generation: u64,
-    /// Drops by reason (`DropReason::name()`), every reason present.
+    /// Drops by reason (`DropReason::name()`, and `tx_ring_full`, `tx_no_port`), every
+    /// reason present.
     pub drops: BTreeMap<String, u64>,
 }
 
@@ -426,9 +427,15 @@ impl WorkerView {
             expired_flows: c.expired,
             busy_ns: c.busy_ns,
             generation: c.generation,
+            // Every loss: the pipeline's reasons, and the frames the worker could not
+            // transmit (a full tx ring, no socket on the port).
             drops: DropReason::ALL
                 .iter()
                 .map(|r| (r.name().to_owned(), c.dropped(*r)))
+                .chain([
+                    ("tx_ring_full".to_owned(), c.tx_ring_full),
+                    ("tx_no_port".to_owned(), c.tx_no_port),
+                ])
                 .collect(),
         }
     }
