@@ -112,6 +112,17 @@ const ST_DYING: u64 = 3;
 const GEN_MASK: u64 = (1 << 22) - 1;
 
 #[inline]
+/// Whether `state` is a state of protocol `proto`.
+fn state_fits(state: FlowState, proto: Protocol) -> bool {
+    matches!(
+        (state, proto),
+        (FlowState::Tcp(_), Protocol::Tcp)
+            | (FlowState::Udp, Protocol::Udp)
+            | (FlowState::Icmp, Protocol::Icmp | Protocol::Icmpv6)
+            | (FlowState::Sctp(_), Protocol::Sctp)
+    )
+}
+
 fn ctl(gen_: u64, status: u64, state: u8, ls: u32) -> u64 {
     (gen_ & GEN_MASK) << 42 | status << 40 | u64::from(state) << 32 | u64::from(ls)
 }
@@ -1108,7 +1119,7 @@ impl FlowTable {
                 return Some(FlowState::from_u8(old));
             }
             let entry = self.entries.get(e as usize)?;
-            let nc = c & !((0xff << 32) | 0xffff_ffff) | u64::from(new) << 32 | u64::from(ls);
+            let nc = ctl(ctl_gen(c), ctl_status(c), new, ls);
             match entry.w[W_CTL].compare_exchange_weak(c, nc, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
                     #[cfg(not(loom))]
@@ -1140,14 +1151,7 @@ impl FlowTable {
         let e = h.entry();
         let entry = self.entries.get(e as usize)?;
         let data = self.read_data(e)?;
-        let fits = matches!(
-            (state, data.proto),
-            (FlowState::Tcp(_), Protocol::Tcp)
-                | (FlowState::Udp, Protocol::Udp)
-                | (FlowState::Icmp, Protocol::Icmp | Protocol::Icmpv6)
-                | (FlowState::Sctp(_), Protocol::Sctp)
-        );
-        if !fits {
+        if !state_fits(state, data.proto) {
             return None;
         }
         let t = self.ticks(last_seen);
@@ -1162,7 +1166,7 @@ impl FlowTable {
             if new == old && ls == ctl_ls(c) {
                 return Some(state);
             }
-            let nc = c & !((0xff << 32) | 0xffff_ffff) | u64::from(new) << 32 | u64::from(ls);
+            let nc = ctl(ctl_gen(c), ctl_status(c), new, ls);
             match entry.w[W_CTL].compare_exchange_weak(c, nc, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
                     self.recount(data.backend_id.0, FlowState::from_u8(old), state);
@@ -1417,14 +1421,7 @@ impl FlowTable {
         state: FlowState,
         last_seen: Instant,
     ) -> Result<FlowHandle, InsertError> {
-        let fits = matches!(
-            (state, data.proto),
-            (FlowState::Tcp(_), Protocol::Tcp)
-                | (FlowState::Udp, Protocol::Udp)
-                | (FlowState::Icmp, Protocol::Icmp | Protocol::Icmpv6)
-                | (FlowState::Sctp(_), Protocol::Sctp)
-        );
-        if !fits {
+        if !state_fits(state, data.proto) {
             return Err(InsertError::Invalid("state of another protocol"));
         }
         self.insert_state(data, state, self.ticks(last_seen), |_| {})
