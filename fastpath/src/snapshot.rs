@@ -118,6 +118,23 @@ pub struct Frontend {
     pub port: u16,
 }
 
+impl Frontend {
+    /// The frontend flow `d`'s client addressed (none for ICMP flows, which have no port).
+    pub fn of_flow(d: &flowtable::FlowData) -> Option<Frontend> {
+        let protocol = match d.proto {
+            flowtable::Protocol::Tcp => Protocol::Tcp,
+            flowtable::Protocol::Udp => Protocol::Udp,
+            flowtable::Protocol::Sctp => Protocol::Sctp,
+            flowtable::Protocol::Icmp | flowtable::Protocol::Icmpv6 => return None,
+        };
+        Some(Frontend {
+            vip: d.vip.ip(),
+            protocol,
+            port: d.vip.port(),
+        })
+    }
+}
+
 /// One backend as a source describes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BackendSpec {

@@ -47,18 +47,8 @@ impl AdoptedIds {
         flows.scan(0, flows.capacity(), |v| {
             let d = &v.data;
             let s = out.services.entry(d.service_id).or_default();
-            let protocol = match d.proto {
-                flowtable::Protocol::Tcp => Some(config::Protocol::Tcp),
-                flowtable::Protocol::Udp => Some(config::Protocol::Udp),
-                flowtable::Protocol::Sctp => Some(config::Protocol::Sctp),
-                flowtable::Protocol::Icmp | flowtable::Protocol::Icmpv6 => None,
-            };
-            if let Some(protocol) = protocol {
-                s.frontends.insert(Frontend {
-                    vip: d.vip.ip(),
-                    protocol,
-                    port: d.vip.port(),
-                });
+            if let Some(f) = Frontend::of_flow(d) {
+                s.frontends.insert(f);
             }
             if *seen.entry(d.backend_id).or_insert(d.backend) == d.backend {
                 s.backends.insert(d.backend, d.backend_id);

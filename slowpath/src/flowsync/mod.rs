@@ -41,7 +41,7 @@ use arc_swap::ArcSwap;
 use fastpath::flowlog::{FlowEvent, FlowLog};
 use fastpath::pipeline::FLAG_PEER;
 use fastpath::snapshot::{Frontend, Snapshot};
-use flowtable::{FlowData, FlowRecord, FlowTable, InsertError, Protocol};
+use flowtable::{FlowData, FlowRecord, FlowTable, InsertError};
 use tokio::net::UdpSocket;
 use tokio_util::sync::CancellationToken;
 
@@ -185,18 +185,7 @@ pub enum Installed {
 /// Installs a peer's flow `r` into `flows`, with `snap`'s ids (see the module doc).
 pub fn install(flows: &FlowTable, snap: &Snapshot, r: &FlowRecord, now: Instant) -> Installed {
     let d = &r.data;
-    let protocol = match d.proto {
-        Protocol::Tcp => config::Protocol::Tcp,
-        Protocol::Udp => config::Protocol::Udp,
-        Protocol::Sctp => config::Protocol::Sctp,
-        Protocol::Icmp | Protocol::Icmpv6 => return Installed::Unknown,
-    };
-    let frontend = Frontend {
-        vip: d.vip.ip(),
-        protocol,
-        port: d.vip.port(),
-    };
-    let Some(service) = snap.service_for(&frontend) else {
+    let Some(service) = Frontend::of_flow(d).and_then(|f| snap.service_for(&f)) else {
         return Installed::Unknown;
     };
     let Some(backend) = service.backends.iter().find(|b| b.addr == d.backend) else {
