@@ -175,6 +175,14 @@ fn assert_spread(t: &Tier) {
     );
 }
 
+/// 18 downloads (6 per URL of [`urls`]) 1.5 s under way, spread by ECMP over both nodes.
+fn in_flight(t: &Tier, dir: &Path) -> Vec<Download> {
+    let mut dl = start(t, dir, &urls(), 6);
+    watch(&mut dl, Duration::from_millis(1500));
+    assert_spread(t);
+    dl
+}
+
 fn peer_sync(t: &Tier, n: usize) -> serde_json::Value {
     t.stats(n)["peer_sync"].clone()
 }
@@ -185,9 +193,7 @@ fn downloads_survive_kill_9_of_a_node_and_its_return() {
     let mut t = Tier::up();
     t.start_all();
     let dir = tempfile::tempdir().unwrap();
-    let mut dl = start(&t, dir.path(), &urls(), 6);
-    watch(&mut dl, Duration::from_millis(1500));
-    assert_spread(&t);
+    let mut dl = in_flight(&t, dir.path());
     let synced = peer_sync(&t, 2)["flows_installed"].as_u64().unwrap();
     assert!(
         synced > 0,
@@ -241,9 +247,7 @@ fn downloads_survive_a_node_whose_link_dies() {
     let mut t = Tier::up();
     t.start_all();
     let dir = tempfile::tempdir().unwrap();
-    let mut dl = start(&t, dir.path(), &urls(), 6);
-    watch(&mut dl, Duration::from_millis(1500));
-    assert_spread(&t);
+    let mut dl = in_flight(&t, dir.path());
     let down = t.set_link(1, false);
     watch(&mut dl, Duration::from_millis(1500));
     let served = served_copies(&t, 2);
@@ -265,9 +269,7 @@ fn a_draining_node_is_left_first_and_its_flows_go_on() {
     let mut t = Tier::up();
     t.start_all();
     let dir = tempfile::tempdir().unwrap();
-    let mut dl = start(&t, dir.path(), &urls(), 6);
-    watch(&mut dl, Duration::from_millis(1500));
-    assert_spread(&t);
+    let mut dl = in_flight(&t, dir.path());
     let drained = Instant::now();
     let (code, body) = t.admin(1, "POST", "/v1/drain");
     assert_eq!(code, "200", "{body}");

@@ -5,7 +5,7 @@
 pub mod tier;
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -297,7 +297,18 @@ pub fn http_code(lab: &Lab, method: &str, url: &str) -> String {
 /// `curl` inside the xvs node against its admin API: GETs from `[admin] listen`
 /// (127.0.0.1:10249), POSTs (control) through the control socket. Returns (HTTP code, body).
 pub fn admin(lab: &Lab, method: &str, path: &str) -> (String, String) {
-    let sock = lab.socket().display().to_string();
+    admin_via(|args| lab.exec("x", args), &lab.socket(), method, path)
+}
+
+/// [`admin`] for any node: `exec` runs a command in its namespace, `socket` is its control
+/// socket.
+pub fn admin_via(
+    exec: impl FnOnce(&[&str]) -> Output,
+    socket: &Path,
+    method: &str,
+    path: &str,
+) -> (String, String) {
+    let sock = socket.display().to_string();
     let mut args = vec![
         "curl",
         "-s",
@@ -315,7 +326,7 @@ pub fn admin(lab: &Lab, method: &str, path: &str) -> (String, String) {
         format!("http://localhost{path}")
     };
     args.push(&url);
-    let o = lab.exec("x", &args);
+    let o = exec(&args);
     let out = String::from_utf8(o.stdout).unwrap();
     let (body, code) = out.rsplit_once('\n').unwrap_or(("", &out));
     (code.to_owned(), body.to_owned())

@@ -554,62 +554,16 @@ backends = [{solo}]
         o.stdout
     }
 
-    /// A download of `bytes` from `url_base` (`http://VIP`) at curl's `rate`, in the
-    /// background: the output of `curl` (body on stdout).
-    pub fn download(
-        &self,
-        url_base: &str,
-        bytes: usize,
-        rate: &str,
-        max_time_s: u32,
-    ) -> std::thread::JoinHandle<Output> {
-        let ns = self.ns("c");
-        let url = format!("{url_base}/bytes/{bytes}");
-        let rate = rate.to_owned();
-        let max = max_time_s.to_string();
-        std::thread::spawn(move || {
-            Command::new("ip")
-                .args([
-                    "netns",
-                    "exec",
-                    &ns,
-                    "curl",
-                    "-sS",
-                    "--fail",
-                    "--max-time",
-                    &max,
-                ])
-                .args(["--limit-rate", &rate, &url])
-                .output()
-                .unwrap()
-        })
-    }
-
     /// Node `n`'s admin API: GETs from `[admin] listen`, POSTs (control) through the control
     /// socket. Returns (HTTP code, body).
     pub fn admin(&self, n: usize, method: &str, path: &str) -> (String, String) {
-        let sock = self.node_dir(n).join("xvs.sock").display().to_string();
-        let mut args = vec![
-            "curl",
-            "-s",
-            "--max-time",
-            "3",
-            "-X",
+        let sock = self.node_dir(n).join("xvs.sock");
+        super::admin_via(
+            |args| self.exec(&format!("n{n}"), args),
+            &sock,
             method,
-            "-w",
-            "\n%{http_code}",
-        ];
-        let url = if method == "GET" {
-            format!("http://127.0.0.1:10249{path}")
-        } else {
-            args.extend(["--unix-socket", &sock]);
-            format!("http://localhost{path}")
-        };
-        args.push(&url);
-        let o = self.exec(&format!("n{n}"), &args);
-        let out = String::from_utf8(o.stdout).unwrap();
-        let (body, code) = out.rsplit_once('\n').unwrap_or(("", &out));
-        (code.to_owned(), body.to_owned())
+            path,
+        )
     }
 
     /// Node `n`'s `/v1/stats`.
