@@ -75,6 +75,13 @@ enum Command {
     Services {
         #[command(flatten)]
         admin: AdminArgs,
+        /// Connections, packets and bytes in each direction per service and backend, since
+        /// each appeared (like `ipvsadm -Ln --stats`).
+        #[arg(long, conflicts_with = "rate")]
+        stats: bool,
+        /// The same per second, over the last 2 s (like `ipvsadm -Ln --rate`).
+        #[arg(long)]
+        rate: bool,
     },
     /// Flows in a running xvs's flow table.
     Flows {
@@ -277,8 +284,17 @@ fn main() -> ExitCode {
         Command::Status { admin } => {
             status::main(status::StatusCmd::Status, &admin.endpoint(), admin.json)
         }
-        Command::Services { admin } => {
-            status::main(status::StatusCmd::Services, &admin.endpoint(), admin.json)
+        Command::Services { admin, stats, rate } => {
+            let show = match (stats, rate) {
+                (true, _) => status::ServicesShow::Stats,
+                (_, true) => status::ServicesShow::Rate,
+                _ => status::ServicesShow::Connections,
+            };
+            status::main(
+                status::StatusCmd::Services(show),
+                &admin.endpoint(),
+                admin.json,
+            )
         }
         Command::Flows { admin, limit } => status::main(
             status::StatusCmd::Flows { limit },

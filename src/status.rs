@@ -18,7 +18,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
-use slowpath::admin::{FlowsResponse, HealthzBody, ServicesResponse, StatsView};
+use slowpath::admin::{
+    FlowsResponse, HealthzBody, RateView, ServicesResponse, StatsView, TrafficView,
+};
 
 /// Connect timeout.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -72,13 +74,25 @@ impl Endpoint {
     }
 }
 
+/// Which columns `xvs services` shows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ServicesShow {
+    /// Weights, usability, active and inactive connections.
+    #[default]
+    Connections,
+    /// Connections, packets and bytes in each direction (`ipvsadm -Ln --stats`).
+    Stats,
+    /// The same per second (`ipvsadm -Ln --rate`).
+    Rate,
+}
+
 /// What to show or do.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StatusCmd {
     /// Health, sync state, counters.
     Status,
-    /// Services and backends with connection counts.
-    Services,
+    /// Services and backends with connection counts, or their traffic.
+    Services(ServicesShow),
     /// Flows of the flow table.
     Flows {
         /// At most this many (the server clamps to 1..=10000).
@@ -134,14 +148,14 @@ fn run(cmd: StatusCmd, admin: &Endpoint, json: bool) -> Result<(String, bool), S
                 healthy,
             ))
         }
-        StatusCmd::Services => {
+        StatusCmd::Services(show) => {
             let (code, body) = get(admin, "/v1/services")?;
             expect_ok(admin, "/v1/services", code, &body)?;
             let r: ServicesResponse = parse(admin, "/v1/services", &body)?;
             if json {
                 return Ok((body, true));
             }
-            Ok((render_services(&r), true))
+            Ok((render_services(&r, show), true))
         }
         StatusCmd::Flows { limit } => {
             let path = format!("/v1/flows?limit={limit}");
@@ -461,7 +475,7 @@ fn render_status(
     o
 }
 
-fn render_services(r: &ServicesResponse) -> String {
+fn render_services(r: &ServicesResponse, show: ServicesShow) -> String {
     if r.services.is_empty() {
         return "no services\n".to_owned();
     }
@@ -507,24 +521,77 @@ fn render_services(r: &ServicesResponse) -> String {
             o.push_str("  (no backends)\n");
             continue;
         }
-        let rows: Vec<Vec<String>> = s
-            .backends
-            .iter()
-            .map(|b| {
-                vec![
-                    b.addr.to_string(),
-                    b.weight.to_string(),
-                    if b.usable { "yes" } else { "no" }.to_owned(),
-                    b.active.to_string(),
-                    b.inactive.to_string(),
-                ]
-            })
-            .collect();
-        o.push_str(&table(
-            "  ",
-            &["BACKEND", "WEIGHT", "USABLE", "ACTIVE", "INACTIVE"],
-            &rows,
-        ));
+        match show {
+            ServicesShow::Connections => {
+                let rows: Vec<Vec<String>> = s
+                    .backends
+                    .iter()
+                    .map(|b| {
+                        vec![
+                            b.addr.to_string(),
+                            b.weight.to_string(),
+                            if b.usable { "yes" } else { "no" }.to_owned(),
+                            b.active.to_string(),
+                            b.inactive.to_string(),
+                        ]
+                    })
+                    .collect();
+                o.push_str(&table(
+                    "  ",
+                    &["BACKEND", "WEIGHT", "USABLE", "ACTIVE", "INACTIVE"],
+                    &rows,
+                ));
+            }
+            ServicesShow::Stats => {
+                let row = |name: String, t: &TrafficView| {
+                    vec![
+                        name,
+                        t.conns.to_string(),
+                        t.in_pkts.to_string(),
+                        t.out_pkts.to_string(),
+                        t.in_bytes.to_string(),
+                        t.out_bytes.to_string(),
+                    ]
+                };
+                let mut rows: Vec<Vec<String>> = s
+                    .backends
+                    .iter()
+                    .map(|b| row(b.addr.to_string(), &b.stats))
+                    .collect();
+                rows.push(row("(service)".to_owned(), &s.stats));
+                o.push_str(&table(
+                    "  ",
+                    &[
+                        "BACKEND", "CONNS", "INPKTS", "OUTPKTS", "INBYTES", "OUTBYTES",
+                    ],
+                    &rows,
+                ));
+            }
+            ServicesShow::Rate => {
+                let f = |v: f64| format!("{v:.0}");
+                let row = |name: String, r: &RateView| {
+                    vec![
+                        name,
+                        f(r.cps),
+                        f(r.in_pps),
+                        f(r.out_pps),
+                        f(r.in_bps),
+                        f(r.out_bps),
+                    ]
+                };
+                let mut rows: Vec<Vec<String>> = s
+                    .backends
+                    .iter()
+                    .map(|b| row(b.addr.to_string(), &b.rate))
+                    .collect();
+                rows.push(row("(service)".to_owned(), &s.rate));
+                o.push_str(&table(
+                    "  ",
+                    &["BACKEND", "CPS", "INPPS", "OUTPPS", "INBPS", "OUTBPS"],
+                    &rows,
+                ));
+            }
+        }
     }
     o
 }
@@ -627,6 +694,20 @@ mod tests {
                     usable: true,
                     active: 12,
                     inactive: 3,
+                    stats: TrafficView {
+                        conns: 5,
+                        in_pkts: 100,
+                        out_pkts: 80,
+                        in_bytes: 6_000,
+                        out_bytes: 96_000,
+                    },
+                    rate: RateView {
+                        cps: 2.5,
+                        in_pps: 50.0,
+                        out_pps: 40.0,
+                        in_bps: 3_000.0,
+                        out_bps: 48_000.0,
+                    },
                 }],
                 frozen: true,
                 rate_limit: Some(slowpath::admin::RateLimitView {
@@ -634,6 +715,14 @@ mod tests {
                     burst: 20,
                 }),
                 rate_limited: 7,
+                stats: TrafficView {
+                    conns: 6,
+                    in_pkts: 101,
+                    out_pkts: 81,
+                    in_bytes: 6_060,
+                    out_bytes: 96_060,
+                },
+                rate: RateView::default(),
             }],
         }
     }
@@ -652,7 +741,11 @@ mod tests {
             )
         );
         assert_eq!(
-            main(StatusCmd::Services, &Endpoint::Tcp(addr), false),
+            main(
+                StatusCmd::Services(ServicesShow::Connections),
+                &Endpoint::Tcp(addr),
+                false
+            ),
             ExitCode::FAILURE
         );
     }
@@ -661,7 +754,12 @@ mod tests {
     fn services_table_and_json() {
         let body = serde_json::to_string(&services()).unwrap();
         let (addr, t) = server(vec![("/v1/services", 200, body.clone())], 2);
-        let (out, ok) = run(StatusCmd::Services, &Endpoint::Tcp(addr), false).unwrap();
+        let (out, ok) = run(
+            StatusCmd::Services(ServicesShow::Connections),
+            &Endpoint::Tcp(addr),
+            false,
+        )
+        .unwrap();
         assert!(ok);
         assert!(
             out.starts_with("web  198.18.100.1:80/tcp  wrr fullnat  affinity 10800s  limit 100/s burst 20 (7 refused)  FROZEN\n"),
@@ -675,8 +773,61 @@ mod tests {
             out.contains("  198.18.1.1:8080  4       yes     12      3\n"),
             "{out}"
         );
-        let (raw, _) = run(StatusCmd::Services, &Endpoint::Tcp(addr), true).unwrap();
+        let (raw, _) = run(
+            StatusCmd::Services(ServicesShow::Connections),
+            &Endpoint::Tcp(addr),
+            true,
+        )
+        .unwrap();
         assert_eq!(raw, body);
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn services_stats_and_rates_like_ipvsadm() {
+        let body = serde_json::to_string(&services()).unwrap();
+        let (addr, t) = server(vec![("/v1/services", 200, body)], 2);
+        let (out, _) = run(
+            StatusCmd::Services(ServicesShow::Stats),
+            &Endpoint::Tcp(addr),
+            false,
+        )
+        .unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(
+            lines[1].split_whitespace().collect::<Vec<_>>(),
+            [
+                "BACKEND", "CONNS", "INPKTS", "OUTPKTS", "INBYTES", "OUTBYTES"
+            ],
+            "{out}"
+        );
+        assert_eq!(
+            lines[2].split_whitespace().collect::<Vec<_>>(),
+            ["198.18.1.1:8080", "5", "100", "80", "6000", "96000"],
+            "{out}"
+        );
+        assert_eq!(
+            lines[3].split_whitespace().collect::<Vec<_>>(),
+            ["(service)", "6", "101", "81", "6060", "96060"],
+            "{out}"
+        );
+        let (out, _) = run(
+            StatusCmd::Services(ServicesShow::Rate),
+            &Endpoint::Tcp(addr),
+            false,
+        )
+        .unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(
+            lines[1].split_whitespace().collect::<Vec<_>>(),
+            ["BACKEND", "CPS", "INPPS", "OUTPPS", "INBPS", "OUTBPS"],
+            "{out}"
+        );
+        assert_eq!(
+            lines[2].split_whitespace().collect::<Vec<_>>(),
+            ["198.18.1.1:8080", "2", "50", "40", "3000", "48000"],
+            "{out}"
+        );
         t.join().unwrap();
     }
 
@@ -776,7 +927,12 @@ mod tests {
     #[test]
     fn error_answers_are_reported() {
         let (addr, t) = server(vec![], 1);
-        let e = run(StatusCmd::Services, &Endpoint::Tcp(addr), false).unwrap_err();
+        let e = run(
+            StatusCmd::Services(ServicesShow::Connections),
+            &Endpoint::Tcp(addr),
+            false,
+        )
+        .unwrap_err();
         assert!(
             e.contains("answered 404 to GET /v1/services: no such endpoint"),
             "{e}"

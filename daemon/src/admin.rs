@@ -102,6 +102,9 @@ pub struct DaemonState {
     )>,
     /// The BGP speaker's counters, when `[bgp]` is on.
     pub bgp: Option<Arc<slowpath::bgp::BgpStats>>,
+    /// Per-service and per-backend traffic, sampled by the driver every
+    /// [`slowpath::traffic::SAMPLE_PERIOD`].
+    pub traffic: Mutex<slowpath::traffic::TrafficMeter>,
 }
 
 /// The controller's command for an admin action; `Err` when it does not apply.
@@ -122,7 +125,11 @@ pub fn command(action: ControlAction, service: Option<String>) -> Result<Command
 
 impl AdminSource for DaemonState {
     fn services(&self) -> Vec<ServiceView> {
-        ServiceView::from_snapshot(&self.snapshot.load(), &*self.flows)
+        let snap = self.snapshot.load();
+        match self.traffic.lock() {
+            Ok(m) => ServiceView::from_snapshot_with(&snap, &*self.flows, Some(&m)),
+            Err(_) => ServiceView::from_snapshot(&snap, &*self.flows),
+        }
     }
 
     fn flows(&self, limit: usize) -> Vec<FlowViewJson> {

@@ -51,6 +51,7 @@ use slowpath::k8s::HealthCheckNodePort;
 use slowpath::k8s::hcnp::HealthCheckServers;
 use slowpath::neigh::{NeighbourWatcher, read_l2};
 use slowpath::repeat::RepeatLog;
+use slowpath::traffic::{self, TrafficMeter};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -307,6 +308,7 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
     let stop_workers = Arc::new(AtomicBool::new(false));
     let mut handles: Vec<JoinHandle<()>> = Vec::with_capacity(workers);
     let mut stats: Vec<Arc<WorkerStats>> = Vec::with_capacity(workers);
+    let mut traffic = Vec::with_capacity(workers);
     for (spec, set) in sockets {
         let mut pipeline = Pipeline::new(
             PipelineConfig {
@@ -321,6 +323,7 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
         if let Some(log) = flow_logs.get(spec.index) {
             pipeline.set_flow_log(Arc::clone(log));
         }
+        traffic.push(Arc::clone(pipeline.traffic()));
         let (h, s) = spawn_worker(
             spec,
             set,
@@ -377,6 +380,7 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
         commands: cmd_tx,
         peer_sync,
         bgp: bgp_stats,
+        traffic: Mutex::new(TrafficMeter::new(traffic)),
     });
     let admin_cfg = AdminConfig {
         listen: cfg.admin.listen,
@@ -522,6 +526,7 @@ impl Io<'_> {
         workers: &[JoinHandle<()>],
     ) -> StopReason {
         let mut next_second = Instant::now();
+        let mut next_traffic = Instant::now();
         loop {
             tokio::select! {
                 Some(ev) = events.recv() => ctl.handle(Instant::now(), ev),
@@ -542,6 +547,12 @@ impl Io<'_> {
                 && self.watch.observe(now, Stamp::of(p))
             {
                 ctl.handle(now, Event::Signal(Signal::Reload));
+            }
+            if now >= next_traffic {
+                next_traffic = now + traffic::SAMPLE_PERIOD;
+                if let Ok(mut m) = state.traffic.lock() {
+                    m.sample(&state.snapshot.load(), now);
+                }
             }
             if now >= next_second {
                 next_second = now + Duration::from_secs(1);

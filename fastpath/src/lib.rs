@@ -9,6 +9,7 @@ pub mod pcap;
 pub mod pipeline;
 pub mod snapshot;
 pub mod steer;
+pub mod traffic;
 pub mod wire;
 pub mod worker;
 pub mod xsk;

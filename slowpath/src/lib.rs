@@ -6,3 +6,4 @@ pub mod health;
 pub mod k8s;
 pub mod neigh;
 pub mod repeat;
+pub mod traffic;

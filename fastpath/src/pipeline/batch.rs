@@ -109,6 +109,7 @@ struct Parsed {
     key: V4Key,
     flags: u8,
     ttl: u8,
+    ip_len: u16,
 }
 
 impl Parsed {
@@ -123,6 +124,7 @@ impl Parsed {
             flags: self.flags,
             ttl: self.ttl,
             csum_at: super::nat::l4_csum_at(fast::L4, protocol as u8) as u8,
+            ip_len: self.ip_len,
         }
     }
 }
@@ -214,6 +216,7 @@ impl Pipeline {
                         key,
                         flags: v.flags,
                         ttl: v.ttl,
+                        ip_len: v.ip_len,
                     }
                 });
             }

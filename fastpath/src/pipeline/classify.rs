@@ -69,6 +69,12 @@ impl Packet {
     pub fn has_l4(&self) -> bool {
         !matches!(self.frag, Frag::Later(_))
     }
+
+    /// The IP packet's length: its headers (extension headers included) and L4 bytes.
+    #[inline]
+    pub fn ip_len(&self) -> usize {
+        self.l4 - self.l3 + self.l4_len
+    }
 }
 
 impl From<wire::Error> for DropReason {

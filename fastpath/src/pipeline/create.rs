@@ -220,6 +220,10 @@ impl Pipeline {
             }
         }
         self.watch_syn(&s, p.proto, new_flows_before);
+        if self.counters.new_flows != new_flows_before {
+            self.traffic.connection(data.backend_id);
+        }
+        self.traffic.packet(data.backend_id, false, p.ip_len());
         let to = nat::after(&data, Direction::Original);
         self.send(frame, p, &to, nh, now)
     }
@@ -341,6 +345,7 @@ impl Pipeline {
             macs,
             opens: s.opens,
             tick,
+            ip_len: v.ip_len,
         };
         self.next_reply_v4(&mut nv, v.src(), v.sport());
         Ok(nv)
@@ -433,6 +438,7 @@ impl Pipeline {
                     addrs: reply.addrs().rotate_left(32),
                     ports: reply.ports().rotate_left(16),
                     created: true,
+                    backend: nv.flow.backend_id,
                 })
             }
             Err(InsertError::Exists(h)) => self.adopted_v4(h),
@@ -454,6 +460,7 @@ impl Pipeline {
                 addrs: nat::pack_addrs(s.to_bits(), d.to_bits()),
                 ports: nat::pack_ports(to.src.port(), to.dst.port()),
                 created: false,
+                backend: v.data.backend_id,
             }),
             // An IPv4 tuple's flow is IPv4.
             _ => Err(DropReason::FlowTableFull),
@@ -481,13 +488,17 @@ impl Pipeline {
             };
             (port, macs) = (slot.nh.port, slot.macs);
         }
-        if out.created
-            && nv.opens
-            && nv.proto == PROTO_TCP
-            && let Some(w) = &self.syn_watch
-        {
-            w.syn(nv.flow.backend_id);
+        if out.created {
+            self.traffic.connection(out.backend);
+            if nv.opens
+                && nv.proto == PROTO_TCP
+                && let Some(w) = &self.syn_watch
+            {
+                w.syn(nv.flow.backend_id);
+            }
         }
+        self.traffic
+            .packet(out.backend, false, usize::from(nv.ip_len));
         frame[..12].copy_from_slice(&macs);
         // The frame's tuple is the flow's original one.
         let from = (nv.flow.original.addrs(), nv.flow.original.ports());
@@ -525,6 +536,8 @@ pub(super) struct NewV4 {
     macs: [u8; 12],
     opens: bool,
     tick: Tick,
+    /// The frame's IP length.
+    ip_len: u16,
 }
 
 /// The way out of a new flow: source | destination << 32 and the ports likewise; `created`
@@ -534,6 +547,8 @@ pub(super) struct Out {
     addrs: u64,
     ports: u32,
     created: bool,
+    /// The flow's backend (another worker's, when adopted).
+    backend: BackendId,
 }
 
 /// The SYN proxy's part in a new flow.

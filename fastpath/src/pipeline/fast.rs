@@ -39,6 +39,8 @@ pub(crate) struct V4 {
     pub ttl: u8,
     /// Offset of the TCP/UDP checksum in the frame.
     pub csum_at: u8,
+    /// The IPv4 total length (the packet's bytes, Ethernet padding excluded).
+    pub ip_len: u16,
 }
 
 #[inline(always)]
@@ -116,6 +118,7 @@ pub(crate) fn parse(frame: &[u8]) -> Option<V4> {
         flags,
         ttl: h[L3 + 8],
         csum_at: csum_at as u8,
+        ip_len: total as u16,
     })
 }
 
@@ -139,6 +142,7 @@ impl V4 {
             flags,
             ttl: at(L3 + 8),
             csum_at: super::nat::l4_csum_at(L4, proto) as u8,
+            ip_len: u16::from_be_bytes([at(L3 + 2), at(L3 + 3)]),
         }
     }
 

@@ -70,6 +70,7 @@ use lb_algos::AffinityTable;
 use crate::flowlog::{FlowEvent, FlowLog};
 use crate::passive::SynWatch;
 use crate::snapshot::{NextHop, Snapshot};
+use crate::traffic::Traffic;
 
 mod batch;
 pub(crate) mod classify;
@@ -413,6 +414,8 @@ pub struct Pipeline {
     synproxy_auto: Cell<bool>,
     /// Where flow events go for the tier's flow sync, when it is on.
     log: Option<Arc<FlowLog>>,
+    /// Per-backend connections, packets and bytes ([`crate::traffic`]).
+    traffic: Arc<Traffic>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -437,6 +440,7 @@ impl Pipeline {
         let frags = frag::FragTable::new(config.fragments_max, config.fragment_timeout);
         let tick_now = flows.epoch();
         let tick = flows.tick(tick_now);
+        let traffic = Traffic::new();
         let empty = NhSlot {
             tag: 0,
             v4_key: 0,
@@ -464,7 +468,13 @@ impl Pipeline {
             waiting: batch::Waiting::new(),
             synproxy_auto: Cell::new(false),
             log: None,
+            traffic,
         }
+    }
+
+    /// This pipeline's per-backend traffic counters (the slowpath sums them over workers).
+    pub fn traffic(&self) -> &Arc<Traffic> {
+        &self.traffic
     }
 
     /// Records the flows this pipeline creates and the state changes it makes in `log`
@@ -640,6 +650,11 @@ impl Pipeline {
         let port = nh.nh.port;
         frame[..12].copy_from_slice(&nh.macs);
         self.touch_v4(hit, v.flags, now);
+        self.traffic.packet(
+            hit.backend_id(),
+            hit.dir() == Direction::Reply,
+            usize::from(v.ip_len),
+        );
         nat::rewrite_v4_delta(
             frame,
             fast::L3,
@@ -812,6 +827,8 @@ impl Pipeline {
             return Verdict::Slow;
         };
         self.touch(hit, p.flags, now);
+        self.traffic
+            .packet(hit.backend_id(), hit.dir == Direction::Reply, p.ip_len());
         let src_mac = nh.src_mac.unwrap_or(self.config.mac);
         if let (false, Frag::No, PROTO_TCP | PROTO_UDP) = (p.v6, p.frag, p.proto) {
             frame[..6].copy_from_slice(&nh.dst_mac);

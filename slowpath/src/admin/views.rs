@@ -49,6 +49,69 @@ pub struct ServiceView {
     /// New flows refused by the rate limit (since this service's last change).
     #[serde(default)]
     pub rate_limited: u64,
+    /// Traffic since the service appeared (`ipvsadm -Ln --stats`): its backends', plus what
+    /// backends that left it counted.
+    #[serde(default)]
+    pub stats: TrafficView,
+    /// Rates over the last sampling period (`ipvsadm -Ln --rate`).
+    #[serde(default)]
+    pub rate: RateView,
+}
+
+/// Connections, packets and bytes (IP length) of a service or backend; `in`: client to
+/// backend, `out`: backend to client (`ipvsadm --stats`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrafficView {
+    /// Connections (flows) created.
+    pub conns: u64,
+    /// Packets client → backend.
+    pub in_pkts: u64,
+    /// Packets backend → client.
+    pub out_pkts: u64,
+    /// Bytes client → backend.
+    pub in_bytes: u64,
+    /// Bytes backend → client.
+    pub out_bytes: u64,
+}
+
+impl From<&fastpath::traffic::TrafficCounts> for TrafficView {
+    fn from(c: &fastpath::traffic::TrafficCounts) -> TrafficView {
+        TrafficView {
+            conns: c.conns,
+            in_pkts: c.in_pkts,
+            out_pkts: c.out_pkts,
+            in_bytes: c.in_bytes,
+            out_bytes: c.out_bytes,
+        }
+    }
+}
+
+/// [`TrafficView`] per second, over the last sampling period
+/// ([`crate::traffic::SAMPLE_PERIOD`]; `ipvsadm --rate`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RateView {
+    /// Connections a second.
+    pub cps: f64,
+    /// Packets a second, client → backend.
+    pub in_pps: f64,
+    /// Packets a second, backend → client.
+    pub out_pps: f64,
+    /// Bytes a second, client → backend.
+    pub in_bps: f64,
+    /// Bytes a second, backend → client.
+    pub out_bps: f64,
+}
+
+impl From<&crate::traffic::Rates> for RateView {
+    fn from(r: &crate::traffic::Rates) -> RateView {
+        RateView {
+            cps: r.cps,
+            in_pps: r.in_pps,
+            out_pps: r.out_pps,
+            in_bps: r.in_bps,
+            out_bps: r.out_bps,
+        }
+    }
 }
 
 /// A service's new-connection token bucket.
@@ -72,7 +135,7 @@ pub struct FrontendView {
 }
 
 /// A backend of a service, with its connection counts.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BackendView {
     /// Address and port.
     pub addr: SocketAddr,
@@ -84,6 +147,12 @@ pub struct BackendView {
     pub active: u32,
     /// Every other live flow (handshake, closing, UDP, SCTP...).
     pub inactive: u32,
+    /// Traffic since it joined its service.
+    #[serde(default)]
+    pub stats: TrafficView,
+    /// Rates over the last sampling period.
+    #[serde(default)]
+    pub rate: RateView,
 }
 
 impl ServiceView {
@@ -118,18 +187,45 @@ impl ServiceView {
                     usable: b.usable,
                     active: counts.active(b.id),
                     inactive: counts.inactive(b.id),
+                    stats: TrafficView::default(),
+                    rate: RateView::default(),
                 })
                 .collect(),
+            stats: TrafficView::default(),
+            rate: RateView::default(),
+        }
+    }
+
+    /// Fills in the traffic statistics of this view of `s` from `meter`.
+    pub fn set_traffic(&mut self, s: &ServiceEntry, meter: &crate::traffic::TrafficMeter) {
+        let t = meter.service(s);
+        self.stats = TrafficView::from(&t.total.counts);
+        self.rate = RateView::from(&t.total.rate);
+        for (b, m) in self.backends.iter_mut().zip(&t.backends) {
+            b.stats = TrafficView::from(&m.counts);
+            b.rate = RateView::from(&m.rate);
         }
     }
 
     /// Every service of `snap`.
     pub fn from_snapshot(snap: &Snapshot, counts: &dyn ConnCounts) -> Vec<ServiceView> {
+        Self::from_snapshot_with(snap, counts, None)
+    }
+
+    /// [`from_snapshot`](Self::from_snapshot), with traffic statistics from `meter`.
+    pub fn from_snapshot_with(
+        snap: &Snapshot,
+        counts: &dyn ConnCounts,
+        meter: Option<&crate::traffic::TrafficMeter>,
+    ) -> Vec<ServiceView> {
         snap.services
             .iter()
             .map(|s| {
                 let mut v = ServiceView::from_entry(s, counts);
                 v.frozen |= snap.frozen;
+                if let Some(m) = meter {
+                    v.set_traffic(s, m);
+                }
                 v
             })
             .collect()

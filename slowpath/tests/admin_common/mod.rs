@@ -104,6 +104,20 @@ impl AdminSource for Fake {
                     usable: true,
                     active: 7,
                     inactive: 2,
+                    stats: admin::TrafficView {
+                        conns: 9,
+                        in_pkts: 120,
+                        out_pkts: 100,
+                        in_bytes: 7_200,
+                        out_bytes: 150_000,
+                    },
+                    rate: admin::RateView {
+                        cps: 1.5,
+                        in_pps: 20.0,
+                        out_pps: 16.5,
+                        in_bps: 1_200.0,
+                        out_bps: 25_000.0,
+                    },
                 },
                 BackendView {
                     addr: SocketAddr::from(([198, 18, 1, 2], 8080)),
@@ -111,6 +125,8 @@ impl AdminSource for Fake {
                     usable: false,
                     active: 0,
                     inactive: 1,
+                    stats: admin::TrafficView::default(),
+                    rate: admin::RateView::default(),
                 },
             ],
             frozen: false,
@@ -119,6 +135,20 @@ impl AdminSource for Fake {
                 burst: 10,
             }),
             rate_limited: 5,
+            stats: admin::TrafficView {
+                conns: 11,
+                in_pkts: 130,
+                out_pkts: 104,
+                in_bytes: 7_800,
+                out_bytes: 150_240,
+            },
+            rate: admin::RateView {
+                cps: 1.5,
+                in_pps: 20.0,
+                out_pps: 16.5,
+                in_bps: 1_200.0,
+                out_bps: 25_000.0,
+            },
         }]
     }
 
