@@ -28,6 +28,8 @@ mod translate;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod topology_cases;
 
 use std::collections::HashMap;
 use std::fmt;
