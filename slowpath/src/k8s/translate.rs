@@ -88,8 +88,10 @@ pub fn build_specs(
 ///   and `/v6` for IPv6. A spec always has one address family, frontends and backends alike.
 /// - Internal group: every `clusterIPs` entry, policy `internalTrafficPolicy`.
 /// - External group, policy `externalTrafficPolicy`: NodePorts (on every node address of the
-///   Service's families), `status.loadBalancer.ingress[].ip` (except `ipMode: Proxy`), and
+///   family), `status.loadBalancer.ingress[].ip` (except `ipMode: Proxy`), and
 ///   `externalIPs` inside `external_ip_cidrs` (others are a [`Problem`]: CVE-2020-8554).
+/// - Families: only those the Service has a ClusterIP of (`clusterIPs`, `ipFamilies`);
+///   external and load-balancer IPs of another family are no frontends (left to the host).
 /// - Endpoints: from the slices labelled `kubernetes.io/service-name`, matched by port name
 ///   and protocol, the number taken from each slice (named targetPorts), one address family
 ///   per spec; selection as described in `endpoints`.
