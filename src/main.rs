@@ -41,9 +41,22 @@ enum Command {
     },
     /// Dry-run flows through the schedulers: where would each flow go?
     Sim {
-        /// The config file.
-        #[arg(long, short)]
-        config: PathBuf,
+        /// The config file: its [[services]], or with --objects only its settings
+        /// ([dataplane], [flowtable], [node], [kubernetes]).
+        #[arg(long, short, required_unless_present = "objects")]
+        config: Option<PathBuf>,
+        /// Kubernetes objects instead of the config's services: what `kubectl get
+        /// svc,endpointslices,nodes -A -o yaml` (or `-o json`) prints.
+        #[arg(long)]
+        objects: Option<PathBuf>,
+        /// With --objects: this node's name (default: [node] name, else the host name); its
+        /// Node object in the dump gives the zone and addresses [node] does not.
+        #[arg(long, requires = "objects")]
+        node: Option<String>,
+        /// Treat this service as frozen (as `xvs freeze --service NAME`; a Kubernetes
+        /// `namespace/name` covers all of its ports). Repeatable.
+        #[arg(long = "frozen", value_name = "SERVICE")]
+        frozen: Vec<String>,
         /// Flows, one per line: proto,src_ip,src_port,dst_ip,dst_port[,open|close]; `-` for stdin.
         #[arg(long)]
         flows: PathBuf,
@@ -272,9 +285,19 @@ fn main() -> ExitCode {
         Command::Check { config } => check::main(&config),
         Command::Sim {
             config,
+            objects,
+            node,
+            frozen,
             flows,
             json,
-        } => sim::main(&config, &flows, json),
+        } => sim::main(sim::Args {
+            config,
+            objects,
+            node,
+            frozen,
+            flows,
+            json,
+        }),
         Command::Pcap {
             config,
             input,

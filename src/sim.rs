@@ -7,17 +7,25 @@
 //! same connection (the flow table would hit) and keeps its backend; `close` ends it, which
 //! lowers the connection counts that lc/wlc/sed/nq/lblc/lblcr read. TCP and SCTP flows count
 //! as active connections, UDP as inactive, as IPVS counts them.
+//!
+//! The services come from the config's `[[services]]`, or with `--objects` from a dump of
+//! Kubernetes objects translated by the Kubernetes source's own code (`slowpath::k8s`), as
+//! this node (`--node`) would see them. A new flow passes the pipeline's admission
+//! (`ServiceEntry::admit_new_flow`: source ranges, freeze, rate limit) before it is
+//! scheduled; a refusal prints the pipeline's drop reason.
 
 use std::collections::HashMap;
 use std::io::{BufRead, Write};
 use std::net::{IpAddr, SocketAddr};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use config::Config;
 use config::Protocol;
-use fastpath::snapshot::{Frontend, Snapshot, SnapshotBuilder};
+use fastpath::snapshot::{Frontend, L2Table, ServiceSpec, Snapshot, SnapshotBuilder};
 use lb_algos::{AffinityTable, BackendId, ConnCounts, FlowTuple};
+use slowpath::k8s::{self, NodeInfo};
 
 /// Affinity entries the simulation can hold.
 const AFFINITY_CAPACITY: usize = 1 << 16;
@@ -151,6 +159,12 @@ impl Sim<'_> {
                         backend: Ok(idx),
                     };
                 }
+                if let Err(why) = svc.admit_new_flow(self.snap.frozen, f.src.ip(), now) {
+                    return Outcome {
+                        service: Some(svc.id),
+                        backend: Err(why.name()),
+                    };
+                }
                 let tuple = FlowTuple {
                     src: f.src.ip(),
                     src_port: f.src.port(),
@@ -184,17 +198,101 @@ fn fmt_frontend(dst: SocketAddr) -> String {
     dst.to_string()
 }
 
-pub fn main(config_path: &Path, flows: &Path, json: bool) -> ExitCode {
-    let Some(cfg) = crate::load_config(Some(&config_path.to_path_buf())) else {
-        return ExitCode::from(crate::EXIT_BAD_CONFIG);
+/// `xvs sim`'s arguments.
+pub struct Args {
+    pub config: Option<PathBuf>,
+    pub objects: Option<PathBuf>,
+    pub node: Option<String>,
+    pub frozen: Vec<String>,
+    pub flows: PathBuf,
+    pub json: bool,
+}
+
+/// The services of a Kubernetes dump as this node's source would publish them; problems
+/// (objects or fields ignored) go to stderr as the daemon logs them.
+fn objects_specs(
+    cfg: &Config,
+    path: &Path,
+    node: Option<&str>,
+) -> Result<Vec<ServiceSpec>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read objects file {}: {e}", path.display()))?;
+    let objects = k8s::dump::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let name = node.map_or_else(|| k8s::node_name(cfg), str::to_owned);
+    let node_obj = objects.node(&name);
+    if node_obj.is_none() && !objects.nodes.is_empty() {
+        eprintln!(
+            "xvs sim: no Node {name:?} in {} (it has {}): no zone from its label, no addresses from it",
+            path.display(),
+            objects
+                .nodes
+                .iter()
+                .filter_map(|n| n.metadata.name.as_deref())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let node_info = NodeInfo::resolve(cfg, &name, node_obj);
+    for (kind, n) in &objects.skipped {
+        eprintln!("xvs sim: {}: {n} {kind} object(s) skipped", path.display());
+    }
+    let model = k8s::build_model(&objects.services, &objects.slices, &node_info, cfg);
+    for p in &model.problems {
+        eprintln!("xvs sim: {p}");
+    }
+    Ok(model.specs)
+}
+
+pub fn main(args: Args) -> ExitCode {
+    let mut cfg = match &args.config {
+        Some(path) => match crate::load_config(Some(path)) {
+            Some(c) => c,
+            None => return ExitCode::from(crate::EXIT_BAD_CONFIG),
+        },
+        None => Config::default(),
     };
-    let snap = match SnapshotBuilder::from_config(&cfg).build_config(&cfg) {
+    let mut specs = match &args.objects {
+        None => ServiceSpec::from_config(&cfg),
+        Some(path) => {
+            if cfg.kubernetes.is_none() {
+                // The [kubernetes] defaults: no externalIPs allowed, default scheduler rr.
+                cfg.kubernetes = Some(
+                    serde_json::from_value(serde_json::json!({}))
+                        .expect("[kubernetes] has a default for every key"),
+                );
+            }
+            match objects_specs(&cfg, path, args.node.as_deref()) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("xvs sim: {e}");
+                    return ExitCode::from(crate::EXIT_BAD_CONFIG);
+                }
+            }
+        }
+    };
+    for f in &args.frozen {
+        let mut known = false;
+        for s in specs
+            .iter_mut()
+            .filter(|s| daemon::controller::names(f, &s.name))
+        {
+            s.frozen = true;
+            known = true;
+        }
+        if !known {
+            eprintln!("xvs sim: --frozen {f}: no service named {f:?}");
+            return ExitCode::from(crate::EXIT_BAD_CONFIG);
+        }
+    }
+    let snap = match SnapshotBuilder::from_config(&cfg).build(&specs, &L2Table::from_config(&cfg)) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("xvs sim: {e}");
             return ExitCode::from(crate::EXIT_BAD_CONFIG);
         }
     };
+    let flows = args.flows.as_path();
+    let json = args.json;
     let input: Box<dyn BufRead> = if flows == Path::new("-") {
         Box::new(std::io::stdin().lock())
     } else {

@@ -85,13 +85,13 @@ impl Config {
 #[serde(deny_unknown_fields)]
 pub struct Node {
     /// Node name (default: the host name); the Kubernetes source matches it against
-    /// `nodeName` for `Local` traffic policies and PreferSameNode.
+    /// `nodeName` for `Local` traffic policies and against `hints.forNodes` (PreferSameNode).
     pub name: Option<String>,
     /// The node's own addresses: NodePort frontends listen on these.
     #[serde(default)]
     pub addresses: Vec<IpAddr>,
-    /// Topology zone, for `trafficDistribution: PreferSameZone` (default: from the Node's
-    /// `topology.kubernetes.io/zone` label).
+    /// Topology zone, matched against EndpointSlice `hints.forZones` (default: from the
+    /// Node's `topology.kubernetes.io/zone` label).
     pub zone: Option<String>,
 }
 

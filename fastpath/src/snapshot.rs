@@ -33,6 +33,7 @@ mod mh_order;
 
 pub use crate::limit::RateLimit;
 use crate::limit::TokenBucket;
+use crate::pipeline::DropReason;
 pub use adopt::{AdoptedIds, AdoptedService};
 use config::{Config, Mode, Protocol, SchedFlag, SchedulerName};
 use lb_algos::{
@@ -315,6 +316,28 @@ impl ServiceEntry {
             }
             _ => true,
         }
+    }
+
+    /// The pipeline's admission of a new flow from `client` at `now`, in its order: the
+    /// source ranges, the freeze (this service's, or every service's with `all_frozen`),
+    /// then the rate limit (which takes a token). `xvs sim` runs the same.
+    #[inline]
+    pub fn admit_new_flow(
+        &self,
+        all_frozen: bool,
+        client: IpAddr,
+        now: Instant,
+    ) -> Result<(), DropReason> {
+        if !self.admits(client) {
+            return Err(DropReason::SourceRange);
+        }
+        if all_frozen || self.frozen {
+            return Err(DropReason::Frozen);
+        }
+        if !self.take_token(now) {
+            return Err(DropReason::RateLimited);
+        }
+        Ok(())
     }
 }
 

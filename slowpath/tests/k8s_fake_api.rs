@@ -804,6 +804,52 @@ fn topology_hints_follow_the_node_zone() {
     });
 }
 
+/// Through list/watch, as kube-proxy (issue #19): zone hints are used though the Service does
+/// not ask for topology; `externalTrafficPolicy: Local` takes this node's endpoint whatever
+/// its hint; the IPv6 externalIP and ingress IP of an IPv4-only Service are no frontends.
+#[test]
+fn hints_without_distribution_local_policy_and_families_as_kube_proxy() {
+    let fake = FakeApi::start();
+    fake.apply(node_obj("zone-a"));
+    let mut svc = svc_obj(
+        "web",
+        "198.18.100.1",
+        json!({"type": "LoadBalancer", "externalTrafficPolicy": "Local",
+            "externalIPs": ["198.18.200.7", "2001:2:200::7"],
+            "ports": [{"name": "http", "port": 80, "nodePort": 30080, "protocol": "TCP",
+                "targetPort": "web"}]}),
+    );
+    svc["status"] = json!({"loadBalancer": {"ingress": [
+        {"ip": "198.18.210.1"}, {"ip": "2001:2:210::1"}]}});
+    fake.apply(svc);
+    fake.apply(slice_obj(
+        "web",
+        "web-abc",
+        vec![
+            hinted("10.0.0.1", "node-a", "zone-b"),
+            hinted("10.0.0.2", "node-c", "zone-a"),
+        ],
+    ));
+    let run = start(fake, |k| {
+        k.external_ip_cidrs = vec![
+            "198.18.200.0/24".parse().unwrap(),
+            "2001:2:200::/64".parse().unwrap(),
+        ];
+    });
+    let m = run.wait("ClusterIP by zone hint, external by locality", |m| {
+        has(m, "ns/web:http", &["10.0.0.2:8080"]) && has(m, "ns/web:http/ext", &["10.0.0.1:8080"])
+    });
+    let names: Vec<&str> = m.specs.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["ns/web:http", "ns/web:http/ext"]);
+    let ext = m
+        .specs
+        .iter()
+        .find(|s| s.name == "ns/web:http/ext")
+        .unwrap();
+    let vips: Vec<String> = ext.frontends.iter().map(|f| f.vip.to_string()).collect();
+    assert_eq!(vips, ["198.18.0.10", "198.18.200.7", "198.18.210.1"]);
+}
+
 #[test]
 fn api_server_restart_keeps_the_last_model_and_catches_up() {
     let fake = FakeApi::start();

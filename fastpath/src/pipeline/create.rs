@@ -85,15 +85,8 @@ impl Pipeline {
         if !opens && !matches!(svc.scheduler, Scheduler::Mh(_)) {
             return Err(Verdict::Drop(DropReason::NoFlow));
         }
-        if !svc.admits(t.src) {
-            return Err(Verdict::Drop(DropReason::SourceRange));
-        }
-        if snapshot.frozen || svc.frozen {
-            return Err(Verdict::Drop(DropReason::Frozen));
-        }
-        if !svc.take_token(now) {
-            return Err(Verdict::Drop(DropReason::RateLimited));
-        }
+        svc.admit_new_flow(snapshot.frozen, t.src, now)
+            .map_err(Verdict::Drop)?;
         let Ok(i) = svc.schedule(t, &*self.flows, &self.affinity, now) else {
             return Err(Verdict::Drop(DropReason::NoBackend));
         };

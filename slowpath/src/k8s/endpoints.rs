@@ -1,24 +1,27 @@
-//! Endpoint selection for one (Service, port, frontend group): which endpoints of the
-//! EndpointSlices take new flows, following kube-proxy's `CategorizeEndpoints`:
+//! Endpoint selection for one (Service, port, address family): kube-proxy's
+//! `CategorizeEndpoints` (`pkg/proxy/topology.go`), rule for rule. The case table in
+//! `topology_cases.rs` is kube-proxy's own `TestCategorizeEndpoints`.
 //!
 //! - Readiness: a nil `ready` or `serving` condition counts as true, a nil `terminating` as
 //!   false (as kube-proxy reads them).
-//! - `Cluster` policy: the ready endpoints (narrowed by topology, below); with none ready
-//!   anywhere, the serving-and-terminating ones (the terminating fallback).
-//! - `Local` policy: the ready endpoints on this node; with none, the serving-and-terminating
-//!   endpoints on this node; with none of those either, nothing (traffic is dropped). A
-//!   `Local` policy takes precedence over `trafficDistribution`.
-//! - Topology (`Cluster` policy only; `PreferSameNode` first, then zone):
-//!   - same node: when every ready endpoint carries `hints.forNodes`, those hinted for this
-//!     node; without node hints, the ready endpoints whose `nodeName` is this node. Used
-//!     when there is at least one; otherwise the zone rule applies.
-//!   - same zone: when every ready endpoint carries `hints.forZones` and at least one names
-//!     this node's zone, those; otherwise every ready endpoint (cluster-wide).
+//! - Cluster endpoints (used when `internalTrafficPolicy` is `Cluster`, or the port is
+//!   externally accessible): the ready endpoints available for the topology mode; with none
+//!   ready anywhere, the serving-and-terminating ones (the terminating fallback).
+//! - Topology mode, decided from the endpoints alone, whatever the Service says
+//!   (`trafficDistribution` and the `topology-mode` annotation only tell the EndpointSlice
+//!   controller to write hints): `PreferSameNode` when every ready endpoint has
+//!   `hints.forNodes` and one names this node; else `PreferSameZone` when every ready
+//!   endpoint has `hints.forZones` and one names this node's zone; else none (every ready
+//!   endpoint). There is no fallback to `nodeName`.
+//! - Local endpoints (used when either traffic policy is `Local`; the external one only when
+//!   the port is externally accessible): the ready endpoints on this node; with none, the
+//!   serving-and-terminating endpoints on this node; with none of those either, nothing
+//!   (traffic is dropped). Topology is ignored for them.
 //!
-//! Serving-and-terminating endpoints inside the policy's scope that are not selected are
-//! kept as unusable backends (weight 0): established flows to them drain instead of being
-//! cut, as IPVS's graceful termination does.
+//! Endpoints the group does not select are kept as unusable backends (weight 0): established
+//! flows to them drain instead of being cut, as IPVS's graceful termination does.
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
 
 use k8s_openapi::api::discovery::v1::{ForNode, ForZone};
@@ -44,6 +47,12 @@ impl Ep<'_> {
     fn local(&self, node: &NodeInfo) -> bool {
         self.node == Some(node.name.as_str())
     }
+    fn hinted_for_node(&self, node: &NodeInfo) -> bool {
+        self.node_hints.iter().any(|h| h.name == node.name)
+    }
+    fn hinted_for_zone(&self, zone: &str) -> bool {
+        self.zone_hints.iter().any(|h| h.name == zone)
+    }
     /// Rank for de-duplication: an address listed twice (slices in transition) keeps its
     /// most usable copy.
     fn rank(&self) -> u8 {
@@ -57,24 +66,67 @@ impl Ep<'_> {
     }
 }
 
-/// Which traffic distribution a group uses.
+/// The topology mode kube-proxy derives from the hints (`topologyModeFromHints`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Topology {
-    /// Every endpoint.
+pub(crate) enum TopologyMode {
+    /// Every ready endpoint.
     Any,
-    /// `PreferSameZone` / `PreferClose` / `topology-mode: Auto`.
+    /// The ready endpoints hinted for this node's zone.
     SameZone,
-    /// `PreferSameNode`.
+    /// The ready endpoints hinted for this node.
     SameNode,
 }
 
-/// The traffic policy of a frontend group.
+/// Which endpoint sets a Service port uses: kube-proxy's `UsesClusterEndpoints` and
+/// `UsesLocalEndpoints`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Policy {
-    /// `Cluster` (the default), with a topology preference.
-    Cluster(Topology),
-    /// `Local`.
-    Local,
+pub(crate) struct Uses {
+    pub cluster: bool,
+    pub local: bool,
+}
+
+impl Uses {
+    /// From the traffic policies and whether the port is externally accessible (a
+    /// NodePort, an externalIP or a load-balancer IP). `externalTrafficPolicy: Local` counts
+    /// only for an externally accessible port; such a port uses the cluster endpoints too
+    /// (kube-proxy short-circuits traffic from the node itself to them).
+    pub fn of(internal_local: bool, external_local: bool, externally_accessible: bool) -> Uses {
+        Uses {
+            cluster: !internal_local || externally_accessible,
+            local: internal_local || (external_local && externally_accessible),
+        }
+    }
+}
+
+/// The result of [`categorize`], as kube-proxy's `CategorizeEndpoints` returns it.
+#[derive(Debug)]
+pub(crate) struct Categorized<'e, 'a> {
+    /// The endpoints of `Cluster` traffic policy; None when the port never uses them.
+    pub cluster: Option<Vec<&'e Ep<'a>>>,
+    /// The endpoints of `Local` traffic policy; None when the port never uses them.
+    pub local: Option<Vec<&'e Ep<'a>>>,
+    /// Whether the Service has a usable endpoint anywhere in the cluster (true even when
+    /// this node reaches none of them). kube-proxy tells "drop" from "reject" with it; xvs
+    /// drops in both cases, so only the case table reads it.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub has_any: bool,
+}
+
+impl<'e, 'a> Categorized<'e, 'a> {
+    /// Every endpoint reachable from this node: the union of the two sets, by address.
+    #[cfg(test)]
+    pub fn all(&self) -> Vec<&'e Ep<'a>> {
+        let mut all: Vec<&Ep<'_>> = self
+            .cluster
+            .iter()
+            .chain(&self.local)
+            .flatten()
+            .copied()
+            .collect();
+        all.sort_by_key(|e| e.addr);
+        all.dedup_by_key(|e| e.addr);
+        all
+    }
 }
 
 /// Sorts by address and drops duplicate addresses, keeping the most usable copy.
@@ -83,77 +135,99 @@ pub(crate) fn dedup(eps: &mut Vec<Ep<'_>>) {
     eps.dedup_by_key(|e| e.addr);
 }
 
-/// The backends of a group: `(address, usable)`, sorted by address.
-pub(crate) fn select(eps: &[Ep<'_>], policy: Policy, node: &NodeInfo) -> Vec<(SocketAddr, bool)> {
-    let selected: Vec<&Ep<'_>> = match policy {
-        Policy::Local => {
-            let local = || eps.iter().filter(|e| e.local(node));
-            if local().any(|e| e.ready) {
-                local().filter(|e| e.ready).collect()
-            } else {
-                local().filter(|e| e.serving_terminating()).collect()
-            }
+/// kube-proxy's `topologyModeFromHints`, with the `PreferSameTrafficDistribution` feature
+/// gate on (its default since v1.34).
+pub(crate) fn topology_mode(eps: &[Ep<'_>], node: &NodeInfo) -> TopologyMode {
+    let zone = node.zone.as_deref().unwrap_or("");
+    let mut any_ready = false;
+    let (mut all_node_hints, mut for_node) = (true, false);
+    let (mut all_zone_hints, mut for_zone) = (true, false);
+    for e in eps.iter().filter(|e| e.ready) {
+        any_ready = true;
+        if e.node_hints.is_empty() {
+            all_node_hints = false;
+        } else if e.hinted_for_node(node) {
+            for_node = true;
         }
-        Policy::Cluster(topology) => {
-            let ready: Vec<&Ep<'_>> = eps.iter().filter(|e| e.ready).collect();
-            if ready.is_empty() {
-                eps.iter().filter(|e| e.serving_terminating()).collect()
-            } else {
-                narrow(ready, topology, node)
-            }
-        }
-    };
-    // Every other endpoint the slices list stays as a backend that takes no new flows:
-    // terminating ones (their TCP flows continue until they end), not-ready ones, and ones
-    // outside the policy's or the topology's scope. Only an endpoint gone from the slices
-    // leaves the spec, and that is what "removed" means for its flows (UDP re-steered at
-    // once, TCP per `[flowtable] removed_backend_tcp`).
-    let mut out: Vec<(SocketAddr, bool)> = selected.iter().map(|e| (e.addr, true)).collect();
-    for e in eps {
-        if !selected.iter().any(|s| s.addr == e.addr) {
-            out.push((e.addr, false));
+        if e.zone_hints.is_empty() {
+            all_zone_hints = false;
+        } else if e.hinted_for_zone(zone) {
+            for_zone = true;
         }
     }
-    out.sort_unstable();
+    if !any_ready {
+        TopologyMode::Any
+    } else if all_node_hints && for_node {
+        TopologyMode::SameNode
+    } else if all_zone_hints && for_zone {
+        TopologyMode::SameZone
+    } else {
+        TopologyMode::Any
+    }
+}
+
+/// kube-proxy's `availableForTopology`.
+fn available(e: &Ep<'_>, mode: TopologyMode, node: &NodeInfo) -> bool {
+    match mode {
+        TopologyMode::Any => true,
+        TopologyMode::SameNode => e.hinted_for_node(node),
+        TopologyMode::SameZone => e.hinted_for_zone(node.zone.as_deref().unwrap_or("")),
+    }
+}
+
+/// kube-proxy's `CategorizeEndpoints` over the endpoints of one port and family.
+pub(crate) fn categorize<'e, 'a>(
+    eps: &'e [Ep<'a>],
+    uses: Uses,
+    node: &NodeInfo,
+) -> Categorized<'e, 'a> {
+    let mut out = Categorized {
+        cluster: None,
+        local: None,
+        has_any: false,
+    };
+    if eps.is_empty() {
+        // kube-proxy returns early: no set at all, not even empty ones.
+        return out;
+    }
+    if uses.cluster {
+        let mode = topology_mode(eps, node);
+        let mut cluster: Vec<&Ep<'_>> = eps
+            .iter()
+            .filter(|e| e.ready && available(e, mode, node))
+            .collect();
+        if cluster.is_empty() {
+            // No ready endpoint anywhere (a mode is only chosen when the node or zone has
+            // one): the serving-and-terminating ones.
+            cluster = eps.iter().filter(|e| e.serving_terminating()).collect();
+        }
+        out.has_any = !cluster.is_empty();
+        out.cluster = Some(cluster);
+    }
+    if uses.local {
+        out.has_any |= eps.iter().any(|e| e.ready || e.serving_terminating());
+        let local = || eps.iter().filter(|e| e.local(node));
+        out.local = Some(if local().any(|e| e.ready) {
+            local().filter(|e| e.ready).collect()
+        } else {
+            local().filter(|e| e.serving_terminating()).collect()
+        });
+    }
     out
 }
 
-/// Applies the topology preference to a non-empty set of ready endpoints.
-fn narrow<'e, 'a>(ready: Vec<&'e Ep<'a>>, topology: Topology, node: &NodeInfo) -> Vec<&'e Ep<'a>> {
-    if topology == Topology::Any {
-        return ready;
-    }
-    if topology == Topology::SameNode {
-        let hinted = ready.iter().all(|e| !e.node_hints.is_empty());
-        let same_node: Vec<&Ep<'_>> = ready
-            .iter()
-            .copied()
-            .filter(|e| {
-                if hinted {
-                    e.node_hints.iter().any(|h| h.name == node.name)
-                } else {
-                    e.local(node)
-                }
-            })
-            .collect();
-        if !same_node.is_empty() {
-            return same_node;
-        }
-    }
-    let Some(zone) = node.zone.as_deref() else {
-        return ready;
-    };
-    if !ready.iter().all(|e| !e.zone_hints.is_empty()) {
-        return ready;
-    }
-    let same_zone: Vec<&Ep<'_>> = ready
+/// The backends of a group that uses `chosen`: `(address, usable)`, sorted by address.
+/// Every other endpoint the slices list stays as a backend that takes no new flows:
+/// terminating ones (their TCP flows continue until they end), not-ready ones, and ones
+/// outside the policy's or the topology's scope. Only an endpoint gone from the slices
+/// leaves the spec, and that is what "removed" means for its flows (UDP re-steered at once,
+/// TCP per `[flowtable] removed_backend_tcp`).
+pub(crate) fn backends(eps: &[Ep<'_>], chosen: &[&Ep<'_>]) -> Vec<(SocketAddr, bool)> {
+    let chosen: HashSet<SocketAddr> = chosen.iter().map(|c| c.addr).collect();
+    let mut out: Vec<(SocketAddr, bool)> = eps
         .iter()
-        .copied()
-        .filter(|e| e.zone_hints.iter().any(|h| h.name == zone))
+        .map(|e| (e.addr, chosen.contains(&e.addr)))
         .collect();
-    if same_zone.is_empty() {
-        ready
-    } else {
-        same_zone
-    }
+    out.sort_unstable();
+    out
 }

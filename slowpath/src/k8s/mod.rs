@@ -20,6 +20,7 @@
 //! Semantics follow kube-proxy (see `shared/seeds/virtual-ips-and-service-proxies.md`); the
 //! rules are listed on [`build_model`].
 
+pub mod dump;
 mod endpoints;
 pub mod hcnp;
 mod incremental;
@@ -28,6 +29,8 @@ mod translate;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod topology_cases;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -35,7 +38,7 @@ use std::fmt;
 use fastpath::snapshot::ServiceSpec;
 
 pub use incremental::IncrementalModel;
-pub use source::{SourceHandle, SourceStats, connect, spawn, watch};
+pub use source::{SourceHandle, SourceStats, connect, node_name, spawn, watch};
 pub use translate::{NodeInfo, build_model, build_specs};
 
 /// Label on Services (and mirrored on their EndpointSlices) naming the proxy that owns them.

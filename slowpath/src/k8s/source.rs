@@ -177,7 +177,7 @@ async fn client(k: &Kubernetes) -> Result<Client, K8sError> {
 }
 
 /// The node name: `[node] name`, else the host name.
-pub(crate) fn node_name(cfg: &Config) -> String {
+pub fn node_name(cfg: &Config) -> String {
     cfg.node
         .name
         .clone()

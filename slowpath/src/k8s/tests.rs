@@ -465,54 +465,68 @@ fn prefer_same_zone_uses_zone_hints() {
     );
     let m = model(std::slice::from_ref(&svc), &[s]);
     assert_eq!(usable(spec(&m, "ns/web:http")).len(), 2);
-    // PreferClose is the old name; without trafficDistribution hints are not used.
-    let m = model(
-        &[web(json!({"trafficDistribution": "PreferClose"}))],
-        &[hinted(Some("zone-b"))],
-    );
-    assert_eq!(usable(spec(&m, "ns/web:http")), vec![sa("10.0.0.1:8080")]);
-    let m = model(&[web(json!({}))], &[hinted(Some("zone-b"))]);
-    assert_eq!(usable(spec(&m, "ns/web:http")).len(), 2);
+    // As kube-proxy: the hints decide, whatever the Service says (trafficDistribution and
+    // the topology-mode annotation only ask the EndpointSlice controller to write them).
+    for extra in [
+        json!({"trafficDistribution": "PreferClose"}),
+        json!({}),
+        json!({"trafficDistribution": "PreferSameNode"}),
+    ] {
+        let m = model(&[web(extra.clone())], &[hinted(Some("zone-b"))]);
+        assert_eq!(
+            usable(spec(&m, "ns/web:http")),
+            vec![sa("10.0.0.1:8080")],
+            "{extra}"
+        );
+    }
 }
 
 #[test]
-fn prefer_same_node_then_same_zone_then_cluster() {
+fn same_node_hints_then_zone_hints_then_cluster_never_node_name() {
     let svc = web(json!({"trafficDistribution": "PreferSameNode"}));
-    let eps = |first_node| {
-        slice(
-            "web-1",
-            "IPv4",
-            8080,
-            vec![
-                zoned("10.0.0.1", first_node, Some("zone-a")),
-                zoned("10.0.0.2", "node-c", Some("zone-a")),
-                zoned("10.0.0.3", "node-d", Some("zone-b")),
-            ],
-        )
-    };
-    let m = model(std::slice::from_ref(&svc), &[eps("node-a")]);
-    assert_eq!(usable(spec(&m, "ns/web:http")), vec![sa("10.0.0.1:8080")]);
-    let m = model(std::slice::from_ref(&svc), &[eps("node-b")]);
+    // Zone hints only, one endpoint on this node: no node preference from nodeName (as
+    // kube-proxy), the zone's endpoints.
+    let eps = slice(
+        "web-1",
+        "IPv4",
+        8080,
+        vec![
+            zoned("10.0.0.1", "node-a", Some("zone-a")),
+            zoned("10.0.0.2", "node-c", Some("zone-a")),
+            zoned("10.0.0.3", "node-d", Some("zone-b")),
+        ],
+    );
+    let m = model(std::slice::from_ref(&svc), std::slice::from_ref(&eps));
     assert_eq!(
         usable(spec(&m, "ns/web:http")),
         vec![sa("10.0.0.1:8080"), sa("10.0.0.2:8080")]
     );
-    // Node hints, when every endpoint has them, decide instead of nodeName.
-    let mut s = eps("node-b");
-    for (e, n) in s
-        .endpoints
-        .as_mut()
-        .unwrap()
-        .iter_mut()
-        .zip(["node-b", "node-a", "node-d"])
-    {
-        e.hints.as_mut().unwrap().for_nodes =
-            Some(vec![k8s_openapi::api::discovery::v1::ForNode {
-                name: n.to_owned(),
-            }]);
-    }
+    // Node hints on every ready endpoint decide, against nodeName.
+    let with_nodes = |hints: [Option<&str>; 3]| {
+        let mut s = eps.clone();
+        for (e, n) in s.endpoints.as_mut().unwrap().iter_mut().zip(hints) {
+            e.hints.as_mut().unwrap().for_nodes =
+                n.map(|n| vec![k8s_openapi::api::discovery::v1::ForNode { name: n.to_owned() }]);
+        }
+        s
+    };
+    let s = with_nodes([Some("node-b"), Some("node-a"), Some("node-d")]);
     let m = model(std::slice::from_ref(&svc), &[s]);
     assert_eq!(usable(spec(&m, "ns/web:http")), vec![sa("10.0.0.2:8080")]);
+    // One ready endpoint without a node hint: zone hints.
+    let s = with_nodes([Some("node-b"), Some("node-a"), None]);
+    let m = model(std::slice::from_ref(&svc), &[s]);
+    assert_eq!(
+        usable(spec(&m, "ns/web:http")),
+        vec![sa("10.0.0.1:8080"), sa("10.0.0.2:8080")]
+    );
+    // Node hints everywhere but none for this node: zone hints.
+    let s = with_nodes([Some("node-b"), Some("node-c"), Some("node-d")]);
+    let m = model(std::slice::from_ref(&svc), &[s]);
+    assert_eq!(
+        usable(spec(&m, "ns/web:http")),
+        vec![sa("10.0.0.1:8080"), sa("10.0.0.2:8080")]
+    );
 }
 
 #[test]

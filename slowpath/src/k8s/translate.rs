@@ -9,7 +9,7 @@ use fastpath::snapshot::{BackendSpec, Frontend, RateLimit, ServiceSpec, Synproxy
 use k8s_openapi::api::core::v1::{Node, Service, ServicePort, ServiceSpec as K8sServiceSpec};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use super::endpoints::{self, Ep, Policy, Topology};
+use super::endpoints::{self, Ep, Uses};
 use super::incremental::Merge;
 use super::{
     ANN_LB_SOURCE_RANGES, ANN_MODE, ANN_NEW_CONN_BURST, ANN_NEW_CONN_RATE, ANN_SCHEDULER,
@@ -88,8 +88,10 @@ pub fn build_specs(
 ///   and `/v6` for IPv6. A spec always has one address family, frontends and backends alike.
 /// - Internal group: every `clusterIPs` entry, policy `internalTrafficPolicy`.
 /// - External group, policy `externalTrafficPolicy`: NodePorts (on every node address of the
-///   Service's families), `status.loadBalancer.ingress[].ip` (except `ipMode: Proxy`), and
+///   family), `status.loadBalancer.ingress[].ip` (except `ipMode: Proxy`), and
 ///   `externalIPs` inside `external_ip_cidrs` (others are a [`Problem`]: CVE-2020-8554).
+/// - Families: only those the Service has a ClusterIP of (`clusterIPs`, `ipFamilies`);
+///   external and load-balancer IPs of another family are no frontends (left to the host).
 /// - Endpoints: from the slices labelled `kubernetes.io/service-name`, matched by port name
 ///   and protocol, the number taken from each slice (named targetPorts), one address family
 ///   per spec; selection as described in `endpoints`.
@@ -338,18 +340,8 @@ fn translate_into(
     let source_ranges = source_ranges(svc, spec, &object, out);
 
     let local = |p: Option<&String>| p.map(String::as_str) == Some("Local");
-    let topology = topology(svc, spec);
-    let itp = if local(spec.internal_traffic_policy.as_ref()) {
-        Policy::Local
-    } else {
-        Policy::Cluster(topology)
-    };
+    let itp_local = local(spec.internal_traffic_policy.as_ref());
     let etp_local = local(spec.external_traffic_policy.as_ref());
-    let etp = if etp_local {
-        Policy::Local
-    } else {
-        Policy::Cluster(topology)
-    };
     let node_ports_apply = matches!(spec.type_.as_deref(), Some("NodePort" | "LoadBalancer"));
 
     let mut local_ips: HashSet<IpAddr> = HashSet::new();
@@ -371,6 +363,12 @@ fn translate_into(
             port_name.to_owned()
         };
         for v6 in [false, true] {
+            // kube-proxy serves a Service in a family only if it has a ClusterIP of that
+            // family: its externalIPs, load-balancer IPs and NodePorts of another family are
+            // left to the host, not taken and dropped.
+            if !families.contains(&v6) {
+                continue;
+            }
             let fam = |ip: &&IpAddr| ip.is_ipv6() == v6;
             let suffix = if v6 { "/v6" } else { "" };
             let fe = |ip: &IpAddr, port: u16| Frontend {
@@ -388,10 +386,7 @@ fn translate_into(
                 .filter(fam)
                 .map(|ip| fe(ip, port_no))
                 .collect();
-            if node_ports_apply
-                && families.contains(&v6)
-                && let Some(np) = node_port
-            {
+            if node_ports_apply && let Some(np) = node_port {
                 external.extend(node.addresses.iter().filter(fam).map(|ip| fe(ip, np)));
             }
             let lb: Vec<Frontend> = lb_ips
@@ -410,34 +405,50 @@ fn translate_into(
                 .filter(|e| e.addr.is_ipv6() == v6)
                 .copied()
                 .collect();
-            let mut group =
-                |name: String, frontends: Vec<Frontend>, policy: Policy, ranges: Vec<Cidr>, lb| {
-                    if frontends.is_empty() {
-                        return;
-                    }
-                    let backends = endpoints::select(&family_eps, policy, node)
-                        .into_iter()
-                        .map(|(addr, usable)| BackendSpec {
-                            addr,
-                            weight: common.weights.get(&addr.ip()).copied().unwrap_or(1),
-                            usable,
-                        })
-                        .collect();
-                    let spec = ServiceSpec {
-                        name,
-                        frontends,
-                        scheduler: common.scheduler,
-                        flags: common.flags.clone(),
-                        mode: common.mode,
-                        affinity_timeout: common.affinity_timeout,
-                        backends,
-                        source_ranges: ranges,
-                        rate_limit: common.rate_limit,
-                        frozen: false,
-                        synproxy: common.synproxy,
-                    };
-                    out.push(spec, lb);
+            let externally_accessible =
+                (node_ports_apply && node_port.is_some()) || !external.is_empty() || !lb.is_empty();
+            let cat = endpoints::categorize(
+                &family_eps,
+                Uses::of(itp_local, etp_local, externally_accessible),
+                node,
+            );
+            let (cluster, local_eps) = (
+                cat.cluster.unwrap_or_default(),
+                cat.local.unwrap_or_default(),
+            );
+            let itp = if itp_local { &local_eps } else { &cluster };
+            let etp = if etp_local { &local_eps } else { &cluster };
+            let mut group = |name: String,
+                             frontends: Vec<Frontend>,
+                             chosen: &[&Ep<'_>],
+                             ranges: Vec<Cidr>,
+                             lb| {
+                if frontends.is_empty() {
+                    return;
+                }
+                let backends = endpoints::backends(&family_eps, chosen)
+                    .into_iter()
+                    .map(|(addr, usable)| BackendSpec {
+                        addr,
+                        weight: common.weights.get(&addr.ip()).copied().unwrap_or(1),
+                        usable,
+                    })
+                    .collect();
+                let spec = ServiceSpec {
+                    name,
+                    frontends,
+                    scheduler: common.scheduler,
+                    flags: common.flags.clone(),
+                    mode: common.mode,
+                    affinity_timeout: common.affinity_timeout,
+                    backends,
+                    source_ranges: ranges,
+                    rate_limit: common.rate_limit,
+                    frozen: false,
+                    synproxy: common.synproxy,
                 };
+                out.push(spec, lb);
+            };
             group(format!("{base}{suffix}"), internal, itp, Vec::new(), false);
             if source_ranges.is_empty() {
                 external.extend(lb);
@@ -593,23 +604,6 @@ fn collect_endpoints<'a>(
         }
     }
     eps
-}
-
-fn topology(svc: &Service, spec: &K8sServiceSpec) -> Topology {
-    match spec.traffic_distribution.as_deref() {
-        Some("PreferSameNode") => return Topology::SameNode,
-        Some("PreferSameZone" | "PreferClose") => return Topology::SameZone,
-        _ => {}
-    }
-    let annotations = svc.metadata.annotations.as_ref();
-    let mode = annotations.and_then(|a| {
-        a.get("service.kubernetes.io/topology-mode")
-            .or_else(|| a.get("service.kubernetes.io/topology-aware-hints"))
-    });
-    match mode.map(String::as_str) {
-        Some("Auto" | "auto") => Topology::SameZone,
-        _ => Topology::Any,
-    }
 }
 
 fn common(

@@ -1,0 +1,192 @@
+//! Black-box tests of `xvs sim --objects` on a Kubernetes object dump
+//! (tests/assets/k8s-objects.yaml): the endpoints kube-proxy would pick on each node
+//! (topology hints, externalTrafficPolicy: Local), the family rule, and the pipeline's
+//! admission rules (source ranges, freeze, rate limit).
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn dump() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/assets/k8s-objects.yaml")
+}
+
+/// Runs `xvs sim --objects FILE --flows -` with `extra` arguments and `flows` on stdin.
+fn sim(objects: &Path, flows: &str, extra: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_xvs"))
+        .args([
+            "sim",
+            "--objects",
+            objects.to_str().unwrap(),
+            "--flows",
+            "-",
+        ])
+        .args(extra)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run xvs");
+    let mut stdin = child.stdin.take().unwrap();
+    let input = flows.to_owned();
+    let feeder = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+    let out = child.wait_with_output().unwrap();
+    feeder.join().unwrap().unwrap();
+    out
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The target of each flow line (`none (...)` included), in order.
+fn targets(o: &Output) -> Vec<String> {
+    assert!(o.status.success(), "xvs sim failed: {}", stderr(o));
+    String::from_utf8(o.stdout.clone())
+        .unwrap()
+        .lines()
+        .take_while(|l| !l.is_empty())
+        .map(|l| l.split(" => ").nth(1).expect("a flow line").to_owned())
+        .collect()
+}
+
+/// `n` TCP flows from distinct client ports to `dst`.
+fn flows(src: &str, dst: &str, port: u16, n: u16) -> String {
+    (0..n)
+        .map(|i| format!("tcp,{src},{},{dst},{port}\n", 40000 + i))
+        .collect()
+}
+
+fn set(v: &[String]) -> BTreeSet<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+#[test]
+fn picks_what_kube_proxy_picks_on_each_node() {
+    let input = [
+        flows("198.18.50.7", "198.18.100.1", 80, 6), // zoned ClusterIP
+        flows("198.18.50.7", "198.18.210.1", 80, 3), // edge LB VIP (ETP Local)
+        flows("198.18.50.7", "198.18.100.2", 80, 3), // edge ClusterIP (iTP Cluster)
+    ]
+    .concat();
+    let o = sim(&dump(), &input, &["--node", "edge-1"]);
+    let t = targets(&o);
+    // Every endpoint is hinted: the node's zone (zone-a) only, though the Service does not
+    // ask for topology.
+    assert_eq!(
+        set(&t[0..6]),
+        BTreeSet::from(["198.19.1.1:8080", "198.19.1.2:8080"])
+    );
+    // ETP Local: this node's endpoint, its zone-b hint ignored.
+    assert_eq!(set(&t[6..9]), BTreeSet::from(["198.19.1.10:8080"]));
+    // The same Service's ClusterIP uses the cluster endpoints: the one hinted for zone-a.
+    assert_eq!(set(&t[9..12]), BTreeSet::from(["198.19.2.10:8080"]));
+    assert!(
+        stderr(&o).contains("1 v1/ConfigMap object(s) skipped"),
+        "{}",
+        stderr(&o)
+    );
+
+    // The other node, in zone-b: the mirror image.
+    let input = [
+        flows("198.18.50.7", "198.18.100.1", 80, 4),
+        flows("198.18.50.7", "198.18.210.1", 80, 2),
+        flows("198.18.50.7", "198.18.100.2", 80, 2),
+        flows("198.18.50.7", "198.18.0.11", 30080, 2), // edge-2's NodePort, from its Node
+    ]
+    .concat();
+    let t = targets(&sim(&dump(), &input, &["--node", "edge-2"]));
+    assert_eq!(set(&t[0..4]), BTreeSet::from(["198.19.2.1:8080"]));
+    assert_eq!(set(&t[4..6]), BTreeSet::from(["198.19.2.10:8080"]));
+    assert_eq!(set(&t[6..8]), BTreeSet::from(["198.19.1.10:8080"]));
+    assert_eq!(set(&t[8..10]), BTreeSet::from(["198.19.2.10:8080"]));
+}
+
+#[test]
+fn json_dump_gives_the_same_answers() {
+    let yaml = std::fs::read_to_string(dump()).unwrap();
+    let v: serde_json::Value = serde_saphyr::from_str(&yaml).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("objects.json");
+    std::fs::write(&json, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    let input = [
+        flows("198.18.50.7", "198.18.100.1", 80, 4),
+        flows("198.18.50.7", "198.18.210.1", 80, 2),
+    ]
+    .concat();
+    let a = sim(&dump(), &input, &["--node", "edge-1"]);
+    let b = sim(&json, &input, &["--node", "edge-1"]);
+    assert_eq!(targets(&a), targets(&b));
+    assert_eq!(
+        set(&targets(&b)[4..6]),
+        BTreeSet::from(["198.19.1.10:8080"])
+    );
+}
+
+#[test]
+fn admission_family_rule_and_freeze() {
+    let input = [
+        // Outside loadBalancerSourceRanges, to the LB VIP: refused. The NodePort and the
+        // ClusterIP are not subject to the ranges (as kube-proxy).
+        "tcp,198.18.60.1,40000,198.18.210.1,80\n",
+        "tcp,198.18.60.1,40001,198.18.0.10,30080\n",
+        // The IPv6 ingress IP of an IPv4-only Service is no frontend: left to the host.
+        "tcp,2001:2::5,40000,2001:2:210::1,80\n",
+        // 1 new connection a second, burst 1; lines are 1 ms apart.
+        "udp,198.18.50.7,40000,198.18.100.3,53\n",
+        "udp,198.18.50.7,40001,198.18.100.3,53\n",
+        "tcp,198.18.50.7,40000,198.18.100.1,80\n",
+    ]
+    .concat();
+    let t = targets(&sim(&dump(), &input, &["--node", "edge-1"]));
+    assert_eq!(t[0], "none (source_range)");
+    assert_eq!(t[1], "198.19.1.10:8080");
+    assert_eq!(t[2], "none (no service)");
+    assert_eq!(t[3], "198.19.3.1:5353");
+    assert_eq!(t[4], "none (rate_limited)");
+    assert!(t[5].starts_with("198.19.1."), "{}", t[5]);
+
+    let t = targets(&sim(
+        &dump(),
+        &input,
+        &["--node", "edge-1", "--frozen", "shop/zoned"],
+    ));
+    assert_eq!(t[5], "none (frozen)");
+    assert_eq!(t[1], "198.19.1.10:8080", "other services are not frozen");
+}
+
+#[test]
+fn bad_input_is_named() {
+    let o = sim(&dump(), "", &["--node", "edge-1", "--frozen", "shop/nope"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--frozen shop/nope: no service named"),
+        "{}",
+        stderr(&o)
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: ns}\nspec:\n  ports: 7\n",
+    )
+    .unwrap();
+    let o = sim(&bad, "", &[]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(e.contains("bad.yaml: document 1: Service ns/web:"), "{e}");
+
+    let o = sim(&dump(), "", &["--node", "edge-9"]);
+    assert!(o.status.success());
+    assert!(stderr(&o).contains("no Node \"edge-9\""), "{}", stderr(&o));
+
+    // Neither --config nor --objects.
+    let o = Command::new(env!("CARGO_BIN_EXE_xvs"))
+        .args(["sim", "--flows", "-"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--config"), "{}", stderr(&o));
+}
