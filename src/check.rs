@@ -41,7 +41,7 @@ pub fn summary(name: &str, c: &Config) -> String {
         .collect();
     let _ = writeln!(
         s,
-        "dataplane: mode {}, interfaces [{}], {} workers on cores {:?}, batch {}, snat {:?} ports {}",
+        "dataplane: mode {}, interfaces [{}], {} workers on cores {}, batch {}, snat {:?} ports {}",
         dp.mode.name(),
         ifaces.join(", "),
         dp.workers(),

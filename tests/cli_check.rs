@@ -331,3 +331,68 @@ fn version_is_printed() {
         format!("xvs {}", env!("CARGO_PKG_VERSION"))
     );
 }
+
+/// `xvs run` with its cpuset limited to core 0 (as the kubelet limits a pod's).
+fn run_on_core0(config: &Path) -> Output {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xvs"));
+    cmd.args(["run", "--config", config.to_str().unwrap()]);
+    // SAFETY: sched_setaffinity on the child between fork and exec; a zeroed cpu_set_t with
+    // CPU_SET only writes the set we own.
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(0, &mut set);
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.output().expect("run xvs")
+}
+
+#[test]
+fn run_refuses_cores_outside_its_cpuset() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write_temp(
+        &dir,
+        "[dataplane]\ninterfaces = [{ name = \"lo\" }]\ncores = [0, 5, 7]\nmode = \"nat\"\n",
+    );
+    let o = run_on_core0(&p);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains(
+            "dataplane.cores: cores 5, 7 are not in the cpuset this process may run on (0)"
+        ),
+        "{err}"
+    );
+    let p = write_temp(
+        &dir,
+        "[dataplane]\ninterfaces = [{ name = \"lo\" }]\ncores = \"auto\"\nslowpath_core = 3\nmode = \"nat\"\n",
+    );
+    let err = stderr(&run_on_core0(&p));
+    assert!(
+        err.contains(
+            "dataplane.slowpath_core: core 3 is not in the cpuset this process may run on (0)"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn check_shows_auto_cores() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write_temp(
+        &dir,
+        "[dataplane]\ninterfaces = [{ name = \"eth0\", queues = 2 }]\ncores = \"auto\"\nmode = \"nat\"\n",
+    );
+    let o = xvs(&["check", "--config", p.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        out.contains("2 workers on cores auto (the process's cpuset)"),
+        "{out}"
+    );
+}

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use crate::cores::Cores;
 use crate::types::{Cidr, Dur, Mac, PortRange};
 
 /// The whole configuration file.
@@ -164,10 +165,12 @@ pub struct Dataplane {
     /// Interfaces served; worker q serves queue q of every interface that has it.
     #[serde(default)]
     pub interfaces: Vec<Interface>,
-    /// Cores the workers are pinned to, in order; worker i runs on `cores[i % len]`.
+    /// Cores the workers are pinned to, in order; worker i runs on `cores[i % len]`. Or
+    /// `"auto"`: the cpuset the process was given, resolved at start ([`Cores::resolve`]).
     #[serde(default)]
-    pub cores: Vec<usize>,
-    /// Core for the slowpath thread (default: any core not in `cores`).
+    pub cores: Cores,
+    /// Core for the slowpath thread (default: any core not in `cores`; with `"auto"`, the
+    /// cpuset's lowest core).
     pub slowpath_core: Option<usize>,
     /// Default forwarding mode for services that do not set one.
     #[serde(default)]
@@ -284,7 +287,7 @@ impl Default for Dataplane {
     fn default() -> Self {
         Dataplane {
             interfaces: Vec::new(),
-            cores: Vec::new(),
+            cores: Cores::default(),
             slowpath_core: None,
             mode: Mode::default(),
             snat_addresses: Vec::new(),

@@ -80,7 +80,7 @@ fn examples_say_what_they_are() {
     .unwrap();
     assert!(edge.uses_kubernetes());
     assert_eq!(edge.dataplane.interfaces.len(), 2);
-    assert_eq!(edge.dataplane.cores.len(), 4);
+    assert_eq!(edge.dataplane.cores.listed().len(), 4);
     assert_eq!(edge.dataplane.workers(), 4);
 }
 
@@ -789,4 +789,38 @@ fn bgp_defaults_and_refusals() {
             "2001:2:0:3::2".parse().unwrap()
         ]
     );
+}
+
+#[test]
+fn cores_are_a_list_or_auto() {
+    let with = |v: &str| MINIMAL.replace("[dataplane]\n", &format!("[dataplane]\ncores = {v}\n"));
+    let c = parse(&with("\"auto\""), "t.toml").unwrap();
+    assert_eq!(c.dataplane.cores, Cores::Auto);
+    assert!(c.dataplane.cores.listed().is_empty());
+    let c = parse(&with("[4, 2]"), "t.toml").unwrap();
+    assert_eq!(c.dataplane.cores, Cores::List(vec![4, 2]));
+    // "auto" gives the interfaces' workers cores to run on.
+    let c = parse(
+        &with("\"auto\"\ninterfaces = [{ name = \"eth0\" }]"),
+        "t.toml",
+    )
+    .unwrap();
+    assert!(c.dataplane.cores.is_set());
+    // Anything else is refused, naming the key and what it accepts.
+    for bad in ["\"all\"", "3", "[-1]", "[\"2\"]"] {
+        let p = problem(&with(bad));
+        assert!(p.key.starts_with("dataplane.cores"), "{bad}: {p:?}");
+        assert_eq!(p.line, 3, "{bad}: {p:?}");
+    }
+    let p = problem(&with("\"all\""));
+    assert!(
+        p.message
+            .contains("expected \"auto\" or a list of core numbers"),
+        "{}",
+        p.message
+    );
+    // slowpath_core may not be a listed worker core; with "auto" it is taken out of the set.
+    let p = problem(&with("[1, 2]\nslowpath_core = 2"));
+    assert_eq!(p.key, "dataplane.slowpath_core");
+    parse(&with("\"auto\"\nslowpath_core = 2"), "t.toml").unwrap();
 }

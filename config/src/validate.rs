@@ -428,7 +428,7 @@ fn dataplane(c: &Config, out: &mut Found) {
             );
         }
     }
-    if !dp.interfaces.is_empty() && dp.cores.is_empty() {
+    if !dp.interfaces.is_empty() && !dp.cores.is_set() {
         err(
             out,
             at("cores"),
@@ -436,7 +436,7 @@ fn dataplane(c: &Config, out: &mut Found) {
         );
     }
     let mut seen = HashSet::new();
-    for (i, core) in dp.cores.iter().enumerate() {
+    for (i, core) in dp.cores.listed().iter().enumerate() {
         if !seen.insert(core) {
             err(
                 out,
@@ -446,7 +446,7 @@ fn dataplane(c: &Config, out: &mut Found) {
         }
     }
     if let Some(sc) = dp.slowpath_core
-        && dp.cores.contains(&sc)
+        && dp.cores.listed().contains(&sc)
     {
         err(
             out,

@@ -92,13 +92,28 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
     {
         cfg.node.name = Some(name);
     }
-    let slowpath_core = cfg.dataplane.slowpath_core;
+    // The cores come from the cpuset this process was given (a Guaranteed pod's exclusive
+    // CPUs), read before any thread is pinned: `cores = "auto"` takes it, and a listed core
+    // outside it is refused here rather than left unpinned.
+    let cpuset = crate::preflight::cpuset().map_err(anyhow::Error::msg)?;
+    let cores = cfg
+        .dataplane
+        .cores
+        .resolve(cfg.dataplane.slowpath_core, &cpuset)
+        .context("placing the workers and the slowpath on cores")?;
+    tracing::info!(
+        cpuset = %config::cpu_list(&cpuset),
+        workers = ?cores.workers,
+        slowpath = ?cores.slowpath,
+        "cores"
+    );
+    let slowpath_core = cores.slowpath;
     if let Some(id) = slowpath_core
         && !core_affinity::set_for_current(core_affinity::CoreId { id })
     {
-        tracing::warn!(
-            core = id,
-            "could not pin the slowpath to its core; running unpinned"
+        anyhow::bail!(
+            "could not pin the slowpath to core {id} (the cpuset this process may run on: {})",
+            config::cpu_list(&cpuset)
         );
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -172,7 +187,7 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
     // Sockets first, then the program that feeds them.
     let workers = cfg.dataplane.workers();
     let mut sockets = Vec::with_capacity(workers);
-    for spec in worker_specs(&cfg.dataplane) {
+    for spec in worker_specs(&cfg.dataplane, &cores.workers) {
         let mut set = open_sockets(&cfg.dataplane, spec.queue)
             .with_context(|| format!("opening AF_XDP sockets for queue {}", spec.queue))?;
         if cfg.dataplane.pass_to_kernel {

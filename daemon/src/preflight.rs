@@ -1,5 +1,5 @@
 //! What `xvs run` checks before it touches anything, so that it refuses clearly instead of
-//! failing half-way: capabilities, interfaces, a full-NAT port range the kernel would also
+//! failing half-way: cores within the process's cpuset, capabilities, interfaces, a full-NAT port range the kernel would also
 //! hand out, and a flow table larger than the machine's memory or its state directory.
 
 use std::collections::HashSet;
@@ -10,10 +10,17 @@ use config::Config;
 
 use crate::caps;
 
-/// Checks that need the machine: the capabilities of [`crate::caps::required`], every
+/// Checks that need the machine: `[dataplane] cores` and `slowpath_core` within the cpuset
+/// the process may run on ([`config::Cores::resolve`]), the capabilities of [`crate::caps::required`], every
 /// configured interface present, and a full-NAT port range that the kernel does not also
 /// hand out on the same addresses. `Err` is one sentence naming what is wrong.
 pub fn preflight(cfg: &Config) -> Result<(), String> {
+    // First: it needs no privilege, and a pod's cpuset is the likeliest mismatch.
+    let cpuset = cpuset()?;
+    cfg.dataplane
+        .cores
+        .resolve(cfg.dataplane.slowpath_core, &cpuset)
+        .map_err(|e| e.to_string())?;
     let needs = caps::required(cfg);
     let effective =
         caps::effective().map_err(|e| format!("reading this process's capabilities: {e}"))?;
@@ -53,6 +60,20 @@ pub fn preflight(cfg: &Config) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The cores this process may run on (`sched_getaffinity`: in a pod, the cpuset the
+/// kubelet gave it), ascending.
+pub fn cpuset() -> Result<Vec<usize>, String> {
+    let ids = core_affinity::get_core_ids().ok_or_else(|| {
+        format!(
+            "reading the cpuset this process may run on (sched_getaffinity): {}",
+            std::io::Error::last_os_error()
+        )
+    })?;
+    let mut v: Vec<usize> = ids.into_iter().map(|c| c.id).collect();
+    v.sort_unstable();
+    Ok(v)
 }
 
 fn kernel_port_range() -> Option<(u32, u32)> {
@@ -222,5 +243,21 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    /// The cpuset is what the kernel says this process may run on.
+    #[test]
+    fn cpuset_is_the_kernels_cpus_allowed_list() {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let kernel = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .unwrap()
+            .trim();
+        let ours = cpuset().unwrap();
+        assert_eq!(config::cpu_list(&ours), kernel);
+        // "auto" resolves within it.
+        let plan = config::Cores::Auto.resolve(None, &ours).unwrap();
+        assert!(plan.workers.iter().all(|c| ours.contains(c)), "{plan:?}");
     }
 }

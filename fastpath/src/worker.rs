@@ -100,11 +100,13 @@ pub struct WorkerSpec {
 }
 
 impl WorkerSpec {
-    /// Worker `index` of `dp`: queue `index`, core `cores[index % len]`.
-    pub fn from_config(dp: &Dataplane, index: usize) -> WorkerSpec {
+    /// Worker `index` of `dp`: queue `index`, core `cores[index % len]` (`cores`: the
+    /// workers' cores of `dp.cores` resolved against the process's cpuset,
+    /// [`config::Cores::resolve`]; empty: not pinned).
+    pub fn from_config(dp: &Dataplane, cores: &[usize], index: usize) -> WorkerSpec {
         WorkerSpec {
             index,
-            core: (!dp.cores.is_empty()).then(|| dp.cores[index % dp.cores.len()]),
+            core: (!cores.is_empty()).then(|| cores[index % cores.len()]),
             queue: index as u32,
             interfaces: dp.interfaces.iter().map(|i| i.name.clone()).collect(),
             batch_size: (dp.batch_size as usize).clamp(1, BATCH_MAX),
@@ -116,10 +118,10 @@ impl WorkerSpec {
     }
 }
 
-/// Every worker of `dp` ([`worker_count`] of them).
-pub fn worker_specs(dp: &Dataplane) -> Vec<WorkerSpec> {
+/// Every worker of `dp` ([`worker_count`] of them), on `cores` in turn.
+pub fn worker_specs(dp: &Dataplane, cores: &[usize]) -> Vec<WorkerSpec> {
     (0..worker_count(dp))
-        .map(|i| WorkerSpec::from_config(dp, i))
+        .map(|i| WorkerSpec::from_config(dp, cores, i))
         .collect()
 }
 
@@ -277,7 +279,13 @@ pub fn spawn_worker(
     let handle = std::thread::Builder::new()
         .name(format!("xvs-w{}", worker.spec.index))
         .spawn(move || {
-            worker.pin();
+            // The daemon checked the core against the cpuset at start; a worker that still
+            // cannot be pinned (the cpuset shrank meanwhile) ends, and the daemon stops
+            // with a failure, rather than busy-polling on a core it shares.
+            if let Err(e) = worker.pin() {
+                tracing::error!(worker = worker.spec.index, error = %e, "worker not started");
+                return;
+            }
             worker.pipeline.enter_thread();
             worker.run();
         })?;
@@ -362,17 +370,20 @@ impl Worker {
         w
     }
 
-    /// Pins the calling thread to the configured core (logs when that fails).
-    pub fn pin(&self) {
-        let Some(id) = self.spec.core else { return };
+    /// Pins the calling thread to the configured core; `Err` names the core when the
+    /// kernel refuses (a core outside the process's cpuset).
+    pub fn pin(&self) -> Result<(), String> {
+        let Some(id) = self.spec.core else {
+            return Ok(());
+        };
         if core_affinity::set_for_current(core_affinity::CoreId { id }) {
             tracing::info!(worker = self.spec.index, core = id, "worker pinned");
+            Ok(())
         } else {
-            tracing::warn!(
-                worker = self.spec.index,
-                core = id,
-                "could not pin the worker to its core; running unpinned"
-            );
+            Err(format!(
+                "could not pin worker {} to core {id}: not in the cpuset this process may run on",
+                self.spec.index
+            ))
         }
     }
 

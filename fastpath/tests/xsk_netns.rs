@@ -415,7 +415,7 @@ fn udp_echo_through_a_fullnat_worker() {
     let generation0 = s.snapshot.generation;
     let published = Arc::new(ArcSwap::new(Arc::clone(&s.snapshot)));
     let sockets = s.open_sockets();
-    let mut spec = WorkerSpec::from_config(&s.cfg.dataplane, 0);
+    let mut spec = WorkerSpec::from_config(&s.cfg.dataplane, s.cfg.dataplane.cores.listed(), 0);
     assert_eq!(spec.core, Some(0));
     spec.core = None; // do not pin a test thread on this shared machine
     let pipeline = s.pipeline.take().unwrap();
@@ -507,7 +507,7 @@ fn worker_loop_allocates_nothing() {
     let Some(mut s) = setup() else { return };
     let published = Arc::new(ArcSwap::new(Arc::clone(&s.snapshot)));
     let sockets = s.open_sockets();
-    let spec = WorkerSpec::from_config(&s.cfg.dataplane, 0);
+    let spec = WorkerSpec::from_config(&s.cfg.dataplane, s.cfg.dataplane.cores.listed(), 0);
     let pipeline = s.pipeline.take().unwrap();
     let stats = Arc::new(WorkerStats::default());
     let mut worker = Worker::new(
