@@ -1188,7 +1188,14 @@ fn count_port(lab: &Lab, i: usize) {
 fn counted_port(lab: &Lab, i: usize) -> (u64, u64) {
     let o = lab.exec(
         "s",
-        &["nft", "-j", "list", "table", "netdev", &format!("xvs_port{i}")],
+        &[
+            "nft",
+            "-j",
+            "list",
+            "table",
+            "netdev",
+            &format!("xvs_port{i}"),
+        ],
     );
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     for item in v["nftables"].as_array().unwrap() {

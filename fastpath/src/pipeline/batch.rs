@@ -109,12 +109,12 @@ struct Parsed {
     key: V4Key,
     flags: u8,
     ttl: u8,
-    ip_len: u16,
 }
 
 impl Parsed {
+    /// The frame's [`fast::V4`] (`frame` is the frame `parse` read this from).
     #[inline(always)]
-    fn v4(&self) -> fast::V4 {
+    fn v4(&self, frame: &[u8]) -> fast::V4 {
         let protocol = self.key.proto();
         fast::V4 {
             addrs: self.key.addrs(),
@@ -124,7 +124,7 @@ impl Parsed {
             flags: self.flags,
             ttl: self.ttl,
             csum_at: super::nat::l4_csum_at(fast::L4, protocol as u8) as u8,
-            ip_len: self.ip_len,
+            ip_len: fast::ip_len(frame),
         }
     }
 }
@@ -216,7 +216,6 @@ impl Pipeline {
                         key,
                         flags: v.flags,
                         ttl: v.ttl,
-                        ip_len: v.ip_len,
                     }
                 });
             }
@@ -238,13 +237,16 @@ impl Pipeline {
                             if (self.waiting.len == 0 || !hit.is_inserting())
                                 && !reuse::reopens(p.flags) =>
                         {
-                            self.forward_v4(frames.frame(i), &p.v4(), &hit, now)
+                            let frame = frames.frame(i);
+                            let v = p.v4(frame);
+                            self.forward_v4(frame, &v, &hit, now)
                         }
                         hit => {
+                            let v = p.v4(frames.frame(i));
                             match self.miss_staged(
                                 frames,
                                 i,
-                                (&p.v4(), &p.key, hit.is_some()),
+                                (&v, &p.key, hit.is_some()),
                                 now,
                                 verdicts,
                             ) {

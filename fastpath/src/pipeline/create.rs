@@ -338,7 +338,6 @@ impl Pipeline {
             macs,
             opens: s.opens,
             tick,
-            ip_len: v.ip_len,
         };
         self.next_reply_v4(&mut nv, v.src(), v.sport());
         Ok(nv)
@@ -490,8 +489,6 @@ impl Pipeline {
                 w.syn(nv.flow.backend_id);
             }
         }
-        self.traffic
-            .packet(out.backend, false, usize::from(nv.ip_len));
         frame[..12].copy_from_slice(&macs);
         // The frame's tuple is the flow's original one.
         let from = (nv.flow.original.addrs(), nv.flow.original.ports());
@@ -505,6 +502,8 @@ impl Pipeline {
             out.ports,
             delta,
         );
+        self.traffic
+            .packet(out.backend, false, usize::from(fast::ip_len(frame)));
         Verdict::Tx(port)
     }
 }
@@ -529,8 +528,6 @@ pub(super) struct NewV4 {
     macs: [u8; 12],
     opens: bool,
     tick: Tick,
-    /// The frame's IP length.
-    ip_len: u16,
 }
 
 /// The way out of a new flow: source | destination << 32 and the ports likewise; `created`

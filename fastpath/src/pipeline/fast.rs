@@ -122,6 +122,16 @@ pub(crate) fn parse(frame: &[u8]) -> Option<V4> {
     })
 }
 
+/// The IPv4 total length of a frame `parse` accepted: the packet's bytes (Ethernet padding
+/// excluded); 0 for a frame too short to hold it.
+#[inline(always)]
+pub(crate) fn ip_len(frame: &[u8]) -> u16 {
+    match frame.get(L3 + 2..L3 + 4) {
+        Some(b) => u16::from_be_bytes([b[0], b[1]]),
+        None => 0,
+    }
+}
+
 impl V4 {
     /// The `V4` [`parse`] gave for `frame` (unchanged since), from its packed tuple and the
     /// other fields' fixed offsets.

@@ -650,11 +650,6 @@ impl Pipeline {
         let port = nh.nh.port;
         frame[..12].copy_from_slice(&nh.macs);
         self.touch_v4(hit, v.flags, now);
-        self.traffic.packet(
-            hit.backend_id(),
-            hit.dir() == Direction::Reply,
-            usize::from(v.ip_len),
-        );
         nat::rewrite_v4_delta(
             frame,
             fast::L3,
@@ -663,6 +658,11 @@ impl Pipeline {
             hit.addrs,
             hit.ports,
             hit.csum_delta,
+        );
+        self.traffic.packet(
+            hit.backend_id(),
+            hit.dir() == Direction::Reply,
+            usize::from(v.ip_len),
         );
         self.count(Verdict::Tx(port))
     }
