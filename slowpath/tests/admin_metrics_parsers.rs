@@ -45,9 +45,6 @@ fn scrape() -> String {
     let r = get(s.listen, "/metrics");
     assert_eq!(r.status, 200);
     s.stop();
-    if let Ok(path) = std::env::var("XVS_DUMP_METRICS") {
-        std::fs::write(path, &r.body).unwrap();
-    }
     r.body
 }
 
@@ -225,4 +222,25 @@ fn the_python_client_parser_finds_the_histograms_and_families() {
     assert_eq!(w1.1["interface"], "eth0,eth1");
     assert_eq!(w1.1["queue"], "1");
     assert_eq!(w1.2, 101.0);
+}
+
+#[test]
+fn every_family_is_in_the_readmes_metrics_table() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README.md");
+    let text = scrape();
+    let families: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .collect();
+    assert!(families.len() > 50, "{families:?}");
+    let missing: Vec<&&str> = families
+        .iter()
+        .filter(|f| !readme.contains(&format!("| `{f}` |")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "not in README's Metrics table: {missing:?}"
+    );
 }
