@@ -1,8 +1,12 @@
 //! `/metrics`: Prometheus text exposition format 0.0.4.
 //!
 //! Every family is written once with its `# HELP` and `# TYPE` lines, then its samples;
-//! label values are escaped (`\\`, `\"`, `\n`). Counters end in `_total`. Families whose
-//! source is empty (no workers yet) still get their HELP/TYPE lines.
+//! label values are escaped (`\\`, `\"`, `\n`). Counters end in `_total`. Histograms are
+//! cumulative `_bucket{le}` samples ending with `+Inf`, then `_sum` and `_count` (equal to
+//! the `+Inf` bucket). Families whose source is empty (no workers yet) still get their
+//! HELP/TYPE lines. `promtool check metrics` and the Python client's parser read the result
+//! in the tests (`tests/admin_metrics_parsers.rs`); the `process_*` families and
+//! `xvs_build_info` are [`super::process`]'s.
 
 use std::fmt::Write;
 

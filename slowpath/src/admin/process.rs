@@ -55,7 +55,7 @@ impl Stat {
             stime: n(15)?,
             starttime: n(22)?,
             vsize: n(23)?,
-            // rss is signed in the kernel's format; a negative one is not a size.
+            // Signed in the kernel's format: a negative one fails to parse (not a size).
             rss: n(24)?,
         })
     }
