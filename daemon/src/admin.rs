@@ -241,3 +241,32 @@ impl AdminSource for DaemonState {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn publishes_and_trigger_times_are_observed() {
+        let s = SyncStats::default();
+        s.synced(Some(Duration::from_millis(5)));
+        // A periodic pass with nothing to publish is no sync duration.
+        s.synced(None);
+        let d = s.duration.view();
+        assert_eq!(d.count, 1);
+        assert_eq!(d.buckets[2], (0.004, 0));
+        assert_eq!(d.buckets[3], (0.008, 1));
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        // Two seconds ago, and one ahead of this node's clock (counted as 0).
+        s.programmed(
+            &[now - Duration::from_secs(2), now + Duration::from_secs(1)],
+            now,
+        );
+        let p = s.network_programming.view();
+        assert_eq!(p.count, 2);
+        assert_eq!(p.buckets[0], (0.0, 1));
+        assert_eq!(p.buckets[3], (1.0, 1));
+        assert_eq!(p.buckets[4], (2.0, 2));
+        assert_eq!(p.sum, 2.0);
+    }
+}
