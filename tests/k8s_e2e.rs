@@ -415,3 +415,68 @@ fn backend_removed_past_the_grace_loses_its_flows() {
     check_rr(&k.lab, &format!("http://{VIP}/"));
     k.lab.stop_xvs();
 }
+
+/// The value of the unlabelled sample (or the exact series) `series` in `metrics`.
+fn sample(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in\n{metrics}"))
+}
+
+/// Network programming latency as kube-proxy measures it: the initial list's slice (whose
+/// trigger time is older than xvs) is not observed; each later change is, once, from the
+/// fake API's `last-change-trigger-time` to the publish (a bounded latency: within the
+/// 300 s bucket). The change counters count it, and the exposition stays valid for promtool.
+#[test]
+fn network_programming_latency_from_the_trigger_time() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let k = K8sLab::up("");
+    let (_, before) = admin(&k.lab, "GET", "/metrics");
+    assert_eq!(
+        sample(&before, "xvs_network_programming_duration_seconds_count"),
+        0.0
+    );
+    let changes = sample(&before, "xvs_sync_endpoint_changes_total");
+    k.control("add", r#"{"ip": "198.18.1.4", "slice": "web-x1"}"#);
+    wait_for("the added backend", Duration::from_secs(10), || {
+        backends(&k.lab, HTTP_SERVICE)
+            .contains(&"198.18.1.4".to_owned())
+            .then_some(())
+    });
+    let metrics = wait_for("the latency observed", Duration::from_secs(5), || {
+        let (_, m) = admin(&k.lab, "GET", "/metrics");
+        (sample(&m, "xvs_network_programming_duration_seconds_count") >= 1.0).then_some(m)
+    });
+    let count = sample(&metrics, "xvs_network_programming_duration_seconds_count");
+    assert_eq!(count, 1.0, "one change, one observation:\n{metrics}");
+    assert_eq!(
+        sample(
+            &metrics,
+            "xvs_network_programming_duration_seconds_bucket{le=\"300\"}"
+        ),
+        count,
+        "{metrics}"
+    );
+    assert!(sample(&metrics, "xvs_sync_endpoint_changes_total") > changes);
+    assert_eq!(sample(&metrics, "xvs_sync_endpoint_changes_pending"), 0.0);
+    let o = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(metrics.as_bytes())?;
+            c.wait_with_output()
+        })
+        .expect("promtool (scripts/deps installs it)");
+    assert!(
+        o.status.success(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        stderr_of(&o)
+    );
+}

@@ -215,6 +215,33 @@ fn a_crash_holds_xvs_frames_and_a_node_left_alone_is_released() {
     );
 }
 
+/// Runs `promtool check metrics` (Debian's `prometheus`, installed by `scripts/deps`) on
+/// `text`: it must parse and have no lint problem.
+fn check_with_promtool(text: &str) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (scripts/deps installs it)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}\n---\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// `xvs status|services|flows` and `/metrics` against the running daemon.
 #[test]
 fn admin_api_and_status_commands() {
@@ -282,6 +309,35 @@ fn admin_api_and_status_commands() {
         "{metrics}"
     );
     assert!(metrics.contains("xvs_backend_connections{"), "{metrics}");
+    // The running daemon's exposition passes Prometheus' own parser and lint, and has the
+    // sync histogram (at least the first publish), build info, process metrics, and the
+    // workers labelled with their interfaces and queue.
+    check_with_promtool(&metrics);
+    let count = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("xvs_sync_duration_seconds_count "))
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no sync duration count in {metrics}"));
+    assert!(count >= 1, "{metrics}");
+    assert!(
+        metrics.contains("xvs_sync_duration_seconds_bucket{le=\"+Inf\"} "),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("# TYPE xvs_network_programming_duration_seconds histogram\n"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("xvs_build_info{version=\""), "{metrics}");
+    assert!(
+        metrics.contains("\nprocess_resident_memory_bytes "),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            "xvs_rx_packets_total{worker=\"0\",interface=\"xvs-c0,xvs-b0\",queue=\"0\"} "
+        ),
+        "{metrics}"
+    );
     // The healthz listener (every address, port 10256) serves health and nothing else.
     assert_eq!(
         http_code(&lab, "GET", "http://198.18.0.1:10256/healthz"),

@@ -13,6 +13,7 @@ use fastpath::snapshot::Snapshot;
 use fastpath::steer::SteerCounters;
 use fastpath::worker::WorkerStats;
 use flowtable::FlowTable;
+use slowpath::admin::histogram::{Histogram, NETWORK_PROGRAMMING_BUCKETS, SYNC_DURATION_BUCKETS};
 use slowpath::admin::{
     AdminSource, BgpView, ControlAction, ControlFuture, FlowTableView, FlowViewJson,
     GovernanceView, HealthView, ServiceView, StatsView, SteerView, SyncView, WorkerView,
@@ -22,7 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::controller::{Command, Status};
 
 /// Sync bookkeeping the driver updates and the admin API reads.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SyncStats {
     /// Unix time of the last completed sync, in milliseconds (0: none yet).
     pub last_unix_ms: AtomicU64,
@@ -30,6 +31,22 @@ pub struct SyncStats {
     pub last_duration_us: AtomicU64,
     /// Snapshots published.
     pub syncs: AtomicU64,
+    /// Every publish's duration (kube-proxy's `sync_proxy_rules_duration_seconds`).
+    pub duration: Histogram,
+    /// Network programming latency (kube-proxy's `network_programming_duration_seconds`).
+    pub network_programming: Histogram,
+}
+
+impl Default for SyncStats {
+    fn default() -> SyncStats {
+        SyncStats {
+            last_unix_ms: AtomicU64::new(0),
+            last_duration_us: AtomicU64::new(0),
+            syncs: AtomicU64::new(0),
+            duration: Histogram::new(&SYNC_DURATION_BUCKETS),
+            network_programming: Histogram::new(&NETWORK_PROGRAMMING_BUCKETS),
+        }
+    }
 }
 
 impl SyncStats {
@@ -44,7 +61,17 @@ impl SyncStats {
         if let Some(took) = took {
             self.last_duration_us
                 .store(took.as_micros() as u64, Ordering::Relaxed);
+            self.duration.observe(took.as_secs_f64());
             self.syncs.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Records the network programming latency of the changes triggered at `triggers`,
+    /// live at `now` (a trigger time ahead of this node's clock counts as 0).
+    pub fn programmed(&self, triggers: &[SystemTime], now: SystemTime) {
+        for t in triggers {
+            let latency = now.duration_since(*t).unwrap_or_default();
+            self.network_programming.observe(latency.as_secs_f64());
         }
     }
 }
@@ -83,6 +110,10 @@ pub struct DaemonState {
     pub flows: Arc<FlowTable>,
     /// Per-worker counters.
     pub workers: Vec<Arc<WorkerStats>>,
+    /// What each worker serves, by index: its queue and interfaces.
+    pub serving: Vec<(u32, Vec<String>)>,
+    /// The Kubernetes source's counters, with that source.
+    pub k8s: Option<Arc<slowpath::k8s::SourceStats>>,
     /// Steering counters per interface, refreshed by the driver once a second.
     pub steer: Mutex<Vec<(String, SteerCounters)>>,
     /// Sync bookkeeping.
@@ -141,13 +172,24 @@ impl AdminSource for DaemonState {
         let last = self.sync.last_unix_ms.load(Ordering::Relaxed);
         let st = self.status.load();
         let s = &st.status;
+        let k8s = |field: fn(&slowpath::k8s::SourceStats) -> &AtomicU64| {
+            self.k8s
+                .as_deref()
+                .map_or(0, |k| field(k).load(Ordering::Relaxed))
+        };
         StatsView {
             generation: self.snapshot.load().generation,
             workers: self
                 .workers
                 .iter()
                 .enumerate()
-                .map(|(i, w)| WorkerView::from_counters(i, &w.read()))
+                .map(|(i, w)| {
+                    let view = WorkerView::from_counters(i, &w.read());
+                    match self.serving.get(i) {
+                        Some((queue, interfaces)) => view.serving(*queue, interfaces),
+                        None => view,
+                    }
+                })
                 .collect(),
             flowtable: FlowTableView::from_table(&self.flows),
             steering: steer
@@ -160,6 +202,12 @@ impl AdminSource for DaemonState {
                 syncs: self.sync.syncs.load(Ordering::Relaxed),
                 reloads_ok: s.reloads_ok,
                 reloads_failed: s.reloads_failed,
+                duration: self.sync.duration.view(),
+                network_programming: self.sync.network_programming.view(),
+                service_changes_pending: k8s(|k| &k.service_changes_pending),
+                endpoint_changes_pending: k8s(|k| &k.endpoint_changes_pending),
+                service_changes: k8s(|k| &k.service_changes),
+                endpoint_changes: k8s(|k| &k.endpoint_changes),
             },
             governance: GovernanceView {
                 frozen: s.frozen,
@@ -198,5 +246,34 @@ impl AdminSource for DaemonState {
                 .map_err(|_| "xvs is stopping".to_owned())?;
             rx.await.map_err(|_| "xvs is stopping".to_owned())?
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn publishes_and_trigger_times_are_observed() {
+        let s = SyncStats::default();
+        s.synced(Some(Duration::from_millis(5)));
+        // A periodic pass with nothing to publish is no sync duration.
+        s.synced(None);
+        let d = s.duration.view();
+        assert_eq!(d.count, 1);
+        assert_eq!(d.buckets[2], (0.004, 0));
+        assert_eq!(d.buckets[3], (0.008, 1));
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        // Two seconds ago, and one ahead of this node's clock (counted as 0).
+        s.programmed(
+            &[now - Duration::from_secs(2), now + Duration::from_secs(1)],
+            now,
+        );
+        let p = s.network_programming.view();
+        assert_eq!(p.count, 2);
+        assert_eq!(p.buckets[0], (0.0, 1));
+        assert_eq!(p.buckets[3], (1.0, 1));
+        assert_eq!(p.buckets[4], (2.0, 2));
+        assert_eq!(p.sum, 2.0);
     }
 }

@@ -260,9 +260,11 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
         }
         None => None,
     };
+    let mut k8s_stats = None;
     if let Some(client) = k8s_client {
         let (tx, stop, source_cfg) = (ev_tx.clone(), shutdown.clone(), cfg.clone());
         let stats = Arc::new(slowpath::k8s::SourceStats::default());
+        k8s_stats = Some(Arc::clone(&stats));
         tasks.push(rt.spawn(async move {
             slowpath::k8s::watch(
                 client,
@@ -324,6 +326,18 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
     let mut handles: Vec<JoinHandle<()>> = Vec::with_capacity(workers);
     let mut stats: Vec<Arc<WorkerStats>> = Vec::with_capacity(workers);
     let mut traffic = Vec::with_capacity(workers);
+    // The interfaces each worker has a socket on (an interface with fewer queues has none).
+    let serving: Vec<(u32, Vec<String>)> = sockets
+        .iter()
+        .map(|(spec, set)| {
+            let names = set
+                .fds()
+                .into_iter()
+                .filter_map(|(port, _)| spec.interfaces.get(port).cloned())
+                .collect();
+            (spec.queue, names)
+        })
+        .collect();
     for (spec, set) in sockets {
         let mut pipeline = Pipeline::new(
             PipelineConfig {
@@ -387,6 +401,8 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
         snapshot: Arc::clone(&io.current),
         flows: Arc::clone(&flows),
         workers: stats.clone(),
+        serving,
+        k8s: k8s_stats,
         steer: Mutex::new(Vec::new()),
         sync: Arc::clone(&io.sync),
         fastpath_running: AtomicBool::new(true),
@@ -609,7 +625,11 @@ impl Io<'_> {
     fn perform(&mut self, ctl: &mut Controller, t0: Instant) {
         while let Some(action) = ctl.poll_action() {
             match action {
-                Action::Publish { snapshot, steering } => {
+                Action::Publish {
+                    snapshot,
+                    steering,
+                    trigger_times,
+                } => {
                     let generation = snapshot.generation;
                     // New frontends are steered after the snapshot that knows them is
                     // published; gone ones stop being steered at the same moment (their
@@ -619,6 +639,8 @@ impl Io<'_> {
                         .err()
                         .map(|e| format!("{e:#}"));
                     self.sync.synced(Some(t0.elapsed()));
+                    // Live: the workers load it at their next poll.
+                    self.sync.programmed(&trigger_times, SystemTime::now());
                     ctl.handle(
                         Instant::now(),
                         Event::Published {

@@ -150,7 +150,7 @@ fn metrics_are_valid_prometheus_text() {
             let mut it = rest.split(' ');
             let name = it.next().unwrap();
             let kind = it.next().unwrap();
-            assert!(["counter", "gauge"].contains(&kind), "{line}");
+            assert!(["counter", "gauge", "histogram"].contains(&kind), "{line}");
             assert!(helped.contains(name), "TYPE before HELP: {line}");
             assert!(typed.insert(name.to_owned()), "TYPE twice: {name}");
             if kind == "counter" {
@@ -159,8 +159,16 @@ fn metrics_are_valid_prometheus_text() {
             continue;
         }
         let (name, labels, value) = parse_sample(line);
-        assert!(name.starts_with("xvs_"), "{line}");
-        assert!(typed.contains(&name), "sample before its TYPE: {line}");
+        assert!(
+            name.starts_with("xvs_") || name.starts_with("process_"),
+            "{line}"
+        );
+        // A histogram's samples are its family's name with a suffix.
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s).filter(|f| typed.contains(*f)))
+            .map_or_else(|| name.clone(), str::to_owned);
+        assert!(typed.contains(&family), "sample before its TYPE: {line}");
         assert!(value.is_finite(), "{line}");
         if name == "xvs_backend_connections" {
             assert_eq!(
@@ -168,14 +176,14 @@ fn metrics_are_valid_prometheus_text() {
                 ("service".to_owned(), "ns/we\"b\\x:80".to_owned())
             );
         }
-        sampled.insert(name);
+        sampled.insert(family);
     }
     assert_eq!(helped, typed);
 
     let has = |needle: &str| assert!(text.contains(needle), "missing {needle:?} in\n{text}");
     has("xvs_drops_total{reason=\"no_service\"} 6\n");
-    has("xvs_rx_packets_total{worker=\"1\"} 101\n");
-    has("xvs_tx_packets_total{worker=\"0\"} 90\n");
+    has("xvs_rx_packets_total{worker=\"1\",interface=\"eth0,eth1\",queue=\"1\"} 101\n");
+    has("xvs_tx_packets_total{worker=\"0\",interface=\"eth0,eth1\",queue=\"0\"} 90\n");
     has(
         "xvs_backend_connections{service=\"ns/we\\\"b\\\\x:80\",backend=\"198.18.1.1:8080\",state=\"active\"} 7\n",
     );
@@ -184,7 +192,7 @@ fn metrics_are_valid_prometheus_text() {
     );
     has("xvs_flowtable_flows 10\n");
     has("xvs_flowtable_capacity 1024\n");
-    has("xvs_sync_duration_seconds 0.004\n");
+    has("xvs_sync_last_duration_seconds 0.004\n");
     has("xvs_last_sync_timestamp_seconds 1700000000.25\n");
     has("xvs_config_reloads_total{result=\"ok\"} 1\n");
     has("xvs_config_reloads_total{result=\"failed\"} 2\n");

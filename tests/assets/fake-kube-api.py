@@ -23,8 +23,13 @@ and the Node xvs-lab.
   - `replace` `{"from", "to", "delay"}`: deletes slice `from` now (`DELETED`), and `delay`
     seconds later adds slice `to` with its endpoints and ports (`ADDED`).
   `GET /__control/state` answers the resourceVersion and the slices.
+- Like the EndpointSlice controller, every slice it adds or changes carries the annotation
+  `endpoints.kubernetes.io/last-change-trigger-time`: the time of the change (RFC 3339, UTC).
+  The initial slice carries an old one (2026-01-01T00:00:00Z), from before any client
+  started.
 """
 import copy
+import datetime
 import json
 import sys
 import threading
@@ -41,6 +46,7 @@ KINDS = {
     NODES: ("Node", "v1"),
 }
 FIRST_RV = 7
+TRIGGER_TIME = "endpoints.kubernetes.io/last-change-trigger-time"
 
 
 def meta(name, ns=None, **kw):
@@ -61,7 +67,8 @@ SLICE_PORTS = [{"name": "http", "port": 8080, "protocol": "TCP"},
 def new_slice(name, ips, ports=SLICE_PORTS):
     return {
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": meta(name, "default", labels={"kubernetes.io/service-name": "web"}),
+        "metadata": meta(name, "default", labels={"kubernetes.io/service-name": "web"},
+                         annotations={TRIGGER_TIME: "2026-01-01T00:00:00Z"}),
         "addressType": "IPv4",
         "ports": copy.deepcopy(ports),
         "endpoints": [endpoint(ip) for ip in ips],
@@ -99,6 +106,10 @@ class Cluster:
         """Stamps `obj` with the next resourceVersion and logs the event (lock held)."""
         self.rv += 1
         obj["metadata"]["resourceVersion"] = str(self.rv)
+        if path == SLICES and kind != "DELETED":
+            now = datetime.datetime.now(datetime.timezone.utc)
+            obj["metadata"].setdefault("annotations", {})[TRIGGER_TIME] = (
+                now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
         self.log.append((self.rv, path, kind, copy.deepcopy(obj)))
         self.cond.notify_all()
         return self.rv

@@ -184,6 +184,10 @@ pub enum Action {
         snapshot: Arc<Snapshot>,
         /// What the steering programs must redirect for it.
         steering: SteerSet,
+        /// The `last-change-trigger-time`s of the EndpointSlice changes this snapshot is the
+        /// first to carry: the driver observes network programming latency from each to the
+        /// moment the snapshot is stored (wall clock, like kube-proxy).
+        trigger_times: Vec<std::time::SystemTime>,
     },
     /// A periodic pass found nothing to publish: record it as a sync.
     Synced,
@@ -254,6 +258,8 @@ pub struct Controller {
     stopping: bool,
     /// Since when a change waits for the next publish.
     dirty_since: Option<Instant>,
+    /// Trigger times of the models received since the last snapshot built.
+    trigger_times: Vec<std::time::SystemTime>,
     /// The publish the driver has not acknowledged yet: (generation, since when its
     /// changes waited).
     awaiting: Option<(u64, Instant)>,
@@ -335,6 +341,7 @@ impl Controller {
             drain: None,
             stopping: false,
             dirty_since: Some(now),
+            trigger_times: Vec::new(),
             awaiting: None,
             second_pass: None,
             retirees: Retirees::default(),
@@ -415,6 +422,7 @@ impl Controller {
         match event {
             Event::Model(model) => {
                 let model = *model;
+                self.trigger_times.extend(model.trigger_times);
                 self.actions
                     .push_back(Action::HealthCheckNodePorts(model.health_check_node_ports));
                 self.specs = model.specs;
@@ -565,6 +573,8 @@ impl Controller {
                 self.actions.push_back(Action::Publish {
                     snapshot: snap,
                     steering,
+                    // A failed build keeps them for the next one, which carries the change.
+                    trigger_times: std::mem::take(&mut self.trigger_times),
                 });
             }
             Err(e) => {

@@ -28,6 +28,8 @@ pub(super) struct Harness {
     pub(super) status: Status,
     pub(super) stopped: Option<StopReason>,
     pub(super) workers_running: bool,
+    /// The trigger times of each publish, by generation.
+    pub(super) triggers: Vec<(u64, Vec<std::time::SystemTime>)>,
 }
 
 /// An action as the harness saw it.
@@ -75,6 +77,7 @@ impl Harness {
             status: Status::default(),
             stopped: None,
             workers_running: true,
+            triggers: Vec::new(),
         };
         h.status = h.ctl.status();
         h
@@ -99,8 +102,13 @@ impl Harness {
     pub(super) fn perform(&mut self) {
         while let Some(a) = self.ctl.poll_action() {
             match a {
-                Action::Publish { snapshot, .. } => {
+                Action::Publish {
+                    snapshot,
+                    trigger_times,
+                    ..
+                } => {
                     let g = snapshot.generation;
+                    self.triggers.push((g, trigger_times));
                     self.install(snapshot);
                     self.log.push(Seen::Published(g));
                     self.ctl.handle(
@@ -240,6 +248,32 @@ kubeconfig = "/nonexistent"
 "#;
 
 #[test]
+fn trigger_times_go_out_with_the_first_publish_that_carries_their_change() {
+    use std::time::SystemTime;
+    let mut h = Harness::new(K8S_CFG);
+    h.step(TICK);
+    let cfg = config::parse(CFG, "t.toml").unwrap();
+    let t = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
+    let model = |times: Vec<SystemTime>| slowpath::k8s::K8sModel {
+        specs: ServiceSpec::from_config(&cfg),
+        trigger_times: times,
+        ..slowpath::k8s::K8sModel::default()
+    };
+    // Two models before one tick: one publish carries both models' changes.
+    h.event(Event::Model(Box::new(model(vec![t(1), t(2)]))));
+    h.event(Event::Model(Box::new(model(vec![t(3)]))));
+    h.step(TICK);
+    let (generation, times) = h.triggers.last().cloned().unwrap();
+    assert_eq!(times, vec![t(1), t(2), t(3)]);
+    // The next publish (a neighbour change) carries none of them again.
+    h.event(Event::L2(lab_l2()));
+    h.step(TICK);
+    let (next, times) = h.triggers.last().cloned().unwrap();
+    assert!(next > generation);
+    assert!(times.is_empty(), "{times:?}");
+}
+
+#[test]
 fn kubernetes_source_is_not_ready_until_its_first_model_is_published() {
     let mut h = Harness::new(K8S_CFG);
     let waiting =
@@ -262,6 +296,7 @@ fn kubernetes_source_is_not_ready_until_its_first_model_is_published() {
         source_ranges: HashMap::new(),
         health_check_node_ports: Vec::new(),
         problems: Vec::new(),
+        trigger_times: Vec::new(),
     };
     h.event(Event::Model(Box::new(model)));
     assert_eq!(
@@ -743,6 +778,7 @@ fn an_adopted_table_keeps_its_flows_and_ends_those_of_backends_gone() {
         status: Status::default(),
         stopped: None,
         workers_running: true,
+        triggers: Vec::new(),
     };
     h.step(TICK);
     // .2 keeps its id, so its flows' counts and the schedulers agree.

@@ -1,8 +1,12 @@
 //! `/metrics`: Prometheus text exposition format 0.0.4.
 //!
 //! Every family is written once with its `# HELP` and `# TYPE` lines, then its samples;
-//! label values are escaped (`\\`, `\"`, `\n`). Counters end in `_total`. Families whose
-//! source is empty (no workers yet) still get their HELP/TYPE lines.
+//! label values are escaped (`\\`, `\"`, `\n`). Counters end in `_total`. Histograms are
+//! cumulative `_bucket{le}` samples ending with `+Inf`, then `_sum` and `_count` (equal to
+//! the `+Inf` bucket). Families whose source is empty (no workers yet) still get their
+//! HELP/TYPE lines. `promtool check metrics` and the Python client's parser read the result
+//! in the tests (`tests/admin_metrics_parsers.rs`); the `process_*` families and
+//! `xvs_build_info` are [`super::process`]'s.
 
 use std::fmt::Write;
 
@@ -36,15 +40,16 @@ pub fn escape_label(v: &str) -> String {
     out
 }
 
-struct Out(String);
+/// The exposition being written (shared with [`super::process`]).
+pub(super) struct Out(pub(super) String);
 
 impl Out {
-    fn family(&mut self, name: &str, kind: &str, help: &str) {
+    pub(super) fn family(&mut self, name: &str, kind: &str, help: &str) {
         let _ = writeln!(self.0, "# HELP {name} {help}");
         let _ = writeln!(self.0, "# TYPE {name} {kind}");
     }
 
-    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl Into<f64>) {
+    pub(super) fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl Into<f64>) {
         self.0.push_str(name);
         if !labels.is_empty() {
             self.0.push('{');
@@ -67,9 +72,22 @@ impl Out {
     }
 
     /// One family with one unlabelled sample.
-    fn single(&mut self, name: &str, kind: &str, help: &str, value: impl Into<f64>) {
+    pub(super) fn single(&mut self, name: &str, kind: &str, help: &str, value: impl Into<f64>) {
         self.family(name, kind, help);
         self.sample(name, &[], value);
+    }
+
+    /// A histogram family: its cumulative `_bucket{le}` samples (`+Inf` last), `_sum` and
+    /// `_count`.
+    fn histogram(&mut self, name: &str, help: &str, h: &super::views::HistogramView) {
+        self.family(name, "histogram", help);
+        let bucket = format!("{name}_bucket");
+        for (le, n) in &h.buckets {
+            self.sample(&bucket, &[("le", &le.to_string())], f(*n));
+        }
+        self.sample(&bucket, &[("le", "+Inf")], f(h.count));
+        self.sample(&format!("{name}_sum"), &[], h.sum);
+        self.sample(&format!("{name}_count"), &[], f(h.count));
     }
 }
 
@@ -201,6 +219,32 @@ fn f(v: u64) -> f64 {
     v as f64
 }
 
+/// A worker's labels: `worker` (its index), `interface` (the interfaces it serves, joined
+/// by `,`; usually one) and `queue` (the queue it serves on each).
+struct WorkerLabels {
+    worker: String,
+    interface: String,
+    queue: String,
+}
+
+impl WorkerLabels {
+    fn of(w: &super::views::WorkerView) -> WorkerLabels {
+        WorkerLabels {
+            worker: w.index.to_string(),
+            interface: w.interfaces.join(","),
+            queue: w.queue.to_string(),
+        }
+    }
+
+    fn get(&self) -> [(&str, &str); 3] {
+        [
+            ("worker", &self.worker),
+            ("interface", &self.interface),
+            ("queue", &self.queue),
+        ]
+    }
+}
+
 /// A gauge family with one sample per backend, labelled by service and backend.
 fn backend_gauge(
     o: &mut Out,
@@ -217,6 +261,68 @@ fn backend_gauge(
     }
 }
 
+/// The sync loop's families, kube-proxy's `kubeproxy_sync_proxy_rules_*` and
+/// `kubeproxy_network_programming_duration_seconds` under xvs's names.
+fn sync(o: &mut Out, s: &super::views::SyncView) {
+    use super::histogram::{NETWORK_PROGRAMMING_BUCKETS, SYNC_DURATION_BUCKETS};
+    use super::views::HistogramView;
+    // A source that reports no histogram (an older daemon's view) shows kube-proxy's
+    // buckets, empty: the families and their `le` sets never depend on the traffic.
+    let or_empty = |h: &HistogramView, bounds: &[f64]| {
+        if h.buckets.is_empty() && h.count == 0 {
+            HistogramView::empty(bounds)
+        } else {
+            h.clone()
+        }
+    };
+    o.histogram(
+        "xvs_sync_duration_seconds",
+        "Duration of each sync: from the start of the snapshot build to its publish to the workers (stored where they load it at their next poll, steering written).",
+        &or_empty(&s.duration, &SYNC_DURATION_BUCKETS),
+    );
+    o.single(
+        "xvs_sync_last_duration_seconds",
+        "gauge",
+        "Duration of the last sync (snapshot build and publish).",
+        s.last_duration_s,
+    );
+    o.histogram(
+        "xvs_network_programming_duration_seconds",
+        "Network programming latency: from an EndpointSlice's endpoints.kubernetes.io/last-change-trigger-time to the publish of the snapshot that has its change (one observation per change; Kubernetes source).",
+        &or_empty(&s.network_programming, &NETWORK_PROGRAMMING_BUCKETS),
+    );
+    o.single(
+        "xvs_last_sync_timestamp_seconds",
+        "gauge",
+        "Unix time of the last successful sync (0 before the first).",
+        s.last_sync_unix_s.unwrap_or(0.0),
+    );
+    o.single(
+        "xvs_sync_service_changes_pending",
+        "gauge",
+        "Services changed in the API server whose change is not yet in a model handed to the controller (Kubernetes source).",
+        f(s.service_changes_pending),
+    );
+    o.single(
+        "xvs_sync_endpoint_changes_pending",
+        "gauge",
+        "EndpointSlices changed in the API server whose change is not yet in a model handed to the controller (Kubernetes source).",
+        f(s.endpoint_changes_pending),
+    );
+    o.single(
+        "xvs_sync_service_changes_total",
+        "counter",
+        "Service changes (adds, updates, deletes) received from the API server (Kubernetes source).",
+        f(s.service_changes),
+    );
+    o.single(
+        "xvs_sync_endpoint_changes_total",
+        "counter",
+        "EndpointSlice changes (adds, updates, deletes) received from the API server (Kubernetes source).",
+        f(s.endpoint_changes),
+    );
+}
+
 /// Renders every metric.
 pub fn render(stats: &StatsView, services: &[ServiceView], probes: &ProbeCounts) -> String {
     let mut o = Out(String::with_capacity(8192));
@@ -225,13 +331,23 @@ pub fn render(stats: &StatsView, services: &[ServiceView], probes: &ProbeCounts)
     o.family(
         "xvs_drops_total",
         "counter",
-        "Frames dropped by the fastpath, by reason (summed over workers).",
+        "Frames lost, by reason: the fastpath's drops and the frames it could not transmit or hand to the kernel (summed over workers), and the steering program's drops during a restart hold (restart_hold).",
     );
     let mut drops: std::collections::BTreeMap<&str, u64> = Default::default();
     for w in &stats.workers {
         for (reason, n) in &w.drops {
             *drops.entry(reason).or_default() += n;
         }
+    }
+    // Frames for xvs that the steering program dropped while a restart hold ran (no socket
+    // on their queue yet): lost before any worker saw them.
+    if !stats.steering.is_empty() {
+        let held = stats
+            .steering
+            .iter()
+            .filter_map(|s| s.counters.get("held"))
+            .sum::<u64>();
+        *drops.entry("restart_hold").or_default() += held;
     }
     for (reason, n) in &drops {
         o.sample("xvs_drops_total", &[("reason", reason)], f(*n));
@@ -297,11 +413,11 @@ pub fn render(stats: &StatsView, services: &[ServiceView], probes: &ProbeCounts)
             |w| w.expired_flows,
         ),
     ];
+    let labels: Vec<WorkerLabels> = stats.workers.iter().map(WorkerLabels::of).collect();
     for (name, help, get) in per_worker {
         o.family(name, "counter", help);
-        for w in &stats.workers {
-            let idx = w.index.to_string();
-            o.sample(name, &[("worker", &idx)], f(get(w)));
+        for (w, l) in stats.workers.iter().zip(&labels) {
+            o.sample(name, &l.get(), f(get(w)));
         }
     }
     o.family(
@@ -310,11 +426,10 @@ pub fn render(stats: &StatsView, services: &[ServiceView], probes: &ProbeCounts)
         "Time the worker spent in polls that moved frames; the rest of its (busy-polling) \
          core's time found empty rings.",
     );
-    for w in &stats.workers {
-        let idx = w.index.to_string();
+    for (w, l) in stats.workers.iter().zip(&labels) {
         o.sample(
             "xvs_worker_busy_seconds_total",
-            &[("worker", &idx)],
+            &l.get(),
             w.busy_ns as f64 / 1e9,
         );
     }
@@ -323,13 +438,8 @@ pub fn render(stats: &StatsView, services: &[ServiceView], probes: &ProbeCounts)
         "gauge",
         "Snapshot generation each worker last loaded.",
     );
-    for w in &stats.workers {
-        let idx = w.index.to_string();
-        o.sample(
-            "xvs_worker_snapshot_generation",
-            &[("worker", &idx)],
-            f(w.generation),
-        );
+    for (w, l) in stats.workers.iter().zip(&labels) {
+        o.sample("xvs_worker_snapshot_generation", &l.get(), f(w.generation));
     }
 
     // Services and backends.
@@ -542,18 +652,7 @@ pub fn render(stats: &StatsView, services: &[ServiceView], probes: &ProbeCounts)
         "Generation of the published snapshot.",
         f(stats.generation),
     );
-    o.single(
-        "xvs_sync_duration_seconds",
-        "gauge",
-        "Duration of the last sync (snapshot build and publish).",
-        stats.sync.last_duration_s,
-    );
-    o.single(
-        "xvs_last_sync_timestamp_seconds",
-        "gauge",
-        "Unix time of the last successful sync (0 before the first).",
-        stats.sync.last_sync_unix_s.unwrap_or(0.0),
-    );
+    sync(&mut o, &stats.sync);
     o.single(
         "xvs_syncs_total",
         "counter",
@@ -660,5 +759,33 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("xvs_drops_total{reason=\"tx_no_port\"} 3"));
+    }
+
+    #[test]
+    fn unresolved_next_hops_uninjected_pass_frames_and_held_frames_are_drops() {
+        let c = WorkerCounters {
+            slow: 4,
+            pass: 10,
+            pass_injected: 7,
+            ..WorkerCounters::default()
+        };
+        let mut held = crate::admin::views::SteerView::default();
+        held.counters.insert("held".to_owned(), 5);
+        let stats = StatsView {
+            workers: vec![
+                WorkerView::from_counters(0, &c),
+                WorkerView::from_counters(1, &c),
+            ],
+            steering: vec![held.clone(), held],
+            ..StatsView::default()
+        };
+        let text = render(&stats, &[], &ProbeCounts::default());
+        for line in [
+            "xvs_drops_total{reason=\"next_hop_unresolved\"} 8\n",
+            "xvs_drops_total{reason=\"pass_not_injected\"} 6\n",
+            "xvs_drops_total{reason=\"restart_hold\"} 10\n",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
     }
 }

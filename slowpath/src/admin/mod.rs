@@ -74,8 +74,10 @@
 //! The server decouples from the daemon's types through [`AdminSource`]; [`views`] holds
 //! helpers that turn the daemon's snapshot, flow table and counters into the JSON types.
 
+pub mod histogram;
 mod http;
 pub mod metrics;
+pub mod process;
 mod routes;
 mod socket;
 pub mod views;

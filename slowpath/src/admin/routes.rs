@@ -15,6 +15,7 @@ use tracing::warn;
 
 use super::http::{Exposure, ListenerStats};
 use super::metrics::{self, ProbeCounts};
+use super::process;
 use super::views::{FlowsResponse, HealthzBody, ServicesResponse};
 use super::{
     AdminSource, ControlAction, FLOWS_DEFAULT, FLOWS_MAX, METRICS_CONTENT_TYPE, evaluate,
@@ -111,6 +112,11 @@ async fn metrics(State(api): Shared) -> Response {
             };
             let mut body = metrics::render(&stats, &services, &probes);
             api.render_server_metrics(&mut body);
+            process::render(
+                &mut body,
+                &process::BUILD_INFO,
+                &process::ProcessStats::read(),
+            );
             (
                 StatusCode::OK,
                 [(CONTENT_TYPE, HeaderValue::from_static(METRICS_CONTENT_TYPE))],

@@ -17,6 +17,8 @@ use flowtable::{FlowState, FlowTable, FlowTableStats, FlowView};
 use lb_algos::ConnCounts;
 use serde::{Deserialize, Serialize};
 
+pub use super::histogram::HistogramView;
+
 /// `GET /v1/services`: `{"services": [ServiceView...]}`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ServicesResponse {
@@ -464,6 +466,12 @@ pub struct GovernanceView {
 pub struct WorkerView {
     /// Worker index.
     pub index: usize,
+    /// The queue it serves on each of its interfaces.
+    #[serde(default)]
+    pub queue: u32,
+    /// The interfaces it serves (its queue on each), in port order.
+    #[serde(default)]
+    pub interfaces: Vec<String>,
     /// Frames received.
     pub rx: u64,
     /// Frames transmitted.
@@ -499,16 +507,19 @@ pub struct WorkerView {
     pub busy_ns: u64,
     /// The snapshot generation the worker last loaded.
     pub generation: u64,
-    /// Drops by reason (`DropReason::name()`, and `tx_ring_full`, `tx_no_port`), every
-    /// reason present.
+    /// Drops by reason (`DropReason::name()`, and `tx_ring_full`, `tx_no_port`,
+    /// `next_hop_unresolved`, `pass_not_injected`), every reason present.
     pub drops: BTreeMap<String, u64>,
 }
 
 impl WorkerView {
-    /// The view of one worker's counters.
+    /// The view of one worker's counters (`queue` and `interfaces` left empty: see
+    /// [`WorkerView::serving`]).
     pub fn from_counters(index: usize, c: &WorkerCounters) -> WorkerView {
         WorkerView {
             index,
+            queue: 0,
+            interfaces: Vec::new(),
             rx: c.rx,
             tx: c.tx,
             tx_ring_full: c.tx_ring_full,
@@ -523,17 +534,32 @@ impl WorkerView {
             expired_flows: c.expired,
             busy_ns: c.busy_ns,
             generation: c.generation,
-            // Every loss: the pipeline's reasons, and the frames the worker could not
-            // transmit (a full tx ring, no socket on the port).
+            // Every loss: the pipeline's reasons, the frames the worker could not transmit
+            // (a full tx ring, no socket on the port), the frames held back for a next hop
+            // the kernel has not resolved (`Slow`: recycled, a later frame goes through),
+            // and the frames for the kernel that did not reach it (no exception device, or
+            // its queue was full).
             drops: DropReason::ALL
                 .iter()
                 .map(|r| (r.name().to_owned(), c.dropped(*r)))
                 .chain([
                     ("tx_ring_full".to_owned(), c.tx_ring_full),
                     ("tx_no_port".to_owned(), c.tx_no_port),
+                    ("next_hop_unresolved".to_owned(), c.slow),
+                    (
+                        "pass_not_injected".to_owned(),
+                        c.pass.saturating_sub(c.pass_injected),
+                    ),
                 ])
                 .collect(),
         }
+    }
+
+    /// This view for a worker serving `queue` on `interfaces`.
+    pub fn serving(mut self, queue: u32, interfaces: &[String]) -> WorkerView {
+        self.queue = queue;
+        self.interfaces = interfaces.to_vec();
+        self
     }
 }
 
@@ -657,6 +683,28 @@ pub struct SyncView {
     pub last_sync_unix_s: Option<f64>,
     /// How long the last sync took (build + publish), seconds.
     pub last_duration_s: f64,
+    /// Every sync's duration (build + publish), kube-proxy's
+    /// `sync_proxy_rules_duration_seconds` buckets.
+    #[serde(default)]
+    pub duration: HistogramView,
+    /// Network programming latency: from the `endpoints.kubernetes.io/last-change-trigger-time`
+    /// of each changed EndpointSlice to the publish of the snapshot that has the change,
+    /// kube-proxy's `network_programming_duration_seconds` buckets (Kubernetes source only).
+    #[serde(default)]
+    pub network_programming: HistogramView,
+    /// Service changes received from the API server not yet in a model handed to the
+    /// controller (distinct Services).
+    #[serde(default)]
+    pub service_changes_pending: u64,
+    /// EndpointSlice changes received not yet in a model (distinct EndpointSlices).
+    #[serde(default)]
+    pub endpoint_changes_pending: u64,
+    /// Service changes received since start-up.
+    #[serde(default)]
+    pub service_changes: u64,
+    /// EndpointSlice changes received since start-up.
+    #[serde(default)]
+    pub endpoint_changes: u64,
     /// Snapshots published since start-up.
     #[serde(default)]
     pub syncs: u64,

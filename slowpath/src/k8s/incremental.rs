@@ -11,6 +11,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use config::Config;
 use fastpath::snapshot::{Frontend, ServiceSpec};
@@ -21,7 +22,7 @@ use super::translate::{
     NodeInfo, OrderKey, Translated, fmt_ip_port, order_key, service_key, slice_service,
     translate_service,
 };
-use super::{K8sModel, Problem};
+use super::{ANN_LAST_CHANGE_TRIGGER_TIME, K8sModel, Problem};
 
 /// (namespace, name) of a Service or of an EndpointSlice.
 type Key = (String, String);
@@ -53,6 +54,40 @@ pub struct IncrementalModel {
     dirty: HashSet<Key>,
     all_dirty: bool,
     merge: Merge,
+    /// What changed since the last model: for kube-proxy's pending-changes gauges.
+    changes: Changes,
+}
+
+/// Changes of the objects, counted like kube-proxy's change trackers.
+#[derive(Debug, Default)]
+struct Changes {
+    /// Services changed since the last model.
+    pending_services: HashSet<Key>,
+    /// EndpointSlices changed since the last model.
+    pending_slices: HashSet<Key>,
+    /// Service changes since the start.
+    services: u64,
+    /// EndpointSlice changes since the start.
+    slices: u64,
+    /// Trigger times older than this are ignored (`None`: none are recorded).
+    triggers_since: Option<SystemTime>,
+    /// Trigger times of the changed slices, by the Service they belong to.
+    triggers: HashMap<Key, Vec<SystemTime>>,
+    /// Trigger times of the changes in models already returned, not yet taken.
+    modelled: Vec<SystemTime>,
+}
+
+/// The `endpoints.kubernetes.io/last-change-trigger-time` of `slice`: when the change of
+/// Pods or Services that made the endpoints controller write it happened (RFC 3339).
+pub fn last_change_trigger_time(slice: &EndpointSlice) -> Option<SystemTime> {
+    let v = slice
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(ANN_LAST_CHANGE_TRIGGER_TIME)?;
+    let ts: k8s_openapi::jiff::Timestamp = v.parse().ok()?;
+    let ns = u64::try_from(ts.as_nanosecond()).ok()?;
+    Some(SystemTime::UNIX_EPOCH + Duration::from_nanos(ns))
 }
 
 impl IncrementalModel {
@@ -67,7 +102,49 @@ impl IncrementalModel {
             dirty: HashSet::new(),
             all_dirty: false,
             merge: Merge::default(),
+            changes: Changes::default(),
         }
+    }
+
+    /// Records the `last-change-trigger-time` of every EndpointSlice change from now on,
+    /// those later than `since` (the source's start: kube-proxy ignores older ones, which
+    /// the initial list would report with the age of the cluster). Without this call none
+    /// are recorded.
+    pub fn record_trigger_times_since(&mut self, since: SystemTime) {
+        self.changes.triggers_since = Some(since);
+    }
+
+    /// The trigger times of the EndpointSlice changes in the models returned so far, once:
+    /// for network programming latency. A slice deleted before its model was built
+    /// takes its trigger times with it (kube-proxy's rule: a deletion's time is not a
+    /// change's).
+    pub fn take_trigger_times(&mut self) -> Vec<SystemTime> {
+        std::mem::take(&mut self.changes.modelled)
+    }
+
+    /// Distinct (Services, EndpointSlices) changed since the last [`model`](Self::model):
+    /// kube-proxy's `sync_proxy_rules_{service,endpoint}_changes_pending`.
+    pub fn pending_changes(&self) -> (usize, usize) {
+        (
+            self.changes.pending_services.len(),
+            self.changes.pending_slices.len(),
+        )
+    }
+
+    /// (Service, EndpointSlice) changes since the start: adds, updates and deletes that
+    /// changed an object held (a relist counts only what differs).
+    pub fn changes_total(&self) -> (u64, u64) {
+        (self.changes.services, self.changes.slices)
+    }
+
+    fn service_changed(&mut self, key: &Key) {
+        self.changes.services += 1;
+        self.changes.pending_services.insert(key.clone());
+    }
+
+    fn slice_changed(&mut self, slice_key: &Key) {
+        self.changes.slices += 1;
+        self.changes.pending_slices.insert(slice_key.clone());
     }
 
     /// This node. A change retranslates every Service.
@@ -111,6 +188,7 @@ impl IncrementalModel {
         match self.services.get(&key) {
             Some(old) if Arc::ptr_eq(old, &svc) || **old == *svc => {}
             _ => {
+                self.service_changed(&key);
                 self.services.insert(key.clone(), svc);
                 self.dirty.insert(key);
             }
@@ -121,6 +199,7 @@ impl IncrementalModel {
     pub fn delete_service(&mut self, namespace: &str, name: &str) {
         let key = key_of(namespace, name);
         if self.services.remove(&key).is_some() {
+            self.service_changed(&key);
             self.dirty.insert(key);
         }
     }
@@ -143,7 +222,18 @@ impl IncrementalModel {
         match slices.get(name) {
             Some(old) if Arc::ptr_eq(old, &slice) || **old == *slice => {}
             _ => {
+                let trigger = last_change_trigger_time(&slice);
                 slices.insert(skey.1.clone(), slice);
+                self.slice_changed(&skey);
+                if let (Some(t), Some(since)) = (trigger, self.changes.triggers_since)
+                    && t > since
+                {
+                    self.changes
+                        .triggers
+                        .entry(owner.clone())
+                        .or_default()
+                        .push(t);
+                }
                 self.slice_owner.insert(skey, owner.clone());
                 self.dirty.insert(owner);
             }
@@ -152,9 +242,12 @@ impl IncrementalModel {
 
     /// Removes an EndpointSlice.
     pub fn delete_slice(&mut self, namespace: &str, name: &str) {
-        let Some(owner) = self.slice_owner.remove(&key_of(namespace, name)) else {
+        let skey = key_of(namespace, name);
+        let Some(owner) = self.slice_owner.remove(&skey) else {
             return;
         };
+        self.slice_changed(&skey);
+        self.changes.triggers.remove(&owner);
         if let Some(slices) = self.slices.get_mut(&owner) {
             slices.remove(name);
             if slices.is_empty() {
@@ -207,6 +300,10 @@ impl IncrementalModel {
     /// Brings the model up to date (translating the Services that changed) and returns it.
     pub fn model(&mut self) -> &K8sModel {
         self.update();
+        let c = &mut self.changes;
+        c.pending_services.clear();
+        c.pending_slices.clear();
+        c.modelled.extend(c.triggers.drain().flat_map(|(_, t)| t));
         &self.merge.model
     }
 
@@ -593,5 +690,139 @@ fn unclaim(claims: &mut HashMap<Frontend, Claim>, f: &Frontend, c: Claimant) {
             }
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod change_tests {
+    //! kube-proxy's change tracking: pending changes and trigger times.
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn service(name: &str, ip: &str) -> Arc<Service> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"namespace": "ns", "name": name},
+                "spec": {"type": "ClusterIP", "clusterIP": ip, "clusterIPs": [ip],
+                         "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]},
+            }))
+            .unwrap(),
+        )
+    }
+
+    /// A slice of `ns/svc` with one ready endpoint, triggered at `trigger` (RFC 3339).
+    fn slice(name: &str, svc: &str, addr: &str, trigger: Option<&str>) -> Arc<EndpointSlice> {
+        let mut meta = json!({"namespace": "ns", "name": name,
+                              "labels": {"kubernetes.io/service-name": svc}});
+        if let Some(t) = trigger {
+            meta["annotations"] = json!({ ANN_LAST_CHANGE_TRIGGER_TIME: t });
+        }
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": meta,
+                "addressType": "IPv4",
+                "ports": [{"name": "http", "port": 80, "protocol": "TCP"}],
+                "endpoints": [{"addresses": [addr], "conditions": {"ready": true}}],
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn model() -> IncrementalModel {
+        let cfg = config::parse("[kubernetes]\n", "t.toml").unwrap();
+        IncrementalModel::new(&cfg, NodeInfo::default())
+    }
+
+    fn at(s: u64, nanos: u32) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::new(s, nanos)
+    }
+
+    #[test]
+    fn the_trigger_time_annotation_parses_as_rfc3339() {
+        let t = |v| last_change_trigger_time(&slice("s", "web", "198.18.1.1", Some(v)));
+        assert_eq!(t("2024-05-01T12:34:56Z"), Some(at(1_714_566_896, 0)));
+        assert_eq!(
+            t("2024-05-01T12:34:56.789123Z"),
+            Some(at(1_714_566_896, 789_123_000))
+        );
+        assert_eq!(t("2024-05-01T14:34:56+02:00"), Some(at(1_714_566_896, 0)));
+        assert_eq!(t("yesterday"), None);
+        assert_eq!(
+            last_change_trigger_time(&slice("s", "web", "198.18.1.1", None)),
+            None
+        );
+    }
+
+    #[test]
+    fn pending_changes_count_distinct_objects_until_the_next_model() {
+        let mut m = model();
+        m.apply_service(service("web", "198.18.100.1"));
+        m.apply_slice(slice("web-a", "web", "198.18.1.1", None));
+        m.apply_slice(slice("web-a", "web", "198.18.1.2", None));
+        m.apply_slice(slice("web-b", "web", "198.18.1.3", None));
+        // Re-applying an unchanged object is no change.
+        m.apply_slice(slice("web-b", "web", "198.18.1.3", None));
+        assert_eq!(m.pending_changes(), (1, 2));
+        assert_eq!(m.changes_total(), (1, 3));
+        m.model();
+        assert_eq!(m.pending_changes(), (0, 0));
+        m.delete_slice("ns", "web-a");
+        m.delete_service("ns", "web");
+        // Deleting what is not there changes nothing.
+        m.delete_slice("ns", "nope");
+        assert_eq!(m.pending_changes(), (1, 1));
+        assert_eq!(m.changes_total(), (2, 4));
+    }
+
+    #[test]
+    fn trigger_times_after_the_start_reach_the_next_model_once() {
+        let mut m = model();
+        m.apply_service(service("web", "198.18.100.1"));
+        // Not recording yet: nothing is kept.
+        m.apply_slice(slice(
+            "web-a",
+            "web",
+            "198.18.1.1",
+            Some("2024-05-01T12:00:00Z"),
+        ));
+        m.record_trigger_times_since(at(1_714_564_800, 0));
+        // Older than the start (the initial list of an old cluster): ignored.
+        m.apply_slice(slice(
+            "web-b",
+            "web",
+            "198.18.1.2",
+            Some("2024-05-01T11:00:00Z"),
+        ));
+        m.apply_slice(slice(
+            "web-a",
+            "web",
+            "198.18.1.4",
+            Some("2024-05-01T12:00:01Z"),
+        ));
+        m.apply_slice(slice(
+            "web-b",
+            "web",
+            "198.18.1.5",
+            Some("2024-05-01T12:00:02Z"),
+        ));
+        // Taken only once a model has them.
+        assert_eq!(m.take_trigger_times(), vec![]);
+        m.model();
+        let mut t = m.take_trigger_times();
+        t.sort();
+        assert_eq!(t, vec![at(1_714_564_801, 0), at(1_714_564_802, 0)]);
+        assert_eq!(m.take_trigger_times(), vec![]);
+        // A deletion drops the Service's pending trigger times (kube-proxy's rule).
+        m.apply_slice(slice(
+            "web-a",
+            "web",
+            "198.18.1.6",
+            Some("2024-05-01T12:00:03Z"),
+        ));
+        m.delete_slice("ns", "web-b");
+        m.model();
+        assert_eq!(m.take_trigger_times(), vec![]);
     }
 }

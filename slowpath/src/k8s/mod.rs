@@ -37,7 +37,7 @@ use std::fmt;
 
 use fastpath::snapshot::ServiceSpec;
 
-pub use incremental::IncrementalModel;
+pub use incremental::{IncrementalModel, last_change_trigger_time};
 pub use source::{SourceHandle, SourceStats, connect, node_name, spawn, watch};
 pub use translate::{NodeInfo, build_model, build_specs};
 
@@ -66,6 +66,9 @@ pub const ANN_NEW_CONN_BURST: &str = "xvs.io/new-conn-burst";
 /// Annotation: the SYN proxy of every TCP spec of the Service, `off`, `on` or `auto`
 /// (default: `[synproxy] mode`).
 pub const ANN_SYNPROXY: &str = "xvs.io/synproxy";
+/// Annotation on EndpointSlices: when the change that made the endpoints controller write
+/// the slice happened (the start of network programming latency).
+pub const ANN_LAST_CHANGE_TRIGGER_TIME: &str = "endpoints.kubernetes.io/last-change-trigger-time";
 /// Legacy annotation carrying load-balancer source ranges when the field is empty.
 pub const ANN_LB_SOURCE_RANGES: &str = "service.beta.kubernetes.io/load-balancer-source-ranges";
 
@@ -110,6 +113,10 @@ pub struct K8sModel {
     pub health_check_node_ports: Vec<HealthCheckNodePort>,
     /// What was ignored.
     pub problems: Vec<Problem>,
+    /// The `last-change-trigger-time`s of the EndpointSlice changes this model is the first
+    /// to carry (see [`IncrementalModel::take_trigger_times`]): network programming latency
+    /// is measured from them to the publish of the model. Empty from [`build_model`].
+    pub trigger_times: Vec<std::time::SystemTime>,
 }
 
 /// Why the Kubernetes source could not start.

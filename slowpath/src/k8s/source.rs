@@ -62,6 +62,31 @@ pub struct SourceStats {
     pub watch_errors: AtomicU64,
     /// Whether every watcher has completed its initial list at least once.
     pub synced: AtomicBool,
+    /// Services changed since the last model (kube-proxy's
+    /// `sync_proxy_rules_service_changes_pending`).
+    pub service_changes_pending: AtomicU64,
+    /// EndpointSlices changed since the last model (`..._endpoint_changes_pending`).
+    pub endpoint_changes_pending: AtomicU64,
+    /// Service changes since the start (`..._service_changes_total`).
+    pub service_changes: AtomicU64,
+    /// EndpointSlice changes since the start (`..._endpoint_changes_total`).
+    pub endpoint_changes: AtomicU64,
+}
+
+impl SourceStats {
+    /// Stores `model`'s change counts.
+    fn changes(&self, model: &IncrementalModel) {
+        let n = |x: usize| u64::try_from(x).unwrap_or(u64::MAX);
+        let (services, slices) = model.pending_changes();
+        let (services_total, slices_total) = model.changes_total();
+        self.service_changes_pending
+            .store(n(services), Ordering::Relaxed);
+        self.endpoint_changes_pending
+            .store(n(slices), Ordering::Relaxed);
+        self.service_changes
+            .store(services_total, Ordering::Relaxed);
+        self.endpoint_changes.store(slices_total, Ordering::Relaxed);
+    }
 }
 
 /// The running source. Dropping it stops the thread (and waits for it).
@@ -285,6 +310,8 @@ pub async fn watch(
     let mut last_build: Option<Instant> = None;
     let mut logged: HashSet<Problem> = HashSet::new();
     let mut model = IncrementalModel::new(cfg, NodeInfo::resolve(cfg, &node_name, None));
+    // Network programming latency counts from changes made after the source started.
+    model.record_trigger_times_since(SystemTime::now());
     let mut node: Option<Node> = None;
     let (mut svc_list, mut slice_list, mut node_list) = (Relist(None), Relist(None), Relist(None));
 
@@ -316,7 +343,9 @@ pub async fn watch(
                     // come out the same cost nothing further).
                     model.mark_all_dirty();
                 }
-                let m = model.model().clone();
+                let mut m = model.model().clone();
+                m.trigger_times = model.take_trigger_times();
+                stats.changes(&model);
                 publish_stats(&stats, &m, model.services(), model.endpoint_slices(), t0.elapsed());
                 log_problems(&m.problems, &mut logged);
                 on_model(m);
@@ -388,6 +417,7 @@ pub async fn watch(
                 model.set_node(NodeInfo::resolve(cfg, &node_name, node.as_ref()));
             }
         }
+        stats.changes(&model);
         if init_done {
             synced[i] = true;
             if synced.iter().all(|s| *s) {

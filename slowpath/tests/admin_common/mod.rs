@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use slowpath::admin::histogram::{Histogram, NETWORK_PROGRAMMING_BUCKETS, SYNC_DURATION_BUCKETS};
 use slowpath::admin::{
     self, AdminConfig, AdminError, AdminLimits, AdminServer, AdminSource, BackendView,
     ControlAction, ControlFuture, FlowTableView, FlowViewJson, FlowsResponse, FrontendView,
@@ -168,6 +169,8 @@ impl AdminSource for Fake {
             workers: (0..2)
                 .map(|i| WorkerView {
                     index: i,
+                    queue: i as u32,
+                    interfaces: vec!["eth0".into(), "eth1".into()],
                     rx: 100 + i as u64,
                     tx: 90,
                     drops: drops.clone(),
@@ -197,6 +200,12 @@ impl AdminSource for Fake {
                 syncs: 3,
                 reloads_ok: 1,
                 reloads_failed: 2,
+                duration: sync_durations().view(),
+                network_programming: programming_latencies().view(),
+                service_changes_pending: 1,
+                endpoint_changes_pending: 4,
+                service_changes: 12,
+                endpoint_changes: 40,
             },
             governance: admin::GovernanceView {
                 frozen: true,
@@ -240,6 +249,24 @@ impl AdminSource for Fake {
                 .map_err(|e| e.to_string())?
         })
     }
+}
+
+/// The fake's sync durations: 3 syncs of 0.004 s, 0.1 s and 20 s (past the last bucket).
+pub fn sync_durations() -> Histogram {
+    let h = Histogram::new(&SYNC_DURATION_BUCKETS);
+    for v in [0.004, 0.1, 20.0] {
+        h.observe(v);
+    }
+    h
+}
+
+/// The fake's network programming latencies: 0.3 s, 1 s (on a bound) and 61 s.
+pub fn programming_latencies() -> Histogram {
+    let h = Histogram::new(&NETWORK_PROGRAMMING_BUCKETS);
+    for v in [0.3, 1.0, 61.0] {
+        h.observe(v);
+    }
+    h
 }
 
 /// A server running on a runtime of its own.
