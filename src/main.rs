@@ -56,10 +56,10 @@ enum Command {
         /// The config file.
         #[arg(long, short)]
         config: PathBuf,
-        /// Input capture (pcap, Ethernet).
+        /// Input capture: pcap or pcapng; Ethernet, Linux cooked (SLL, SLL2) or raw IP.
         #[arg(long = "in")]
         input: PathBuf,
-        /// Output capture: every frame xvs would transmit.
+        /// Output capture (pcap, Ethernet): every frame xvs would transmit.
         #[arg(long = "out")]
         output: PathBuf,
         /// JSON lines, one per input frame: its verdict and drop reason (`-`: stdout).
