@@ -80,9 +80,22 @@ enum Command {
     Flows {
         #[command(flatten)]
         admin: AdminArgs,
-        /// At most this many flows.
+        /// At most this many flows (the server allows 1 to 10000).
         #[arg(long, default_value_t = 100)]
         limit: usize,
+        /// Only flows of this service, as `xvs services` names it (`namespace/name` takes
+        /// every port of a Kubernetes Service).
+        #[arg(long)]
+        service: Option<String>,
+        /// Only flows to this backend: IP or IP:PORT.
+        #[arg(long)]
+        backend: Option<String>,
+        /// Only flows from this client: IP or IP/PREFIX.
+        #[arg(long)]
+        client: Option<String>,
+        /// Only flows to this frontend: IP or IP:PORT.
+        #[arg(long)]
+        vip: Option<String>,
     },
     /// Refuse new flows (of the node, or of one service) while established ones continue
     /// (control socket, `[admin] enable_control`).
@@ -280,8 +293,23 @@ fn main() -> ExitCode {
         Command::Services { admin } => {
             status::main(status::StatusCmd::Services, &admin.endpoint(), admin.json)
         }
-        Command::Flows { admin, limit } => status::main(
-            status::StatusCmd::Flows { limit },
+        Command::Flows {
+            admin,
+            limit,
+            service,
+            backend,
+            client,
+            vip,
+        } => status::main(
+            status::StatusCmd::Flows {
+                limit,
+                filter: status::FlowQuery {
+                    service,
+                    backend,
+                    client,
+                    vip,
+                },
+            },
             &admin.endpoint(),
             admin.json,
         ),

@@ -14,8 +14,8 @@ use fastpath::steer::SteerCounters;
 use fastpath::worker::WorkerStats;
 use flowtable::FlowTable;
 use slowpath::admin::{
-    AdminSource, BgpView, ControlAction, ControlFuture, FlowTableView, FlowViewJson,
-    GovernanceView, HealthView, ServiceView, StatsView, SteerView, SyncView, WorkerView,
+    AdminSource, BgpView, ControlAction, ControlFuture, FlowFilter, FlowTableView, FlowViewJson,
+    FlowsPage, GovernanceView, HealthView, ServiceView, StatsView, SteerView, SyncView, WorkerView,
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -125,8 +125,14 @@ impl AdminSource for DaemonState {
         ServiceView::from_snapshot(&self.snapshot.load(), &*self.flows)
     }
 
-    fn flows(&self, limit: usize) -> Vec<FlowViewJson> {
-        FlowViewJson::collect(&self.flows, &self.snapshot.load(), limit, Instant::now())
+    fn flows(&self, filter: &FlowFilter, limit: usize) -> FlowsPage {
+        FlowViewJson::collect(
+            &self.flows,
+            &self.snapshot.load(),
+            filter,
+            limit,
+            Instant::now(),
+        )
     }
 
     fn stats(&self) -> StatsView {
