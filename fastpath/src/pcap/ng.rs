@@ -589,6 +589,34 @@ mod tests {
         );
     }
 
+    /// Every truncation and every single-byte corruption of a valid file reads to an end or
+    /// an error, never a panic.
+    #[test]
+    fn no_panic_on_damaged_files() {
+        for be in [false, true] {
+            let mut f = ng(be);
+            f.shb()
+                .idb(
+                    1,
+                    0,
+                    &[(OPT_IF_TSRESOL, &[0x94]), (OPT_IF_TSOFFSET, &[1; 8])],
+                )
+                .epb(0, u64::MAX, &[1, 2, 3, 4, 5], 9)
+                .spb(&[6; 6])
+                .block(4, &[0; 8]);
+            for n in 0..f.out.len() {
+                let _ = read_all(&f.out[..n]);
+            }
+            for i in 0..f.out.len() {
+                for v in [0x00, 0x7f, 0xff] {
+                    let mut bad = f.out.clone();
+                    bad[i] = v;
+                    let _ = read_all(&bad);
+                }
+            }
+        }
+    }
+
     #[test]
     fn corrupt_files_are_errors() {
         let mut f = ng(false);
