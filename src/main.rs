@@ -69,10 +69,10 @@ enum Command {
         /// The config file.
         #[arg(long, short)]
         config: PathBuf,
-        /// Input capture (pcap, Ethernet).
+        /// Input capture: pcap or pcapng; Ethernet, Linux cooked (SLL, SLL2) or raw IP.
         #[arg(long = "in")]
         input: PathBuf,
-        /// Output capture: every frame xvs would transmit.
+        /// Output capture (pcap, Ethernet): every frame xvs would transmit.
         #[arg(long = "out")]
         output: PathBuf,
         /// JSON lines, one per input frame: its verdict and drop reason (`-`: stdout).
@@ -100,9 +100,22 @@ enum Command {
     Flows {
         #[command(flatten)]
         admin: AdminArgs,
-        /// At most this many flows.
+        /// At most this many flows (the server allows 1 to 10000).
         #[arg(long, default_value_t = 100)]
         limit: usize,
+        /// Only flows of this service, as `xvs services` names it (`namespace/name` takes
+        /// every port of a Kubernetes Service).
+        #[arg(long)]
+        service: Option<String>,
+        /// Only flows to this backend: IP or IP:PORT.
+        #[arg(long)]
+        backend: Option<String>,
+        /// Only flows from this client: IP or IP/PREFIX.
+        #[arg(long)]
+        client: Option<String>,
+        /// Only flows to this frontend: IP or IP:PORT.
+        #[arg(long)]
+        vip: Option<String>,
     },
     /// Refuse new flows (of the node, or of one service) while established ones continue
     /// (control socket, `[admin] enable_control`).
@@ -319,8 +332,23 @@ fn main() -> ExitCode {
                 admin.json,
             )
         }
-        Command::Flows { admin, limit } => status::main(
-            status::StatusCmd::Flows { limit },
+        Command::Flows {
+            admin,
+            limit,
+            service,
+            backend,
+            client,
+            vip,
+        } => status::main(
+            status::StatusCmd::Flows {
+                limit,
+                filter: status::FlowQuery {
+                    service,
+                    backend,
+                    client,
+                    vip,
+                },
+            },
             &admin.endpoint(),
             admin.json,
         ),

@@ -1,5 +1,7 @@
 //! `xvs pcap --config F --in IN.pcap --out OUT.pcap [--report R.json | --report -]`: replay a capture
-//! through one fastpath pipeline built from the config (see `fastpath::pcap::replay`).
+//! through one fastpath pipeline built from the config (see `fastpath::pcap::replay`). The
+//! input is pcap or pcapng, Ethernet, Linux cooked (`tcpdump -i any`) or raw IP; the output
+//! is Ethernet pcap.
 //!
 //! Exit codes: 0 done, 1 the capture could not be read or an output could not be written,
 //! 2 the config is invalid or its services cannot be built.
@@ -46,8 +48,15 @@ pub fn main(config: &Path, input: &Path, output: &Path, report: Option<&Path>) -
     match result {
         Ok(s) => {
             let c = &s.counters;
+            let skipped: u64 = s.skipped.values().sum();
+            let skipped = if skipped == 0 {
+                String::new()
+            } else {
+                let why: Vec<String> = s.skipped.iter().map(|(r, n)| format!("{r} {n}")).collect();
+                format!(", {skipped} skipped ({})", why.join(", "))
+            };
             eprintln!(
-                "xvs pcap: {} frames: {} tx, {} drop, {} pass, {} slow; {} new flows; synproxy: {} syns, {} acks",
+                "xvs pcap: {} frames: {} tx, {} drop, {} pass, {} slow{skipped}; {} new flows; synproxy: {} syns, {} acks",
                 s.frames,
                 c.tx,
                 c.drops_total(),

@@ -86,6 +86,38 @@ pub enum ServicesShow {
     Rate,
 }
 
+/// `xvs flows` filters, as given (checked with the server's own parser before asking it).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FlowQuery {
+    /// `--service NAME` (`namespace/name` takes every port of a Kubernetes Service).
+    pub service: Option<String>,
+    /// `--backend IP[:PORT]`.
+    pub backend: Option<String>,
+    /// `--client IP[/PREFIX]`.
+    pub client: Option<String>,
+    /// `--vip IP[:PORT]`.
+    pub vip: Option<String>,
+}
+
+impl FlowQuery {
+    /// The `/v1/flows` path for `limit` and these filters; an error names the option.
+    fn path(&self, limit: usize) -> Result<String, String> {
+        let mut q = format!("limit={limit}");
+        for (k, v) in [
+            ("service", &self.service),
+            ("backend", &self.backend),
+            ("client", &self.client),
+            ("vip", &self.vip),
+        ] {
+            if let Some(v) = v {
+                let _ = write!(q, "&{k}={}", percent_encode(v));
+            }
+        }
+        slowpath::admin::FlowFilter::from_query(&q).map_err(|e| format!("flows: --{e}"))?;
+        Ok(format!("/v1/flows?{q}"))
+    }
+}
+
 /// What to show or do.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StatusCmd {
@@ -97,6 +129,8 @@ pub enum StatusCmd {
     Flows {
         /// At most this many (the server clamps to 1..=10000).
         limit: usize,
+        /// Only these flows.
+        filter: FlowQuery,
     },
     /// A control action (`freeze`, `unfreeze`, `drain`, `undrain`), for one service or the
     /// node.
@@ -157,8 +191,8 @@ fn run(cmd: StatusCmd, admin: &Endpoint, json: bool) -> Result<(String, bool), S
             }
             Ok((render_services(&r, show), true))
         }
-        StatusCmd::Flows { limit } => {
-            let path = format!("/v1/flows?limit={limit}");
+        StatusCmd::Flows { limit, filter } => {
+            let path = filter.path(limit)?;
             let (code, body) = get(admin, &path)?;
             expect_ok(admin, &path, code, &body)?;
             let r: FlowsResponse = parse(admin, &path, &body)?;
@@ -620,17 +654,29 @@ fn render_flows(r: &FlowsResponse) -> String {
         ],
         &rows,
     );
-    let _ = writeln!(
-        o,
-        "{} flows shown (limit {}{})",
-        r.flows.len(),
-        r.limit,
-        if r.flows.len() >= r.limit {
-            "; there may be more"
-        } else {
-            ""
-        }
-    );
+    if r.truncated {
+        let _ = writeln!(
+            o,
+            "showing {} of {} flows; use --limit (at most 10000) or narrow the filters",
+            r.flows.len(),
+            r.total_matched
+        );
+    } else if r.total_matched > 0 || r.flows.is_empty() {
+        let _ = writeln!(o, "{} flows shown (all that matched)", r.flows.len());
+    } else {
+        // An older xvs, which does not count.
+        let _ = writeln!(
+            o,
+            "{} flows shown (limit {}{})",
+            r.flows.len(),
+            r.limit,
+            if r.flows.len() >= r.limit {
+                "; there may be more"
+            } else {
+                ""
+            }
+        );
+    }
     o
 }
 
@@ -783,6 +829,20 @@ mod tests {
         t.join().unwrap();
     }
 
+    fn one_flow() -> FlowViewJson {
+        FlowViewJson {
+            protocol: "udp".into(),
+            client: "198.18.0.1:5353".parse().unwrap(),
+            vip: "198.18.100.1:53".parse().unwrap(),
+            backend: "198.18.1.1:53".parse().unwrap(),
+            snat: "198.18.0.254:20001".parse().unwrap(),
+            service: "dns".into(),
+            state: "UDP".into(),
+            idle_s: 1.25,
+            peer: false,
+        }
+    }
+
     #[test]
     fn services_stats_and_rates_like_ipvsadm() {
         let body = serde_json::to_string(&services()).unwrap();
@@ -835,17 +895,9 @@ mod tests {
     fn flows_table() {
         let flows = FlowsResponse {
             limit: 1,
-            flows: vec![FlowViewJson {
-                protocol: "udp".into(),
-                client: "198.18.0.1:5353".parse().unwrap(),
-                vip: "198.18.100.1:53".parse().unwrap(),
-                backend: "198.18.1.1:53".parse().unwrap(),
-                snat: "198.18.0.254:20001".parse().unwrap(),
-                service: "dns".into(),
-                state: "UDP".into(),
-                idle_s: 1.25,
-                peer: false,
-            }],
+            flows: vec![one_flow()],
+            total_matched: 123_456,
+            truncated: true,
         };
         let (addr, t) = server(
             vec![(
@@ -855,13 +907,73 @@ mod tests {
             )],
             1,
         );
-        let (out, _) = run(StatusCmd::Flows { limit: 1 }, &Endpoint::Tcp(addr), false).unwrap();
+        let cmd = StatusCmd::Flows {
+            limit: 1,
+            filter: FlowQuery::default(),
+        };
+        let (out, _) = run(cmd, &Endpoint::Tcp(addr), false).unwrap();
         let lines: Vec<&str> = out.lines().collect();
         assert!(lines[0].starts_with("PROTO  CLIENT"), "{out}");
         assert!(lines[1].starts_with("udp    198.18.0.1:5353"), "{out}");
         assert!(lines[1].ends_with("UDP    1.2s  dns"), "{out}");
-        assert_eq!(lines[2], "1 flows shown (limit 1; there may be more)");
+        assert_eq!(
+            lines[2],
+            "showing 1 of 123456 flows; use --limit (at most 10000) or narrow the filters"
+        );
         t.join().unwrap();
+    }
+
+    #[test]
+    fn flows_filters_go_to_the_server_and_bad_ones_name_the_option() {
+        let flows = FlowsResponse {
+            limit: 5,
+            flows: vec![one_flow()],
+            total_matched: 1,
+            truncated: false,
+        };
+        let (addr, t) = server(
+            vec![(
+                "/v1/flows?limit=5&service=kube-system%2Fkube-dns%3Adns&backend=198.18.1.1%3A53&client=198.18.0.0%2F24&vip=%5B2001%3A2%3A%3A53%5D%3A53",
+                200,
+                serde_json::to_string(&flows).unwrap(),
+            )],
+            1,
+        );
+        let filter = FlowQuery {
+            service: Some("kube-system/kube-dns:dns".into()),
+            backend: Some("198.18.1.1:53".into()),
+            client: Some("198.18.0.0/24".into()),
+            vip: Some("[2001:2::53]:53".into()),
+        };
+        let cmd = StatusCmd::Flows { limit: 5, filter };
+        let (out, _) = run(cmd, &Endpoint::Tcp(addr), false).unwrap();
+        assert!(
+            out.ends_with("\n1 flows shown (all that matched)\n"),
+            "{out}"
+        );
+        t.join().unwrap();
+
+        // Refused before any request (nothing listens there).
+        let nowhere = Endpoint::Tcp("127.0.0.1:9".parse().unwrap());
+        for (filter, want) in [
+            (
+                FlowQuery {
+                    backend: Some("198.18.1".into()),
+                    ..FlowQuery::default()
+                },
+                "flows: --backend: \"198.18.1\" is not an IP address or IP:PORT",
+            ),
+            (
+                FlowQuery {
+                    client: Some("198.18.0.0/99".into()),
+                    ..FlowQuery::default()
+                },
+                "flows: --client: prefix \"99\" is not 0 to 32",
+            ),
+        ] {
+            let e = run(StatusCmd::Flows { limit: 5, filter }, &nowhere, false).unwrap_err();
+            assert_eq!(e, want);
+        }
     }
 
     #[test]

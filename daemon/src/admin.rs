@@ -15,8 +15,8 @@ use fastpath::worker::WorkerStats;
 use flowtable::FlowTable;
 use slowpath::admin::histogram::{Histogram, NETWORK_PROGRAMMING_BUCKETS, SYNC_DURATION_BUCKETS};
 use slowpath::admin::{
-    AdminSource, BgpView, ControlAction, ControlFuture, FlowTableView, FlowViewJson,
-    GovernanceView, HealthView, ServiceView, StatsView, SteerView, SyncView, WorkerView,
+    AdminSource, BgpView, ControlAction, ControlFuture, FlowFilter, FlowTableView, FlowViewJson,
+    FlowsPage, GovernanceView, HealthView, ServiceView, StatsView, SteerView, SyncView, WorkerView,
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -163,8 +163,14 @@ impl AdminSource for DaemonState {
         }
     }
 
-    fn flows(&self, limit: usize) -> Vec<FlowViewJson> {
-        FlowViewJson::collect(&self.flows, &self.snapshot.load(), limit, Instant::now())
+    fn flows(&self, filter: &FlowFilter, limit: usize) -> FlowsPage {
+        FlowViewJson::collect(
+            &self.flows,
+            &self.snapshot.load(),
+            filter,
+            limit,
+            Instant::now(),
+        )
     }
 
     fn stats(&self) -> StatsView {

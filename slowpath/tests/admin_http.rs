@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use slowpath::admin::{
-    self, AdminConfig, AdminError, AdminServer, AdminSource, ControlAction, FlowViewJson,
+    self, AdminConfig, AdminError, AdminServer, AdminSource, ControlAction, FlowFilter, FlowsPage,
     FlowsResponse, HealthView, ServiceView, ServicesResponse, StatsView,
 };
 
@@ -110,6 +110,12 @@ fn json_endpoints_have_their_shapes() {
         serde_json::from_str(&get(addr, "/v1/flows?x=1&limit=999999").body).unwrap();
     assert_eq!(f.limit, 10_000, "clamped");
     assert_eq!(get(addr, "/v1/flows?limit=abc").status, 400);
+    assert_eq!((f.total_matched, f.truncated), (250, false));
+    let j = get(addr, "/v1/flows?limit=7").json();
+    assert_eq!(
+        (j["total_matched"].as_u64(), j["truncated"].as_bool()),
+        (Some(250), Some(true))
+    );
 
     let r = get(addr, "/v1/stats");
     assert_eq!(r.status, 200);
@@ -448,8 +454,8 @@ fn control_defaults_to_not_supported() {
         fn services(&self) -> Vec<ServiceView> {
             Vec::new()
         }
-        fn flows(&self, _: usize) -> Vec<FlowViewJson> {
-            Vec::new()
+        fn flows(&self, _: &FlowFilter, _: usize) -> FlowsPage {
+            FlowsPage::default()
         }
         fn stats(&self) -> StatsView {
             StatsView::default()
@@ -607,5 +613,58 @@ fn one_listener_when_healthz_listen_equals_listen() {
     let s = Served::start(&cfg, Fake::new(), patient());
     assert_eq!(s.healthz, None);
     assert_eq!(get(s.listen, "/healthz").status, 200);
+    s.stop();
+}
+
+#[test]
+fn flows_filter_before_the_limit_and_say_when_they_truncate() {
+    let fake = Fake::new();
+    let s = serve(&fake);
+    let addr = s.listen;
+    let flows = |q: &str| -> FlowsResponse {
+        let r = get(addr, &format!("/v1/flows?{q}"));
+        assert_eq!(r.status, 200, "{q}: {}", r.body);
+        serde_json::from_str(&r.body).unwrap()
+    };
+    // 25 flows of dns (every tenth), 5 of them shown.
+    let f = flows("service=dns&limit=5");
+    assert_eq!((f.flows.len(), f.total_matched, f.truncated), (5, 25, true));
+    assert!(f.flows.iter().all(|f| f.service == "dns"));
+    assert_eq!(f.flows[0], flow(9), "the first match, not the first flow");
+    // Odd flows go to 198.18.1.2; with the port, and the client's /24.
+    let f = flows("backend=198.18.1.2");
+    assert_eq!(
+        (f.flows.len(), f.total_matched, f.truncated),
+        (100, 125, true)
+    );
+    let f = flows("backend=198.18.1.2:8080&client=198.18.2.0/24&limit=1000");
+    assert_eq!(
+        (f.flows.len(), f.total_matched, f.truncated),
+        (25, 25, false)
+    );
+    assert!(
+        f.flows
+            .iter()
+            .all(|f| f.client.ip().to_string() == "198.18.2.1")
+    );
+    let f = flows("backend=198.18.1.2:9999");
+    assert_eq!((f.flows.len(), f.total_matched, f.truncated), (0, 0, false));
+    let f = flows("vip=198.18.100.1:80&service=web&client=198.18.0.1");
+    assert_eq!(f.total_matched, 180);
+    // Percent-encoded values, as `xvs flows` sends them.
+    let f = flows("client=198.18.2.0%2F23&backend=%5B2001%3A2%3A%3A1%5D%3A80");
+    assert_eq!(f.total_matched, 0);
+
+    for (q, names) in [
+        ("backend=198.18.1", "backend"),
+        ("client=198.18.0.0/40", "client"),
+        ("vip=web", "vip"),
+        ("client=nope&limit=5", "client"),
+    ] {
+        let r = get(addr, &format!("/v1/flows?{q}"));
+        assert_eq!(r.status, 400, "{q}");
+        let e = r.json()["error"].as_str().unwrap().to_owned();
+        assert!(e.starts_with(&format!("{names}: ")), "{q}: {e}");
+    }
     s.stop();
 }

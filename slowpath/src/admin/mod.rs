@@ -74,6 +74,7 @@
 //! The server decouples from the daemon's types through [`AdminSource`]; [`views`] holds
 //! helpers that turn the daemon's snapshot, flow table and counters into the JSON types.
 
+pub mod flows;
 pub mod histogram;
 mod http;
 pub mod metrics;
@@ -86,6 +87,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
+pub use flows::FlowFilter;
 pub use http::{
     AdminConfig, AdminError, AdminLimits, AdminServer, BLOCKING_MAX, BODY_MAX, HEAD_MAX,
     HEADER_TIMEOUT, MAX_CONNECTIONS, REQUEST_TIMEOUT, SHUTDOWN_GRACE, WRITE_TIMEOUT,
@@ -168,8 +170,9 @@ pub type ControlFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>
 pub trait AdminSource: Send + Sync + 'static {
     /// Services of the published snapshot, with backend connection counts.
     fn services(&self) -> Vec<ServiceView>;
-    /// Up to `limit` flows of the flow table (see [`FlowViewJson::collect`]).
-    fn flows(&self, limit: usize) -> Vec<FlowViewJson>;
+    /// Up to `limit` flows of the flow table that match `filter`, and how many matched in
+    /// all (see [`FlowViewJson::collect`]).
+    fn flows(&self, filter: &FlowFilter, limit: usize) -> FlowsPage;
     /// Counters: workers, flow table, steering, sync loop.
     fn stats(&self) -> StatsView;
     /// What `/healthz` and `/livez` decide from. Must not block.

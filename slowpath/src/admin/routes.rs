@@ -18,8 +18,8 @@ use super::metrics::{self, ProbeCounts};
 use super::process;
 use super::views::{FlowsResponse, HealthzBody, ServicesResponse};
 use super::{
-    AdminSource, ControlAction, FLOWS_DEFAULT, FLOWS_MAX, METRICS_CONTENT_TYPE, evaluate,
-    percent_decode, query_param, rfc3339,
+    AdminSource, ControlAction, FLOWS_DEFAULT, FLOWS_MAX, FlowFilter, METRICS_CONTENT_TYPE,
+    evaluate, percent_decode, query_param, rfc3339,
 };
 
 /// State shared by every listener of one server.
@@ -141,7 +141,12 @@ async fn services(State(api): Shared) -> Response {
 }
 
 async fn flows(State(api): Shared, RawQuery(q): RawQuery) -> Response {
-    let limit = match query_param(q.as_deref().unwrap_or(""), "limit") {
+    let query = q.as_deref().unwrap_or("");
+    let filter = match FlowFilter::from_query(query) {
+        Ok(f) => f,
+        Err(e) => return error(StatusCode::BAD_REQUEST, &e),
+    };
+    let limit = match query_param(query, "limit") {
         None | Some("") => FLOWS_DEFAULT,
         Some(v) => match v.parse::<usize>() {
             Ok(n) => n.clamp(1, FLOWS_MAX),
@@ -155,9 +160,20 @@ async fn flows(State(api): Shared, RawQuery(q): RawQuery) -> Response {
     };
     api.clone()
         .blocking(move || {
-            let mut flows = api.source.flows(limit);
+            let page = api.source.flows(&filter, limit);
+            let mut flows = page.flows;
             flows.truncate(limit);
-            json(StatusCode::OK, &FlowsResponse { limit, flows })
+            // A source's count cannot be below what it returned.
+            let total_matched = page.total_matched.max(flows.len() as u64);
+            json(
+                StatusCode::OK,
+                &FlowsResponse {
+                    limit,
+                    truncated: total_matched > flows.len() as u64,
+                    total_matched,
+                    flows,
+                },
+            )
         })
         .await
 }

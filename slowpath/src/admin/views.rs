@@ -234,13 +234,30 @@ impl ServiceView {
     }
 }
 
-/// `GET /v1/flows?limit=N`: `{"limit": N, "flows": [FlowViewJson...]}`.
+/// `GET /v1/flows?limit=N[&service=NAME][&backend=IP[:PORT]][&client=IP[/PREFIX]][&vip=IP[:PORT]]`:
+/// `{"limit": N, "flows": [FlowViewJson...], "total_matched": M, "truncated": M > N}`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct FlowsResponse {
     /// The limit applied (the request's, clamped to 1..=10000).
     pub limit: usize,
-    /// At most `limit` flows, in table order (not sorted).
+    /// At most `limit` flows that match the filters, in table order (not sorted).
     pub flows: Vec<FlowViewJson>,
+    /// How many flows of the table matched the filters (all flows without one), counted in
+    /// the same pass over the table (which workers change meanwhile: not a snapshot).
+    #[serde(default)]
+    pub total_matched: u64,
+    /// More flows matched than `flows` holds: raise `limit` or narrow the filters.
+    #[serde(default)]
+    pub truncated: bool,
+}
+
+/// What an [`AdminSource`](super::AdminSource) returns for `/v1/flows`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FlowsPage {
+    /// At most `limit` matching flows.
+    pub flows: Vec<FlowViewJson>,
+    /// Every matching flow, those in `flows` included.
+    pub total_matched: u64,
 }
 
 /// One flow of the flow table.
@@ -285,31 +302,41 @@ impl FlowViewJson {
         }
     }
 
-    /// Up to `limit` flows of `table`, named after `snap`'s services. Reads the table in
-    /// bounded chunks and stops once `limit` flows are found (at worst one pass).
+    /// Up to `limit` flows of `table` that match `filter`, named after `snap`'s services,
+    /// and how many matched. Reads the whole table once, in bounded chunks (the count needs
+    /// every flow); only the flows returned are turned into views.
     pub fn collect(
         table: &FlowTable,
         snap: &Snapshot,
+        filter: &super::FlowFilter,
         limit: usize,
         now: Instant,
-    ) -> Vec<FlowViewJson> {
+    ) -> FlowsPage {
         const CHUNK: usize = 4096;
-        let mut out = Vec::with_capacity(limit.min(1024));
+        let mut page = FlowsPage {
+            flows: Vec::with_capacity(limit.min(1024)),
+            total_matched: 0,
+        };
         let cap = table.capacity();
         let mut start = 0;
-        while start < cap && out.len() < limit {
+        while start < cap {
             table.scan(start, CHUNK.min(cap - start), |v| {
-                if out.len() < limit {
-                    let name = snap
-                        .services
-                        .get(v.data.service_id as usize)
-                        .map(|s| s.name.as_str());
-                    out.push(FlowViewJson::from_view(&v, now, name));
+                let name = snap
+                    .services
+                    .get(v.data.service_id as usize)
+                    .map(|s| s.name.as_str());
+                let d = &v.data;
+                if !filter.matches(d.client, d.vip, d.backend, name) {
+                    return;
+                }
+                page.total_matched += 1;
+                if page.flows.len() < limit {
+                    page.flows.push(FlowViewJson::from_view(&v, now, name));
                 }
             });
             start += CHUNK;
         }
-        out
+        page
     }
 }
 

@@ -16,8 +16,9 @@ use std::time::{Duration, Instant, SystemTime};
 use slowpath::admin::histogram::{Histogram, NETWORK_PROGRAMMING_BUCKETS, SYNC_DURATION_BUCKETS};
 use slowpath::admin::{
     self, AdminConfig, AdminError, AdminLimits, AdminServer, AdminSource, BackendView,
-    ControlAction, ControlFuture, FlowTableView, FlowViewJson, FlowsResponse, FrontendView,
-    HealthView, ServiceView, ServicesResponse, StatsView, SyncView, WorkerView,
+    ControlAction, ControlFuture, FlowFilter, FlowTableView, FlowViewJson, FlowsPage,
+    FlowsResponse, FrontendView, HealthView, ServiceView, ServicesResponse, StatsView, SyncView,
+    WorkerView,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -71,14 +72,22 @@ impl Fake {
     }
 }
 
+/// Flow `i` of the fake's 250: clients 198.18.0.1 (i < 200) and 198.18.2.1, backends
+/// 198.18.1.1:8080 (even i) and 198.18.1.2:8080, every tenth of service `dns`, the others
+/// `web`.
 pub fn flow(i: u16) -> FlowViewJson {
+    let client = if i < 200 {
+        [198, 18, 0, 1]
+    } else {
+        [198, 18, 2, 1]
+    };
     FlowViewJson {
         protocol: "tcp".into(),
-        client: SocketAddr::from(([198, 18, 0, 1], 40000 + i)),
+        client: SocketAddr::from((client, 40000 + i)),
         vip: SocketAddr::from(([198, 18, 100, 1], 80)),
-        backend: SocketAddr::from(([198, 18, 1, 1], 8080)),
+        backend: SocketAddr::from(([198, 18, 1, 1 + (i % 2) as u8], 8080)),
         snat: SocketAddr::from(([198, 18, 0, 254], 20000 + i)),
-        service: "web".into(),
+        service: if i % 10 == 9 { "dns" } else { "web" }.into(),
         state: "ESTABLISHED".into(),
         idle_s: 0.5,
         peer: false,
@@ -153,9 +162,18 @@ impl AdminSource for Fake {
         }]
     }
 
-    fn flows(&self, limit: usize) -> Vec<FlowViewJson> {
+    fn flows(&self, filter: &FlowFilter, limit: usize) -> FlowsPage {
         self.pass_gate();
-        (0..limit.min(250) as u16).map(flow).collect()
+        let mut flows: Vec<FlowViewJson> = (0..250)
+            .map(flow)
+            .filter(|f| filter.matches(f.client, f.vip, f.backend, Some(&f.service)))
+            .collect();
+        let total_matched = flows.len() as u64;
+        flows.truncate(limit);
+        FlowsPage {
+            flows,
+            total_matched,
+        }
     }
 
     fn stats(&self) -> StatsView {

@@ -1,11 +1,18 @@
-//! Classic pcap files (libpcap format, not pcapng): enough to replay a capture through the
-//! pipeline and write what it transmits.
+//! Capture files: enough to replay a capture through the pipeline and write what it
+//! transmits.
 //!
-//! Reads both byte orders and both timestamp resolutions (magic `a1b2c3d4`: microseconds,
-//! `a1b23c4d`: nanoseconds); accepts only the Ethernet link type (1). Writes little-endian,
-//! in the resolution the writer was created with. Timestamps are kept as a [`Duration`] since
-//! the Unix epoch, whatever the file's resolution. No external crate: the format is a 24-byte
-//! file header and a 16-byte header per record.
+//! Reads classic pcap ([`PcapReader`]: both byte orders, both timestamp resolutions, magic
+//! `a1b2c3d4`: microseconds, `a1b23c4d`: nanoseconds) and pcapng ([`ng`]); [`CaptureReader`]
+//! tells them apart by their first bytes. Every link type is read; [`replay`] takes those
+//! of [`link::SUPPORTED`] and turns each packet into an Ethernet frame ([`link`]). Writes
+//! classic little-endian Ethernet pcap, in the resolution the writer was created with.
+//! Timestamps are kept as a [`Duration`] since the Unix epoch, whatever the file's
+//! resolution. No external crate: the formats are a few fixed headers, and hand-written
+//! readers give the exact errors and bounds this module promises (no panic, no allocation
+//! beyond [`ng::BLOCK_LEN_MAX`] on a corrupt file).
+
+pub mod link;
+pub mod ng;
 
 use std::io::{self, Read, Write};
 use std::time::Duration;
@@ -14,8 +21,7 @@ use std::time::Duration;
 pub const MAGIC_MICROS: u32 = 0xa1b2_c3d4;
 /// Magic of a nanosecond-resolution file.
 pub const MAGIC_NANOS: u32 = 0xa1b2_3c4d;
-/// `LINKTYPE_ETHERNET`.
-pub const LINKTYPE_ETHERNET: u32 = 1;
+pub use link::LINKTYPE_ETHERNET;
 /// Largest record we accept: a guard against a corrupt length allocating gigabytes.
 pub const RECORD_LEN_MAX: u32 = 256 * 1024;
 /// Snap length written in our file headers.
@@ -27,15 +33,24 @@ pub enum PcapError {
     /// The underlying reader or writer failed.
     #[error("I/O error: {0}")]
     Io(#[from] io::Error),
-    /// The file does not start with a pcap magic number (pcapng is not supported).
-    #[error("not a pcap file (magic {0:#010x}; pcapng is not supported)")]
+    /// The file does not start with a classic pcap magic number (nor, for
+    /// [`CaptureReader`], with a pcapng Section Header block).
+    #[error("not a pcap or pcapng file (magic {0:#010x})")]
     BadMagic(u32),
     /// The file ended inside a header or record.
     #[error("truncated pcap file: {0}")]
     Truncated(&'static str),
-    /// The link type is not Ethernet.
-    #[error("unsupported link type {0} (only Ethernet, 1)")]
+    /// A link type a replay cannot turn into Ethernet frames.
+    #[error("unsupported link type {0} (supported: {supported})", supported = link::SUPPORTED)]
     LinkType(u32),
+    /// A pcapng block is malformed.
+    #[error("pcapng block {block}: {what}")]
+    BadBlock {
+        /// 0-based block index.
+        block: u64,
+        /// What is wrong with it.
+        what: String,
+    },
     /// A record is longer than [`RECORD_LEN_MAX`] or than its original length allows.
     #[error("record {index}: bad length {len}")]
     BadRecordLen {
@@ -66,13 +81,14 @@ pub struct Record {
     pub data: Vec<u8>,
 }
 
-/// Reads records from a classic pcap stream.
+/// Reads records from a classic pcap stream (any link type: see [`linktype`](Self::linktype)).
 #[derive(Debug)]
 pub struct PcapReader<R: Read> {
     inner: R,
     swapped: bool,
     resolution: Resolution,
     snaplen: u32,
+    linktype: u32,
     index: u64,
 }
 
@@ -95,9 +111,19 @@ fn read_full<R: Read>(r: &mut R, buf: &mut [u8], what: &'static str) -> Result<b
 impl<R: Read> PcapReader<R> {
     /// Reads and checks the file header.
     pub fn new(mut inner: R) -> Result<Self, PcapError> {
-        let mut hdr = [0u8; 24];
-        if !read_full(&mut inner, &mut hdr, "file header")? {
+        let mut magic = [0u8; 4];
+        if !read_full(&mut inner, &mut magic, "file header")? {
             return Err(PcapError::Truncated("empty file"));
+        }
+        Self::with_magic_read(magic, inner)
+    }
+
+    /// Reads the rest of the file header, whose first 4 bytes were `magic`.
+    fn with_magic_read(magic: [u8; 4], mut inner: R) -> Result<Self, PcapError> {
+        let mut hdr = [0u8; 24];
+        hdr[..4].copy_from_slice(&magic);
+        if !read_full(&mut inner, &mut hdr[4..], "file header")? {
+            return Err(PcapError::Truncated("file header"));
         }
         let le = u32::from_le_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
         let (swapped, resolution) = match le {
@@ -113,16 +139,19 @@ impl<R: Read> PcapReader<R> {
         };
         let snaplen = field(16);
         let linktype = field(20) & 0x0fff_ffff; // upper bits: FCS length flags
-        if linktype != LINKTYPE_ETHERNET {
-            return Err(PcapError::LinkType(linktype));
-        }
         Ok(PcapReader {
             inner,
             swapped,
             resolution,
             snaplen,
+            linktype,
             index: 0,
         })
+    }
+
+    /// The file's link type (`LINKTYPE_*`, its FCS flags cleared).
+    pub fn linktype(&self) -> u32 {
+        self.linktype
     }
 
     /// The file's timestamp resolution.
@@ -172,6 +201,50 @@ impl<R: Read> Iterator for PcapReader<R> {
     type Item = Result<Record, PcapError>;
     fn next(&mut self) -> Option<Self::Item> {
         self.next_record().transpose()
+    }
+}
+
+/// Reads a classic pcap or a pcapng stream, told apart by its first 4 bytes.
+#[derive(Debug)]
+pub enum CaptureReader<R: Read> {
+    /// Classic pcap.
+    Pcap(PcapReader<R>),
+    /// pcapng.
+    Ng(ng::PcapNgReader<R>),
+}
+
+impl<R: Read> CaptureReader<R> {
+    /// Reads the file header (pcap) or the blocks up to the first interface (pcapng).
+    pub fn new(mut inner: R) -> Result<Self, PcapError> {
+        let mut magic = [0u8; 4];
+        if !read_full(&mut inner, &mut magic, "file header")? {
+            return Err(PcapError::Truncated("empty file"));
+        }
+        if u32::from_le_bytes(magic) == ng::BLOCK_SHB {
+            ng::PcapNgReader::with_type_read(inner).map(CaptureReader::Ng)
+        } else {
+            PcapReader::with_magic_read(magic, inner).map(CaptureReader::Pcap)
+        }
+    }
+
+    /// The resolution an output capture should keep (pcapng: its first interface's).
+    pub fn resolution(&self) -> Resolution {
+        match self {
+            CaptureReader::Pcap(r) => r.resolution(),
+            CaptureReader::Ng(r) => r.resolution(),
+        }
+    }
+
+    /// The next packet and its link type, `None` at a clean end of file.
+    pub fn next_packet(&mut self) -> Result<Option<ng::NgPacket>, PcapError> {
+        match self {
+            CaptureReader::Pcap(r) => {
+                let linktype = r.linktype();
+                Ok(r.next_record()?
+                    .map(|record| ng::NgPacket { linktype, record }))
+            }
+            CaptureReader::Ng(r) => r.next_packet(),
+        }
     }
 }
 
@@ -233,6 +306,9 @@ pub struct ReplaySummary {
     pub frames: u64,
     /// Frames written to the output (verdict `tx`).
     pub tx: u64,
+    /// Packets not given to the pipeline, by reason ([`link::Skip::name`]): not IP or ARP,
+    /// or shorter than their link header.
+    pub skipped: std::collections::BTreeMap<&'static str, u64>,
     /// The pipeline's counters at the end.
     pub counters: crate::pipeline::Counters,
 }
@@ -254,13 +330,17 @@ pub enum ReplayError {
     Build(String),
 }
 
-/// Replays a capture through one [`Pipeline`](crate::pipeline::Pipeline) (worker 0 of 1, port
-/// 0, MAC [`DEFAULT_MAC`](crate::pipeline::DEFAULT_MAC)) built from `config`: time comes from
-/// the capture (the first record is the epoch), every `Tx` frame is written to `output` with
-/// its input timestamp, and `report` gets one JSON line per input frame:
-/// `{"frame":n,"verdict":"tx","port":p}` / `{"frame":n,"verdict":"drop","reason":"..."}` /
-/// `{"frame":n,"verdict":"pass"}` / `{"frame":n,"verdict":"slow"}` (`n` from 1, as Wireshark
-/// numbers frames).
+/// Replays a capture (pcap or pcapng, link types of [`link::SUPPORTED`]) through one
+/// [`Pipeline`](crate::pipeline::Pipeline) (worker 0 of 1, port 0, MAC
+/// [`DEFAULT_MAC`](crate::pipeline::DEFAULT_MAC)) built from `config`: each packet becomes an
+/// Ethernet frame ([`link::to_ethernet`], the pipeline's MAC as the destination of a cooked or
+/// raw-IP packet), time comes from the capture (the first packet is the epoch), every `Tx`
+/// frame is written to `output` with its input timestamp, and `report` gets one JSON line per
+/// input packet: `{"frame":n,"verdict":"tx","port":p}` /
+/// `{"frame":n,"verdict":"drop","reason":"..."}` / `{"frame":n,"verdict":"pass"}` /
+/// `{"frame":n,"verdict":"slow"}` / `{"frame":n,"verdict":"skip","reason":"not_ip"}` (`n` from
+/// 1, as Wireshark numbers frames). A packet of an unsupported link type stops the replay
+/// with [`PcapError::LinkType`].
 pub fn replay<R: Read, W: Write>(
     config: &config::Config,
     input: R,
@@ -271,7 +351,7 @@ pub fn replay<R: Read, W: Write>(
     use std::sync::Arc;
     use std::time::Instant;
 
-    let mut reader = PcapReader::new(input).map_err(ReplayError::Input)?;
+    let mut reader = CaptureReader::new(input).map_err(ReplayError::Input)?;
     let mut writer = PcapWriter::new(output, reader.resolution()).map_err(ReplayError::Output)?;
     let snapshot = crate::snapshot::SnapshotBuilder::from_config(config)
         .build_config(config)
@@ -280,31 +360,45 @@ pub fn replay<R: Read, W: Write>(
     let flows = flowtable::FlowTable::new(flow_table_config(config), epoch)
         .map_err(|e| ReplayError::Build(e.to_string()))?;
     let affinity = lb_algos::AffinityTable::new(64 * 1024, epoch);
+    let pipeline_config = PipelineConfig::from_config(config, 0, 1);
+    let mac = pipeline_config.mac;
     let mut pipeline = Pipeline::new(
-        PipelineConfig::from_config(config, 0, 1),
+        pipeline_config,
         Arc::new(flows),
         Arc::new(affinity),
         Arc::new(snapshot),
     );
     let mut summary = ReplaySummary::default();
     let mut first_ts = None;
-    while let Some(mut rec) = reader.next_record().map_err(ReplayError::Input)? {
+    let mut frame = Vec::new();
+    while let Some(pkt) = reader.next_packet().map_err(ReplayError::Input)? {
         summary.frames += 1;
-        let t0 = *first_ts.get_or_insert(rec.ts);
-        let now = epoch + rec.ts.saturating_sub(t0);
+        let n = summary.frames;
+        let ts = pkt.record.ts;
+        if !link::supported(pkt.linktype) {
+            return Err(ReplayError::Input(PcapError::LinkType(pkt.linktype)));
+        }
+        if let Err(skip) = link::to_ethernet(pkt.linktype, &pkt.record.data, mac, &mut frame) {
+            *summary.skipped.entry(skip.name()).or_default() += 1;
+            if let Some(r) = report.as_deref_mut() {
+                let reason = skip.name();
+                writeln!(r, r#"{{"frame":{n},"verdict":"skip","reason":"{reason}"}}"#)
+                    .map_err(ReplayError::Report)?;
+            }
+            continue;
+        }
+        let t0 = *first_ts.get_or_insert(ts);
+        let now = epoch + ts.saturating_sub(t0);
         // Room for a frame that grows (the SYN proxy's SYN to a backend), as UMEM has.
-        let mut len = rec.data.len();
-        rec.data.resize(len + 64, 0);
-        let verdict = pipeline.process_frame(&mut rec.data, &mut len, now);
-        rec.data.truncate(len);
+        let mut len = frame.len();
+        frame.resize(len + 64, 0);
+        let verdict = pipeline.process_frame(&mut frame, &mut len, now);
+        frame.truncate(len);
         if let Verdict::Tx(_) = verdict {
-            writer
-                .write(rec.ts, &rec.data)
-                .map_err(ReplayError::Output)?;
+            writer.write(ts, &frame).map_err(ReplayError::Output)?;
             summary.tx += 1;
         }
         if let Some(r) = report.as_deref_mut() {
-            let n = summary.frames;
             let line = match verdict {
                 Verdict::Tx(port) => format!(r#"{{"frame":{n},"verdict":"tx","port":{port}}}"#),
                 Verdict::Drop(reason) => {
@@ -402,7 +496,9 @@ mod tests {
             0x0a, 0x0d, 0x0d, 0x0a, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
         ];
         let e = PcapReader::new(&junk[..]).unwrap_err();
-        assert!(e.to_string().contains("pcapng"), "{e}");
+        assert!(e.to_string().contains("not a pcap"), "{e}");
+        let e = CaptureReader::new(&junk[..]).unwrap_err();
+        assert!(e.to_string().contains("pcapng block 0"), "{e}");
         let mut w = PcapWriter::new(Vec::new(), Resolution::Micros).unwrap();
         w.write(Duration::ZERO, &[1; 10]).unwrap();
         let mut bytes = w.finish().unwrap();
@@ -414,10 +510,7 @@ mod tests {
             .finish()
             .unwrap();
         linux_sll[20] = 113;
-        assert!(matches!(
-            PcapReader::new(&linux_sll[..]),
-            Err(PcapError::LinkType(113))
-        ));
+        assert_eq!(PcapReader::new(&linux_sll[..]).unwrap().linktype(), 113);
         let mut w = PcapWriter::new(Vec::new(), Resolution::Micros).unwrap();
         w.write(Duration::ZERO, &[1; 10]).unwrap();
         let mut bytes = w.finish().unwrap();
