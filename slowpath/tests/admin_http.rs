@@ -205,6 +205,20 @@ fn metrics_are_valid_prometheus_text() {
     has("xvs_frozen 1\n");
     has("xvs_service_frozen{service=\"ns/we\\\"b\\\\x:80\"} 0\n");
     has("xvs_service_rate_limited_total{service=\"ns/we\\\"b\\\\x:80\"} 5\n");
+    // Traffic (ipvsadm --stats): per service and per backend, by direction.
+    has("xvs_service_connections_total{service=\"ns/we\\\"b\\\\x:80\"} 11\n");
+    has("xvs_service_packets_total{service=\"ns/we\\\"b\\\\x:80\",direction=\"out\"} 104\n");
+    has("xvs_service_bytes_total{service=\"ns/we\\\"b\\\\x:80\",direction=\"in\"} 7800\n");
+    has(
+        "xvs_backend_packets_total{service=\"ns/we\\\"b\\\\x:80\",backend=\"198.18.1.1:8080\",direction=\"in\"} 120\n",
+    );
+    has(
+        "xvs_backend_bytes_total{service=\"ns/we\\\"b\\\\x:80\",backend=\"198.18.1.1:8080\",direction=\"out\"} 150000\n",
+    );
+    has(
+        "xvs_backend_connections_total{service=\"ns/we\\\"b\\\\x:80\",backend=\"198.18.1.2:8080\"} 0\n",
+    );
+    has("xvs_traffic_backends_omitted 0\n");
     has("xvs_draining 0\n");
     has("xvs_removed_backend_flows_total{action=\"resteered\"} 4\n");
     has("xvs_removed_backend_flows_total{action=\"ended\"} 6\n");

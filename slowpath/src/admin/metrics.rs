@@ -508,6 +508,7 @@ pub fn render(stats: &StatsView, services: &[ServiceView], probes: &ProbeCounts)
             f(s.rate_limited),
         );
     }
+    super::traffic_metrics::render(&mut o, services);
 
     // Governance.
     let g = &stats.governance;

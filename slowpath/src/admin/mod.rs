@@ -81,6 +81,7 @@ pub mod metrics;
 pub mod process;
 mod routes;
 mod socket;
+pub mod traffic_metrics;
 pub mod views;
 
 use std::future::Future;
