@@ -509,6 +509,35 @@ fn render_status(
     o
 }
 
+/// A service's backends and its total (`(service)`), with their traffic
+/// (`ipvsadm -Ln --stats`) or its rates (`--rate`).
+fn traffic_table(s: &slowpath::admin::ServiceView, rates: bool) -> String {
+    let cells = |t: &TrafficView, r: &RateView| -> [String; 5] {
+        if rates {
+            [r.cps, r.in_pps, r.out_pps, r.in_bps, r.out_bps].map(|v| format!("{v:.0}"))
+        } else {
+            [t.conns, t.in_pkts, t.out_pkts, t.in_bytes, t.out_bytes].map(|v| v.to_string())
+        }
+    };
+    let row = |name: String, t: &TrafficView, r: &RateView| {
+        std::iter::once(name).chain(cells(t, r)).collect::<Vec<_>>()
+    };
+    let mut rows: Vec<Vec<String>> = s
+        .backends
+        .iter()
+        .map(|b| row(b.addr.to_string(), &b.stats, &b.rate))
+        .collect();
+    rows.push(row("(service)".to_owned(), &s.stats, &s.rate));
+    let head: &[&str] = if rates {
+        &["BACKEND", "CPS", "INPPS", "OUTPPS", "INBPS", "OUTBPS"]
+    } else {
+        &[
+            "BACKEND", "CONNS", "INPKTS", "OUTPKTS", "INBYTES", "OUTBYTES",
+        ]
+    };
+    table("  ", head, &rows)
+}
+
 fn render_services(r: &ServicesResponse, show: ServicesShow) -> String {
     if r.services.is_empty() {
         return "no services\n".to_owned();
@@ -576,55 +605,8 @@ fn render_services(r: &ServicesResponse, show: ServicesShow) -> String {
                     &rows,
                 ));
             }
-            ServicesShow::Stats => {
-                let row = |name: String, t: &TrafficView| {
-                    vec![
-                        name,
-                        t.conns.to_string(),
-                        t.in_pkts.to_string(),
-                        t.out_pkts.to_string(),
-                        t.in_bytes.to_string(),
-                        t.out_bytes.to_string(),
-                    ]
-                };
-                let mut rows: Vec<Vec<String>> = s
-                    .backends
-                    .iter()
-                    .map(|b| row(b.addr.to_string(), &b.stats))
-                    .collect();
-                rows.push(row("(service)".to_owned(), &s.stats));
-                o.push_str(&table(
-                    "  ",
-                    &[
-                        "BACKEND", "CONNS", "INPKTS", "OUTPKTS", "INBYTES", "OUTBYTES",
-                    ],
-                    &rows,
-                ));
-            }
-            ServicesShow::Rate => {
-                let f = |v: f64| format!("{v:.0}");
-                let row = |name: String, r: &RateView| {
-                    vec![
-                        name,
-                        f(r.cps),
-                        f(r.in_pps),
-                        f(r.out_pps),
-                        f(r.in_bps),
-                        f(r.out_bps),
-                    ]
-                };
-                let mut rows: Vec<Vec<String>> = s
-                    .backends
-                    .iter()
-                    .map(|b| row(b.addr.to_string(), &b.rate))
-                    .collect();
-                rows.push(row("(service)".to_owned(), &s.rate));
-                o.push_str(&table(
-                    "  ",
-                    &["BACKEND", "CPS", "INPPS", "OUTPPS", "INBPS", "OUTBPS"],
-                    &rows,
-                ));
-            }
+            ServicesShow::Stats => o.push_str(&traffic_table(s, false)),
+            ServicesShow::Rate => o.push_str(&traffic_table(s, true)),
         }
     }
     o
