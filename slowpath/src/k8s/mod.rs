@@ -24,6 +24,7 @@ pub mod dump;
 mod endpoints;
 pub mod hcnp;
 mod incremental;
+mod merge;
 mod source;
 mod translate;
 
@@ -38,8 +39,9 @@ use std::fmt;
 use fastpath::snapshot::ServiceSpec;
 
 pub use incremental::{IncrementalModel, last_change_trigger_time};
+pub use merge::{build_model, build_specs};
 pub use source::{SourceHandle, SourceStats, connect, node_name, spawn, watch};
-pub use translate::{NodeInfo, build_model, build_specs};
+pub use translate::NodeInfo;
 
 /// Label on Services (and mirrored on their EndpointSlices) naming the proxy that owns them.
 pub const LABEL_SERVICE_PROXY_NAME: &str = "service.kubernetes.io/service-proxy-name";

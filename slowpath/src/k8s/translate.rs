@@ -1,4 +1,6 @@
-//! The pure translation from Kubernetes objects to [`ServiceSpec`]s. See [`build_model`].
+//! The pure translation of one Service (with its EndpointSlices) into [`ServiceSpec`]s:
+//! [`translate_service`]. Merging the Services of a cluster into one model is
+//! [`merge`](super::merge)'s job; the rules are listed on [`build_model`](super::build_model).
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
@@ -10,11 +12,10 @@ use k8s_openapi::api::core::v1::{Node, Service, ServicePort, ServiceSpec as K8sS
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::endpoints::{self, Ep, Uses};
-use super::incremental::Merge;
 use super::{
     ANN_LB_SOURCE_RANGES, ANN_MODE, ANN_NEW_CONN_BURST, ANN_NEW_CONN_RATE, ANN_SCHEDULER,
-    ANN_SCHEDULER_FLAGS, ANN_SYNPROXY, ANN_WEIGHTS, HealthCheckNodePort, K8sModel,
-    LABEL_SERVICE_NAME, LABEL_SERVICE_PROXY_NAME, LABEL_ZONE, Problem,
+    ANN_SCHEDULER_FLAGS, ANN_SYNPROXY, ANN_WEIGHTS, HealthCheckNodePort, LABEL_SERVICE_NAME,
+    LABEL_SERVICE_PROXY_NAME, LABEL_ZONE, Problem,
 };
 
 /// The session affinity timeout when a ClientIP Service does not set one (3 hours).
@@ -63,89 +64,6 @@ impl NodeInfo {
             addresses,
         }
     }
-}
-
-/// [`build_model`], keeping only the specs and the problems.
-pub fn build_specs(
-    services: &[Service],
-    slices: &[EndpointSlice],
-    node: &NodeInfo,
-    cfg: &Config,
-) -> (Vec<ServiceSpec>, Vec<Problem>) {
-    let m = build_model(services, slices, node, cfg);
-    (m.specs, m.problems)
-}
-
-/// Translates Services and EndpointSlices into a model. Pure: no I/O, no clock.
-///
-/// Rules (kube-proxy's unless said otherwise):
-/// - Ownership: with `[kubernetes] service_proxy_name`, only Services whose
-///   `service.kubernetes.io/service-proxy-name` label equals it; without, only Services
-///   without that label. Headless (`clusterIP: None`) and ExternalName Services are skipped.
-/// - Specs: one per (Service, port, frontend group, address family), named
-///   `ns/name:PORT` (PORT = the port's name, or its number when unnamed), plus `/ext` for the
-///   external group, `/lb` for load-balancer ingress IPs of a Service with source ranges,
-///   and `/v6` for IPv6. A spec always has one address family, frontends and backends alike.
-/// - Internal group: every `clusterIPs` entry, policy `internalTrafficPolicy`.
-/// - External group, policy `externalTrafficPolicy`: NodePorts (on every node address of the
-///   family), `status.loadBalancer.ingress[].ip` (except `ipMode: Proxy`), and
-///   `externalIPs` inside `external_ip_cidrs` (others are a [`Problem`]: CVE-2020-8554).
-/// - Families: only those the Service has a ClusterIP of (`clusterIPs`, `ipFamilies`);
-///   external and load-balancer IPs of another family are no frontends (left to the host).
-/// - Endpoints: from the slices labelled `kubernetes.io/service-name`, matched by port name
-///   and protocol, the number taken from each slice (named targetPorts), one address family
-///   per spec; selection as described in `endpoints`.
-/// - `sessionAffinity: ClientIP` → `affinity_timeout` (`timeoutSeconds`, default 10800).
-/// - Annotations: `xvs.io/scheduler`, `xvs.io/scheduler-flags`, `xvs.io/mode`,
-///   `xvs.io/weights` (`IP=WEIGHT,...`); an invalid one falls back to the default with a
-///   [`Problem`].
-/// - A frontend claimed by two Services goes to the older one (creation time, then name);
-///   the other loses that frontend, with a [`Problem`].
-/// - Determinism: a Service's slices are read in name order; specs are sorted by name;
-///   problems come Service by Service, oldest first (lost frontends after the others).
-/// - `healthCheckNodePort` of `externalTrafficPolicy: Local` Services is listed with its
-///   count of local ready endpoints.
-pub fn build_model(
-    services: &[Service],
-    slices: &[EndpointSlice],
-    node: &NodeInfo,
-    cfg: &Config,
-) -> K8sModel {
-    let services: Vec<&Service> = services.iter().collect();
-    let slices: Vec<&EndpointSlice> = slices.iter().collect();
-    build_model_refs(&services, &slices, node, cfg)
-}
-
-/// [`build_model`] over borrowed objects: every Service translated on its own, then merged
-/// (frontend claims, sorting) by the same code the incremental model uses.
-pub(crate) fn build_model_refs(
-    services: &[&Service],
-    slices: &[&EndpointSlice],
-    node: &NodeInfo,
-    cfg: &Config,
-) -> K8sModel {
-    let mut by_service: HashMap<(&str, &str), Vec<&EndpointSlice>> = HashMap::new();
-    for s in slices {
-        if let Some((ns, svc)) = slice_service(s) {
-            by_service.entry((ns, svc)).or_default().push(*s);
-        }
-    }
-    for v in by_service.values_mut() {
-        v.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    }
-    let mut merge = Merge::default();
-    for svc in services {
-        let (ns, name) = service_key(svc);
-        let no_slices = Vec::new();
-        let slices = by_service.get(&(ns, name)).unwrap_or(&no_slices);
-        merge.set(
-            (ns.to_owned(), name.to_owned()),
-            order_key(svc),
-            translate_service(svc, slices, node, cfg),
-        );
-    }
-    merge.commit();
-    merge.into_model()
 }
 
 /// The namespace (defaulted) and name of a Service, as its specs are named.
