@@ -41,8 +41,7 @@ fn udp_frame(dst: [u8; 4]) -> Vec<u8> {
 fn a_report_of_dash_goes_to_stdout() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("xvs.toml"), CONFIG).unwrap();
-    let mut w =
-        fastpath::pcap::PcapWriter::new(Vec::new(), fastpath::pcap::Resolution::Micros).unwrap();
+    let mut w = pcap::PcapWriter::new(Vec::new(), pcap::Resolution::Micros).unwrap();
     let t = Duration::new(1_700_000_000, 0);
     w.write(t, &udp_frame([198, 18, 100, 53])).unwrap();
     w.write(t, &udp_frame([198, 18, 0, 9])).unwrap();
@@ -139,8 +138,7 @@ fn ts(i: usize) -> Duration {
 
 /// A classic pcap of `frames` with `linktype`.
 fn pcap(linktype: u32, frames: &[Vec<u8>]) -> Vec<u8> {
-    let mut w =
-        fastpath::pcap::PcapWriter::new(Vec::new(), fastpath::pcap::Resolution::Micros).unwrap();
+    let mut w = pcap::PcapWriter::new(Vec::new(), pcap::Resolution::Micros).unwrap();
     for (i, f) in frames.iter().enumerate() {
         w.write(ts(i), f).unwrap();
     }
@@ -222,7 +220,7 @@ fn pcapng(be: bool, mixed: bool) -> Vec<u8> {
 
 struct Replay {
     report: Vec<serde_json::Value>,
-    out: Vec<fastpath::pcap::Record>,
+    out: Vec<pcap::Record>,
     stderr: String,
 }
 
@@ -254,7 +252,7 @@ fn replay_file(dir: &Path, name: &str, input: &Path) -> Replay {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     let bytes = std::fs::read(&output).unwrap();
-    let out = fastpath::pcap::PcapReader::new(&bytes[..])
+    let out = pcap::PcapReader::new(&bytes[..])
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();

@@ -5,7 +5,6 @@
 pub use flowtable::log as flowlog;
 pub mod limit;
 pub mod passive;
-pub mod pcap;
 pub mod pipeline;
 pub mod snapshot;
 pub mod steer;

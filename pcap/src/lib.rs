@@ -1,9 +1,10 @@
-//! Capture files: enough to replay a capture through the pipeline and write what it
-//! transmits.
+//! Capture files: enough for `xvs pcap` to replay a capture through the pipeline and write
+//! what it transmits, and for tests to build and read captures. A leaf crate (no xvs
+//! dependency): the replay itself is the CLI's (`src/pcap/replay.rs` in the root crate).
 //!
 //! Reads classic pcap ([`PcapReader`]: both byte orders, both timestamp resolutions, magic
 //! `a1b2c3d4`: microseconds, `a1b23c4d`: nanoseconds) and pcapng ([`ng`]); [`CaptureReader`]
-//! tells them apart by their first bytes. Every link type is read; [`replay`] takes those
+//! tells them apart by their first bytes. Every link type is read; a replay takes those
 //! of [`link::SUPPORTED`] and turns each packet into an Ethernet frame ([`link`]). Writes
 //! classic little-endian Ethernet pcap, in the resolution the writer was created with.
 //! Timestamps are kept as a [`Duration`] since the Unix epoch, whatever the file's
@@ -297,127 +298,6 @@ impl<W: Write> PcapWriter<W> {
         self.inner.flush()?;
         Ok(self.inner)
     }
-}
-
-/// What [`replay`] did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ReplaySummary {
-    /// Frames read.
-    pub frames: u64,
-    /// Frames written to the output (verdict `tx`).
-    pub tx: u64,
-    /// Packets not given to the pipeline, by reason ([`link::Skip::name`]): not IP or ARP,
-    /// or shorter than their link header.
-    pub skipped: std::collections::BTreeMap<&'static str, u64>,
-    /// The pipeline's counters at the end.
-    pub counters: crate::pipeline::Counters,
-}
-
-/// Why a replay stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum ReplayError {
-    /// The input capture could not be read.
-    #[error("reading the input capture: {0}")]
-    Input(PcapError),
-    /// The output capture could not be written.
-    #[error("writing the output capture: {0}")]
-    Output(PcapError),
-    /// The report could not be written.
-    #[error("writing the report: {0}")]
-    Report(io::Error),
-    /// The config's services or tables could not be built.
-    #[error("building the dataplane from the config: {0}")]
-    Build(String),
-}
-
-/// Replays a capture (pcap or pcapng, link types of [`link::SUPPORTED`]) through one
-/// [`Pipeline`](crate::pipeline::Pipeline) (worker 0 of 1, port 0, MAC
-/// [`DEFAULT_MAC`](crate::pipeline::DEFAULT_MAC)) built from `config`: each packet becomes an
-/// Ethernet frame ([`link::to_ethernet`], the pipeline's MAC as the destination of a cooked or
-/// raw-IP packet), time comes from the capture (the first packet is the epoch), every `Tx`
-/// frame is written to `output` with its input timestamp, and `report` gets one JSON line per
-/// input packet: `{"frame":n,"verdict":"tx","port":p}` /
-/// `{"frame":n,"verdict":"drop","reason":"..."}` / `{"frame":n,"verdict":"pass"}` /
-/// `{"frame":n,"verdict":"slow"}` / `{"frame":n,"verdict":"skip","reason":"not_ip"}` (`n` from
-/// 1, as Wireshark numbers frames). A packet of an unsupported link type stops the replay
-/// with [`PcapError::LinkType`].
-pub fn replay<R: Read, W: Write>(
-    config: &config::Config,
-    input: R,
-    output: W,
-    mut report: Option<&mut dyn Write>,
-) -> Result<ReplaySummary, ReplayError> {
-    use crate::pipeline::{Pipeline, PipelineConfig, Verdict, flow_table_config};
-    use std::sync::Arc;
-    use std::time::Instant;
-
-    let mut reader = CaptureReader::new(input).map_err(ReplayError::Input)?;
-    let mut writer = PcapWriter::new(output, reader.resolution()).map_err(ReplayError::Output)?;
-    let snapshot = crate::snapshot::SnapshotBuilder::from_config(config)
-        .build_config(config)
-        .map_err(|e| ReplayError::Build(e.to_string()))?;
-    let epoch = Instant::now();
-    let flows = flowtable::FlowTable::new(flow_table_config(config), epoch)
-        .map_err(|e| ReplayError::Build(e.to_string()))?;
-    let affinity = lb_algos::AffinityTable::new(64 * 1024, epoch);
-    let pipeline_config = PipelineConfig::from_config(config, 0, 1);
-    let mac = pipeline_config.mac;
-    let mut pipeline = Pipeline::new(
-        pipeline_config,
-        Arc::new(flows),
-        Arc::new(affinity),
-        Arc::new(snapshot),
-    );
-    let mut summary = ReplaySummary::default();
-    let mut first_ts = None;
-    let mut frame = Vec::new();
-    while let Some(pkt) = reader.next_packet().map_err(ReplayError::Input)? {
-        summary.frames += 1;
-        let n = summary.frames;
-        let ts = pkt.record.ts;
-        if !link::supported(pkt.linktype) {
-            return Err(ReplayError::Input(PcapError::LinkType(pkt.linktype)));
-        }
-        if let Err(skip) = link::to_ethernet(pkt.linktype, &pkt.record.data, mac, &mut frame) {
-            *summary.skipped.entry(skip.name()).or_default() += 1;
-            if let Some(r) = report.as_deref_mut() {
-                let reason = skip.name();
-                writeln!(r, r#"{{"frame":{n},"verdict":"skip","reason":"{reason}"}}"#)
-                    .map_err(ReplayError::Report)?;
-            }
-            continue;
-        }
-        let t0 = *first_ts.get_or_insert(ts);
-        let now = epoch + ts.saturating_sub(t0);
-        // Room for a frame that grows (the SYN proxy's SYN to a backend), as UMEM has.
-        let mut len = frame.len();
-        frame.resize(len + 64, 0);
-        let verdict = pipeline.process_frame(&mut frame, &mut len, now);
-        frame.truncate(len);
-        if let Verdict::Tx(_) = verdict {
-            writer.write(ts, &frame).map_err(ReplayError::Output)?;
-            summary.tx += 1;
-        }
-        if let Some(r) = report.as_deref_mut() {
-            let line = match verdict {
-                Verdict::Tx(port) => format!(r#"{{"frame":{n},"verdict":"tx","port":{port}}}"#),
-                Verdict::Drop(reason) => {
-                    format!(
-                        r#"{{"frame":{n},"verdict":"drop","reason":"{}"}}"#,
-                        reason.name()
-                    )
-                }
-                v => format!(r#"{{"frame":{n},"verdict":"{}"}}"#, v.name()),
-            };
-            writeln!(r, "{line}").map_err(ReplayError::Report)?;
-        }
-    }
-    writer.finish().map_err(ReplayError::Output)?;
-    if let Some(r) = report {
-        r.flush().map_err(ReplayError::Report)?;
-    }
-    summary.counters = pipeline.counters().clone();
-    Ok(summary)
 }
 
 #[cfg(test)]

@@ -562,8 +562,7 @@ fn expand(s: &[Stream], port: &TrexPort) -> Vec<Vec<u8>> {
 fn replay(config: &Path, frames: &[Vec<u8>], tag: &str) -> (Vec<Value>, Vec<Vec<u8>>) {
     let dir = std::env::temp_dir().join(format!("perf-lab-trex-{}-{tag}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let mut w = fastpath::pcap::PcapWriter::new(Vec::new(), fastpath::pcap::Resolution::Micros)
-        .expect("pcap header");
+    let mut w = pcap::PcapWriter::new(Vec::new(), pcap::Resolution::Micros).expect("pcap header");
     for (i, f) in frames.iter().enumerate() {
         w.write(Duration::new(1_700_000_000, i as u32 * 1000), f)
             .expect("pcap record");
@@ -595,7 +594,7 @@ fn replay(config: &Path, frames: &[Vec<u8>], tag: &str) -> (Vec<Value>, Vec<Vec<
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let sent = fastpath::pcap::PcapReader::new(&std::fs::read(&output).unwrap()[..])
+    let sent = pcap::PcapReader::new(&std::fs::read(&output).unwrap()[..])
         .unwrap()
         .map(|r| r.unwrap().data)
         .collect();

@@ -1,5 +1,5 @@
 //! `xvs pcap --config F --in IN.pcap --out OUT.pcap [--report R.json | --report -]`: replay a capture
-//! through one fastpath pipeline built from the config (see `fastpath::pcap::replay`). The
+//! through one fastpath pipeline built from the config (see `replay.rs`). The
 //! input is pcap or pcapng, Ethernet, Linux cooked (`tcpdump -i any`) or raw IP; the output
 //! is Ethernet pcap.
 //!
@@ -11,7 +11,9 @@ use std::io::{BufReader, BufWriter, Write};
 use std::path::Path;
 use std::process::ExitCode;
 
-use fastpath::pcap::{ReplayError, replay};
+mod replay;
+
+use replay::{ReplayError, replay};
 
 /// Runs the replay; prints a one-line summary to stderr.
 pub fn main(config: &Path, input: &Path, output: &Path, report: Option<&Path>) -> ExitCode {
@@ -117,8 +119,7 @@ mac = "02:00:00:00:01:01"
         let cfg = dir.path().join("xvs.toml");
         std::fs::write(&cfg, CONFIG).unwrap();
         let input = dir.path().join("in.pcap");
-        let mut w = fastpath::pcap::PcapWriter::new(Vec::new(), fastpath::pcap::Resolution::Micros)
-            .unwrap();
+        let mut w = ::pcap::PcapWriter::new(Vec::new(), ::pcap::Resolution::Micros).unwrap();
         let t = std::time::Duration::new(1_700_000_000, 5_000);
         w.write(t, &udp_frame([198, 18, 100, 53], 64)).unwrap();
         w.write(t, &udp_frame([198, 18, 100, 53], 1)).unwrap();
@@ -131,7 +132,7 @@ mac = "02:00:00:00:01:01"
             ExitCode::SUCCESS
         );
         let out = std::fs::read(&output).unwrap();
-        let recs: Vec<_> = fastpath::pcap::PcapReader::new(&out[..])
+        let recs: Vec<_> = ::pcap::PcapReader::new(&out[..])
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap();
