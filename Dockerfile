@@ -25,6 +25,7 @@ COPY shm shm
 COPY lb-algos lb-algos
 COPY flowtable flowtable
 COPY fastpath fastpath
+COPY pcap pcap
 COPY slowpath slowpath
 COPY daemon daemon
 COPY benches benches
