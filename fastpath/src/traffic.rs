@@ -25,11 +25,6 @@ const IN_BYTES: usize = 1;
 const OUT_PKTS: usize = 2;
 const OUT_BYTES: usize = 3;
 
-/// One backend's packet counters: a 32-byte line, so a packet writes one cache line.
-#[derive(Debug, Default)]
-#[repr(C, align(32))]
-struct Line([AtomicU64; 4]);
-
 /// Backend ids a [`Traffic`] has counters for: every id a snapshot can give out
 /// (`[flowtable] backends_max` is at most this, config `BACKENDS_MAX`).
 pub const IDS: usize = 1 << 20;
@@ -39,10 +34,13 @@ pub const IDS: usize = 1 << 20;
 /// Fixed arrays, zeroed by the allocator (untouched pages cost address space, not memory: a
 /// worker's counters take 40 bytes of memory per backend id in use), held inline so that a
 /// packet's count is one pointer away from the pipeline and its index needs a mask, not a
-/// bounds check.
+/// bounds check. A backend's packet counters are 4 words, `[in_pkts, in_bytes, out_pkts,
+/// out_bytes]`: a packet writes one 16-byte pair, which never straddles a cache line. (No
+/// alignment above 8: the allocator then zeroes the memory lazily, calloc's fresh pages,
+/// instead of writing all of it.)
 #[derive(Debug)]
 pub struct Traffic {
-    lines: [Line; IDS],
+    words: [AtomicU64; 4 * IDS],
     conns: [AtomicU64; IDS],
 }
 
@@ -107,10 +105,9 @@ impl Traffic {
     /// one that was not would count for the id it masks to, and nothing else happens.)
     #[inline(always)]
     pub fn packet(&self, backend: BackendId, reply: bool, ip_len: usize) {
-        let l = &self.lines[backend.0 as usize & (IDS - 1)];
-        let at = usize::from(reply) * 2;
-        bump(&l.0[IN_PKTS + at], 1);
-        bump(&l.0[IN_BYTES + at], ip_len as u64);
+        let at = (backend.0 as usize & (IDS - 1)) * 4 + usize::from(reply) * 2;
+        bump(&self.words[at + IN_PKTS], 1);
+        bump(&self.words[at + IN_BYTES], ip_len as u64);
     }
 
     /// A flow created for `backend`. Only the owning worker calls this.
@@ -122,10 +119,10 @@ impl Traffic {
     /// `backend`'s counters (zero for an id at or above [`IDS`]).
     pub fn get(&self, backend: BackendId) -> TrafficCounts {
         let i = backend.0 as usize;
-        let (Some(l), Some(c)) = (self.lines.get(i), self.conns.get(i)) else {
+        let Some(c) = self.conns.get(i) else {
             return TrafficCounts::default();
         };
-        let w = |k: usize| l.0[k].load(Ordering::Relaxed);
+        let w = |k: usize| self.words[i * 4 + k].load(Ordering::Relaxed);
         TrafficCounts {
             conns: c.load(Ordering::Relaxed),
             in_pkts: w(IN_PKTS),
@@ -172,6 +169,25 @@ mod tests {
         // An id beyond IDS masks onto another id's counters instead of panicking.
         assert_eq!(t.get(BackendId(9)).conns, 1);
         assert_eq!(t.get(BackendId(IDS as u32 + 9)), TrafficCounts::default());
+    }
+
+    #[test]
+    fn new_counters_are_zeroed_lazily() {
+        fn rss_kib() -> u64 {
+            let s = std::fs::read_to_string("/proc/self/status").unwrap();
+            let l = s.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+            l.split_whitespace().nth(1).unwrap().parse().unwrap()
+        }
+        let before = rss_kib();
+        let t: Vec<Arc<Traffic>> = (0..4).map(|_| Traffic::new()).collect();
+        t[3].packet(BackendId(7), true, 1);
+        // 4 × 40 MiB of address space; written, it would be 160 MiB of memory.
+        let grown = rss_kib().saturating_sub(before);
+        assert!(
+            grown < 64 * 1024,
+            "{grown} KiB resident after 4 Traffic::new()"
+        );
+        assert_eq!(t[3].get(BackendId(7)).out_pkts, 1);
     }
 
     #[test]
