@@ -572,6 +572,39 @@ impl Pipeline {
         self.count(v)
     }
 
+    /// [`process`](Self::process) without the fixed-offset shortcut ([`fast`]): every frame
+    /// through the general path (`classify`, then the flow lookup by [`FlowKey`], `forward`
+    /// or `new_flow`). For tests and benches only (the equivalence property test runs each
+    /// frame both ways and compares verdicts, bytes and flows); workers call `process`. A
+    /// separate entry, so `process` carries no switch for it.
+    #[doc(hidden)]
+    pub fn process_general(&mut self, frame: &mut [u8], now: Instant) -> Verdict {
+        let v = self.run_general(frame, now);
+        self.count(v)
+    }
+
+    /// [`process_frame`](Self::process_frame) through the general path only, as
+    /// [`process_general`](Self::process_general) is `process`'s. For tests and benches.
+    #[doc(hidden)]
+    pub fn process_frame_general(
+        &mut self,
+        buf: &mut [u8],
+        len: &mut usize,
+        now: Instant,
+    ) -> Verdict {
+        let n = (*len).min(buf.len());
+        let v = self.process_general(&mut buf[..n], now);
+        if v != SYNPROXY || buf.len() <= n {
+            return v;
+        }
+        self.counters.drops[DropReason::SynproxyNoRoom as usize] -= 1;
+        let (v, new_len) = self.synproxy_grow(buf, n, true, now);
+        if let Verdict::Tx(_) = v {
+            *len = new_len;
+        }
+        self.count(v)
+    }
+
     #[inline(always)]
     fn count(&mut self, v: Verdict) -> Verdict {
         match v {
