@@ -109,7 +109,7 @@ pub(crate) fn parse(frame: &[u8]) -> Option<V4> {
         }
         _ => return None,
     };
-    Some(V4 {
+    let v = V4 {
         // Wire order is (src, dst): big-endian that is src << 32 | dst.
         addrs: u64::from_be_bytes(bytes(h, L3 + 12)).rotate_left(32),
         ports: u32::from_be_bytes(bytes(frame, L4)).rotate_left(16),
@@ -119,7 +119,12 @@ pub(crate) fn parse(frame: &[u8]) -> Option<V4> {
         ttl: h[L3 + 8],
         csum_at: csum_at as u8,
         ip_len: total as u16,
-    })
+    };
+    debug_assert!(
+        super::invariants::parse_agrees(frame, &v),
+        "fast::parse and classify disagree: {v:?} {frame:02x?}"
+    );
+    Some(v)
 }
 
 /// The IPv4 total length of a frame `parse` accepted: the packet's bytes (Ethernet padding
