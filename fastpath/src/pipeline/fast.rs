@@ -6,7 +6,10 @@
 //! including every frame the general [`classify`](super::classify) would drop and every frame
 //! with a TTL of 1 or 0: the pipeline then runs the general path, which gives the verdict. So for a frame `parse` accepts, `classify` would have produced the same
 //! fields (`l3 = 14`, `l4 = 34`, `Frag::No`), and the fast path's output is byte for byte the
-//! general path's.
+//! general path's. A `debug_assert!` checks the first claim on every frame `parse` accepts
+//! (`invariants`); `tests/pipeline_equiv.rs` checks the second, running random frame
+//! sequences through `process_frame`, `process_batch` and the general path alone
+//! (`Pipeline::process_frame_general`) and comparing verdicts, bytes, counters and flows.
 //!
 //! After `parse` returns `Some`, the frame holds at least `34 + l4_len` bytes and the L4
 //! header's fixed part lies within them.
