@@ -201,6 +201,8 @@ impl Pipeline {
         verdicts: &mut [Verdict],
     ) {
         let n = frames.frames_len().min(verdicts.len());
+        #[cfg(debug_assertions)]
+        let counted = super::invariants::counted(&self.counters);
         // Blocks of D = STAGE_DISTANCE frames: in round k, block k is parsed, block k - 1 has
         // its entries requested and block k - 2 is processed, so each request has a block's
         // work (D to 2D frames) to arrive.
@@ -261,6 +263,21 @@ impl Pipeline {
             }
         }
         self.finish_waiting(frames, verdicts);
+        #[cfg(debug_assertions)]
+        {
+            debug_assert!(self.waiting.len == 0, "no new flow waits between batches");
+            debug_assert_eq!(
+                super::invariants::counted(&self.counters),
+                counted + n as u64,
+                "every frame of the batch is counted once"
+            );
+            for (i, &v) in verdicts[..n].iter().enumerate() {
+                debug_assert!(
+                    super::invariants::verdict_ok(frames.frame(i), v),
+                    "a transmitted frame parses: frame {i}, {v:?}"
+                );
+            }
+        }
     }
 
     /// Stage 3 for frame `i` (parsed as `v`, `key`) when its lookup missed, or (`found`)

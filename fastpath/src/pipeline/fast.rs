@@ -6,7 +6,10 @@
 //! including every frame the general [`classify`](super::classify) would drop and every frame
 //! with a TTL of 1 or 0: the pipeline then runs the general path, which gives the verdict. So for a frame `parse` accepts, `classify` would have produced the same
 //! fields (`l3 = 14`, `l4 = 34`, `Frag::No`), and the fast path's output is byte for byte the
-//! general path's.
+//! general path's. A `debug_assert!` checks the first claim on every frame `parse` accepts
+//! (`invariants`); `tests/pipeline_equiv.rs` checks the second, running random frame
+//! sequences through `process_frame`, `process_batch` and the general path alone
+//! (`Pipeline::process_frame_general`) and comparing verdicts, bytes, counters and flows.
 //!
 //! After `parse` returns `Some`, the frame holds at least `34 + l4_len` bytes and the L4
 //! header's fixed part lies within them.
@@ -109,7 +112,7 @@ pub(crate) fn parse(frame: &[u8]) -> Option<V4> {
         }
         _ => return None,
     };
-    Some(V4 {
+    let v = V4 {
         // Wire order is (src, dst): big-endian that is src << 32 | dst.
         addrs: u64::from_be_bytes(bytes(h, L3 + 12)).rotate_left(32),
         ports: u32::from_be_bytes(bytes(frame, L4)).rotate_left(16),
@@ -119,7 +122,12 @@ pub(crate) fn parse(frame: &[u8]) -> Option<V4> {
         ttl: h[L3 + 8],
         csum_at: csum_at as u8,
         ip_len: total as u16,
-    })
+    };
+    debug_assert!(
+        super::invariants::parse_agrees(frame, &v),
+        "fast::parse and classify disagree: {v:?} {frame:02x?}"
+    );
+    Some(v)
 }
 
 /// The IPv4 total length of a frame `parse` accepted: the packet's bytes (Ethernet padding

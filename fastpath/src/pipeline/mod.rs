@@ -79,6 +79,7 @@ pub(crate) mod fast;
 pub mod frag;
 mod hygiene;
 pub(crate) mod icmp;
+mod invariants;
 pub(crate) mod nat;
 mod reuse;
 pub mod snat;
@@ -551,19 +552,79 @@ impl Pipeline {
     /// (`SynproxyNoRoom`); [`process_frame`](Self::process_frame) has room.
     #[inline]
     pub fn process(&mut self, frame: &mut [u8], now: Instant) -> Verdict {
-        self.run(frame, now)
+        #[cfg(debug_assertions)]
+        let counted = invariants::counted(&self.counters);
+        let v = self.run(frame, now);
+        #[cfg(debug_assertions)]
+        self.debug_check(counted, 1, frame, v);
+        v
+    }
+
+    /// The [`invariants`] of one call that processed `frames` frames, `counted` before it;
+    /// the last frame `frame` got verdict `v`.
+    #[cfg(debug_assertions)]
+    fn debug_check(&self, counted: u64, frames: u64, frame: &[u8], v: Verdict) {
+        debug_assert_eq!(
+            invariants::counted(&self.counters),
+            counted + frames,
+            "every frame is counted once"
+        );
+        debug_assert!(
+            invariants::verdict_ok(frame, v),
+            "a transmitted frame parses: {v:?} {frame:02x?}"
+        );
     }
 
     /// [`process`](Self::process) for the frame `buf[..*len]` in a buffer that may hold a
     /// longer one: the SYN proxy's SYN to a backend (12 bytes longer than the client's ACK)
     /// is made there, and `*len` set to the frame's new length for a `Tx` verdict.
     pub fn process_frame(&mut self, buf: &mut [u8], len: &mut usize, now: Instant) -> Verdict {
+        #[cfg(debug_assertions)]
+        let counted = invariants::counted(&self.counters);
         let n = (*len).min(buf.len());
         let v = self.run(&mut buf[..n], now);
         if v != SYNPROXY || buf.len() <= n {
+            #[cfg(debug_assertions)]
+            self.debug_check(counted, 1, &buf[..n], v);
             return v;
         }
         // An ACK with a valid cookie: again, with room (the drop is not counted).
+        self.counters.drops[DropReason::SynproxyNoRoom as usize] -= 1;
+        let (v, new_len) = self.synproxy_grow(buf, n, true, now);
+        if let Verdict::Tx(_) = v {
+            *len = new_len;
+        }
+        let v = self.count(v);
+        #[cfg(debug_assertions)]
+        self.debug_check(counted, 1, &buf[..*len], v);
+        v
+    }
+
+    /// [`process`](Self::process) without the fixed-offset shortcut ([`fast`]): every frame
+    /// through the general path (`classify`, then the flow lookup by [`FlowKey`], `forward`
+    /// or `new_flow`). For tests and benches only (the equivalence property test runs each
+    /// frame both ways and compares verdicts, bytes and flows); workers call `process`. A
+    /// separate entry, so `process` carries no switch for it.
+    #[doc(hidden)]
+    pub fn process_general(&mut self, frame: &mut [u8], now: Instant) -> Verdict {
+        let v = self.run_general(frame, now);
+        self.count(v)
+    }
+
+    /// [`process_frame`](Self::process_frame) through the general path only, as
+    /// [`process_general`](Self::process_general) is `process`'s. For tests and benches.
+    #[doc(hidden)]
+    pub fn process_frame_general(
+        &mut self,
+        buf: &mut [u8],
+        len: &mut usize,
+        now: Instant,
+    ) -> Verdict {
+        let n = (*len).min(buf.len());
+        let v = self.process_general(&mut buf[..n], now);
+        if v != SYNPROXY || buf.len() <= n {
+            return v;
+        }
         self.counters.drops[DropReason::SynproxyNoRoom as usize] -= 1;
         let (v, new_len) = self.synproxy_grow(buf, n, true, now);
         if let Verdict::Tx(_) = v {
