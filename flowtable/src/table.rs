@@ -21,6 +21,7 @@ use crate::sync::{AtomicU64, AtomicUsize, Ordering, Padded};
 use crate::{index, index::Index};
 use std::time::Instant;
 
+mod check;
 mod counts;
 mod entry;
 mod error;

@@ -115,6 +115,38 @@ pub(super) fn ctl_readable(c: u64) -> bool {
 }
 const _: () = assert!(ST_FREE == 0 && ST_INSERTING == 1 && ST_LIVE == 2 && ST_DYING == 3);
 
+/// Whether a control-word change from `old` to `new` is one the entry life cycle allows:
+/// FREE → INSERTING with the generation bumped (reuse), INSERTING → LIVE, INSERTING → DYING
+/// (a torn-down insert), LIVE → DYING, DYING → FREE in one generation, and INSERTING/LIVE to
+/// themselves (state and last-seen changes). For `debug_assert!`s at every store and CAS of a
+/// control word, except a state file's single-threaded recovery (which frees what a dead
+/// process left in any status).
+pub(super) fn transition_ok(old: u64, new: u64) -> bool {
+    let same_gen = ctl_gen(old) == ctl_gen(new);
+    match (ctl_status(old), ctl_status(new)) {
+        (ST_FREE, ST_INSERTING) => ctl_gen(new) == (ctl_gen(old) + 1) & GEN_MASK,
+        (ST_INSERTING, ST_INSERTING | ST_LIVE | ST_DYING)
+        | (ST_LIVE, ST_LIVE | ST_DYING)
+        | (ST_DYING, ST_FREE) => same_gen,
+        _ => false,
+    }
+}
+
+/// `debug_assert!` that `old` → `new` is a life-cycle transition ([`transition_ok`]).
+macro_rules! debug_transition {
+    ($old:expr, $new:expr) => {
+        debug_assert!(
+            $crate::table::entry::transition_ok($old, $new),
+            "flow entry control word: status {} gen {} -> status {} gen {}",
+            $crate::table::entry::ctl_status($old),
+            $crate::table::entry::ctl_gen($old),
+            $crate::table::entry::ctl_status($new),
+            $crate::table::entry::ctl_gen($new),
+        )
+    };
+}
+pub(super) use debug_transition;
+
 /// The two IPv4 addresses of an address word, `(high half, low half)`, as key bits.
 #[inline(always)]
 pub(super) fn v4_halves(w: u64) -> (u128, u128) {
@@ -252,7 +284,9 @@ impl FlowTable {
                 | u64::from(v6) << 40
                 | u64::from(d.flags) << 48,
         );
-        entry.w[W_CTL].store(ctl(gen_, ST_INSERTING, state.to_u8(), t), Ordering::Release);
+        let new = ctl(gen_, ST_INSERTING, state.to_u8(), t);
+        debug_transition!(old, new);
+        entry.w[W_CTL].store(new, Ordering::Release);
         gen_
     }
 }

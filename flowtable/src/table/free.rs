@@ -3,6 +3,7 @@
 //! flow's hash.
 
 use super::FlowTable;
+use super::entry::debug_transition;
 use super::entry::{ST_FREE, ST_LIVE, W_CTL, W_IDS, ctl, ctl_gen, ctl_state, ctl_status};
 use super::handle::ExpiredFlow;
 use crate::state::FlowState;
@@ -67,6 +68,13 @@ impl FlowTable {
                 .compare_exchange_weak(head, new, Ordering::AcqRel, Ordering::Acquire)
             {
                 Ok(_) => {
+                    // A free-list entry is FREE; its link is an entry + 1, or 0 at the end.
+                    debug_assert_eq!(
+                        ctl_status(self.entries[e as usize].w[W_CTL].load(Ordering::Relaxed)),
+                        ST_FREE,
+                        "popped entry {e}"
+                    );
+                    debug_assert!(next as usize <= self.entries.len(), "free link {next}");
                     // The next insert takes the new head: start fetching its line now (a
                     // hint; on a shuffled free list it would be a cache miss later).
                     if let Some(n) = (next as usize)
@@ -84,6 +92,11 @@ impl FlowTable {
 
     pub(super) fn push_free(&self, e: u32) {
         let link = &self.entries[e as usize].w[W_IDS];
+        debug_assert_eq!(
+            ctl_status(self.entries[e as usize].w[W_CTL].load(Ordering::Relaxed)),
+            ST_FREE,
+            "pushing entry {e}"
+        );
         let mut head = self.free.0.load(Ordering::Relaxed);
         loop {
             link.store(head & 0xffff_ffff, Ordering::Relaxed);
@@ -101,7 +114,13 @@ impl FlowTable {
 
     /// Mark an owned entry FREE and push it on the free list.
     pub(super) fn release(&self, e: u32, gen_: u64) {
-        self.entries[e as usize].w[W_CTL].store(ctl(gen_, ST_FREE, 0, 0), Ordering::Release);
+        let new = ctl(gen_, ST_FREE, 0, 0);
+        // Ours (DYING, by the one winner of the removal or a torn-down insert): stable.
+        debug_transition!(
+            self.entries[e as usize].w[W_CTL].load(Ordering::Relaxed),
+            new
+        );
+        self.entries[e as usize].w[W_CTL].store(new, Ordering::Release);
         self.push_free(e);
     }
 }

@@ -2,7 +2,9 @@
 //! index the original then the reply tuple, then LIVE; a conflict tears the entry down.
 
 use super::FlowTable;
-use super::entry::{ST_DYING, ST_INSERTING, ST_LIVE, W_CTL, ctl_gen, ctl_state, state_fits};
+use super::entry::{
+    ST_DYING, ST_INSERTING, ST_LIVE, W_CTL, ctl_gen, ctl_state, ctl_status, state_fits,
+};
 use super::error::InsertError;
 use super::handle::{ExpiredFlow, FlowHandle, Tick};
 use crate::index::{self, Claim};
@@ -188,8 +190,10 @@ impl FlowTable {
                 self.counters.0.inserted.fetch_add(1, Ordering::Relaxed);
                 // INSERTING -> LIVE. Only `on_packet`/`touch` write an INSERTING control word
                 // besides us, and never its status bits: one atomic XOR flips 01 to 10.
-                self.entries[e as usize].w[W_CTL]
-                    .fetch_xor((ST_INSERTING ^ ST_LIVE) << 40, Ordering::Release);
+                let flip = (ST_INSERTING ^ ST_LIVE) << 40;
+                let prev = self.entries[e as usize].w[W_CTL].fetch_xor(flip, Ordering::Release);
+                debug_assert_eq!(ctl_status(prev), ST_INSERTING, "publishing entry {e}");
+                debug_assert_eq!(ctl_gen(prev), gen_, "publishing entry {e}");
                 Ok(FlowHandle::new(e, gen_))
             }
             claim => {
@@ -205,6 +209,8 @@ impl FlowTable {
     pub(super) fn tear_down(&self, e: u32, backend: u32, claim: Claim, reply: bool) -> InsertError {
         let entry = &self.entries[e as usize];
         let c = entry.w[W_CTL].fetch_or(ST_DYING << 40, Ordering::AcqRel);
+        // Nobody else removes an entry before it is LIVE: ours is still INSERTING.
+        debug_assert_eq!(ctl_status(c), ST_INSERTING, "tearing down entry {e}");
         self.count(backend, FlowState::from_u8(ctl_state(c)), -1);
         self.release(e, ctl_gen(c));
         match claim {

@@ -380,6 +380,8 @@ impl FlowTable {
     /// Marks the state file as cleanly stopped (after the last worker stopped): the next
     /// process knows it adopts a quiescent table. Nothing for an anonymous table.
     pub fn mark_clean(&self) {
+        // Quiescent by contract: the counts are exact.
+        debug_assert_eq!(self.check_counts(), Ok(()), "flow table at a clean stop");
         if let Some(h) = &self.header {
             h.status.store(STATUS_CLEAN, Ordering::Release);
         }

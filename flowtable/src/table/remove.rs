@@ -3,6 +3,7 @@
 //! under pressure, the incremental sweep, and the bounded scan.
 
 use super::FlowTable;
+use super::entry::debug_transition;
 use super::entry::{
     GEN_MASK, ST_DYING, ST_FREE, ST_LIVE, W_CTL, ctl, ctl_gen, ctl_ls, ctl_readable, ctl_state,
     ctl_status,
@@ -58,6 +59,7 @@ impl FlowTable {
                 return None;
             }
             let dying = c & !(3 << 40) | ST_DYING << 40;
+            debug_transition!(c, dying);
             match entry.w[W_CTL].compare_exchange_weak(
                 c,
                 dying,
@@ -88,7 +90,9 @@ impl FlowTable {
         if to_free_list {
             self.release(e, gen_);
         } else {
-            entry.w[W_CTL].store(ctl(gen_, ST_FREE, 0, 0), Ordering::Release);
+            let free = ctl(gen_, ST_FREE, 0, 0);
+            debug_transition!(entry.w[W_CTL].load(Ordering::Relaxed), free);
+            entry.w[W_CTL].store(free, Ordering::Release);
         }
         Some(flow)
     }

@@ -4,6 +4,7 @@
 //! winner of each transition adjusts the backend counts for exactly that transition.
 
 use super::FlowTable;
+use super::entry::debug_transition;
 use super::entry::{
     W_CTL, W_IDS, ctl, ctl_gen, ctl_ls, ctl_readable, ctl_state, ctl_status, state_fits,
 };
@@ -117,6 +118,7 @@ impl FlowTable {
             }
             let entry = self.entries.get(e as usize)?;
             let nc = ctl(ctl_gen(c), ctl_status(c), new, ls);
+            debug_transition!(c, nc);
             match entry.w[W_CTL].compare_exchange_weak(c, nc, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
                     #[cfg(not(loom))]
@@ -156,6 +158,7 @@ impl FlowTable {
                 return Some(state);
             }
             let nc = ctl(ctl_gen(c), ctl_status(c), new, ls);
+            debug_transition!(c, nc);
             match entry.w[W_CTL].compare_exchange_weak(c, nc, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
                     self.recount(data.backend_id.0, FlowState::from_u8(old), state);
@@ -209,6 +212,7 @@ impl FlowTable {
             }
             let nc =
                 c & !((0xff << 32) | 0xffff_ffff) | u64::from(new.to_u8()) << 32 | u64::from(ls);
+            debug_transition!(c, nc);
             match entry.w[W_CTL].compare_exchange_weak(c, nc, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
                     self.recount(backend, old, new);

@@ -3,6 +3,7 @@
 //! builds, without 128-bit addresses or `SocketAddr`s.
 
 use super::FlowTable;
+use super::entry::debug_transition;
 use super::entry::{
     FLAG_SLOW, GEN_MASK, ST_INSERTING, W_ADDR, W_CTL, W_IDS, W_META, W_PORTS, W_V4_CSUM, ctl,
     ctl_gen, ctl_readable, ctl_state, ctl_status,
@@ -446,7 +447,9 @@ impl FlowTable {
             W_META,
             u64::from(f.snapshot_gen) | u64::from(o.proto as u8) << 32 | u64::from(f.flags) << 48,
         );
-        entry.w[W_CTL].store(ctl(gen_, ST_INSERTING, state, t), Ordering::Release);
+        let new = ctl(gen_, ST_INSERTING, state, t);
+        debug_transition!(old, new);
+        entry.w[W_CTL].store(new, Ordering::Release);
         gen_
     }
 }
