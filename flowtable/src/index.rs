@@ -58,6 +58,7 @@ pub(crate) fn is_live(w: u64) -> bool {
 
 /// What an index slot may hold, in a table of `entries` entries: `EMPTY`, `TOMB`, `FROZEN`,
 /// or a live word naming an entry below `entries`.
+#[cfg_attr(loom, allow(dead_code))]
 pub(crate) fn slot_valid(w: u64, entries: usize) -> bool {
     matches!(w, EMPTY | TOMB | FROZEN) || (is_live(w) && (word_entry(w).0 as usize) < entries)
 }

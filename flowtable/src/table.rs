@@ -199,11 +199,11 @@ impl FlowTable {
                 ),
                 header: None,
                 timeouts: config.timeouts,
-                timeout_ticks: timeout_ticks(&config.timeouts),
-                pressure_ticks: pressure_ticks(&config.timeouts),
+                timeout_ticks: time::timeout_ticks(&config.timeouts),
+                pressure_ticks: time::pressure_ticks(&config.timeouts),
                 pressure_until: Padded(AtomicU64::new(0)),
-                next_code: next_code_table(),
-                seeds: seeds(config.hash_seed),
+                next_code: touch::next_code_table(),
+                seeds: hash::seeds(config.hash_seed),
                 epoch,
             };
             t.init_fresh(&lay, None);

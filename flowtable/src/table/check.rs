@@ -66,7 +66,7 @@ impl FlowTable {
 
     /// [`check_counts`](Self::check_counts) and the structure of entries, index and free
     /// list (see the module doc); the first inconsistency found.
-    #[cfg_attr(not(test), allow(dead_code))]
+    #[cfg_attr(any(not(test), loom), allow(dead_code))]
     pub(crate) fn check_quiescent(&self) -> Result<(), String> {
         let cap = self.entries.len();
         let mut words = vec![[0u32; 2]; cap];

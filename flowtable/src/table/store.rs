@@ -12,10 +12,7 @@ use super::FlowTable;
 use super::FlowTableConfig;
 use super::counts::BackendCount;
 use super::entry::{Cold, Entry, W_IDS};
-use super::hash::seeds;
 use super::stats::Counters;
-use super::time::{pressure_ticks, timeout_ticks};
-use super::touch::next_code_table;
 use crate::index::Index;
 use crate::mem::page_round;
 use crate::sync::{AtomicU64, AtomicUsize, Ordering, Padded};
@@ -164,11 +161,11 @@ impl FlowTable {
             backends: mem.slab(lay.backends, lay.backends_max),
             header: file.then(|| mem.one(offset_of!(HeaderBlock, header))),
             timeouts: config.timeouts,
-            timeout_ticks: timeout_ticks(&config.timeouts),
-            pressure_ticks: pressure_ticks(&config.timeouts),
+            timeout_ticks: super::time::timeout_ticks(&config.timeouts),
+            pressure_ticks: super::time::pressure_ticks(&config.timeouts),
             pressure_until: Padded(AtomicU64::new(0)),
-            next_code: next_code_table(),
-            seeds: seeds(seed),
+            next_code: super::touch::next_code_table(),
+            seeds: super::hash::seeds(seed),
             epoch,
             lock: None,
             mem,
