@@ -41,7 +41,26 @@ pub(crate) fn live_tag(hash: u64) -> u64 {
 
 #[inline]
 pub(crate) fn make_word(hash: u64, dir_reply: bool, entry: u32) -> u64 {
-    ((hash >> 33) << 33) | (u64::from(dir_reply) << 32) | (u64::from(entry) + 1)
+    let w = ((hash >> 33) << 33) | (u64::from(dir_reply) << 32) | (u64::from(entry) + 1);
+    debug_assert!(
+        is_live(w) && word_entry(w) == (entry, dir_reply),
+        "index word {w:#x} from hash {hash:#x} (not a live_tag?) and entry {entry}"
+    );
+    w
+}
+
+/// Whether `w` is a live word: its tag neither all zeros nor all ones (what [`live_tag`]
+/// guarantees, so it is none of `EMPTY`, `TOMB`, `FROZEN`) and its entry field not 0.
+pub(crate) fn is_live(w: u64) -> bool {
+    let tag = w >> 33;
+    tag != 0 && tag != u64::MAX >> 33 && w as u32 != 0
+}
+
+/// What an index slot may hold, in a table of `entries` entries: `EMPTY`, `TOMB`, `FROZEN`,
+/// or a live word naming an entry below `entries`.
+#[cfg_attr(loom, allow(dead_code))]
+pub(crate) fn slot_valid(w: u64, entries: usize) -> bool {
+    matches!(w, EMPTY | TOMB | FROZEN) || (is_live(w) && (word_entry(w).0 as usize) < entries)
 }
 
 /// `(entry, dir_reply)` of a live word (not EMPTY/TOMB/FROZEN).
@@ -212,6 +231,10 @@ impl Index {
     /// consistency at least one of them reads the other's word after its CAS, and whoever
     /// sees another's word retracts; the retry's step (1) then reports the survivor.
     pub(crate) fn insert(&self, hash: u64, word: u64, same_key: impl Fn(u64) -> bool) -> Claim {
+        debug_assert!(
+            is_live(word) && tag_matches(word, hash),
+            "inserting index word {word:#x} for hash {hash:#x}"
+        );
         let home = self.home(hash);
         let window = self.window(hash);
         'retry: for _ in 0..MAX_RETRIES {
@@ -283,6 +306,10 @@ impl Index {
 
     /// Tombstone the slot holding exactly `word` (at most one does). Returns whether found.
     pub(crate) fn remove(&self, hash: u64, word: u64) -> bool {
+        debug_assert!(
+            is_live(word) && tag_matches(word, hash),
+            "removing index word {word:#x} for hash {hash:#x}"
+        );
         for slot in self.window(hash) {
             let w = slot.load(Ordering::SeqCst);
             if w == word {

@@ -27,13 +27,14 @@ use std::time::{Duration, Instant};
 use lb_algos::BackendId;
 
 use super::FlowView;
+use super::entry::{
+    A_BACKEND, A_CLIENT, A_SNAT, A_VIP, GEN_MASK, ST_FREE, ST_LIVE, W_CTL, W_IDS, W_META, ctl,
+    ctl_gen, ctl_ls, ctl_state, ctl_status,
+};
 use super::store::{
     HeaderBlock, LAYOUT_VERSION, Layout, MAGIC, STATUS_CLEAN, STATUS_RUNNING, entry_bytes,
 };
-use super::{
-    A_BACKEND, A_CLIENT, A_SNAT, A_VIP, Error, FlowTable, FlowTableConfig, GEN_MASK, ST_FREE,
-    ST_LIVE, W_CTL, W_IDS, ctl, ctl_gen, ctl_ls, ctl_state, ctl_status,
-};
+use super::{Error, FlowTable, FlowTableConfig};
 use crate::index::{EMPTY, FROZEN, TOMB, word_entry};
 use crate::key::{FlowData, Protocol};
 use crate::mem::Mapping;
@@ -322,7 +323,7 @@ impl FlowTable {
             if usable {
                 keep[e] = true;
                 out.flows += 1;
-                self.saw_flags((self.word(e as u32, super::W_META) >> 48) as u8);
+                self.saw_flags((self.word(e as u32, W_META) >> 48) as u8);
                 self.count(backend, FlowState::from_u8(state), 1);
             } else {
                 if ctl_status(c) != ST_FREE {
@@ -379,6 +380,8 @@ impl FlowTable {
     /// Marks the state file as cleanly stopped (after the last worker stopped): the next
     /// process knows it adopts a quiescent table. Nothing for an anonymous table.
     pub fn mark_clean(&self) {
+        // Quiescent by contract: the counts are exact.
+        debug_assert_eq!(self.check_counts(), Ok(()), "flow table at a clean stop");
         if let Some(h) = &self.header {
             h.status.store(STATUS_CLEAN, Ordering::Release);
         }
@@ -725,9 +728,9 @@ mod tests {
             );
         };
         // Flow 3: its inserter died after publishing both words, before LIVE.
-        set_status(handles[3], super::super::ST_INSERTING);
+        set_status(handles[3], crate::table::entry::ST_INSERTING);
         // Flow 5: its remover won the CAS to DYING and tombed one word, then died.
-        set_status(handles[5], super::super::ST_DYING);
+        set_status(handles[5], crate::table::entry::ST_DYING);
         let reply = t.index.window(t.hash(&flow(5).reply_key()));
         let slot = reply
             .iter()

@@ -7,9 +7,12 @@
 #[cfg(not(loom))]
 use std::time::Instant;
 
+use super::FlowTable;
 #[cfg(not(loom))]
 use super::FlowTableConfig;
-use super::{BackendCount, Cold, Counters, Entry, FlowTable};
+use super::counts::BackendCount;
+use super::entry::{Cold, Entry, W_IDS};
+use super::stats::Counters;
 use crate::index::Index;
 use crate::mem::page_round;
 use crate::sync::{AtomicU64, AtomicUsize, Ordering, Padded};
@@ -158,11 +161,11 @@ impl FlowTable {
             backends: mem.slab(lay.backends, lay.backends_max),
             header: file.then(|| mem.one(offset_of!(HeaderBlock, header))),
             timeouts: config.timeouts,
-            timeout_ticks: super::timeout_ticks(&config.timeouts),
-            pressure_ticks: super::pressure_ticks(&config.timeouts),
+            timeout_ticks: super::time::timeout_ticks(&config.timeouts),
+            pressure_ticks: super::time::pressure_ticks(&config.timeouts),
             pressure_until: Padded(AtomicU64::new(0)),
-            next_code: super::next_code_table(),
-            seeds: super::seeds(seed),
+            next_code: super::touch::next_code_table(),
+            seeds: super::hash::seeds(seed),
             epoch,
             lock: None,
             mem,
@@ -176,7 +179,7 @@ impl FlowTable {
         for (i, e) in self.entries.iter().enumerate() {
             // Free list 0 -> 1 -> ... -> cap-1.
             let next = if i + 1 < cap { i as u64 + 2 } else { 0 };
-            e.w[super::W_IDS].store(next, Ordering::Relaxed);
+            e.w[W_IDS].store(next, Ordering::Relaxed);
         }
         self.free.0.store(1, Ordering::Relaxed);
         if let (Some(h), Some((boot, epoch_ns, seed))) = (&self.header, identity) {

@@ -1,8 +1,20 @@
 //! The IPv4 per-packet API: packed keys ([`V4Key`]), hits ([`V4Hit`]) and inserts
-//! ([`V4Flow`]), the same flows as the generic [`FlowKey`]/[`FlowData`] API builds, without
-//! 128-bit addresses or `SocketAddr`s.
+//! ([`V4Flow`]), the same flows as the generic [`FlowKey`]/[`FlowData`](crate::FlowData) API
+//! builds, without 128-bit addresses or `SocketAddr`s.
 
-use super::*;
+use super::FlowTable;
+use super::entry::debug_transition;
+use super::entry::{
+    FLAG_SLOW, GEN_MASK, ST_INSERTING, W_ADDR, W_CTL, W_IDS, W_META, W_PORTS, W_V4_CSUM, ctl,
+    ctl_gen, ctl_readable, ctl_state, ctl_status,
+};
+use super::error::InsertError;
+use super::handle::{FlowHandle, Tick};
+use crate::index::{self};
+use crate::key::{Direction, FlowKey, Protocol};
+use crate::state::{FlowState, TcpFlags};
+use crate::sync::{Ordering, fence};
+use lb_algos::BackendId;
 
 /// An IPv4 tuple packed the way the per-packet path reads it, with its hash in one table,
 /// from [`FlowTable::v4_key`]: the same flow as the [`FlowKey`] [`V4Key::key`] gives, without
@@ -96,7 +108,7 @@ fn fold16(s: u64) -> u16 {
 /// [`FLAG_SLOW`] bit.
 const SHORTCUT_MASK: u64 = 0xffff | (FLAG_SLOW as u64) << 16;
 
-/// [`FlowHit`] for an IPv4 flow, from [`FlowTable::lookup_v4`]: the outgoing endpoints packed
+/// [`FlowHit`](crate::FlowHit) for an IPv4 flow, from [`FlowTable::lookup_v4`](crate::FlowTable::lookup_v4): the outgoing endpoints packed
 /// like a [`V4Key`]'s and the checksum adjustment, 32 bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct V4Hit {
@@ -107,7 +119,7 @@ pub struct V4Hit {
     /// What the packet's checksums change by: [`v4_csum_delta`] from the tuple it matched to
     /// `(addrs, ports)`.
     pub csum_delta: u32,
-    /// The flow's pipeline flags byte ([`FlowData::flags`]).
+    /// The flow's pipeline flags byte ([`FlowData::flags`](crate::FlowData::flags)).
     pub flags: u8,
     reply: bool,
     entry: u32,
@@ -121,7 +133,7 @@ impl V4Hit {
     /// [`FlowHit::state_code`]: crate::FlowHit::state_code
     #[inline(always)]
     pub fn state_code(&self) -> u8 {
-        super::ctl_state(self.ctl)
+        ctl_state(self.ctl)
     }
 
     /// Whether the flow was still being inserted when found (its reply tuple possibly not
@@ -179,7 +191,7 @@ impl V4Hit {
 }
 
 /// A new IPv4 flow for [`FlowTable::insert_v4`]: its two tuples as keys of this table (from
-/// [`FlowTable::v4_key`]) and the rest of its [`FlowData`]. The same flow as the `FlowData`
+/// [`FlowTable::v4_key`](crate::FlowTable::v4_key)) and the rest of its [`FlowData`](crate::FlowData). The same flow as the `FlowData`
 /// with `client → vip` = `original` and `backend → snat` = `reply`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct V4Flow {
@@ -187,13 +199,13 @@ pub struct V4Flow {
     pub original: V4Key,
     /// Backend → SNAT address (or client in nat mode).
     pub reply: V4Key,
-    /// [`FlowData::service_id`].
+    /// [`FlowData::service_id`](crate::FlowData::service_id).
     pub service_id: u32,
-    /// [`FlowData::backend_id`].
+    /// [`FlowData::backend_id`](crate::FlowData::backend_id).
     pub backend_id: BackendId,
-    /// [`FlowData::snapshot_gen`].
+    /// [`FlowData::snapshot_gen`](crate::FlowData::snapshot_gen).
     pub snapshot_gen: u32,
-    /// [`FlowData::flags`].
+    /// [`FlowData::flags`](crate::FlowData::flags).
     pub flags: u8,
 }
 
@@ -435,7 +447,9 @@ impl FlowTable {
             W_META,
             u64::from(f.snapshot_gen) | u64::from(o.proto as u8) << 32 | u64::from(f.flags) << 48,
         );
-        entry.w[W_CTL].store(ctl(gen_, ST_INSERTING, state, t), Ordering::Release);
+        let new = ctl(gen_, ST_INSERTING, state, t);
+        debug_transition!(old, new);
+        entry.w[W_CTL].store(new, Ordering::Release);
         gen_
     }
 }

@@ -1,0 +1,81 @@
+//! The tuple hash (keyed multiply-fold, its keys drawn from the table's seed) and
+//! [`HashedKey`], a key hashed once for a receive batch's prefetches and lookup.
+
+use super::FlowTable;
+use crate::index::{self};
+use crate::key::FlowKey;
+
+/// A [`FlowKey`] and its hash in one table, from [`FlowTable::hashed`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HashedKey {
+    pub(super) key: FlowKey,
+    pub(super) hash: u64,
+}
+
+impl HashedKey {
+    /// The key.
+    #[inline]
+    pub fn key(&self) -> &FlowKey {
+        &self.key
+    }
+}
+
+/// The hash function's keys from a seed.
+pub(super) fn seeds(seed: u64) -> [u64; 6] {
+    let mut s = seed;
+    std::array::from_fn(|_| splitmix(&mut s) | 1)
+}
+
+pub(super) fn splitmix(x: &mut u64) -> u64 {
+    *x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *x;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[inline]
+pub(super) fn fold_mul(a: u64, b: u64) -> u64 {
+    let r = u128::from(a) * u128::from(b);
+    (r as u64) ^ ((r >> 64) as u64)
+}
+
+impl FlowTable {
+    /// The index slot where `key`'s probe sequence starts (diagnostics, and the tests that
+    /// show a random key defeats precomputed collisions).
+    pub fn home_slot(&self, key: &FlowKey) -> usize {
+        self.index.home(self.hash(key))
+    }
+
+    #[inline]
+    pub(super) fn hash(&self, k: &FlowKey) -> u64 {
+        let s = &self.seeds;
+        if !k.v6 {
+            let addrs = u64::from(k.src as u32) | u64::from(k.dst as u32) << 32;
+            return self.hash_v4(addrs, k.misc());
+        }
+        let a = fold_mul(k.src as u64 ^ s[0], (k.src >> 64) as u64 ^ s[1]);
+        let b = fold_mul(k.dst as u64 ^ s[2], (k.dst >> 64) as u64 ^ s[3]);
+        index::live_tag(fold_mul(a ^ b.rotate_left(29) ^ s[4], k.misc() ^ s[5]))
+    }
+
+    /// The hash of an IPv4 key from its packed addresses (`src | dst << 32`) and
+    /// [`FlowKey::misc`]: both addresses fit one word, so two multiplies instead of three.
+    #[inline(always)]
+    pub(super) fn hash_v4(&self, addrs: u64, misc: u64) -> u64 {
+        let s = &self.seeds;
+        index::live_tag(fold_mul(fold_mul(addrs ^ s[0], misc ^ s[1]) ^ s[2], s[3]))
+    }
+
+    /// `key` with its hash in this table, for [`prefetch_index`](Self::prefetch_index),
+    /// [`prefetch_entry`](Self::prefetch_entry) and
+    /// [`lookup_hit_hashed`](Self::lookup_hit_hashed): a receive batch hashes every key first,
+    /// prefetches, then looks up. (A `HashedKey` of another table only gives wrong misses.)
+    #[inline(always)]
+    pub fn hashed(&self, key: FlowKey) -> HashedKey {
+        HashedKey {
+            hash: self.hash(&key),
+            key,
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! A packet's effect on its flow: the protocol state machine tabulated over state codes
+//! (`next_code`), [`FlowTable::touch`] from a hit's state word, [`FlowTable::on_packet`] from a
+//! handle, and [`FlowTable::update`] (a peer's state). Control-word changes are CAS loops; the
+//! winner of each transition adjusts the backend counts for exactly that transition.
+
+use super::FlowTable;
+use super::entry::debug_transition;
+use super::entry::{
+    W_CTL, W_IDS, ctl, ctl_gen, ctl_ls, ctl_readable, ctl_state, ctl_status, state_fits,
+};
+use super::handle::{FlowHandle, FlowHit, Tick};
+use crate::key::{Direction, Protocol};
+use crate::state::{FlowState, STATE_CODES, TcpFlags, TcpState};
+use crate::sync::{Ordering, fence};
+use std::time::Instant;
+
+/// State codes padded to a power of two (the `next_code` table's last dimension).
+pub(super) const CODES_PAD: usize = 32;
+const _: () = assert!(STATE_CODES <= CODES_PAD);
+
+/// ESTABLISHED's state code.
+pub(super) const EST_CODE: u8 = TcpState::Established as u8;
+
+/// The four flag bits `FlowState::next` reads (FIN, SYN, RST, ACK) as a 4-bit index.
+#[inline(always)]
+pub(super) fn flags_index(f: u8) -> usize {
+    usize::from((f & 0x07) | ((f >> 1) & 0x08))
+}
+
+/// [`FlowState::next`] tabulated over state codes, both directions and every combination of
+/// the flag bits it reads.
+pub(super) fn next_code_table() -> [[[u8; CODES_PAD]; 16]; 2] {
+    let mut t = [[[0u8; CODES_PAD]; 16]; 2];
+    for (d, dir) in [Direction::Original, Direction::Reply]
+        .into_iter()
+        .enumerate()
+    {
+        for fi in 0..16u8 {
+            let flags = TcpFlags((fi & 0x07) | ((fi & 0x08) << 1));
+            debug_assert_eq!(flags_index(flags.0), usize::from(fi));
+            for (code, next) in t[d][usize::from(fi)].iter_mut().enumerate() {
+                *next = FlowState::from_u8(code as u8).next(dir, flags).to_u8();
+            }
+        }
+    }
+    t
+}
+
+impl FlowTable {
+    /// [`on_packet`](Self::on_packet) for a flow just found by [`lookup_hit`](Self::lookup_hit):
+    /// starts from the state word the lookup read, so a packet that changes neither the state
+    /// nor the 100 ms tick costs no memory access at all. Same result as `on_packet` at the
+    /// time of the lookup (call it right after: a hit held across batches may be stale, and
+    /// then only a packet that needs a write notices, by returning `None`).
+    #[inline]
+    pub fn touch(&self, hit: &FlowHit, tcp_flags: TcpFlags, now: Tick) -> Option<FlowState> {
+        let reply = hit.dir == Direction::Reply;
+        self.touch_ctl(
+            hit.handle.entry(),
+            reply,
+            hit.backend,
+            hit.ctl,
+            tcp_flags,
+            now,
+        )
+    }
+
+    /// The no-write case of `touch` inline; `c` is the validated state word of a hit.
+    #[inline(always)]
+    pub(super) fn touch_ctl(
+        &self,
+        e: u32,
+        reply: bool,
+        backend: u32,
+        c: u64,
+        tcp_flags: TcpFlags,
+        now: Tick,
+    ) -> Option<FlowState> {
+        let old = ctl_state(c);
+        // The common packet first: an ACK without SYN, FIN or RST on an established
+        // connection keeps it established (a test checks the table agrees).
+        if tcp_flags.0 & 0x17 == 0x10 && old == EST_CODE && ctl_ls(c) >= now.0 {
+            return Some(FlowState::Tcp(TcpState::Established));
+        }
+        // Codes are < STATE_CODES <= CODES_PAD; the mask only spares a bounds check.
+        let new = self.next_code[usize::from(reply)][flags_index(tcp_flags.0)]
+            [usize::from(old) & (CODES_PAD - 1)];
+        // A hit's word is readable and of the hit's generation: nothing to check for a
+        // packet that changes neither the state nor the time tick.
+        if new == old && ctl_ls(c) >= now.0 {
+            return Some(FlowState::from_u8(old));
+        }
+        self.touch_write(e, reply, backend, c, tcp_flags, now)
+    }
+
+    /// The rest of `touch`: a CAS loop from the hit's state word.
+    #[inline(never)]
+    pub(super) fn touch_write(
+        &self,
+        e: u32,
+        reply: bool,
+        backend: u32,
+        mut c: u64,
+        tcp_flags: TcpFlags,
+        now: Tick,
+    ) -> Option<FlowState> {
+        let next = &self.next_code[usize::from(reply)][flags_index(tcp_flags.0)];
+        let gen_ = ctl_gen(c);
+        loop {
+            if !ctl_readable(c) || ctl_gen(c) != gen_ {
+                return None;
+            }
+            let old = ctl_state(c);
+            let new = next[usize::from(old) & (CODES_PAD - 1)];
+            let ls = ctl_ls(c).max(now.0);
+            if new == old && ls == ctl_ls(c) {
+                return Some(FlowState::from_u8(old));
+            }
+            let entry = self.entries.get(e as usize)?;
+            let nc = ctl(ctl_gen(c), ctl_status(c), new, ls);
+            debug_transition!(c, nc);
+            match entry.w[W_CTL].compare_exchange_weak(c, nc, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    #[cfg(not(loom))]
+                    if new != old {
+                        crate::log::changed(FlowHandle::new(e, gen_));
+                    }
+                    let (old, new) = (FlowState::from_u8(old), FlowState::from_u8(new));
+                    self.recount(backend, old, new);
+                    return Some(new);
+                }
+                Err(a) => c = a,
+            }
+        }
+    }
+
+    /// Sets flow `h`'s state to `state` and its last-seen time to `last_seen` when that is
+    /// later than the flow's (a peer's copy of a flow it serves, see the slowpath's flow
+    /// sync); the per-backend counts follow the state. Returns the state set, or `None`
+    /// when the handle is stale or `state` is of another protocol. Not for the packet path.
+    pub fn update(&self, h: FlowHandle, state: FlowState, last_seen: Instant) -> Option<FlowState> {
+        let e = h.entry();
+        let entry = self.entries.get(e as usize)?;
+        let data = self.read_data(e)?;
+        if !state_fits(state, data.proto) {
+            return None;
+        }
+        let t = self.ticks(last_seen);
+        let new = state.to_u8();
+        let mut c = entry.w[W_CTL].load(Ordering::Acquire);
+        loop {
+            if !ctl_readable(c) || ctl_gen(c) != h.gen_() {
+                return None;
+            }
+            let old = ctl_state(c);
+            let ls = ctl_ls(c).max(t);
+            if new == old && ls == ctl_ls(c) {
+                return Some(state);
+            }
+            let nc = ctl(ctl_gen(c), ctl_status(c), new, ls);
+            debug_transition!(c, nc);
+            match entry.w[W_CTL].compare_exchange_weak(c, nc, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    self.recount(data.backend_id.0, FlowState::from_u8(old), state);
+                    return Some(state);
+                }
+                Err(a) => c = a,
+            }
+        }
+    }
+
+    /// [`FlowState::initial`]'s code, from the `next_code` table: the first packet's
+    /// transition from the protocol's starting state.
+    #[inline]
+    pub(super) fn initial_code(&self, proto: Protocol, tcp_flags: TcpFlags) -> u8 {
+        let start = match proto {
+            Protocol::Tcp => TcpState::None as u8,
+            Protocol::Udp => FlowState::Udp.to_u8(),
+            Protocol::Icmp | Protocol::Icmpv6 => FlowState::Icmp.to_u8(),
+            Protocol::Sctp => FlowState::Sctp(crate::state::SctpState::Established).to_u8(),
+        };
+        self.next_code[0][flags_index(tcp_flags.0)][usize::from(start) & (CODES_PAD - 1)]
+    }
+
+    /// Account one packet of flow `h` travelling in `dir`: update the state from `tcp_flags`
+    /// (ignored for UDP/ICMP), the last-seen time and the backend's counts. Returns the new
+    /// state, or `None` if the handle is stale. Writes nothing when neither the state nor the
+    /// 100 ms time tick changes, so a busy flow's entry stays read-mostly.
+    #[inline]
+    pub fn on_packet(
+        &self,
+        h: FlowHandle,
+        dir: Direction,
+        tcp_flags: TcpFlags,
+        now: Instant,
+    ) -> Option<FlowState> {
+        let entry = self.entries.get(h.entry() as usize)?;
+        let t = self.ticks(now);
+        let mut c = entry.w[W_CTL].load(Ordering::Acquire);
+        let backend = (self.word(h.entry(), W_IDS) >> 32) as u32;
+        // Orders the read above before the CAS: if it saw a recycler's write, the CAS fails.
+        fence(Ordering::Acquire);
+        loop {
+            if !ctl_readable(c) || ctl_gen(c) != h.gen_() {
+                return None;
+            }
+            let old = FlowState::from_u8(ctl_state(c));
+            let new = old.next(dir, tcp_flags);
+            let ls = ctl_ls(c).max(t);
+            if new == old && ls == ctl_ls(c) {
+                return Some(old);
+            }
+            let nc =
+                c & !((0xff << 32) | 0xffff_ffff) | u64::from(new.to_u8()) << 32 | u64::from(ls);
+            debug_transition!(c, nc);
+            match entry.w[W_CTL].compare_exchange_weak(c, nc, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    self.recount(backend, old, new);
+                    return Some(new);
+                }
+                Err(a) => c = a,
+            }
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::table::FlowTableConfig;
+
+    #[test]
+    fn initial_codes_agree_with_initial_states() {
+        let t = FlowTable::new(FlowTableConfig::new(4, 1), std::time::Instant::now()).unwrap();
+        let protos = [
+            Protocol::Tcp,
+            Protocol::Udp,
+            Protocol::Icmp,
+            Protocol::Icmpv6,
+            Protocol::Sctp,
+        ];
+        for p in protos {
+            for f in 0..=u8::MAX {
+                let want = FlowState::initial(p, TcpFlags(f)).to_u8();
+                assert_eq!(t.initial_code(p, TcpFlags(f)), want, "{p:?} flags {f:#x}");
+            }
+        }
+    }
+
+    #[test]
+    fn touch_shortcut_agrees_with_the_state_table() {
+        // Every flags byte the shortcut takes (ACK set; SYN, FIN, RST clear), both ways.
+        let t = next_code_table();
+        for f in (0..=u8::MAX).filter(|f| f & 0x17 == 0x10) {
+            for (d, dir) in [Direction::Original, Direction::Reply]
+                .into_iter()
+                .enumerate()
+            {
+                let est = FlowState::Tcp(TcpState::Established);
+                assert_eq!(est.next(dir, TcpFlags(f)), est, "flags {f:#x} {dir:?}");
+                assert_eq!(t[d][flags_index(f)][usize::from(EST_CODE)], EST_CODE);
+            }
+        }
+    }
+}
