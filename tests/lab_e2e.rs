@@ -252,18 +252,7 @@ fn admin_api_and_status_commands() {
     let xvs = env!("CARGO_BIN_EXE_xvs");
     let sock = lab.socket().display().to_string();
     // Read-only commands over TCP ([admin] listen) and over the control socket.
-    let o = lab.exec(
-        "x",
-        &[xvs, "services", "--json", "--admin", "127.0.0.1:10249"],
-    );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let web = v["services"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "web")
-        .unwrap();
+    let web = service_json(&lab, "web");
     assert_eq!(web["backends"].as_array().unwrap().len(), 3);
     assert_eq!(web["scheduler"], "rr");
     let o = lab.exec(
@@ -1202,6 +1191,24 @@ fn synproxy_on_serves_real_connections() {
     }
 }
 
+/// Service `name` as `xvs services --json` shows it (over `[admin] listen`).
+fn service_json(lab: &Lab, name: &str) -> serde_json::Value {
+    let xvs = env!("CARGO_BIN_EXE_xvs");
+    let o = lab.exec(
+        "x",
+        &[xvs, "services", "--json", "--admin", "127.0.0.1:10249"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    v["services"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == name)
+        .unwrap_or_else(|| panic!("no service {name} in {v}"))
+        .clone()
+}
+
 /// An nft table in namespace `which` counting the packets and bytes (IP length) of
 /// `out_match` on output and `in_match` on input; segmentation offloads off, so the kernel
 /// counts the packets that are on the wire.
@@ -1329,19 +1336,7 @@ fn services_stats_match_the_clients_and_backends_counts() {
     // The closing handshakes finish after curl exits.
     std::thread::sleep(Duration::from_millis(1500));
     let xvs = env!("CARGO_BIN_EXE_xvs");
-    let o = lab.exec(
-        "x",
-        &[xvs, "services", "--json", "--admin", "127.0.0.1:10249"],
-    );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let web = v["services"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == "web")
-        .unwrap()
-        .clone();
+    let web = service_json(&lab, "web");
     let n = |v: &serde_json::Value, k: &str| v["stats"][k].as_u64().unwrap();
     let (c_out, c_out_b, c_in, c_in_b) = counted(&lab, "c");
     assert!(c_out > 0 && c_in > 0);

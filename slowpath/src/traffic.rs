@@ -8,7 +8,7 @@
 //! backend that leaves its service stay in the service's totals, so a service's counters only
 //! grow for as long as it exists (what Prometheus counters must do).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -138,14 +138,14 @@ impl TrafficMeter {
             .last_sample
             .map(|t| now.saturating_duration_since(t).as_secs_f64())
             .filter(|s| *s > 0.0);
-        let mut seen: HashMap<BackendId, ()> = HashMap::with_capacity(self.ids.len());
-        let mut names: HashMap<&str, ()> = HashMap::new();
+        let mut seen: HashSet<BackendId> = HashSet::with_capacity(self.ids.len());
+        let mut names: HashSet<&str> = HashSet::new();
         for s in snap.services.iter() {
-            names.insert(s.name.as_str(), ());
+            names.insert(s.name.as_str());
             for b in &s.backends {
                 let cur = self.read(b.id);
                 let owner = (s.name.as_str(), b.addr);
-                seen.insert(b.id, ());
+                seen.insert(b.id);
                 match self.ids.get_mut(&b.id) {
                     Some(m) if m.counts_for(owner) => {
                         if let Some(t) = secs {
@@ -179,7 +179,7 @@ impl TrafficMeter {
         }
         // Backends that left: their counts stay in their services' totals.
         for (id, m) in self.ids.iter_mut() {
-            if !m.gone && !seen.contains_key(id) {
+            if !m.gone && !seen.contains(id) {
                 m.last = traffic::sum(self.workers.iter().map(|t| &**t), *id);
                 let r = self.retired.entry(m.owner.0.clone()).or_default();
                 *r = r.add(&m.last.sub(&m.base));
@@ -187,8 +187,7 @@ impl TrafficMeter {
                 m.rate = Rates::default();
             }
         }
-        self.retired
-            .retain(|name, _| names.contains_key(name.as_str()));
+        self.retired.retain(|name, _| names.contains(name.as_str()));
         self.last_sample = Some(now);
     }
 

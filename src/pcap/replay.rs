@@ -136,7 +136,6 @@ mod pipeline_common;
 mod tests {
     //! Fixture frames through the replay (moved from `fastpath/tests`, with the replay).
 
-    use std::net::{IpAddr, SocketAddr};
     use std::time::Duration;
 
     use super::pipeline_common::*;
@@ -149,31 +148,6 @@ mod tests {
 
     fn cin(src: &str, dst: &str, l4: L4) -> Vec<u8> {
         frame(CLIENT_MAC, XVS_MAC, sa(src), sa(dst), 64, l4)
-    }
-
-    /// An IPv4 later fragment `src` → `dst` (UDP), id `id`, at byte `offset` (a multiple of
-    /// 8), carrying `len` bytes (as `fastpath/tests/pipeline_hygiene.rs` builds them).
-    fn frag4(src: &str, dst: &str, id: u16, offset: usize, len: usize) -> Vec<u8> {
-        let (s, d): (SocketAddr, SocketAddr) = (sa(src), sa(dst));
-        let (IpAddr::V4(s), IpAddr::V4(d)) = (s.ip(), d.ip()) else {
-            panic!("v4")
-        };
-        let mut f = vec![0u8; 34 + len];
-        f[..6].copy_from_slice(&XVS_MAC);
-        f[6..12].copy_from_slice(&CLIENT_MAC);
-        f[12..14].copy_from_slice(&[0x08, 0x00]);
-        f[14] = 0x45;
-        f[16..18].copy_from_slice(&((20 + len) as u16).to_be_bytes());
-        f[18..20].copy_from_slice(&id.to_be_bytes());
-        f[20..22].copy_from_slice(&((offset / 8) as u16).to_be_bytes());
-        f[22] = 64;
-        f[23] = 17;
-        f[26..30].copy_from_slice(&s.octets());
-        f[30..34].copy_from_slice(&d.octets());
-        f[34..].fill(0x5a);
-        let c = fastpath::wire::checksum::checksum(&f[14..34]);
-        f[24..26].copy_from_slice(&c.to_be_bytes());
-        f
     }
 
     #[test]
