@@ -1,6 +1,8 @@
 //! The tier lab: `scripts/tier` namespaces under a unique prefix (a client, a router running
-//! BIRD with ECMP and BFD, two nodes each with its own BIRD, three backends), and the real
-//! `xvs run` on each node announcing through its BIRD (`[bgp]`).
+//! BIRD with ECMP and BFD, two nodes each with its own BIRD and keepalived, three backends),
+//! and the real `xvs run` on each node announcing through its BIRD (`[bgp]`). keepalived
+//! holds the nat-mode return gateways (VRRP, one per node, tracking the node's liveness
+//! device: [`Tier::gateway_holder`], [`Tier::wait_gateways`]; see `scripts/tier`).
 //!
 //! ```text
 //!  client 198.18.0.2 ── router 198.18.0.1 ─┬─ br-up 198.18.2.0/24 ── n1 .11, n2 .12 (up0)
@@ -302,11 +304,47 @@ backends = [{solo}]
         self.start_with(n, &c);
     }
 
+    /// The node holding nat-mode return gateway `g` (VRRP, `scripts/tier`): 198.18.1.24g on
+    /// its `dn0`; `None` when neither does.
+    pub fn gateway_holder(&self, g: usize) -> Option<usize> {
+        let addr = format!("inet 198.18.1.24{g}/");
+        (1..=2).find(|&n| {
+            let o = self.exec(
+                &format!("n{n}"),
+                &["ip", "-4", "addr", "show", "dev", "dn0"],
+            );
+            String::from_utf8_lossy(&o.stdout).contains(&addr)
+        })
+    }
+
+    /// Waits (at most `timeout`) until each nat-mode return gateway is held by its own node
+    /// when that node's xvs runs, else by the other when that one's does.
+    pub fn wait_gateways(&self, timeout: Duration) -> Result<(), String> {
+        let want = |g: usize| [g, 3 - g].into_iter().find(|&n| self.running(n));
+        let t0 = Instant::now();
+        loop {
+            let have = [self.gateway_holder(1), self.gateway_holder(2)];
+            if have == [want(1), want(2)] {
+                return Ok(());
+            }
+            if t0.elapsed() > timeout {
+                return Err(format!(
+                    "nat-mode return gateways held by {have:?} after {timeout:?}, want {:?}",
+                    [want(1), want(2)]
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Starts both nodes and waits until the router has ECMP routes over both for every
-    /// VIP of both families.
+    /// VIP of both families, and each node holds its nat-mode return gateway.
     pub fn start_all(&mut self) {
         self.start(1);
         self.start(2);
+        if let Err(e) = self.wait_gateways(Duration::from_secs(10)) {
+            panic!("{e}\n{}", self.debug());
+        }
         let both4 = [uplink(1), uplink(2)];
         let both6 = [uplink6(1), uplink6(2)];
         for (vip, want) in [
@@ -521,10 +559,12 @@ backends = [{solo}]
             String::from_utf8_lossy(&routes.stdout)
         );
         for n in 1..=2 {
-            let inc =
-                std::fs::read_to_string(self.node_dir(n).join("bird-xvs.conf")).unwrap_or_default();
+            let read =
+                |f: &str| std::fs::read_to_string(self.node_dir(n).join(f)).unwrap_or_default();
             s += &format!(
-                "--- n{n} bird-xvs.conf\n{inc}--- n{n} xvs log\n{}",
+                "--- n{n} bird-xvs.conf\n{}--- n{n} keepalived log\n{}--- n{n} xvs log\n{}",
+                read("bird-xvs.conf"),
+                read("keepalived.log"),
                 self.log(n)
             );
         }
