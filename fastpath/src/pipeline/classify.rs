@@ -7,7 +7,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::wire::{self, IpProtocol, L3Info, checksum};
+use crate::wire::{self, IpProtocol, L3Info, checksum, read_u16};
 
 use super::{DropReason, Verdict};
 
@@ -91,11 +91,6 @@ impl From<wire::Error> for DropReason {
     }
 }
 
-#[inline(always)]
-fn be16(d: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([d[at], d[at + 1]])
-}
-
 /// SCTP chunk type → the flow table's TCP-like event bits.
 #[inline]
 fn sctp_flags(chunk_type: u8) -> u8 {
@@ -123,15 +118,15 @@ pub(crate) fn classify(frame: &[u8]) -> Result<Packet, Verdict> {
             if checksum::checksum(&frame[l3..l3 + ihl]) != 0 {
                 return Err(Verdict::Drop(DropReason::BadIpChecksum));
             }
-            let id = u32::from(be16(frame, l3 + 4));
+            let id = u32::from(read_u16(frame, l3 + 4));
             let frag = match (fragment, later_fragment) {
                 (false, _) => Frag::No,
                 (true, false) => Frag::First(id),
                 (true, true) => Frag::Later(id),
             };
             // Offset (8-byte units) + total length.
-            let frag_end =
-                u32::from(be16(frame, l3 + 6) & 0x1fff) * 8 + u32::from(be16(frame, l3 + 2));
+            let frag_end = u32::from(read_u16(frame, l3 + 6) & 0x1fff) * 8
+                + u32::from(read_u16(frame, l3 + 2));
             let src = Ipv4Addr::new(
                 frame[l3 + 12],
                 frame[l3 + 13],
@@ -165,7 +160,7 @@ pub(crate) fn classify(frame: &[u8]) -> Result<Packet, Verdict> {
             // The reassembled payload: this payload without the fragment header, moved by
             // the offset (the unfragmentable part is in both).
             let frag_end = fragment.map_or(0, |f| {
-                (u32::from(be16(frame, l3 + 4)) + u32::from(f.offset)).saturating_sub(8)
+                (u32::from(read_u16(frame, l3 + 4)) + u32::from(f.offset)).saturating_sub(8)
             });
             let mut s = [0u8; 16];
             let mut d = [0u8; 16];
@@ -223,11 +218,11 @@ pub(crate) fn classify(frame: &[u8]) -> Result<Packet, Verdict> {
             if seg.len() < wire::udp::HEADER_LEN {
                 return Err(Verdict::Drop(DropReason::Truncated));
             }
-            let len = usize::from(be16(seg, 4));
+            let len = usize::from(read_u16(seg, 4));
             if frag == Frag::No && (len < wire::udp::HEADER_LEN || len > seg.len()) {
                 return Err(Verdict::Drop(DropReason::BadLength));
             }
-            if v6 && be16(seg, 6) == 0 {
+            if v6 && read_u16(seg, 6) == 0 {
                 // RFC 8200: a zero UDP checksum is invalid over IPv6.
                 return Err(Verdict::Drop(DropReason::UdpZeroChecksumV6));
             }
@@ -246,7 +241,7 @@ pub(crate) fn classify(frame: &[u8]) -> Result<Packet, Verdict> {
         }
         _ => return Ok(p),
     }
-    p.sport = be16(seg, 0);
-    p.dport = be16(seg, 2);
+    p.sport = read_u16(seg, 0);
+    p.dport = read_u16(seg, 2);
     Ok(p)
 }

@@ -78,8 +78,8 @@ impl Pipeline {
             return Err(SYNPROXY);
         }
         let opens = match proto {
-            PROTO_TCP => flags & 0x16 == 0x02, // SYN, no ACK, no RST
-            PROTO_SCTP => flags == 0x02,       // INIT
+            PROTO_TCP => TcpFlags(flags).handshake() == TcpFlags::SYN,
+            PROTO_SCTP => flags == 0x02, // INIT
             _ => true,
         };
         if !opens && !matches!(svc.scheduler, Scheduler::Mh(_)) {

@@ -17,7 +17,8 @@
 use flowtable::Protocol;
 
 use super::classify::{PROTO_TCP, PROTO_UDP};
-use super::nat::{add1c, fold16};
+use crate::wire::checksum::{add1c, fold16};
+use crate::wire::read_u16;
 
 /// Offset of the IPv4 header in an untagged frame.
 pub(crate) const L3: usize = 14;
@@ -44,11 +45,6 @@ pub(crate) struct V4 {
     pub csum_at: u8,
     /// The IPv4 total length (the packet's bytes, Ethernet padding excluded).
     pub ip_len: u16,
-}
-
-#[inline(always)]
-fn be16(d: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([d[at], d[at + 1]])
 }
 
 #[inline(always)]
@@ -81,9 +77,9 @@ pub(crate) fn parse(frame: &[u8]) -> Option<V4> {
     if u32::from_be_bytes(bytes(h, 12)) >> 8 != 0x08_00_45 {
         return None;
     }
-    let total = usize::from(be16(h, L3 + 2));
+    let total = usize::from(read_u16(h, L3 + 2));
     // Not fragmented: MF clear, offset 0 (DF may be set).
-    if total < 20 || L3 + total > frame.len() || be16(h, L3 + 6) & 0x3fff != 0 {
+    if total < 20 || L3 + total > frame.len() || read_u16(h, L3 + 6) & 0x3fff != 0 {
         return None;
     }
     // TTL 1 or 0: the general path decides between passing and dropping it.
@@ -104,7 +100,7 @@ pub(crate) fn parse(frame: &[u8]) -> Option<V4> {
             (frame[L4 + 13], Protocol::Tcp, L4 + 16)
         }
         PROTO_UDP => {
-            let len = usize::from(be16(frame, L4 + 4));
+            let len = usize::from(read_u16(frame, L4 + 4));
             if l4_len < 8 || len < 8 || len > l4_len {
                 return None;
             }

@@ -21,14 +21,15 @@
 //! Errors that match no flow, or quote too little to hold the ports, are passed to the kernel.
 //! Quoted IPv6 packets must carry the L4 header right after the fixed header.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 
 use flowtable::{Direction, FlowData, FlowTable, Protocol};
 
 use super::classify::{PROTO_ICMP, PROTO_SCTP, PROTO_TCP, PROTO_UDP, Packet};
-use super::nat::{AddrBytes, Delta, Endpoints, after, be16, put16};
+use super::nat::{AddrBytes, Endpoints, after};
 use super::{DropReason, FLAG_FULLNAT};
-use crate::wire::checksum;
+use crate::wire::checksum::{self, Delta};
+use crate::wire::{Ipv4Packet, Ipv6Packet, read_u16, write_u16};
 
 /// A matched error and how to translate it.
 #[derive(Clone, Copy, Debug)]
@@ -70,29 +71,23 @@ pub(crate) fn match_error(frame: &[u8], p: &Packet, flows: &FlowTable) -> Option
     }
     let emb = p.l4 + 8;
     let q = &msg[8..];
+    // The quoted packet: its header whole, its length usually beyond the quote.
     let (emb_hlen, emb_proto, emb_src, emb_dst) = if p.v6 {
-        if q.len() < 40 || q[0] >> 4 != 6 {
-            return None;
-        }
-        let s: [u8; 16] = q[8..24].try_into().ok()?;
-        let d: [u8; 16] = q[24..40].try_into().ok()?;
-        (
-            40,
-            q[6],
-            IpAddr::V6(Ipv6Addr::from(s)),
-            IpAddr::V6(Ipv6Addr::from(d)),
-        )
+        let ip = Ipv6Packet::new_quoted(q).ok()?;
+        let (s, d) = (ip.src_addr(), ip.dst_addr());
+        (40, u8::from(ip.next_header()), IpAddr::V6(s), IpAddr::V6(d))
     } else {
-        if q.len() < 20 || q[0] >> 4 != 4 {
-            return None;
+        let ip = Ipv4Packet::new_quoted(q).ok()?;
+        if ip.frag_offset() != 0 {
+            return None; // a later fragment: no ports
         }
-        let hlen = usize::from(q[0] & 0x0f) * 4;
-        if hlen < 20 || q.len() < hlen || be16(q, 6) & 0x1fff != 0 {
-            return None; // short header, or a later fragment (no ports)
-        }
-        let s = Ipv4Addr::new(q[12], q[13], q[14], q[15]);
-        let d = Ipv4Addr::new(q[16], q[17], q[18], q[19]);
-        (hlen, q[9], IpAddr::V4(s), IpAddr::V4(d))
+        let (s, d) = (ip.src_addr(), ip.dst_addr());
+        (
+            ip.header_len(),
+            u8::from(ip.protocol()),
+            IpAddr::V4(s),
+            IpAddr::V4(d),
+        )
     };
     let proto = match emb_proto {
         PROTO_TCP => Protocol::Tcp,
@@ -103,8 +98,8 @@ pub(crate) fn match_error(frame: &[u8], p: &Packet, flows: &FlowTable) -> Option
     if q.len() < emb_hlen + 4 {
         return None;
     }
-    let emb_sport = be16(q, emb_hlen);
-    let emb_dport = be16(q, emb_hlen + 2);
+    let emb_sport = read_u16(q, emb_hlen);
+    let emb_dport = read_u16(q, emb_hlen + 2);
     let key = super::key_of(proto, emb_dst, emb_dport, emb_src, emb_sport);
     let (view, dir) = flows.lookup_view(&key)?;
     let data: FlowData = view.data;
@@ -153,9 +148,9 @@ fn quoted_sctp(frame: &[u8], p: &Packet, m: &IcmpMatch) -> Option<std::ops::Rang
     }
     let e = m.emb;
     let end = if p.v6 {
-        e + 40 + usize::from(be16(frame, e + 4))
+        e + 40 + usize::from(read_u16(frame, e + 4))
     } else {
-        e + usize::from(be16(frame, e + 2))
+        e + usize::from(read_u16(frame, e + 2))
     };
     // Whole: the quoted length ends within the quote (and past the common header).
     (end <= e + m.emb_len).then_some(l4..end.max(l4 + 12))
@@ -205,15 +200,15 @@ pub(crate) fn translate(
         AddrBytes::new(m.inner.src.ip()),
         AddrBytes::new(m.inner.dst.ip()),
     );
-    put16(frame, l4, m.inner.src.port());
-    put16(frame, l4 + 2, m.inner.dst.port());
+    write_u16(frame, l4, m.inner.src.port());
+    write_u16(frame, l4 + 2, m.inner.dst.port());
     let csum_at = match m.emb_proto {
         PROTO_TCP if l4_avail >= 18 => Some(16),
         PROTO_UDP if l4_avail >= 8 => Some(6),
         _ => None,
     };
     if let Some(at) = csum_at {
-        let old = be16(frame, l4 + at);
+        let old = read_u16(frame, l4 + at);
         if !(m.emb_proto == PROTO_UDP && old == 0) {
             let mut d = Delta::new();
             d.bytes(os.as_slice(), ns.as_slice());
@@ -224,7 +219,7 @@ pub(crate) fn translate(
             if m.emb_proto == PROTO_UDP {
                 c = checksum::udp_nonzero(c);
             }
-            put16(frame, l4 + at, c);
+            write_u16(frame, l4 + at, c);
         }
     }
     // The quoted IP header.
@@ -242,8 +237,8 @@ pub(crate) fn translate(
         let mut d = Delta::new();
         d.bytes(os.as_slice(), ns.as_slice());
         d.bytes(od.as_slice(), nd.as_slice());
-        let c = d.apply(be16(frame, e + 10));
-        put16(frame, e + 10, c);
+        let c = d.apply(read_u16(frame, e + 10));
+        write_u16(frame, e + 10, c);
     }
     if let Some(r) = quoted_sctp(frame, p, m) {
         // (`verify` checked its CRC32c.)
@@ -269,13 +264,13 @@ pub(crate) fn translate(
         frame[l3 + 12..l3 + 16].copy_from_slice(ons.as_slice());
         frame[l3 + 16..l3 + 20].copy_from_slice(ond.as_slice());
         let hlen = p.l4 - l3;
-        put16(frame, l3 + 10, 0);
+        write_u16(frame, l3 + 10, 0);
         let c = checksum::checksum(&frame[l3..l3 + hlen]);
-        put16(frame, l3 + 10, c);
+        write_u16(frame, l3 + 10, c);
     }
     // The ICMP checksum over the whole message.
     let msg = &mut frame[p.l4..p.l4 + p.l4_len];
-    put16(msg, 2, 0);
+    write_u16(msg, 2, 0);
     let c = if p.v6 {
         let s: [u8; 16] = ons.as_slice().try_into().unwrap_or([0; 16]);
         let d: [u8; 16] = ond.as_slice().try_into().unwrap_or([0; 16]);
@@ -283,5 +278,5 @@ pub(crate) fn translate(
     } else {
         checksum::checksum(msg)
     };
-    put16(msg, 2, c);
+    write_u16(msg, 2, c);
 }

@@ -12,7 +12,8 @@ use std::net::{IpAddr, SocketAddr};
 use flowtable::{Direction, FlowData};
 
 use super::classify::{Frag, PROTO_SCTP, PROTO_TCP, PROTO_UDP, Packet};
-use crate::wire::checksum;
+use crate::wire::checksum::{self, Delta, fold16};
+use crate::wire::{read_u16, write_u16};
 
 /// Where a packet goes after translation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,57 +69,6 @@ impl AddrBytes {
     }
 }
 
-/// A one's-complement accumulator for an incremental checksum update (RFC 1624 eq. 3):
-/// start from the old checksum, feed every changed 16-bit word, finish.
-#[derive(Clone, Copy)]
-pub(crate) struct Delta(u64);
-
-impl Delta {
-    #[inline]
-    pub fn new() -> Self {
-        Delta(0)
-    }
-
-    #[inline]
-    pub fn word(&mut self, old: u16, new: u16) {
-        self.0 += u64::from(!old) + u64::from(new);
-    }
-
-    #[inline]
-    pub fn bytes(&mut self, old: &[u8], new: &[u8]) {
-        for (o, n) in old.chunks_exact(2).zip(new.chunks_exact(2)) {
-            self.word(
-                u16::from_be_bytes([o[0], o[1]]),
-                u16::from_be_bytes([n[0], n[1]]),
-            );
-        }
-    }
-
-    /// The updated checksum.
-    #[inline]
-    pub fn apply(self, csum: u16) -> u16 {
-        // The sums here stay far below 2^48 (a few dozen 17-bit terms); four folds then
-        // reach 16 bits for any such value, the same result as folding until it fits.
-        let mut acc = u64::from(!csum) + self.0;
-        debug_assert!(acc < 1 << 48);
-        acc = (acc & 0xffff_ffff) + (acc >> 32);
-        acc = (acc & 0xffff) + (acc >> 16);
-        acc = (acc & 0xffff) + (acc >> 16);
-        acc = (acc & 0xffff) + (acc >> 16);
-        !(acc as u16)
-    }
-}
-
-#[inline(always)]
-pub(crate) fn be16(d: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([d[at], d[at + 1]])
-}
-
-#[inline(always)]
-pub(crate) fn put16(d: &mut [u8], at: usize, v: u16) {
-    d[at..at + 2].copy_from_slice(&v.to_be_bytes());
-}
-
 /// Writes an address with a fixed-size copy (a variable-length one becomes a `memcpy` call).
 #[inline(always)]
 pub(crate) fn write_addr(frame: &mut [u8], at: usize, ip: IpAddr) {
@@ -165,17 +115,17 @@ pub(crate) fn rewrite(
         (l3 + 8, l3 + 24)
     } else {
         let mut ip = Delta::new();
-        let old_word = be16(frame, l3 + 8);
+        let old_word = read_u16(frame, l3 + 8);
         frame[l3 + 8] = p.ttl - 1;
-        ip.word(old_word, be16(frame, l3 + 8));
+        ip.word(old_word, read_u16(frame, l3 + 8));
         if src_changed {
             ip.bytes(old_src.as_slice(), new_src.as_slice());
         }
         if dst_changed {
             ip.bytes(old_dst.as_slice(), new_dst.as_slice());
         }
-        let c = ip.apply(be16(frame, l3 + 10));
-        put16(frame, l3 + 10, c);
+        let c = ip.apply(read_u16(frame, l3 + 10));
+        write_u16(frame, l3 + 10, c);
         (l3 + 12, l3 + 16)
     };
     if src_changed {
@@ -192,8 +142,8 @@ pub(crate) fn rewrite(
         PROTO_TCP => l4 + 16,
         PROTO_UDP => l4 + 6,
         PROTO_SCTP => {
-            put16(frame, l4, to.src.port());
-            put16(frame, l4 + 2, to.dst.port());
+            write_u16(frame, l4, to.src.port());
+            write_u16(frame, l4 + 2, to.dst.port());
             if p.frag == Frag::No {
                 let seg = &mut frame[l4..l4 + p.l4_len];
                 seg[8..12].fill(0);
@@ -213,9 +163,9 @@ pub(crate) fn rewrite(
     }
     d.word(p.sport, to.src.port());
     d.word(p.dport, to.dst.port());
-    put16(frame, l4, to.src.port());
-    put16(frame, l4 + 2, to.dst.port());
-    let old = be16(frame, csum_at);
+    write_u16(frame, l4, to.src.port());
+    write_u16(frame, l4 + 2, to.dst.port());
+    let old = read_u16(frame, csum_at);
     let new = if p.proto == PROTO_UDP {
         // A zero UDP checksum (IPv4: "none") stays zero; a computed zero is sent as 0xffff.
         if old == 0 {
@@ -226,27 +176,7 @@ pub(crate) fn rewrite(
     } else {
         d.apply(old)
     };
-    put16(frame, csum_at, new);
-}
-
-/// `a + b` with the carry wrapped around: a one's complement sum on 64 bits. Congruent
-/// modulo 0xffff to the sum of the 16-bit words of `a` and `b` (2^16 ≡ 1), and zero only when
-/// both are.
-#[inline(always)]
-pub(crate) fn add1c(a: u64, b: u64) -> u64 {
-    let (s, c) = a.overflowing_add(b);
-    // With a carry, s <= 2^64 - 2.
-    s + u64::from(c)
-}
-
-/// A one's complement sum folded to 16 bits: the same residue modulo 0xffff, zero only for a
-/// zero sum, so the same value [`Delta::apply`]'s folds reach.
-#[inline(always)]
-pub(crate) fn fold16(s: u64) -> u16 {
-    let (x, c) = (s as u32).overflowing_add((s >> 32) as u32);
-    let x = x + u32::from(c);
-    let (y, c) = (x as u16).overflowing_add((x >> 16) as u16);
-    y + u16::from(c)
+    write_u16(frame, csum_at, new);
 }
 
 /// Frame bytes `at..at + N`.
@@ -365,21 +295,21 @@ mod tests {
         let (sport, dport) = (ports as u16, (ports >> 16) as u16);
         let old_src: [u8; 4] = frame[l3 + 12..l3 + 16].try_into().unwrap();
         let old_dst: [u8; 4] = frame[l3 + 16..l3 + 20].try_into().unwrap();
-        let (old_sport, old_dport) = (be16(frame, l4), be16(frame, l4 + 2));
+        let (old_sport, old_dport) = (read_u16(frame, l4), read_u16(frame, l4 + 2));
         let (src_changed, dst_changed) =
             (old_src != src.to_be_bytes(), old_dst != dst.to_be_bytes());
         let mut ip = Delta::new();
-        let old_word = be16(frame, l3 + 8);
+        let old_word = read_u16(frame, l3 + 8);
         frame[l3 + 8] -= 1;
-        ip.word(old_word, be16(frame, l3 + 8));
+        ip.word(old_word, read_u16(frame, l3 + 8));
         if src_changed {
             ip.bytes(&old_src, &src.to_be_bytes());
         }
         if dst_changed {
             ip.bytes(&old_dst, &dst.to_be_bytes());
         }
-        let c = ip.apply(be16(frame, l3 + 10));
-        put16(frame, l3 + 10, c);
+        let c = ip.apply(read_u16(frame, l3 + 10));
+        write_u16(frame, l3 + 10, c);
         frame[l3 + 12..l3 + 16].copy_from_slice(&src.to_be_bytes());
         frame[l3 + 16..l3 + 20].copy_from_slice(&dst.to_be_bytes());
         let csum_at = if proto == PROTO_TCP { l4 + 16 } else { l4 + 6 };
@@ -392,9 +322,9 @@ mod tests {
         }
         d.word(old_sport, sport);
         d.word(old_dport, dport);
-        put16(frame, l4, sport);
-        put16(frame, l4 + 2, dport);
-        let old = be16(frame, csum_at);
+        write_u16(frame, l4, sport);
+        write_u16(frame, l4 + 2, dport);
+        let old = read_u16(frame, csum_at);
         let new = if proto == PROTO_UDP {
             if old == 0 {
                 0
@@ -404,7 +334,7 @@ mod tests {
         } else {
             d.apply(old)
         };
-        put16(frame, csum_at, new);
+        write_u16(frame, csum_at, new);
     }
 
     /// Addresses and ports with their edge values (0, all ones) likely.
@@ -439,12 +369,12 @@ mod tests {
             frame[14..].iter_mut().zip(rest.iter().cycle()).for_each(|(b, r)| *b = *r);
             frame[14 + 8] = ttl;
             frame[14 + 9] = proto;
-            put16(&mut frame, 14 + 10, ip_csum);
+            write_u16(&mut frame, 14 + 10, ip_csum);
             frame[14 + 12..14 + 16].copy_from_slice(&old.0.to_be_bytes());
             frame[14 + 16..14 + 20].copy_from_slice(&old.1.to_be_bytes());
-            put16(&mut frame, l4, old.2);
-            put16(&mut frame, l4 + 2, old.3);
-            put16(&mut frame, if udp { l4 + 6 } else { l4 + 16 }, l4_csum);
+            write_u16(&mut frame, l4, old.2);
+            write_u16(&mut frame, l4 + 2, old.3);
+            write_u16(&mut frame, if udp { l4 + 6 } else { l4 + 16 }, l4_csum);
             // Unchanged fields are the interesting edge: keep some.
             let src = if keep.0 { old.0 } else { new.0 };
             let dst = if keep.1 { old.1 } else { new.1 };

@@ -54,7 +54,7 @@ use flowtable::{Direction, FlowHit, TcpFlags};
 use super::classify::{self, Frag, PROTO_TCP, Packet};
 use super::{DropReason, FrameBatch, Pipeline, Verdict, flow_key};
 use crate::snapshot::{Frontend, SynproxySetting};
-use crate::wire::checksum;
+use crate::wire::{TcpPacket, checksum};
 
 mod cookie;
 
@@ -93,18 +93,6 @@ fn established(delta: u32, b_in: u8, c_out: u8, c2b: u8) -> u64 {
 }
 
 #[inline]
-fn be32(d: &[u8], at: usize) -> u32 {
-    d.get(at..at + 4)
-        .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-}
-
-#[inline]
-fn be16(d: &[u8], at: usize) -> u16 {
-    d.get(at..at + 2)
-        .map_or(0, |b| u16::from_be_bytes([b[0], b[1]]))
-}
-
-#[inline]
 fn put(d: &mut [u8], at: usize, b: &[u8]) {
     if let Some(x) = d.get_mut(at..at + b.len()) {
         x.copy_from_slice(b);
@@ -129,16 +117,21 @@ impl Seg {
 
     /// Writes the header (checksum 0) at the start of `out` (which holds `len()` bytes).
     fn write(&self, out: &mut [u8]) {
-        put(out, 0, &self.sport.to_be_bytes());
-        put(out, 2, &self.dport.to_be_bytes());
-        put(out, 4, &self.seq.to_be_bytes());
-        put(out, 8, &self.ack.to_be_bytes());
-        put(out, 12, &[((self.len() / 4) as u8) << 4, self.flags]);
-        put(out, 14, &self.window.to_be_bytes());
-        put(out, 16, &[0, 0, 0, 0]);
-        if let Some(o) = out.get_mut(20..) {
-            self.opts.write(o);
-        }
+        let Some(hdr) = out.get_mut(..self.len()) else {
+            return;
+        };
+        hdr[12] = 0;
+        let mut t = TcpPacket::new_unchecked(&mut hdr[..]);
+        t.set_src_port(self.sport);
+        t.set_dst_port(self.dport);
+        t.set_seq_number(self.seq);
+        t.set_ack_number(self.ack);
+        t.set_header_len(self.len());
+        t.set_flags(TcpFlags(self.flags));
+        t.set_window_len(self.window);
+        t.set_checksum(0);
+        t.set_urgent_at(0);
+        self.opts.write(&mut hdr[20..]);
     }
 }
 
@@ -209,8 +202,9 @@ fn retouch(frame: &mut [u8], l4: usize, hdr: usize, f: impl FnOnce(&mut [u8])) {
     let before = region(tcp);
     f(tcp);
     let after = region(tcp);
-    let c = checksum::update_u16(be16(tcp, 16), before, after);
-    tcp[16..18].copy_from_slice(&c.to_be_bytes());
+    let mut t = TcpPacket::new_unchecked(tcp);
+    let c = checksum::update_u16(t.checksum(), before, after);
+    t.set_checksum(c);
 }
 
 /// `delta` added to both edges of every SACK block among the options `opts`.
@@ -258,9 +252,9 @@ impl Pipeline {
     /// with SYN proxy `setting`: whether the SYN proxy takes it (see the module doc).
     #[inline(never)]
     pub(super) fn synproxy_takes(&self, setting: SynproxySetting, flags: u8) -> bool {
-        match flags & 0x16 {
-            0x02 => self.synproxy_engaged(setting),
-            0x10 => setting != SynproxySetting::Off,
+        match TcpFlags(flags).handshake() {
+            TcpFlags::SYN => self.synproxy_engaged(setting),
+            TcpFlags::ACK => setting != SynproxySetting::Off,
             _ => false,
         }
     }
@@ -371,8 +365,8 @@ impl Pipeline {
         if p.ttl <= 1 {
             return Miss::Done(Verdict::Drop(DropReason::TtlExceeded), len);
         }
-        match p.flags & 0x16 {
-            0x02 if self.synproxy_engaged(setting) => {
+        match TcpFlags(p.flags).handshake() {
+            TcpFlags::SYN if self.synproxy_engaged(setting) => {
                 if !admits {
                     return Miss::Done(Verdict::Drop(DropReason::SourceRange), len);
                 }
@@ -382,9 +376,10 @@ impl Pipeline {
                 let frame = &mut buf[..len];
                 Miss::Done(self.syn_cookie(frame, p, now), len)
             }
-            0x10 if setting != SynproxySetting::Off => {
+            TcpFlags::ACK if setting != SynproxySetting::Off => {
                 let tcp = &buf[p.l4..p.l4 + p.l4_len];
-                let (seq, ack) = (be32(tcp, 4), be32(tcp, 8));
+                let t = TcpPacket::new_unchecked(tcp);
+                let (seq, ack) = (t.seq_number(), t.ack_number());
                 let t = Tuple {
                     client: p.src,
                     client_port: p.sport,
@@ -412,9 +407,10 @@ impl Pipeline {
         let Some(tcp) = frame.get(p.l4..p.l4 + p.l4_len) else {
             return Verdict::Drop(DropReason::Truncated);
         };
-        let hdr = usize::from(tcp[12] >> 4) * 4;
+        let t = TcpPacket::new_unchecked(tcp);
+        let hdr = t.header_len();
         let opts = SynOptions::parse(tcp.get(20..hdr).unwrap_or(&[]), p.v6);
-        let client_isn = be32(tcp, 4);
+        let client_isn = t.seq_number();
         let t = Tuple {
             client: p.src,
             client_port: p.sport,
@@ -430,7 +426,7 @@ impl Pipeline {
             dport: p.sport,
             seq: isn,
             ack: client_isn.wrapping_add(1),
-            flags: 0x12,
+            flags: (TcpFlags::SYN | TcpFlags::ACK).bits(),
             window: SYNACK_WINDOW,
             opts: SynOptions {
                 mss: kept.mss,
@@ -460,7 +456,7 @@ impl Pipeline {
         now: Instant,
     ) -> Miss {
         let opts = SynOptions::of_data(data, p.v6);
-        let window = be16(&buf[p.l4..], 14);
+        let window = TcpPacket::new_unchecked(&buf[p.l4..]).window_len();
         let seg = Seg {
             sport: p.sport,
             dport: p.dport,
@@ -528,7 +524,7 @@ impl Pipeline {
         if p.proto != PROTO_TCP || !p.has_l4() || tcp.len() < 20 {
             return self.forward_plain(frame, p, hit, now);
         }
-        let hdr = usize::from(tcp[12] >> 4) * 4;
+        let hdr = TcpPacket::new_unchecked(tcp).header_len();
         if hdr > tcp.len() {
             return Verdict::Drop(DropReason::BadL4Header);
         }
@@ -536,7 +532,7 @@ impl Pipeline {
             return Verdict::Drop(DropReason::SynproxyPending);
         };
         let reply = hit.dir == Direction::Reply;
-        if reply && p.flags & 0x16 == 0x12 {
+        if reply && TcpFlags(p.flags).handshake() == TcpFlags::SYN | TcpFlags::ACK {
             return self.synack_to_ack(frame, p, hit, word, now);
         }
         // What the rewrite below needs first: a next hop (else the frame stays as it came).
@@ -550,29 +546,27 @@ impl Pipeline {
             (word >> 40) as u8 & 15,
         );
         match (reply, word & EST != 0) {
-            (true, false) if p.flags & 0x04 != 0 => {
+            (true, false) if TcpFlags(p.flags).contains(TcpFlags::RST) => {
                 // The backend refused: the client takes a reset in its own sequence space.
                 retouch(frame, p.l4, hdr, |t| {
-                    t[4..8].copy_from_slice(&delta.wrapping_add(1).to_be_bytes())
+                    TcpPacket::new_unchecked(t).set_seq_number(delta.wrapping_add(1))
                 });
             }
             (_, false) => return Verdict::Drop(DropReason::SynproxyPending),
             (true, true) => retouch(frame, p.l4, hdr, |t| {
-                let seq = be32(t, 4).wrapping_sub(delta);
-                t[4..8].copy_from_slice(&seq.to_be_bytes());
+                let mut t = TcpPacket::new_unchecked(t);
+                t.set_seq_number(t.seq_number().wrapping_sub(delta));
                 if b_in != c_out {
-                    let w = rescale(be16(t, 14), b_in, c_out);
-                    t[14..16].copy_from_slice(&w.to_be_bytes());
+                    t.set_window_len(rescale(t.window_len(), b_in, c_out));
                 }
             }),
             (false, true) => retouch(frame, p.l4, hdr, |t| {
-                if t[13] & 0x10 != 0 {
-                    let ack = be32(t, 8).wrapping_add(delta);
-                    t[8..12].copy_from_slice(&ack.to_be_bytes());
+                let mut v = TcpPacket::new_unchecked(&mut t[..]);
+                if v.flags().contains(TcpFlags::ACK) {
+                    v.set_ack_number(v.ack_number().wrapping_add(delta));
                 }
                 if c2b != 0 {
-                    let w = rescale(be16(t, 14), c2b, 0);
-                    t[14..16].copy_from_slice(&w.to_be_bytes());
+                    v.set_window_len(rescale(v.window_len(), c2b, 0));
                 }
                 if let Some(opts) = t.get_mut(20..) {
                     shift_sack(opts, delta);
@@ -596,8 +590,9 @@ impl Pipeline {
             return Verdict::Slow;
         };
         let tcp = &frame[p.l4..];
-        let hdr = usize::from(tcp[12] >> 4) * 4;
-        let (backend_isn, ack_in) = (be32(tcp, 4), be32(tcp, 8));
+        let t = TcpPacket::new_unchecked(tcp);
+        let hdr = t.header_len();
+        let (backend_isn, ack_in) = (t.seq_number(), t.ack_number());
         let window = if word & EST == 0 {
             let backend = SynOptions::parse(tcp.get(20..hdr).unwrap_or(&[]), p.v6);
             let (cookie, window, ws) = (word as u32, (word >> 32) as u16, (word >> 48) as u8 & 15);

@@ -131,6 +131,67 @@ pub fn update_addr(csum: u16, old: &[u8], new: &[u8]) -> u16 {
     !fold(acc)
 }
 
+/// A one's-complement accumulator for an incremental checksum update (RFC 1624 eq. 3):
+/// start from the old checksum, feed every changed 16-bit word, finish.
+#[derive(Clone, Copy, Default)]
+pub struct Delta(u64);
+
+impl Delta {
+    #[inline]
+    pub fn new() -> Self {
+        Delta(0)
+    }
+
+    #[inline]
+    pub fn word(&mut self, old: u16, new: u16) {
+        self.0 += u64::from(!old) + u64::from(new);
+    }
+
+    #[inline]
+    pub fn bytes(&mut self, old: &[u8], new: &[u8]) {
+        for (o, n) in old.chunks_exact(2).zip(new.chunks_exact(2)) {
+            self.word(
+                u16::from_be_bytes([o[0], o[1]]),
+                u16::from_be_bytes([n[0], n[1]]),
+            );
+        }
+    }
+
+    /// The updated checksum.
+    #[inline]
+    pub fn apply(self, csum: u16) -> u16 {
+        // The sums here stay far below 2^48 (a few dozen 17-bit terms); four folds then
+        // reach 16 bits for any such value, the same result as folding until it fits.
+        let mut acc = u64::from(!csum) + self.0;
+        debug_assert!(acc < 1 << 48);
+        acc = (acc & 0xffff_ffff) + (acc >> 32);
+        acc = (acc & 0xffff) + (acc >> 16);
+        acc = (acc & 0xffff) + (acc >> 16);
+        acc = (acc & 0xffff) + (acc >> 16);
+        !(acc as u16)
+    }
+}
+
+/// `a + b` with the carry wrapped around: a one's complement sum on 64 bits. Congruent
+/// modulo 0xffff to the sum of the 16-bit words of `a` and `b` (2^16 ≡ 1), and zero only when
+/// both are.
+#[inline(always)]
+pub fn add1c(a: u64, b: u64) -> u64 {
+    let (s, c) = a.overflowing_add(b);
+    // With a carry, s <= 2^64 - 2.
+    s + u64::from(c)
+}
+
+/// A one's complement sum folded to 16 bits: the same residue modulo 0xffff, zero only for a
+/// zero sum, so the same value [`Delta::apply`]'s folds reach.
+#[inline(always)]
+pub fn fold16(s: u64) -> u16 {
+    let (x, c) = (s as u32).overflowing_add((s >> 32) as u32);
+    let x = x + u32::from(c);
+    let (y, c) = (x as u16).overflowing_add((x >> 16) as u16);
+    y + u16::from(c)
+}
+
 /// The UDP checksum rule for a *computed* checksum: 0 is sent as 0xffff (RFC 768), because
 /// 0 means "no checksum" over IPv4 and is invalid over IPv6.
 #[inline(always)]

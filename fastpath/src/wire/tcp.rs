@@ -4,7 +4,6 @@
 
 use super::{Error, Field, Result, checksum, read_u16, read_u32, write_u16, write_u32};
 use core::net::{Ipv4Addr, Ipv6Addr};
-use core::ops::{BitAnd, BitOr, BitOrAssign};
 
 mod field {
     use super::Field;
@@ -24,68 +23,9 @@ pub const HEADER_LEN: usize = 20;
 /// Offset of the checksum field.
 pub(crate) const CHECKSUM_AT: usize = field::CHECKSUM.start;
 
-/// The TCP flags byte.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct TcpFlags(pub u8);
-
-impl TcpFlags {
-    /// No more data from sender.
-    pub const FIN: TcpFlags = TcpFlags(0x01);
-    /// Synchronise sequence numbers.
-    pub const SYN: TcpFlags = TcpFlags(0x02);
-    /// Reset the connection.
-    pub const RST: TcpFlags = TcpFlags(0x04);
-    /// Push.
-    pub const PSH: TcpFlags = TcpFlags(0x08);
-    /// Acknowledgement field significant.
-    pub const ACK: TcpFlags = TcpFlags(0x10);
-    /// Urgent pointer field significant.
-    pub const URG: TcpFlags = TcpFlags(0x20);
-    /// ECN echo.
-    pub const ECE: TcpFlags = TcpFlags(0x40);
-    /// Congestion window reduced.
-    pub const CWR: TcpFlags = TcpFlags(0x80);
-
-    /// No flags.
-    pub const fn empty() -> Self {
-        TcpFlags(0)
-    }
-
-    /// The raw byte.
-    pub const fn bits(self) -> u8 {
-        self.0
-    }
-
-    /// Whether all flags of `other` are set.
-    pub const fn contains(self, other: TcpFlags) -> bool {
-        self.0 & other.0 == other.0
-    }
-
-    /// Whether any flag of `other` is set.
-    pub const fn intersects(self, other: TcpFlags) -> bool {
-        self.0 & other.0 != 0
-    }
-}
-
-impl BitOr for TcpFlags {
-    type Output = TcpFlags;
-    fn bitor(self, rhs: TcpFlags) -> TcpFlags {
-        TcpFlags(self.0 | rhs.0)
-    }
-}
-
-impl BitOrAssign for TcpFlags {
-    fn bitor_assign(&mut self, rhs: TcpFlags) {
-        self.0 |= rhs.0;
-    }
-}
-
-impl BitAnd for TcpFlags {
-    type Output = TcpFlags;
-    fn bitand(self, rhs: TcpFlags) -> TcpFlags {
-        TcpFlags(self.0 & rhs.0)
-    }
-}
+/// The TCP flags byte: the flow table's type, one definition for the views and the state
+/// machine.
+pub use flowtable::TcpFlags;
 
 /// A view of a TCP segment.
 #[derive(Debug, Clone)]
