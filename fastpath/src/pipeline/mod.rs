@@ -24,6 +24,10 @@
 //! ([`synproxy`]): SYN cookies, the flow made for a client's valid ACK, sequence numbers
 //! translated for the flow's life.
 //!
+//! This file holds the verdicts, the drop reasons and counters, the [`Pipeline`] and its IPv4
+//! shortcut's driver; the general path's driver is `general`, the next-hop cache `next_hop`,
+//! the per-worker and flow-table settings `settings`.
+//!
 //! # Rules chosen
 //!
 //! - **Ports and MACs.** [`Snapshot::next_hop`] decides, for the *new destination address*:
@@ -59,12 +63,10 @@
 //!   frame for no frontend stays `Pass`.
 
 use std::cell::Cell;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use config::Config;
-use flowtable::{Direction, FlowHandle, FlowHit, FlowKey, FlowTable, Protocol, Tick, V4Hit, V4Key};
+use flowtable::{Direction, FlowHandle, FlowHit, FlowTable, Tick, V4Hit, V4Key};
 use lb_algos::AffinityTable;
 
 use crate::flowlog::{FlowEvent, FlowLog};
@@ -77,17 +79,22 @@ pub(crate) mod classify;
 mod create;
 pub(crate) mod fast;
 pub mod frag;
+mod general;
 mod hygiene;
 pub(crate) mod icmp;
 mod invariants;
 pub(crate) mod nat;
+mod next_hop;
 mod reuse;
+mod settings;
 pub mod snat;
 pub mod synproxy;
 
 pub use batch::{FrameBatch, STAGE_DISTANCE, WAITING_MAX};
-use classify::{Frag, PROTO_ICMP, PROTO_ICMPV6, PROTO_SCTP, PROTO_TCP, PROTO_UDP, Packet};
-use nat::Endpoints;
+use general::frontend_protocol;
+pub(crate) use general::{flow_key, key_of};
+use next_hop::{NH_CACHE_SLOTS, NhSlot};
+pub use settings::{DEFAULT_MAC, PipelineConfig, flow_table_config};
 pub use synproxy::CookieKey;
 
 /// Ports tried for one new fullnat flow before giving up with `SnatPortsExhausted`.
@@ -256,89 +263,6 @@ impl Counters {
     }
 }
 
-/// Per-worker settings.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PipelineConfig {
-    /// The port this worker receives on and transmits on (one-armed).
-    pub port: u16,
-    /// That port's MAC: the source MAC of every transmitted frame.
-    pub mac: [u8; 6],
-    /// fullnat source address for IPv4 flows.
-    pub snat_v4: Option<Ipv4Addr>,
-    /// fullnat source address for IPv6 flows.
-    pub snat_v6: Option<Ipv6Addr>,
-    /// This worker's SNAT ports, inclusive.
-    pub snat_ports: (u16, u16),
-    /// Fragment-table entries (rounded up to a power of two, at least [`frag::WAYS`]).
-    pub fragments_max: usize,
-    /// How long after its first fragment a datagram's later fragments are accepted.
-    pub fragment_timeout: Duration,
-    /// The SYN cookie secret; every worker must have the same (and the next process too).
-    pub synproxy_key: CookieKey,
-}
-
-/// The source MAC the pcap replayer and tests use when none is configured.
-pub const DEFAULT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
-
-impl PipelineConfig {
-    /// Settings of worker `worker` of `workers` from a config: the first SNAT address of each
-    /// family, an even split of `snat_port_range`, port 0 and [`DEFAULT_MAC`] (the AF_XDP
-    /// driver sets the real interface index and MAC).
-    pub fn from_config(c: &Config, worker: usize, workers: usize) -> Self {
-        let snat_v4 = c.dataplane.snat_addresses.iter().find_map(|a| match a {
-            IpAddr::V4(v4) => Some(*v4),
-            IpAddr::V6(_) => None,
-        });
-        let snat_v6 = c.dataplane.snat_addresses.iter().find_map(|a| match a {
-            IpAddr::V6(v6) => Some(*v6),
-            IpAddr::V4(_) => None,
-        });
-        let r = c.dataplane.snat_port_range;
-        PipelineConfig {
-            port: 0,
-            mac: DEFAULT_MAC,
-            snat_v4,
-            snat_v6,
-            snat_ports: snat::slice(r.first, r.last, worker, workers),
-            fragments_max: 1024,
-            fragment_timeout: c.timeouts.fragment.get(),
-            synproxy_key: process_cookie_key(),
-        }
-    }
-}
-
-/// This process's SYN cookie key when none is configured: random, one for all workers. The
-/// daemon sets the one kept in `state_dir` instead.
-fn process_cookie_key() -> CookieKey {
-    static KEY: std::sync::OnceLock<CookieKey> = std::sync::OnceLock::new();
-    *KEY.get_or_init(CookieKey::random)
-}
-
-/// The flow table's settings from a config (capacity, backends, timeouts).
-pub fn flow_table_config(c: &Config) -> flowtable::FlowTableConfig {
-    let t = &c.timeouts;
-    let mut f = flowtable::FlowTableConfig::new(
-        c.flowtable.capacity as usize,
-        c.flowtable.backends_max as usize,
-    );
-    f.timeouts = flowtable::Timeouts {
-        tcp_established: t.tcp_established.get(),
-        tcp_syn_sent: t.tcp_syn.get(),
-        tcp_syn_recv: t.tcp_syn.get(),
-        tcp_syn_pressure: t.tcp_syn_pressure.get(),
-        tcp_fin_wait: t.tcp_fin_wait.get(),
-        tcp_close_wait: t.tcp_close_wait.get(),
-        tcp_last_ack: t.tcp_last_ack.get(),
-        tcp_time_wait: t.tcp_time_wait.get(),
-        tcp_close: t.tcp_close.get(),
-        udp: t.udp.get(),
-        icmp: t.icmp.get(),
-        sctp_established: t.sctp.get(),
-        sctp_closing: t.tcp_close.get(),
-    };
-    f
-}
-
 /// Bit in `FlowData::flags`: the flow is full-NAT.
 const FLAG_FULLNAT: u8 = 1;
 /// Bit in `FlowData::flags`: the flow was opened by the SYN proxy (its sequence word holds
@@ -350,44 +274,6 @@ pub(crate) const FLAG_SYNPROXY: u8 = flowtable::FLAG_SLOW;
 /// Bit in `FlowData::flags`: the flow was installed from a peer of the tier (flow sync);
 /// the pipeline forwards it like any other, flow sync tells its copies from its own flows.
 pub const FLAG_PEER: u8 = 2;
-
-/// Slots of the per-pipeline next-hop cache (direct-mapped by destination address).
-const NH_CACHE_SLOTS: usize = 256;
-const _: () = assert!(NH_CACHE_SLOTS.is_power_of_two());
-
-/// One next-hop cache slot: [`Snapshot::next_hop`]'s answer for one destination address
-/// while the pipeline's snapshot epoch is the tag's.
-#[derive(Clone, Copy)]
-struct NhSlot {
-    /// `epoch | v6 << 32` (epoch 0: empty).
-    tag: u64,
-    /// For an IPv4 address: `epoch << 32 | address`, the one word `next_hop_v4` compares;
-    /// 0 (never current: epochs start at 1) for IPv6.
-    v4_key: u64,
-    /// The address: IPv6 bits, or IPv4 `to_bits` zero-extended.
-    addr: (u64, u64),
-    nh: NextHop,
-    /// `nh`'s destination MAC, then its source MAC (or `config.mac`), as a frame takes them.
-    macs: [u8; 12],
-}
-
-/// A next-hop cache key: `(slot tag without the epoch, address)`.
-#[inline(always)]
-fn nh_key(dst: IpAddr) -> (u64, (u64, u64)) {
-    match dst {
-        IpAddr::V4(a) => (0, (u64::from(a.to_bits()), 0)),
-        IpAddr::V6(a) => {
-            let b = a.to_bits();
-            (1 << 32, (b as u64, (b >> 64) as u64))
-        }
-    }
-}
-
-/// The cache slot of an address.
-#[inline(always)]
-fn nh_index((lo, hi): (u64, u64)) -> usize {
-    ((lo ^ hi).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize & (NH_CACHE_SLOTS - 1)
-}
 
 /// One worker's packet pipeline.
 pub struct Pipeline {
@@ -605,6 +491,8 @@ impl Pipeline {
     /// or `new_flow`). For tests and benches only (the equivalence property test runs each
     /// frame both ways and compares verdicts, bytes and flows); workers call `process`. A
     /// separate entry, so `process` carries no switch for it.
+    ///
+    /// [`FlowKey`]: flowtable::FlowKey
     #[doc(hidden)]
     pub fn process_general(&mut self, frame: &mut [u8], now: Instant) -> Verdict {
         let v = self.run_general(frame, now);
@@ -657,6 +545,8 @@ impl Pipeline {
 
     /// The common case ([`fast`]), counted: a known flow is forwarded without building a
     /// [`Packet`]; anything else continues as the general path would after `classify`.
+    ///
+    /// [`Packet`]: classify::Packet
     #[inline(always)]
     fn run_v4(&mut self, frame: &mut [u8], v: fast::V4, key: V4Key, now: Instant) -> Verdict {
         let Some(hit) = self.flows.lookup_v4(&key) else {
@@ -794,296 +684,5 @@ impl Pipeline {
         {
             w.answered(backend);
         }
-    }
-
-    #[inline]
-    fn run_general(&mut self, frame: &mut [u8], now: Instant) -> Verdict {
-        let p = match classify::classify(frame) {
-            Ok(p) => p,
-            Err(v) => return v,
-        };
-        match p.proto {
-            PROTO_TCP | PROTO_UDP | PROTO_SCTP => {}
-            PROTO_ICMP | PROTO_ICMPV6 if p.has_l4() => return self.icmp(frame, &p),
-            _ => return Verdict::Pass,
-        }
-        if let Frag::Later(id) = p.frag {
-            return self.later_fragment(frame, &p, id, now);
-        }
-        if p.proto == PROTO_SCTP && p.frag != Frag::No {
-            return Verdict::Drop(DropReason::SctpFragment);
-        }
-        let key = flow_key(&p);
-        // Its CRC32c is recomputed when it is forwarded: checked before anything is decided
-        // (a port-reusing INIT ends a flow).
-        if p.proto == PROTO_SCTP && !hygiene::sctp_crc_ok(frame, &p) {
-            return self.corrupt_sctp(&p, &key);
-        }
-        if let Some(hit) = self.flows.lookup_hit(&key) {
-            // (A SYN whose TTL expires is dropped by `forward`, leaving the flow as it is.)
-            if !(reuse::reopens(p.flags) && p.ttl > 1 && self.reopen(hit.handle, hit.dir)) {
-                return self.forward(frame, &p, &hit, now);
-            }
-        }
-        self.new_flow(frame, &p, key, now)
-    }
-
-    /// An SCTP packet with a wrong CRC32c: dropped if xvs would have handled it (a flow or a
-    /// frontend has it), else passed as any frame for no frontend.
-    #[cold]
-    #[inline(never)]
-    fn corrupt_sctp(&self, p: &Packet, key: &FlowKey) -> Verdict {
-        let fe = crate::snapshot::Frontend {
-            vip: p.dst,
-            protocol: config::Protocol::Sctp,
-            port: p.dport,
-        };
-        if self.flows.lookup_hit(key).is_some() || self.snapshot.service_for(&fe).is_some() {
-            Verdict::Drop(DropReason::BadSctpChecksum)
-        } else {
-            Verdict::Pass
-        }
-    }
-
-    /// Why a packet from `src` must not open a flow (or have its ICMP error translated):
-    /// a martian source, or one of xvs's own addresses (see [`hygiene`]).
-    #[inline]
-    fn source_check(&self, src: IpAddr) -> Result<(), DropReason> {
-        if hygiene::martian(src) {
-            return Err(DropReason::MartianSource);
-        }
-        let own = match src {
-            IpAddr::V4(a) => self.config.snat_v4 == Some(a),
-            IpAddr::V6(a) => self.config.snat_v6 == Some(a),
-        };
-        if own || self.snapshot.is_vip(src) {
-            return Err(DropReason::OwnAddressSource);
-        }
-        Ok(())
-    }
-
-    /// A packet of a known flow.
-    #[inline]
-    fn forward(&mut self, frame: &mut [u8], p: &Packet, hit: &FlowHit, now: Instant) -> Verdict {
-        if hit.flags & FLAG_SYNPROXY != 0 {
-            return self.proxied(frame, p, hit, now);
-        }
-        self.forward_plain(frame, p, hit, now)
-    }
-
-    /// [`forward`](Self::forward) without the SYN proxy's translation.
-    #[inline]
-    fn forward_plain(
-        &mut self,
-        frame: &mut [u8],
-        p: &Packet,
-        hit: &FlowHit,
-        now: Instant,
-    ) -> Verdict {
-        if p.ttl <= 1 {
-            return Verdict::Drop(DropReason::TtlExceeded);
-        }
-        let dst = hit.dst_ip();
-        let Some(nh) = self.next_hop(dst) else {
-            return Verdict::Slow;
-        };
-        self.touch(hit, p.flags, now);
-        self.traffic
-            .packet(hit.backend_id(), hit.dir == Direction::Reply, p.ip_len());
-        let src_mac = nh.src_mac.unwrap_or(self.config.mac);
-        if let (false, Frag::No, PROTO_TCP | PROTO_UDP) = (p.v6, p.frag, p.proto) {
-            frame[..6].copy_from_slice(&nh.dst_mac);
-            frame[6..12].copy_from_slice(&src_mac);
-            nat::rewrite_v4(
-                frame,
-                p.l3,
-                p.l4,
-                p.proto,
-                nat::pack_addrs(hit.src_bits() as u32, hit.dst_bits() as u32),
-                nat::pack_ports(hit.src_port, hit.dst_port),
-            );
-            return Verdict::Tx(nh.port);
-        }
-        let to = Endpoints {
-            src: SocketAddr::new(hit.src_ip(), hit.src_port),
-            dst: SocketAddr::new(dst, hit.dst_port),
-        };
-        self.send(frame, p, &to, nh, now)
-    }
-
-    /// Rewrites and records the first fragment's translation.
-    #[inline]
-    fn send(
-        &mut self,
-        frame: &mut [u8],
-        p: &Packet,
-        to: &Endpoints,
-        nh: NextHop,
-        now: Instant,
-    ) -> Verdict {
-        nat::rewrite(
-            frame,
-            p,
-            to,
-            nh.src_mac.unwrap_or(self.config.mac),
-            nh.dst_mac,
-        );
-        if let Frag::First(id) = p.frag {
-            self.frags
-                .insert(frag::FragKey::new(p, id), to.src.ip(), to.dst.ip(), now);
-        }
-        Verdict::Tx(nh.port)
-    }
-
-    /// The next hop towards `dst` in the current snapshot (frames without a route leave on
-    /// this pipeline's own port), through the next-hop cache.
-    #[inline]
-    fn next_hop(&mut self, dst: IpAddr) -> Option<NextHop> {
-        self.nh_slot(dst).map(|s| s.nh)
-    }
-
-    /// [`next_hop`](Self::next_hop) for an IPv4 address (`to_bits`): its cache slot.
-    #[inline(always)]
-    fn next_hop_v4(&mut self, dst: u32) -> Option<&NhSlot> {
-        let i = nh_index((u64::from(dst), 0));
-        if self.nh_cache[i].v4_key == u64::from(self.epoch) << 32 | u64::from(dst) {
-            return Some(&self.nh_cache[i]);
-        }
-        self.nh_fill(IpAddr::V4(Ipv4Addr::from_bits(dst)))?;
-        Some(&self.nh_cache[i])
-    }
-
-    /// The cache slot holding `dst`'s next hop, filled on a miss.
-    #[inline]
-    fn nh_slot(&mut self, dst: IpAddr) -> Option<NhSlot> {
-        let (family, addr) = nh_key(dst);
-        let slot = &self.nh_cache[nh_index(addr)];
-        if slot.tag == u64::from(self.epoch) | family && slot.addr == addr {
-            return Some(*slot);
-        }
-        self.nh_fill(dst)
-    }
-
-    /// A next-hop cache miss: asks the snapshot, caches a hit (in `dst`'s slot).
-    #[cold]
-    #[inline(never)]
-    fn nh_fill(&mut self, dst: IpAddr) -> Option<NhSlot> {
-        let nh = self.snapshot.next_hop(dst, self.config.port)?;
-        let (family, addr) = nh_key(dst);
-        let slot = NhSlot {
-            tag: u64::from(self.epoch) | family,
-            v4_key: match dst {
-                IpAddr::V4(a) => u64::from(self.epoch) << 32 | u64::from(a.to_bits()),
-                IpAddr::V6(_) => 0,
-            },
-            addr,
-            nh,
-            macs: nat::macs(nh.dst_mac, nh.src_mac.unwrap_or(self.config.mac)),
-        };
-        self.nh_cache[nh_index(addr)] = slot;
-        Some(slot)
-    }
-
-    /// A non-first fragment: follows its first fragment's translation, or is dropped.
-    fn later_fragment(&mut self, frame: &mut [u8], p: &Packet, id: u32, now: Instant) -> Verdict {
-        if p.frag_end > hygiene::DATAGRAM_MAX {
-            return Verdict::Drop(DropReason::OversizedFragment);
-        }
-        let Some((src, dst)) = self.frags.lookup(&frag::FragKey::new(p, id), now) else {
-            return Verdict::Drop(DropReason::FragmentNoMatch);
-        };
-        if p.ttl <= 1 {
-            return Verdict::Drop(DropReason::TtlExceeded);
-        }
-        let Some(nh) = self.next_hop(dst) else {
-            return Verdict::Slow;
-        };
-        let to = Endpoints {
-            src: SocketAddr::new(src, 0),
-            dst: SocketAddr::new(dst, 0),
-        };
-        nat::rewrite(
-            frame,
-            p,
-            &to,
-            nh.src_mac.unwrap_or(self.config.mac),
-            nh.dst_mac,
-        );
-        self.counters.fragments_forwarded += 1;
-        Verdict::Tx(nh.port)
-    }
-
-    fn icmp(&mut self, frame: &mut [u8], p: &Packet) -> Verdict {
-        let Some(m) = icmp::match_error(frame, p, &self.flows) else {
-            return Verdict::Pass;
-        };
-        if let Err(r) = self.icmp_hygiene(frame, p, &m) {
-            return Verdict::Drop(r);
-        }
-        if p.ttl <= 1 {
-            return Verdict::Drop(DropReason::TtlExceeded);
-        }
-        let Some(nh) = self.next_hop(m.outer.dst.ip()) else {
-            return Verdict::Slow;
-        };
-        icmp::translate(
-            frame,
-            p,
-            &m,
-            nh.src_mac.unwrap_or(self.config.mac),
-            nh.dst_mac,
-        );
-        self.counters.icmp_translated += 1;
-        Verdict::Tx(nh.port)
-    }
-
-    /// Why a matched ICMP error must not be translated: its addresses, then its checksums
-    /// (the translation recomputes them).
-    fn icmp_hygiene(
-        &self,
-        frame: &[u8],
-        p: &Packet,
-        m: &icmp::IcmpMatch,
-    ) -> Result<(), DropReason> {
-        self.source_check(p.src)?;
-        if hygiene::martian(p.dst) {
-            return Err(DropReason::MartianDestination);
-        }
-        icmp::verify(frame, p, m)
-    }
-}
-
-/// The config protocol a frontend with this IP protocol number uses.
-#[inline]
-fn frontend_protocol(proto: u8) -> Option<config::Protocol> {
-    match proto {
-        PROTO_TCP => Some(config::Protocol::Tcp),
-        PROTO_UDP => Some(config::Protocol::Udp),
-        PROTO_SCTP => Some(config::Protocol::Sctp),
-        _ => None,
-    }
-}
-
-/// The packet's own tuple.
-#[inline]
-pub(crate) fn flow_key(p: &Packet) -> FlowKey {
-    let proto = match p.proto {
-        PROTO_TCP => Protocol::Tcp,
-        PROTO_UDP => Protocol::Udp,
-        _ => Protocol::Sctp,
-    };
-    key_of(proto, p.src, p.sport, p.dst, p.dport)
-}
-
-#[inline]
-pub(crate) fn key_of(proto: Protocol, src: IpAddr, sport: u16, dst: IpAddr, dport: u16) -> FlowKey {
-    match (src, dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => FlowKey::v4(proto, s, sport, d, dport),
-        (IpAddr::V6(s), IpAddr::V6(d)) => FlowKey::v6(proto, s, sport, d, dport),
-        // Not produced by classify (one header, one family); a key that matches nothing.
-        (s, _) => FlowKey::new(proto, SocketAddr::new(s, sport), SocketAddr::new(s, sport))
-            .unwrap_or_else(|| {
-                FlowKey::v4(proto, Ipv4Addr::UNSPECIFIED, 0, Ipv4Addr::UNSPECIFIED, 0)
-            }),
     }
 }

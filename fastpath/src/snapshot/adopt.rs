@@ -19,7 +19,8 @@ use std::net::SocketAddr;
 use flowtable::FlowTable;
 use lb_algos::BackendId;
 
-use super::{Frontend, SnapshotBuilder, Undo};
+use super::builder::Undo;
+use super::{Frontend, SnapshotBuilder};
 
 /// The ids an adopted flow table's flows hold.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

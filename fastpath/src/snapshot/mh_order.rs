@@ -6,8 +6,9 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
+use config::Config;
 use flowtable::{FlowData, FlowTable, FlowTableConfig, TcpFlags};
-use lb_algos::Scheduler;
+use lb_algos::{BackendId, Scheduler};
 
 use super::*;
 

@@ -1,0 +1,101 @@
+//! The per-pipeline next-hop cache: [`Snapshot::next_hop`]'s answers for the current
+//! snapshot, direct-mapped by destination address, so that a packet of a known flow pays no
+//! route or neighbour lookup. [`Pipeline::set_snapshot`] invalidates it.
+//!
+//! [`Snapshot::next_hop`]: crate::snapshot::Snapshot::next_hop
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use super::{Pipeline, nat};
+use crate::snapshot::NextHop;
+
+/// Slots of the per-pipeline next-hop cache (direct-mapped by destination address).
+pub(super) const NH_CACHE_SLOTS: usize = 256;
+const _: () = assert!(NH_CACHE_SLOTS.is_power_of_two());
+
+/// One next-hop cache slot: [`Snapshot::next_hop`]'s answer for one destination address
+/// while the pipeline's snapshot epoch is the tag's.
+///
+/// [`Snapshot::next_hop`]: crate::snapshot::Snapshot::next_hop
+#[derive(Clone, Copy)]
+pub(super) struct NhSlot {
+    /// `epoch | v6 << 32` (epoch 0: empty).
+    pub(super) tag: u64,
+    /// For an IPv4 address: `epoch << 32 | address`, the one word `next_hop_v4` compares;
+    /// 0 (never current: epochs start at 1) for IPv6.
+    pub(super) v4_key: u64,
+    /// The address: IPv6 bits, or IPv4 `to_bits` zero-extended.
+    pub(super) addr: (u64, u64),
+    pub(super) nh: NextHop,
+    /// `nh`'s destination MAC, then its source MAC (or `config.mac`), as a frame takes them.
+    pub(super) macs: [u8; 12],
+}
+
+/// A next-hop cache key: `(slot tag without the epoch, address)`.
+#[inline(always)]
+fn nh_key(dst: IpAddr) -> (u64, (u64, u64)) {
+    match dst {
+        IpAddr::V4(a) => (0, (u64::from(a.to_bits()), 0)),
+        IpAddr::V6(a) => {
+            let b = a.to_bits();
+            (1 << 32, (b as u64, (b >> 64) as u64))
+        }
+    }
+}
+
+/// The cache slot of an address.
+#[inline(always)]
+fn nh_index((lo, hi): (u64, u64)) -> usize {
+    ((lo ^ hi).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize & (NH_CACHE_SLOTS - 1)
+}
+
+impl Pipeline {
+    /// The next hop towards `dst` in the current snapshot (frames without a route leave on
+    /// this pipeline's own port), through the next-hop cache.
+    #[inline]
+    pub(super) fn next_hop(&mut self, dst: IpAddr) -> Option<NextHop> {
+        self.nh_slot(dst).map(|s| s.nh)
+    }
+
+    /// [`next_hop`](Self::next_hop) for an IPv4 address (`to_bits`): its cache slot.
+    #[inline(always)]
+    pub(super) fn next_hop_v4(&mut self, dst: u32) -> Option<&NhSlot> {
+        let i = nh_index((u64::from(dst), 0));
+        if self.nh_cache[i].v4_key == u64::from(self.epoch) << 32 | u64::from(dst) {
+            return Some(&self.nh_cache[i]);
+        }
+        self.nh_fill(IpAddr::V4(Ipv4Addr::from_bits(dst)))?;
+        Some(&self.nh_cache[i])
+    }
+
+    /// The cache slot holding `dst`'s next hop, filled on a miss.
+    #[inline]
+    fn nh_slot(&mut self, dst: IpAddr) -> Option<NhSlot> {
+        let (family, addr) = nh_key(dst);
+        let slot = &self.nh_cache[nh_index(addr)];
+        if slot.tag == u64::from(self.epoch) | family && slot.addr == addr {
+            return Some(*slot);
+        }
+        self.nh_fill(dst)
+    }
+
+    /// A next-hop cache miss: asks the snapshot, caches a hit (in `dst`'s slot).
+    #[cold]
+    #[inline(never)]
+    fn nh_fill(&mut self, dst: IpAddr) -> Option<NhSlot> {
+        let nh = self.snapshot.next_hop(dst, self.config.port)?;
+        let (family, addr) = nh_key(dst);
+        let slot = NhSlot {
+            tag: u64::from(self.epoch) | family,
+            v4_key: match dst {
+                IpAddr::V4(a) => u64::from(self.epoch) << 32 | u64::from(a.to_bits()),
+                IpAddr::V6(_) => 0,
+            },
+            addr,
+            nh,
+            macs: nat::macs(nh.dst_mac, nh.src_mac.unwrap_or(self.config.mac)),
+        };
+        self.nh_cache[nh_index(addr)] = slot;
+        Some(slot)
+    }
+}

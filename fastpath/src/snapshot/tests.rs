@@ -1,0 +1,390 @@
+//! The builder's unit tests: next hops, stable and recycled ids, entries shared across
+//! builds, failed builds.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Instant;
+
+use config::{Mode, Protocol, SchedulerName};
+use lb_algos::{AffinityTable, BackendId, ConnCounts, FlowTuple};
+
+use super::*;
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn snapshot(l2: &L2Table) -> Snapshot {
+    let cfg = config::parse(
+        "[dataplane]\nsnat_addresses = [\"198.18.1.254\"]\n[[services]]\nname = \"web\"\nvip = \"198.18.100.1\"\nport = 80\nprotocol = \"tcp\"\nbackends = [{ addr = \"198.18.1.1:8080\" }, { addr = \"198.18.1.2:8080\" }]\n",
+        "t.toml",
+    )
+    .unwrap();
+    SnapshotBuilder::from_config(&cfg)
+        .build(&ServiceSpec::from_config(&cfg), l2)
+        .unwrap()
+}
+
+#[test]
+fn next_hop_follows_routes_gateways_and_port_macs() {
+    let (client_mac, backend_mac, gw_mac) =
+        ([2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 1, 1], [2, 0, 0, 0, 0, 9]);
+    let l2 = L2Table {
+        routes: vec![
+            Route {
+                prefix: "0.0.0.0/0".parse().unwrap(),
+                port: 0,
+                gateway: Some(ip("198.18.0.9")),
+            },
+            Route {
+                prefix: "198.18.0.0/24".parse().unwrap(),
+                port: 0,
+                gateway: None,
+            },
+            Route {
+                prefix: "198.18.1.0/24".parse().unwrap(),
+                port: 1,
+                gateway: None,
+            },
+        ],
+        neighbours: vec![
+            Neighbour {
+                ip: ip("198.18.0.2"),
+                mac: client_mac,
+                port: Some(0),
+            },
+            Neighbour {
+                ip: ip("198.18.0.9"),
+                mac: gw_mac,
+                port: Some(0),
+            },
+            Neighbour {
+                ip: ip("198.18.1.1"),
+                mac: backend_mac,
+                port: Some(1),
+            },
+        ],
+        port_macs: vec![[2, 0, 0, 0, 0xaa, 0], [2, 0, 0, 0, 0xaa, 1]],
+    };
+    let s = snapshot(&l2);
+    // On-link backend: port 1, its own MAC, port 1's MAC as source.
+    assert_eq!(
+        s.next_hop(ip("198.18.1.1"), 0),
+        Some(NextHop {
+            port: 1,
+            dst_mac: backend_mac,
+            src_mac: Some([2, 0, 0, 0, 0xaa, 1])
+        })
+    );
+    // On-link client on port 0.
+    assert_eq!(
+        s.next_hop(ip("198.18.0.2"), 1).map(|n| (n.port, n.dst_mac)),
+        Some((0, client_mac))
+    );
+    // Anything else goes to the default gateway's MAC on port 0.
+    assert_eq!(
+        s.next_hop(ip("203.0.113.7"), 1)
+            .map(|n| (n.port, n.dst_mac)),
+        Some((0, gw_mac))
+    );
+    // An on-link address without a neighbour entry is unresolved.
+    assert_eq!(s.next_hop(ip("198.18.1.2"), 0), None);
+}
+
+#[test]
+fn without_routes_frames_leave_by_the_receiving_port() {
+    let l2 = L2Table {
+        neighbours: vec![Neighbour {
+            ip: ip("198.18.1.1"),
+            mac: [2, 0, 0, 0, 1, 1],
+            port: None,
+        }],
+        ..L2Table::default()
+    };
+    let s = snapshot(&l2);
+    assert_eq!(
+        s.next_hop(ip("198.18.1.1"), 3),
+        Some(NextHop {
+            port: 3,
+            dst_mac: [2, 0, 0, 0, 1, 1],
+            src_mac: None
+        })
+    );
+}
+
+#[test]
+fn backend_ids_are_stable_and_recycled() {
+    let cfg = config::parse(
+        "[dataplane]\nsnat_addresses = [\"198.18.1.254\"]\n[[services]]\nname = \"web\"\nvip = \"198.18.100.1\"\nport = 80\nprotocol = \"tcp\"\nbackends = [{ addr = \"198.18.1.1:8080\" }, { addr = \"198.18.1.2:8080\" }]\n",
+        "t.toml",
+    )
+    .unwrap();
+    let mut b = SnapshotBuilder::from_config(&cfg);
+    let mut specs = ServiceSpec::from_config(&cfg);
+    let s1 = b.build(&specs, &L2Table::default()).unwrap();
+    let ids1: Vec<u32> = s1.services[0].backends.iter().map(|b| b.id.0).collect();
+    // Remove the first backend, add a third: the second keeps its id; the removed one's
+    // id is retired (flows may hold it), so the new one gets a fresh id.
+    let removed = specs[0].backends.remove(0);
+    specs[0].backends.push(BackendSpec {
+        addr: "198.18.1.3:8080".parse().unwrap(),
+        weight: 1,
+        usable: true,
+    });
+    let s2 = b.build(&specs, &L2Table::default()).unwrap();
+    let ids2: Vec<u32> = s2.services[0].backends.iter().map(|b| b.id.0).collect();
+    assert_eq!(ids2[0], ids1[1]);
+    assert!(
+        !ids1.contains(&ids2[1]),
+        "a retired id is not reused: {ids2:?}"
+    );
+    assert_eq!(b.retired().collect::<Vec<_>>(), [BackendId(ids1[0])]);
+    assert_eq!(s2.generation, s1.generation + 1);
+    // The removed backend comes back while still retired: it gets its old id.
+    specs[0].backends.push(removed.clone());
+    let s3 = b.build(&specs, &L2Table::default()).unwrap();
+    assert_eq!(s3.services[0].backends[2].id.0, ids1[0]);
+    assert_eq!(b.retired().count(), 0);
+    // Removed again; reclaim frees it only once nothing holds it, then a new backend
+    // reuses it.
+    specs[0].backends.pop();
+    b.build(&specs, &L2Table::default()).unwrap();
+    assert_eq!(b.reclaim(|_| true), 0);
+    assert_eq!(b.retired().count(), 1);
+    assert_eq!(b.reclaim(|_| false), 1);
+    specs[0].backends.push(BackendSpec {
+        addr: "198.18.1.4:8080".parse().unwrap(),
+        weight: 1,
+        usable: true,
+    });
+    let s4 = b.build(&specs, &L2Table::default()).unwrap();
+    assert_eq!(s4.services[0].backends[2].id.0, ids1[0]);
+    // Two services on one frontend are refused.
+    specs.push(specs[0].clone());
+    specs[1].name = "web-copy".into();
+    assert!(matches!(
+        b.build(&specs, &L2Table::default()),
+        Err(BuildError::DuplicateFrontend { .. })
+    ));
+}
+
+struct NoCounts;
+impl ConnCounts for NoCounts {
+    fn active(&self, _: BackendId) -> u32 {
+        0
+    }
+    fn inactive(&self, _: BackendId) -> u32 {
+        0
+    }
+}
+
+#[test]
+fn unchanged_services_keep_their_scheduler_state_across_builds() {
+    let cfg = config::parse(
+        "[dataplane]\nmode = \"nat\"\n[[services]]\nname = \"a\"\nvip = \"198.18.100.1\"\nport = 80\nprotocol = \"tcp\"\nbackends = [{ addr = \"198.18.1.1:80\" }, { addr = \"198.18.1.2:80\" }, { addr = \"198.18.1.3:80\" }]\n[[services]]\nname = \"b\"\nvip = \"198.18.100.2\"\nport = 80\nprotocol = \"tcp\"\nbackends = [{ addr = \"198.18.1.1:80\" }, { addr = \"198.18.1.2:80\" }]\n",
+        "t.toml",
+    )
+    .unwrap();
+    let epoch = Instant::now();
+    let affinity = AffinityTable::new(16, epoch);
+    let flow = FlowTuple {
+        src: ip("198.18.0.2"),
+        src_port: 1000,
+        dst: ip("198.18.100.1"),
+        dst_port: 80,
+    };
+    let pick = |s: &Snapshot, svc: usize| {
+        s.services[svc]
+            .schedule(&flow, &NoCounts, &affinity, epoch)
+            .unwrap()
+    };
+    let mut b = SnapshotBuilder::from_config(&cfg);
+    let mut specs = ServiceSpec::from_config(&cfg);
+    let s1 = b.build(&specs, &L2Table::default()).unwrap();
+    assert_eq!((pick(&s1, 0), pick(&s1, 0)), (0, 1));
+    assert_eq!(pick(&s1, 1), 0);
+    // A new neighbour only: rr goes on where it was (a fresh scheduler would restart at 0).
+    let l2 = L2Table {
+        neighbours: vec![Neighbour {
+            ip: ip("198.18.1.1"),
+            mac: [2, 0, 0, 0, 1, 1],
+            port: None,
+        }],
+        ..L2Table::default()
+    };
+    let s2 = b.build(&specs, &l2).unwrap();
+    assert!(Arc::ptr_eq(&s1.services[0], &s2.services[0]));
+    assert_eq!(pick(&s2, 0), 2);
+    // Editing service b rebuilds b only.
+    specs[1].backends.pop();
+    let s3 = b.build(&specs, &l2).unwrap();
+    assert!(Arc::ptr_eq(&s2.services[0], &s3.services[0]));
+    assert!(!Arc::ptr_eq(&s2.services[1], &s3.services[1]));
+    assert_eq!(pick(&s3, 0), 0);
+    assert_eq!(s3.services[1].backends.len(), 1);
+}
+
+fn spec(name: &str, vip: u8, backends: &[u8]) -> ServiceSpec {
+    ServiceSpec {
+        name: name.to_owned(),
+        frontends: vec![Frontend {
+            vip: IpAddr::from([198, 18, 100, vip]),
+            protocol: Protocol::Tcp,
+            port: 80,
+        }],
+        scheduler: SchedulerName::Rr,
+        flags: Vec::new(),
+        mode: Mode::Nat,
+        affinity_timeout: None,
+        backends: backends
+            .iter()
+            .map(|b| BackendSpec {
+                addr: SocketAddr::from(([198, 18, 1, *b], 80)),
+                weight: 1,
+                usable: true,
+            })
+            .collect(),
+        source_ranges: Vec::new(),
+        rate_limit: None,
+        frozen: false,
+        synproxy: SynproxySetting::Off,
+    }
+}
+
+/// Inserting and removing services around others (which moves their positions) keeps
+/// the others' entries (scheduler state), service ids and backend ids; `services[id]`
+/// and `service_for` keep finding them.
+#[test]
+fn entries_are_reused_by_name_when_positions_move() {
+    let mut b = SnapshotBuilder::new(1024, 251);
+    let l2 = L2Table::default();
+    let mut specs = vec![spec("b", 2, &[1, 2]), spec("d", 4, &[3, 4])];
+    let s1 = b.build(&specs, &l2).unwrap();
+    let (b1, d1) = (Arc::clone(&s1.services[0]), Arc::clone(&s1.services[1]));
+    assert_eq!((b1.id, d1.id), (0, 1));
+    // Advance b's rr cursor: a rebuilt entry would start over.
+    let epoch = Instant::now();
+    let affinity = AffinityTable::new(16, epoch);
+    let flow = FlowTuple {
+        src: ip("198.18.0.2"),
+        src_port: 1000,
+        dst: ip("198.18.100.2"),
+        dst_port: 80,
+    };
+    assert_eq!(b1.schedule(&flow, &NoCounts, &affinity, epoch), Ok(0));
+    // a and c arrive around them.
+    specs = vec![
+        spec("a", 1, &[5]),
+        spec("b", 2, &[1, 2]),
+        spec("c", 3, &[6]),
+        spec("d", 4, &[3, 4]),
+    ];
+    let s2 = b.build(&specs, &l2).unwrap();
+    let names: Vec<&str> = s2.services.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["a", "b", "c", "d"]);
+    assert!(Arc::ptr_eq(&s2.services[b1.id as usize], &b1));
+    assert!(Arc::ptr_eq(&s2.services[d1.id as usize], &d1));
+    let fe = |vip: u8| Frontend {
+        vip: IpAddr::from([198, 18, 100, vip]),
+        protocol: Protocol::Tcp,
+        port: 80,
+    };
+    assert!(std::ptr::eq(s2.service_for(&fe(2)).unwrap(), &*b1));
+    assert_eq!(s2.service_for(&fe(3)).unwrap().name, "c");
+    assert_eq!(b1.schedule(&flow, &NoCounts, &affinity, epoch), Ok(1));
+    let (a2, c2) = (
+        Arc::clone(&s2.services.as_slice()[0]),
+        Arc::clone(&s2.services.as_slice()[2]),
+    );
+    // Every id is distinct, every backend id too.
+    let mut sids: Vec<u32> = s2.services.iter().map(|s| s.id).collect();
+    sids.sort_unstable();
+    sids.dedup();
+    assert_eq!(sids.len(), 4);
+    let mut bids: Vec<u32> = s2
+        .services
+        .iter()
+        .flat_map(|s| s.backends.iter().map(|b| b.id.0))
+        .collect();
+    bids.sort_unstable();
+    bids.dedup();
+    assert_eq!(bids.len(), 6);
+    // b goes away: the others keep their entries; b's backend ids are retired and its
+    // frontend is gone.
+    specs.remove(1);
+    let s3 = b.build(&specs, &l2).unwrap();
+    assert_eq!(s3.services.len(), 3);
+    for e in [&a2, &c2, &d1] {
+        assert!(Arc::ptr_eq(&s3.services[e.id as usize], e));
+    }
+    assert!(s3.services.get(b1.id as usize).is_none());
+    assert!(s3.service_for(&fe(2)).is_none());
+    let mut retired: Vec<BackendId> = b.retired().collect();
+    retired.sort_unstable_by_key(|i| i.0);
+    let mut b_ids: Vec<BackendId> = b1.backends.iter().map(|b| b.id).collect();
+    b_ids.sort_unstable_by_key(|i| i.0);
+    assert_eq!(retired, b_ids);
+    // A new service takes b's frontend and gets a fresh entry (b's id may be reused).
+    specs.push(spec("e", 2, &[7]));
+    let s4 = b.build(&specs, &l2).unwrap();
+    let e4 = s4.service_for(&fe(2)).unwrap();
+    assert_eq!(e4.name, "e");
+    assert!(Arc::ptr_eq(
+        &s4.services[e4.id as usize],
+        &s4.services.as_slice()[3]
+    ));
+    for e in [&a2, &c2, &d1] {
+        assert!(Arc::ptr_eq(&s4.services[e.id as usize], e));
+    }
+    // b comes back while its ids are still retired: same backend ids, fresh entry.
+    specs.insert(1, spec("b", 9, &[1, 2]));
+    let s5 = b.build(&specs, &l2).unwrap();
+    let b5 = s5.service_for(&fe(9)).unwrap();
+    assert!(!std::ptr::eq(b5, &*b1));
+    assert_eq!(
+        b5.backends.iter().map(|b| b.id).collect::<Vec<_>>(),
+        b1.backends.iter().map(|b| b.id).collect::<Vec<_>>()
+    );
+    assert_eq!(b.retired().count(), 0);
+}
+
+/// A failed build leaves the builder as it was: the next good build shares entries and
+/// hands out the same ids as if the failure never happened.
+#[test]
+fn a_failed_build_changes_nothing() {
+    let mut b = SnapshotBuilder::new(4, 251);
+    let l2 = L2Table::default();
+    let good = vec![spec("a", 1, &[1]), spec("b", 2, &[2])];
+    let s1 = b.build(&good, &l2).unwrap();
+    // A duplicate frontend, a duplicate name, too many backends.
+    let mut dup_fe = good.clone();
+    dup_fe.push(spec("c", 1, &[3]));
+    assert!(matches!(
+        b.build(&dup_fe, &l2),
+        Err(BuildError::DuplicateFrontend { .. })
+    ));
+    let mut dup_name = good.clone();
+    dup_name.push(spec("a", 3, &[3]));
+    assert!(matches!(
+        b.build(&dup_name, &l2),
+        Err(BuildError::DuplicateName { .. })
+    ));
+    let mut too_many = good.clone();
+    too_many.push(spec("c", 3, &[3, 4, 5]));
+    assert!(matches!(
+        b.build(&too_many, &l2),
+        Err(BuildError::TooManyBackends { .. })
+    ));
+    let mut next = good.clone();
+    next.push(spec("c", 3, &[3, 4]));
+    let s2 = b.build(&next, &l2).unwrap();
+    assert!(Arc::ptr_eq(&s1.services[0], &s2.services[0]));
+    assert!(Arc::ptr_eq(&s1.services[1], &s2.services[1]));
+    let c = &s2.services.as_slice()[2];
+    assert_eq!(c.id, 2);
+    assert_eq!(
+        c.backends.iter().map(|b| b.id.0).collect::<Vec<_>>(),
+        [2, 3]
+    );
+    assert_eq!(s2.generation, s1.generation + 1);
+}
