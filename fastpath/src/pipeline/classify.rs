@@ -5,9 +5,12 @@
 //! `l4 + l4_len <= frame.len()`, and for a packet with an L4 header, the header's fixed part
 //! (ports, checksum) lies within `l4_len`.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
-use crate::wire::{self, IpProtocol, L3Info, checksum, read_u16};
+use crate::wire::{
+    self, IpProtocol, Ipv4Packet, Ipv6Packet, L3Info, SctpChunkType, SctpPacket, TcpFlags,
+    TcpPacket, UdpPacket,
+};
 
 use super::{DropReason, Verdict};
 
@@ -91,13 +94,16 @@ impl From<wire::Error> for DropReason {
     }
 }
 
-/// SCTP chunk type → the flow table's TCP-like event bits.
+/// SCTP chunk type → the flow table's TCP-like events: INIT opens an association as a SYN
+/// opens a connection, ABORT resets it, the SHUTDOWN chunks close it.
 #[inline]
-fn sctp_flags(chunk_type: u8) -> u8 {
-    match chunk_type {
-        1 => 0x02,          // INIT
-        6 => 0x04,          // ABORT
-        7 | 8 | 14 => 0x01, // SHUTDOWN, SHUTDOWN ACK, SHUTDOWN COMPLETE
+fn sctp_flags(chunk: SctpChunkType) -> u8 {
+    match chunk {
+        SctpChunkType::Init => TcpFlags::SYN.0,
+        SctpChunkType::Abort => TcpFlags::RST.0,
+        SctpChunkType::Shutdown | SctpChunkType::ShutdownAck | SctpChunkType::ShutdownComplete => {
+            TcpFlags::FIN.0
+        }
         _ => 0,
     }
 }
@@ -114,39 +120,26 @@ pub(crate) fn classify(frame: &[u8]) -> Result<Packet, Verdict> {
             later_fragment,
         } => {
             // parse_frame checked 20 <= IHL*4 <= total length <= buffer.
-            let ihl = usize::from(frame[l3] & 0x0f) * 4;
-            if checksum::checksum(&frame[l3..l3 + ihl]) != 0 {
+            let ip = Ipv4Packet::new_unchecked(&frame[l3..]);
+            if !ip.verify_checksum() {
                 return Err(Verdict::Drop(DropReason::BadIpChecksum));
             }
-            let id = u32::from(read_u16(frame, l3 + 4));
+            let id = u32::from(ip.ident());
             let frag = match (fragment, later_fragment) {
                 (false, _) => Frag::No,
                 (true, false) => Frag::First(id),
                 (true, true) => Frag::Later(id),
             };
-            // Offset (8-byte units) + total length.
-            let frag_end = u32::from(read_u16(frame, l3 + 6) & 0x1fff) * 8
-                + u32::from(read_u16(frame, l3 + 2));
-            let src = Ipv4Addr::new(
-                frame[l3 + 12],
-                frame[l3 + 13],
-                frame[l3 + 14],
-                frame[l3 + 15],
-            );
-            let dst = Ipv4Addr::new(
-                frame[l3 + 16],
-                frame[l3 + 17],
-                frame[l3 + 18],
-                frame[l3 + 19],
-            );
+            // Offset + total length.
+            let frag_end = u32::from(ip.frag_offset()) + u32::from(ip.total_len());
             (
                 false,
                 protocol,
                 frag,
                 frag_end,
-                IpAddr::V4(src),
-                IpAddr::V4(dst),
-                frame[l3 + 8],
+                IpAddr::V4(ip.src_addr()),
+                IpAddr::V4(ip.dst_addr()),
+                ip.ttl(),
             )
         }
         L3Info::Ipv6 { protocol, fragment } => {
@@ -157,18 +150,15 @@ pub(crate) fn classify(frame: &[u8]) -> Result<Packet, Verdict> {
                 Some(f) if f.offset == 0 => Frag::No,
                 Some(f) => Frag::Later(f.ident),
             };
+            // parse_frame checked the fixed header and the payload length.
+            let ip = Ipv6Packet::new_unchecked(&frame[l3..]);
             // The reassembled payload: this payload without the fragment header, moved by
             // the offset (the unfragmentable part is in both).
             let frag_end = fragment.map_or(0, |f| {
-                (u32::from(read_u16(frame, l3 + 4)) + u32::from(f.offset)).saturating_sub(8)
+                (u32::from(ip.payload_len()) + u32::from(f.offset)).saturating_sub(8)
             });
-            let mut s = [0u8; 16];
-            let mut d = [0u8; 16];
-            s.copy_from_slice(&frame[l3 + 8..l3 + 24]);
-            d.copy_from_slice(&frame[l3 + 24..l3 + 40]);
-            let src = IpAddr::V6(Ipv6Addr::from(s));
-            let dst = IpAddr::V6(Ipv6Addr::from(d));
-            (true, protocol, frag, frag_end, src, dst, frame[l3 + 7])
+            let (src, dst) = (IpAddr::V6(ip.src_addr()), IpAddr::V6(ip.dst_addr()));
+            (true, protocol, frag, frag_end, src, dst, ip.hop_limit())
         }
         L3Info::Arp | L3Info::Other => return Err(Verdict::Pass),
     };
@@ -201,37 +191,43 @@ pub(crate) fn classify(frame: &[u8]) -> Result<Packet, Verdict> {
         return Ok(p);
     }
     let seg = &frame[l4..l4 + l4_len];
-    match protocol {
+    let (sport, dport) = match protocol {
         IpProtocol::Tcp => {
             // Only the first fragment may be shorter than its header says; the fixed header
             // must be there.
             if seg.len() < wire::tcp::HEADER_LEN {
                 return Err(Verdict::Drop(DropReason::Truncated));
             }
-            let off = usize::from(seg[12] >> 4) * 4;
+            let tcp = TcpPacket::new_unchecked(seg);
+            let off = tcp.header_len();
             if off < wire::tcp::HEADER_LEN || (frag == Frag::No && off > seg.len()) {
                 return Err(Verdict::Drop(DropReason::BadL4Header));
             }
-            p.flags = seg[13];
+            p.flags = tcp.flags().0;
+            (tcp.src_port(), tcp.dst_port())
         }
         IpProtocol::Udp => {
             if seg.len() < wire::udp::HEADER_LEN {
                 return Err(Verdict::Drop(DropReason::Truncated));
             }
-            let len = usize::from(read_u16(seg, 4));
+            let udp = UdpPacket::new_unchecked(seg);
+            let len = usize::from(udp.len());
             if frag == Frag::No && (len < wire::udp::HEADER_LEN || len > seg.len()) {
                 return Err(Verdict::Drop(DropReason::BadLength));
             }
-            if v6 && read_u16(seg, 6) == 0 {
+            if v6 && udp.checksum() == 0 {
                 // RFC 8200: a zero UDP checksum is invalid over IPv6.
                 return Err(Verdict::Drop(DropReason::UdpZeroChecksumV6));
             }
+            (udp.src_port(), udp.dst_port())
         }
         IpProtocol::Sctp => {
-            if seg.len() < wire::sctp::HEADER_LEN + wire::sctp::CHUNK_HEADER_LEN {
+            let sctp = SctpPacket::new_unchecked(seg);
+            let Some(chunk) = sctp.first_chunk_type() else {
                 return Err(Verdict::Drop(DropReason::Truncated));
-            }
-            p.flags = sctp_flags(seg[12]);
+            };
+            p.flags = sctp_flags(chunk);
+            (sctp.src_port(), sctp.dst_port())
         }
         IpProtocol::Icmp | IpProtocol::Icmpv6 => {
             if seg.len() < 8 {
@@ -240,8 +236,8 @@ pub(crate) fn classify(frame: &[u8]) -> Result<Packet, Verdict> {
             return Ok(p);
         }
         _ => return Ok(p),
-    }
-    p.sport = read_u16(seg, 0);
-    p.dport = read_u16(seg, 2);
+    };
+    p.sport = sport;
+    p.dport = dport;
     Ok(p)
 }

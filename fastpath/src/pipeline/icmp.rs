@@ -29,7 +29,10 @@ use super::classify::{PROTO_ICMP, PROTO_SCTP, PROTO_TCP, PROTO_UDP, Packet};
 use super::nat::{AddrBytes, Endpoints, after};
 use super::{DropReason, FLAG_FULLNAT};
 use crate::wire::checksum::{self, Delta};
-use crate::wire::{Ipv4Packet, Ipv6Packet, read_u16, write_u16};
+use crate::wire::{
+    EthernetAddress, EthernetFrame, Icmpv4Message, Icmpv4Packet, Icmpv6Message, Icmpv6Packet,
+    Ipv4Packet, Ipv6Packet, SctpPacket, TcpPacket, UdpPacket, icmpv4, icmpv6, ipv6, udp,
+};
 
 /// A matched error and how to translate it.
 #[derive(Clone, Copy, Debug)]
@@ -52,11 +55,45 @@ pub(crate) struct IcmpMatch {
     emb_dport: u16,
 }
 
-fn is_error(v6: bool, ty: u8) -> bool {
+/// Whether xvs translates an error of this type (Linux IPVS's set): destination
+/// unreachable (fragmentation needed included), source quench, time exceeded, parameter
+/// problem; ICMPv6 also packet too big. Redirects and informational messages are passed.
+fn translated(v6: bool, ty: u8) -> bool {
     if v6 {
-        matches!(ty, 1..=4)
+        matches!(
+            Icmpv6Message::from(ty),
+            Icmpv6Message::DstUnreachable
+                | Icmpv6Message::PktTooBig
+                | Icmpv6Message::TimeExceeded
+                | Icmpv6Message::ParamProblem
+        )
     } else {
-        matches!(ty, 3 | 4 | 11 | 12)
+        matches!(
+            Icmpv4Message::from(ty),
+            Icmpv4Message::DstUnreachable
+                | Icmpv4Message::SourceQuench
+                | Icmpv4Message::TimeExceeded
+                | Icmpv4Message::ParamProblem
+        )
+    }
+}
+
+/// The source and destination ports of the L4 header at the start of `l4` (at least 4
+/// bytes), read through the protocol's view.
+fn ports(proto: u8, l4: &[u8]) -> (u16, u16) {
+    match proto {
+        PROTO_TCP => {
+            let t = TcpPacket::new_unchecked(l4);
+            (t.src_port(), t.dst_port())
+        }
+        PROTO_UDP => {
+            let u = UdpPacket::new_unchecked(l4);
+            (u.src_port(), u.dst_port())
+        }
+        _ => {
+            let s = SctpPacket::new_unchecked(l4);
+            (s.src_port(), s.dst_port())
+        }
     }
 }
 
@@ -66,11 +103,18 @@ pub(crate) fn match_error(frame: &[u8], p: &Packet, flows: &FlowTable) -> Option
         return None; // ICMPv4 in IPv6 or ICMPv6 in IPv4: not an error we translate.
     }
     let msg = frame.get(p.l4..p.l4 + p.l4_len)?;
-    if msg.len() < 8 || !is_error(p.v6, msg[0]) {
+    let ty = if p.v6 {
+        u8::from(Icmpv6Packet::new_checked(msg).ok()?.msg_type())
+    } else {
+        u8::from(Icmpv4Packet::new_checked(msg).ok()?.msg_type())
+    };
+    if !translated(p.v6, ty) {
         return None;
     }
-    let emb = p.l4 + 8;
-    let q = &msg[8..];
+    // (The quote follows the 8-byte header of both.)
+    const _: () = assert!(icmpv4::HEADER_LEN == icmpv6::HEADER_LEN);
+    let emb = p.l4 + icmpv4::HEADER_LEN;
+    let q = &msg[icmpv4::HEADER_LEN..];
     // The quoted packet: its header whole, its length usually beyond the quote.
     let (emb_hlen, emb_proto, emb_src, emb_dst) = if p.v6 {
         let ip = Ipv6Packet::new_quoted(q).ok()?;
@@ -98,8 +142,7 @@ pub(crate) fn match_error(frame: &[u8], p: &Packet, flows: &FlowTable) -> Option
     if q.len() < emb_hlen + 4 {
         return None;
     }
-    let emb_sport = read_u16(q, emb_hlen);
-    let emb_dport = read_u16(q, emb_hlen + 2);
+    let (emb_sport, emb_dport) = ports(emb_proto, &q[emb_hlen..]);
     let key = super::key_of(proto, emb_dst, emb_dport, emb_src, emb_sport);
     let (view, dir) = flows.lookup_view(&key)?;
     let data: FlowData = view.data;
@@ -148,9 +191,9 @@ fn quoted_sctp(frame: &[u8], p: &Packet, m: &IcmpMatch) -> Option<std::ops::Rang
     }
     let e = m.emb;
     let end = if p.v6 {
-        e + 40 + usize::from(read_u16(frame, e + 4))
+        e + ipv6::HEADER_LEN + usize::from(Ipv6Packet::new_unchecked(&frame[e..]).payload_len())
     } else {
-        e + usize::from(read_u16(frame, e + 2))
+        e + usize::from(Ipv4Packet::new_unchecked(&frame[e..]).total_len())
     };
     // Whole: the quoted length ends within the quote (and past the common header).
     (end <= e + m.emb_len).then_some(l4..end.max(l4 + 12))
@@ -163,19 +206,17 @@ pub(crate) fn verify(frame: &[u8], p: &Packet, m: &IcmpMatch) -> Result<(), Drop
     let msg = frame
         .get(p.l4..p.l4 + p.l4_len)
         .ok_or(DropReason::Truncated)?;
-    let c = match (p.src, p.dst) {
-        (IpAddr::V6(s), IpAddr::V6(d)) => {
-            checksum::l4_checksum_v6(&s.octets(), &d.octets(), 58, msg)
-        }
-        _ => checksum::checksum(msg),
+    let ok = match (p.src, p.dst) {
+        (IpAddr::V6(s), IpAddr::V6(d)) => Icmpv6Packet::new_unchecked(msg).verify_checksum(s, d),
+        _ => Icmpv4Packet::new_unchecked(msg).verify_checksum(),
     };
-    if c != 0 {
+    if !ok {
         return Err(DropReason::BadIcmpChecksum);
     }
     if let Some(r) = quoted_sctp(frame, p, m) {
         let ok = frame
             .get(r)
-            .and_then(|seg| crate::wire::SctpPacket::new_checked(seg).ok())
+            .and_then(|seg| SctpPacket::new_checked(seg).ok())
             .is_some_and(|s| s.verify_checksum());
         if !ok {
             return Err(DropReason::BadSctpChecksum);
@@ -192,7 +233,7 @@ pub(crate) fn translate(
     src_mac: [u8; 6],
     dst_mac: [u8; 6],
 ) {
-    // The quoted L4 header.
+    // The quoted L4 header: ports, and the checksum when the quote holds it.
     let l4 = m.emb + m.emb_hlen;
     let l4_avail = m.emb_len - m.emb_hlen;
     let (os, od) = (AddrBytes::new(m.emb_src), AddrBytes::new(m.emb_dst));
@@ -200,83 +241,82 @@ pub(crate) fn translate(
         AddrBytes::new(m.inner.src.ip()),
         AddrBytes::new(m.inner.dst.ip()),
     );
-    write_u16(frame, l4, m.inner.src.port());
-    write_u16(frame, l4 + 2, m.inner.dst.port());
-    let csum_at = match m.emb_proto {
-        PROTO_TCP if l4_avail >= 18 => Some(16),
-        PROTO_UDP if l4_avail >= 8 => Some(6),
-        _ => None,
-    };
-    if let Some(at) = csum_at {
-        let old = read_u16(frame, l4 + at);
-        if !(m.emb_proto == PROTO_UDP && old == 0) {
-            let mut d = Delta::new();
-            d.bytes(os.as_slice(), ns.as_slice());
-            d.bytes(od.as_slice(), nd.as_slice());
-            d.word(m.emb_sport, m.inner.src.port());
-            d.word(m.emb_dport, m.inner.dst.port());
-            let mut c = d.apply(old);
-            if m.emb_proto == PROTO_UDP {
-                c = checksum::udp_nonzero(c);
+    let (sport, dport) = (m.inner.src.port(), m.inner.dst.port());
+    let mut d = Delta::new();
+    d.bytes(os.as_slice(), ns.as_slice());
+    d.bytes(od.as_slice(), nd.as_slice());
+    let mut l4_delta = d;
+    l4_delta.word(m.emb_sport, sport);
+    l4_delta.word(m.emb_dport, dport);
+    let seg = &mut frame[l4..l4 + l4_avail];
+    match m.emb_proto {
+        PROTO_TCP => {
+            let mut t = TcpPacket::new_unchecked(seg);
+            t.set_src_port(sport);
+            t.set_dst_port(dport);
+            // (The checksum field ends 18 bytes in.)
+            if l4_avail >= 18 {
+                t.set_checksum(l4_delta.apply(t.checksum()));
             }
-            write_u16(frame, l4 + at, c);
+        }
+        PROTO_UDP => {
+            let mut u = UdpPacket::new_unchecked(seg);
+            u.set_src_port(sport);
+            u.set_dst_port(dport);
+            // A zero UDP checksum stays zero.
+            if l4_avail >= udp::HEADER_LEN && u.checksum() != 0 {
+                u.set_checksum(checksum::udp_nonzero(l4_delta.apply(u.checksum())));
+            }
+        }
+        _ => {
+            let mut s = SctpPacket::new_unchecked(seg);
+            s.set_src_port(sport);
+            s.set_dst_port(dport);
         }
     }
-    // The quoted IP header.
-    let e = m.emb;
-    let alen = os.as_slice().len();
-    let (sa, da) = if p.v6 {
-        (e + 8, e + 24)
-    } else {
-        (e + 12, e + 16)
-    };
-    frame[sa..sa + alen].copy_from_slice(ns.as_slice());
-    frame[da..da + alen].copy_from_slice(nd.as_slice());
-    if !p.v6 {
-        // Incrementally: a quoted header that came with a wrong checksum keeps it wrong.
-        let mut d = Delta::new();
-        d.bytes(os.as_slice(), ns.as_slice());
-        d.bytes(od.as_slice(), nd.as_slice());
-        let c = d.apply(read_u16(frame, e + 10));
-        write_u16(frame, e + 10, c);
+    // The quoted IP header: addresses, and (IPv4) its checksum, incrementally, so that a
+    // quoted header that came with a wrong checksum keeps it wrong.
+    match (m.inner.src.ip(), m.inner.dst.ip()) {
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            let mut ip = Ipv6Packet::new_unchecked(&mut frame[m.emb..]);
+            ip.set_src_addr(s);
+            ip.set_dst_addr(d);
+        }
+        (IpAddr::V4(s), IpAddr::V4(dst)) => {
+            let mut ip = Ipv4Packet::new_unchecked(&mut frame[m.emb..]);
+            ip.set_src_addr(s);
+            ip.set_dst_addr(dst);
+            ip.set_checksum(d.apply(ip.checksum()));
+        }
+        // (Not reached: a flow's endpoints are of one family.)
+        _ => return,
     }
     if let Some(r) = quoted_sctp(frame, p, m) {
         // (`verify` checked its CRC32c.)
-        let seg = &mut frame[r];
-        seg[8..12].fill(0);
-        let crc = crc32c::crc32c(seg);
-        seg[8..12].copy_from_slice(&crc.to_le_bytes());
+        SctpPacket::new_unchecked(&mut frame[r]).fill_checksum();
     }
     // The outer headers.
-    frame[0..6].copy_from_slice(&dst_mac);
-    frame[6..12].copy_from_slice(&src_mac);
-    let l3 = p.l3;
-    let (ons, ond) = (
-        AddrBytes::new(m.outer.src.ip()),
-        AddrBytes::new(m.outer.dst.ip()),
-    );
-    if p.v6 {
-        frame[l3 + 7] = p.ttl - 1;
-        frame[l3 + 8..l3 + 24].copy_from_slice(ons.as_slice());
-        frame[l3 + 24..l3 + 40].copy_from_slice(ond.as_slice());
-    } else {
-        frame[l3 + 8] = p.ttl - 1;
-        frame[l3 + 12..l3 + 16].copy_from_slice(ons.as_slice());
-        frame[l3 + 16..l3 + 20].copy_from_slice(ond.as_slice());
-        let hlen = p.l4 - l3;
-        write_u16(frame, l3 + 10, 0);
-        let c = checksum::checksum(&frame[l3..l3 + hlen]);
-        write_u16(frame, l3 + 10, c);
+    let mut eth = EthernetFrame::new_unchecked(&mut *frame);
+    eth.set_dst_addr(EthernetAddress(dst_mac));
+    eth.set_src_addr(EthernetAddress(src_mac));
+    match (m.outer.src.ip(), m.outer.dst.ip()) {
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            let mut ip = Ipv6Packet::new_unchecked(&mut frame[p.l3..]);
+            ip.set_hop_limit(p.ttl - 1);
+            ip.set_src_addr(s);
+            ip.set_dst_addr(d);
+            // The ICMPv6 checksum over the whole message, with the new pseudo-header.
+            Icmpv6Packet::new_unchecked(&mut frame[p.l4..p.l4 + p.l4_len]).fill_checksum(s, d);
+        }
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let mut ip = Ipv4Packet::new_unchecked(&mut frame[p.l3..]);
+            ip.set_ttl(p.ttl - 1);
+            ip.set_src_addr(s);
+            ip.set_dst_addr(d);
+            ip.fill_checksum();
+            // The ICMP checksum over the whole message.
+            Icmpv4Packet::new_unchecked(&mut frame[p.l4..p.l4 + p.l4_len]).fill_checksum();
+        }
+        _ => {}
     }
-    // The ICMP checksum over the whole message.
-    let msg = &mut frame[p.l4..p.l4 + p.l4_len];
-    write_u16(msg, 2, 0);
-    let c = if p.v6 {
-        let s: [u8; 16] = ons.as_slice().try_into().unwrap_or([0; 16]);
-        let d: [u8; 16] = ond.as_slice().try_into().unwrap_or([0; 16]);
-        checksum::l4_checksum_v6(&s, &d, 58, msg)
-    } else {
-        checksum::checksum(msg)
-    };
-    write_u16(msg, 2, c);
 }

@@ -13,7 +13,9 @@ use flowtable::{Direction, FlowData};
 
 use super::classify::{Frag, PROTO_SCTP, PROTO_TCP, PROTO_UDP, Packet};
 use crate::wire::checksum::{self, Delta, fold16};
-use crate::wire::{read_u16, write_u16};
+use crate::wire::{
+    EthernetAddress, EthernetFrame, Ipv4Packet, Ipv6Packet, SctpPacket, TcpPacket, UdpPacket,
+};
 
 /// Where a packet goes after translation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,18 +71,13 @@ impl AddrBytes {
     }
 }
 
-/// Writes an address with a fixed-size copy (a variable-length one becomes a `memcpy` call).
-#[inline(always)]
-pub(crate) fn write_addr(frame: &mut [u8], at: usize, ip: IpAddr) {
-    match ip {
-        IpAddr::V4(v4) => frame[at..at + 4].copy_from_slice(&v4.octets()),
-        IpAddr::V6(v6) => frame[at..at + 16].copy_from_slice(&v6.octets()),
-    }
-}
-
 /// Rewrites `frame` (classified as `p`) to leave as `to`: MACs, TTL − 1, addresses, and (when
 /// the packet carries its L4 header) ports, with every checksum kept valid. Ports of `to` are
-/// ignored for later fragments. The caller checked `p.ttl > 1`.
+/// ignored for later fragments. The caller checked `p.ttl > 1`; `to` is of the packet's
+/// family (a flow's four endpoints are).
+///
+/// Through the wire views over the offsets `classify` checked. The IPv4 TCP/UDP case goes to
+/// [`rewrite_v4`], the fixed-offset form the fast path shares.
 #[inline]
 pub(crate) fn rewrite(
     frame: &mut [u8],
@@ -89,10 +86,12 @@ pub(crate) fn rewrite(
     src_mac: [u8; 6],
     dst_mac: [u8; 6],
 ) {
-    frame[0..6].copy_from_slice(&dst_mac);
-    frame[6..12].copy_from_slice(&src_mac);
+    let mut eth = EthernetFrame::new_unchecked(&mut *frame);
+    eth.set_dst_addr(EthernetAddress(dst_mac));
+    eth.set_src_addr(EthernetAddress(src_mac));
+    let (src, dst) = (to.src.ip(), to.dst.ip());
     if let (false, true, PROTO_TCP | PROTO_UDP, IpAddr::V4(s), IpAddr::V4(d)) =
-        (p.v6, p.has_l4(), p.proto, to.src.ip(), to.dst.ip())
+        (p.v6, p.has_l4(), p.proto, src, dst)
     {
         return rewrite_v4(
             frame,
@@ -103,80 +102,86 @@ pub(crate) fn rewrite(
             pack_ports(to.src.port(), to.dst.port()),
         );
     }
-    let l3 = p.l3;
-    let old_src = AddrBytes::new(p.src);
-    let old_dst = AddrBytes::new(p.dst);
-    let new_src = AddrBytes::new(to.src.ip());
-    let new_dst = AddrBytes::new(to.dst.ip());
-    let src_changed = p.src != to.src.ip();
-    let dst_changed = p.dst != to.dst.ip();
-    let (src_at, dst_at) = if p.v6 {
-        frame[l3 + 7] = p.ttl - 1;
-        (l3 + 8, l3 + 24)
-    } else {
-        let mut ip = Delta::new();
-        let old_word = read_u16(frame, l3 + 8);
-        frame[l3 + 8] = p.ttl - 1;
-        ip.word(old_word, read_u16(frame, l3 + 8));
-        if src_changed {
-            ip.bytes(old_src.as_slice(), new_src.as_slice());
-        }
-        if dst_changed {
-            ip.bytes(old_dst.as_slice(), new_dst.as_slice());
-        }
-        let c = ip.apply(read_u16(frame, l3 + 10));
-        write_u16(frame, l3 + 10, c);
-        (l3 + 12, l3 + 16)
-    };
+    let (src_changed, dst_changed) = (p.src != src, p.dst != dst);
+    // The changed addresses' part of every checksum that covers them (the IPv4 header, the
+    // L4 pseudo-header).
+    let mut addrs = Delta::new();
     if src_changed {
-        write_addr(frame, src_at, to.src.ip());
+        addrs.bytes(
+            AddrBytes::new(p.src).as_slice(),
+            AddrBytes::new(src).as_slice(),
+        );
     }
     if dst_changed {
-        write_addr(frame, dst_at, to.dst.ip());
+        addrs.bytes(
+            AddrBytes::new(p.dst).as_slice(),
+            AddrBytes::new(dst).as_slice(),
+        );
+    }
+    match (src, dst) {
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            let mut ip = Ipv6Packet::new_unchecked(&mut frame[p.l3..]);
+            ip.set_hop_limit(p.ttl - 1);
+            if src_changed {
+                ip.set_src_addr(s);
+            }
+            if dst_changed {
+                ip.set_dst_addr(d);
+            }
+        }
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let mut ip = Ipv4Packet::new_unchecked(&mut frame[p.l3..]);
+            // One update for the TTL and the addresses.
+            let mut header = addrs;
+            let old_word = ip.ttl_protocol();
+            ip.set_ttl(p.ttl - 1);
+            header.word(old_word, ip.ttl_protocol());
+            ip.set_checksum(header.apply(ip.checksum()));
+            if src_changed {
+                ip.set_src_addr(s);
+            }
+            if dst_changed {
+                ip.set_dst_addr(d);
+            }
+        }
+        // (Not reached: a flow's endpoints are of one family.)
+        _ => return,
     }
     if !p.has_l4() {
         return;
     }
-    let l4 = p.l4;
-    let csum_at = match p.proto {
-        PROTO_TCP => l4 + 16,
-        PROTO_UDP => l4 + 6,
-        PROTO_SCTP => {
-            write_u16(frame, l4, to.src.port());
-            write_u16(frame, l4 + 2, to.dst.port());
-            if p.frag == Frag::No {
-                let seg = &mut frame[l4..l4 + p.l4_len];
-                seg[8..12].fill(0);
-                let crc = crc32c::crc32c(seg);
-                seg[8..12].copy_from_slice(&crc.to_le_bytes());
+    let (sport, dport) = (to.src.port(), to.dst.port());
+    let seg = &mut frame[p.l4..p.l4 + p.l4_len];
+    let mut l4 = addrs;
+    l4.word(p.sport, sport);
+    l4.word(p.dport, dport);
+    match p.proto {
+        PROTO_TCP => {
+            let mut tcp = TcpPacket::new_unchecked(seg);
+            tcp.set_src_port(sport);
+            tcp.set_dst_port(dport);
+            tcp.set_checksum(l4.apply(tcp.checksum()));
+        }
+        PROTO_UDP => {
+            let mut udp = UdpPacket::new_unchecked(seg);
+            udp.set_src_port(sport);
+            udp.set_dst_port(dport);
+            // A zero UDP checksum (IPv4: "none") stays zero; a computed zero is sent as 0xffff.
+            let old = udp.checksum();
+            if old != 0 {
+                udp.set_checksum(checksum::udp_nonzero(l4.apply(old)));
             }
-            return;
         }
-        _ => return,
-    };
-    let mut d = Delta::new();
-    if src_changed {
-        d.bytes(old_src.as_slice(), new_src.as_slice());
-    }
-    if dst_changed {
-        d.bytes(old_dst.as_slice(), new_dst.as_slice());
-    }
-    d.word(p.sport, to.src.port());
-    d.word(p.dport, to.dst.port());
-    write_u16(frame, l4, to.src.port());
-    write_u16(frame, l4 + 2, to.dst.port());
-    let old = read_u16(frame, csum_at);
-    let new = if p.proto == PROTO_UDP {
-        // A zero UDP checksum (IPv4: "none") stays zero; a computed zero is sent as 0xffff.
-        if old == 0 {
-            0
-        } else {
-            checksum::udp_nonzero(d.apply(old))
+        PROTO_SCTP => {
+            let mut sctp = SctpPacket::new_unchecked(seg);
+            sctp.set_src_port(sport);
+            sctp.set_dst_port(dport);
+            if p.frag == Frag::No {
+                sctp.fill_checksum();
+            }
         }
-    } else {
-        d.apply(old)
-    };
-    write_u16(frame, csum_at, new);
+        _ => {}
+    }
 }
 
 /// Frame bytes `at..at + N`.
@@ -286,6 +291,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::wire::{read_u16, write_u16};
 
     /// The IPv4 part of `rewrite` before `rewrite_v4` took it over: every changed 16-bit word
     /// through a `Delta`, big-endian.

@@ -28,6 +28,8 @@ pub enum Icmpv4Message {
     EchoReply,
     /// 3
     DstUnreachable,
+    /// 4 (deprecated by RFC 6633, still quoted by old routers)
+    SourceQuench,
     /// 5
     Redirect,
     /// 8
@@ -50,6 +52,7 @@ impl From<u8> for Icmpv4Message {
         match value {
             0 => Icmpv4Message::EchoReply,
             3 => Icmpv4Message::DstUnreachable,
+            4 => Icmpv4Message::SourceQuench,
             5 => Icmpv4Message::Redirect,
             8 => Icmpv4Message::EchoRequest,
             11 => Icmpv4Message::TimeExceeded,
@@ -67,6 +70,7 @@ impl From<Icmpv4Message> for u8 {
         match value {
             Icmpv4Message::EchoReply => 0,
             Icmpv4Message::DstUnreachable => 3,
+            Icmpv4Message::SourceQuench => 4,
             Icmpv4Message::Redirect => 5,
             Icmpv4Message::EchoRequest => 8,
             Icmpv4Message::TimeExceeded => 11,
@@ -86,6 +90,7 @@ impl Icmpv4Message {
         matches!(
             self,
             Icmpv4Message::DstUnreachable
+                | Icmpv4Message::SourceQuench
                 | Icmpv4Message::Redirect
                 | Icmpv4Message::TimeExceeded
                 | Icmpv4Message::ParamProblem

@@ -185,6 +185,12 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
         self.buffer.as_ref()[field::TTL]
     }
 
+    /// TTL and protocol as the one 16-bit word the header checksum covers them in.
+    #[inline]
+    pub fn ttl_protocol(&self) -> u16 {
+        read_u16(self.buffer.as_ref(), field::TTL_PROTO.start)
+    }
+
     /// The L4 protocol.
     #[inline]
     pub fn protocol(&self) -> IpProtocol {
@@ -363,9 +369,8 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     /// Sets the TTL and patches the header checksum.
     #[inline]
     pub fn set_ttl_incremental(&mut self, ttl: u8) {
-        let d = self.buffer.as_ref();
-        let old = read_u16(d, field::TTL_PROTO.start);
-        let new = (u16::from(ttl) << 8) | u16::from(d[field::PROTOCOL]);
+        let old = self.ttl_protocol();
+        let new = (u16::from(ttl) << 8) | u16::from(self.buffer.as_ref()[field::PROTOCOL]);
         let csum = checksum::update_u16(self.checksum(), old, new);
         self.set_ttl(ttl);
         self.set_checksum(csum);

@@ -25,7 +25,6 @@
 //! [`parse_frame`] walks an Ethernet frame down to L4 and reports the offsets the pipeline
 //! needs.
 
-pub mod arp;
 pub mod checksum;
 pub mod ethernet;
 pub mod frame;
@@ -38,7 +37,6 @@ pub mod sctp;
 pub mod tcp;
 pub mod udp;
 
-pub use arp::{ArpOperation, ArpPacket};
 pub use ethernet::{EtherType, EthernetAddress, EthernetFrame};
 pub use frame::{FrameInfo, L3Info, parse_frame};
 pub use icmpv4::{Icmpv4DstUnreachable, Icmpv4Message, Icmpv4Packet};
