@@ -24,7 +24,9 @@
 //! batch; `--batch 1` copies one frame at a time and calls `process`. The copy is part of
 //! the time. Run with
 //! `cargo run --release -p benches --bin pipeline -- --flows 1000000 --mix established`.
-//! `--sync` logs every flow event for flow sync (a thread drains the log each millisecond, as
+//! `--general` (with `--batch 1`) sends every frame through `Pipeline::process_general`, the
+//! general path without the fixed-offset IPv4 shortcut, and prints `general=1`: what the
+//! shortcut saves. `--sync` logs every flow event for flow sync (a thread drains the log each millisecond, as
 //! the slowpath does) and prints `sync_events` and `sync_log_dropped`.
 
 use std::net::Ipv4Addr;
@@ -135,13 +137,32 @@ fn pipeline(flows: usize, synproxy: bool, epoch: Instant) -> Pipeline {
 /// Sends every frame of `src` (stride `STRIDE`) once, in order; returns (elapsed, tx). The
 /// measured packets go through here (and only here): `benches/callgrind.sh` counts the
 /// instructions executed inside this function.
+/// `batch == 0`: `--general`, one frame at a time through the general path.
 #[inline(never)]
 fn send_timed(p: &mut Pipeline, src: &[u8], now: Instant, batch: usize) -> (Duration, u64) {
     if batch > 1 {
         send_batched(p, src, now, batch)
-    } else {
+    } else if batch == 1 {
         send_all(p, src, now)
+    } else {
+        send_general(p, src, now)
     }
+}
+
+/// [`send_all`] through `Pipeline::process_general`: what every frame would cost without the
+/// fixed-offset shortcut (`fastpath/src/pipeline/fast.rs`).
+#[inline(always)]
+fn send_general(p: &mut Pipeline, src: &[u8], now: Instant) -> (Duration, u64) {
+    let mut buf = [0u8; STRIDE];
+    let mut tx = 0u64;
+    let t = Instant::now();
+    for f in src.chunks_exact(STRIDE) {
+        buf.copy_from_slice(f);
+        if let Verdict::Tx(_) = p.process_general(&mut buf[..FRAME_LEN], now) {
+            tx += 1;
+        }
+    }
+    (t.elapsed(), tx)
 }
 
 /// [`send_timed`] for set-up traffic (the handshakes before an established run).
@@ -204,6 +225,7 @@ fn main() {
     let mut rounds = 5usize;
     let mut batch = (config::Dataplane::default().batch_size as usize).min(BATCH_MAX);
     let mut sync = false;
+    let mut general = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -227,8 +249,9 @@ fn main() {
                     .expect("--batch 1..=256")
             }
             "--sync" => sync = true,
+            "--general" => general = true,
             other => panic!(
-                "unknown argument {other}; use --flows N --mix established|syn|mixed|first-ack|synproxy [--rounds N] [--batch N] [--sync]"
+                "unknown argument {other}; use --flows N --mix established|syn|mixed|first-ack|synproxy [--rounds N] [--batch N] [--general] [--sync]"
             ),
         }
     }
@@ -236,6 +259,11 @@ fn main() {
         flows > 0 && flows <= 60000 * 64 * 256,
         "--flows out of range"
     );
+    assert!(
+        !general || (batch == 1 && mix != "synproxy"),
+        "--general needs --batch 1 and a mix other than synproxy"
+    );
+    let timed_batch = if general { 0 } else { batch };
     let epoch = Instant::now();
     let mut p = pipeline(flows, mix == "synproxy", epoch);
     // `--sync`: the worker logs its flows for flow sync, and a thread drains the log every
@@ -268,7 +296,7 @@ fn main() {
         }
         "syn" => {
             let syns = frames(0..flows, 0x02);
-            let (e, tx) = send_timed(&mut p, &syns, epoch, batch);
+            let (e, tx) = send_timed(&mut p, &syns, epoch, timed_batch);
             (e, flows as u64, tx)
         }
         "established" | "mixed" | "first-ack" => {
@@ -304,7 +332,7 @@ fn main() {
                     &mut p,
                     &src,
                     epoch + Duration::from_millis(r as u64 * 10),
-                    batch,
+                    timed_batch,
                 );
                 total += e;
                 tx += t;
@@ -327,6 +355,9 @@ fn main() {
     println!("flows={flows}");
     println!("mix={mix}");
     println!("batch={batch}");
+    if general {
+        println!("general=1");
+    }
     println!("packets={packets}");
     println!("tx={tx}");
     println!("new_flows={}", p.counters().new_flows);
