@@ -13,11 +13,19 @@
 //!
 //! After `parse` returns `Some`, the frame holds at least `34 + l4_len` bytes and the L4
 //! header's fixed part lies within them.
+//!
+//! **The one fixed-offset exception.** Everywhere else the pipeline reads and writes frames
+//! through the wire views (`crate::wire`). This file, and the rewrite it feeds
+//! (`nat::rewrite_v4_delta`, which stores both addresses and both ports as one word each),
+//! read fixed offsets with whole-word loads instead, because measured they are what makes
+//! the common packet cheap: `benches/callgrind.sh` counts 248.5 instructions for an
+//! established packet through this path against 954 through the general path (`--general`),
+//! and 1,405 against 2,258 for a new flow's SYN (`--mix syn`).
 
 use flowtable::Protocol;
 
 use super::classify::{PROTO_TCP, PROTO_UDP};
-use crate::wire::checksum::{add1c, fold16};
+use crate::wire::checksum::add1c;
 use crate::wire::read_u16;
 
 /// Offset of the IPv4 header in an untagged frame.
@@ -55,14 +63,21 @@ fn bytes<const N: usize>(d: &[u8], at: usize) -> [u8; N] {
 }
 
 /// Whether the 20-byte IPv4 header at [`L3`] sums to 0xffff (its checksum verifies): what
-/// `checksum::checksum(header) == 0` says. Sums the header as native-endian words (a one's
-/// complement sum does not depend on byte order, and 0xffff reads the same both ways).
+/// `checksum::checksum(header) == 0` says.
+///
+/// Sums the header as native-endian words (a one's complement sum does not depend on byte
+/// order, and 0xffff reads the same both ways) in 64-bit one's complement, which keeps the
+/// sum modulo 2^64 − 1, a multiple of 0xffff; and a 64-bit word is its four 16-bit words'
+/// sum modulo 0xffff (2^16 ≡ 1). The folded 16-bit sum is 0xffff exactly when that sum is
+/// a non-zero multiple of 0xffff; it is never zero (the first word holds the version), so
+/// the test is divisibility, which compiles to one multiplication and one comparison
+/// instead of the folds (`tests::checksum_test_is_the_fold`).
 #[inline(always)]
 fn header_checksum_ok(h: &[u8]) -> bool {
     let a = u64::from_ne_bytes(bytes(h, L3));
     let b = u64::from_ne_bytes(bytes(h, L3 + 8));
     let c = u32::from_ne_bytes(bytes(h, L3 + 16));
-    fold16(add1c(add1c(a, b), u64::from(c))) == 0xffff
+    add1c(add1c(a, b), u64::from(c)).is_multiple_of(0xffff)
 }
 
 /// The frame as a [`V4`], or `None` when it is anything but the common case (the general
@@ -182,5 +197,40 @@ impl V4 {
     #[inline(always)]
     pub(crate) fn dport(&self) -> u16 {
         (self.ports >> 16) as u16
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::wire::checksum;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(50_000))]
+
+        /// `header_checksum_ok` agrees with the RFC 1071 sum on any header with version 4 and
+        /// IHL 5 (what `parse` calls it on), the checksum field set right, wrong, or to an
+        /// edge value.
+        #[test]
+        fn checksum_test_is_the_fold(
+            mut header in any::<[u8; 20]>(),
+            fix in any::<bool>(),
+            edge in prop_oneof![Just(None), Just(Some(0u16)), Just(Some(0xffff)), Just(Some(1))],
+        ) {
+            header[0] = 0x45;
+            if fix {
+                header[10..12].fill(0);
+                let c = checksum::checksum(&header);
+                header[10..12].copy_from_slice(&c.to_be_bytes());
+            }
+            if let Some(e) = edge {
+                header[10..12].copy_from_slice(&e.to_be_bytes());
+            }
+            let mut frame = [0u8; L4];
+            frame[L3..].copy_from_slice(&header);
+            prop_assert_eq!(header_checksum_ok(&frame), checksum::checksum(&header) == 0);
+        }
     }
 }

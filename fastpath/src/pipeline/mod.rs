@@ -286,6 +286,8 @@ pub struct Pipeline {
     counters: Counters,
     /// Bumped whenever a different snapshot is set: invalidates `nh_cache`.
     epoch: u32,
+    /// `epoch << 32`, the epoch's part of an IPv4 slot's `v4_key`.
+    epoch_v4: u64,
     /// Resolved next hops of the current snapshot (routes + neighbour hash lookups cost more
     /// than the rest of an established packet). Only hits are cached.
     nh_cache: Box<[NhSlot; NH_CACHE_SLOTS]>,
@@ -348,6 +350,7 @@ impl Pipeline {
             frags,
             counters: Counters::default(),
             epoch: 1,
+            epoch_v4: 1 << 32,
             nh_cache: Box::new([empty; NH_CACHE_SLOTS]),
             tick_now,
             tick,
@@ -409,6 +412,7 @@ impl Pipeline {
                     .for_each(|s| (s.tag, s.v4_key) = (0, 0));
                 self.epoch = 1;
             }
+            self.epoch_v4 = u64::from(self.epoch) << 32;
         }
         self.snapshot = snapshot;
     }

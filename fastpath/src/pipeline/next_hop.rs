@@ -61,7 +61,7 @@ impl Pipeline {
     #[inline(always)]
     pub(super) fn next_hop_v4(&mut self, dst: u32) -> Option<&NhSlot> {
         let i = nh_index((u64::from(dst), 0));
-        if self.nh_cache[i].v4_key == u64::from(self.epoch) << 32 | u64::from(dst) {
+        if self.nh_cache[i].v4_key == self.epoch_v4 | u64::from(dst) {
             return Some(&self.nh_cache[i]);
         }
         self.nh_fill(IpAddr::V4(Ipv4Addr::from_bits(dst)))?;
