@@ -6,9 +6,13 @@
 //! - Allocated once in [`FlowTable::new`] (anonymous memory) or [`FlowTable::open`] (a state
 //!   file that outlives the process: the next process of the boot adopts its flows after a
 //!   recovery pass; see `table/persist.rs`); nothing allocates afterwards.
-//! - No clock is read on the table's paths: every call that needs time takes `now: Instant`,
-//!   stored as 100 ms ticks since the table's epoch (the one given to `new`; boot, for a state
-//!   file, whose epoch every later process shares).
+//! - No clock is read on the table's paths. Time is a [`Tick`]: 100 ms since the table's
+//!   epoch (the one given to `new`; boot, for a state file, whose epoch every later process
+//!   shares). [`FlowTable::tick`] is the one conversion from an `Instant` (a worker makes it
+//!   once per batch); every method that takes a flow's time takes a `Tick`. `Instant`s are
+//!   only at the table's edges: the epoch (`new`, `open`), the copies handed out
+//!   ([`FlowView::last_seen`], [`ExpiredFlow::last_seen`]) and the export files, which
+//!   outlive the process (`export`, `import_records`).
 //! - Every flow is reachable by its **original** tuple (client → VIP) and its **reply** tuple
 //!   (backend → SNAT address, or client in nat mode); both lead to one entry.
 //!   [`FlowTable::lookup`] says which direction matched.
@@ -30,7 +34,7 @@
 //! # let epoch = Instant::now();
 //! # let table = FlowTable::new(FlowTableConfig::new(1024, 16), epoch).unwrap();
 //! # let key = FlowKey::v4(Protocol::Tcp, [198,18,0,1].into(), 40000, [198,18,100,1].into(), 80);
-//! # let now = epoch;
+//! # let now = table.tick(epoch);
 //! match table.lookup(&key) {
 //!     Some((handle, dir)) => {
 //!         let _state = table.on_packet(handle, dir, TcpFlags::ACK, now);

@@ -102,7 +102,7 @@ fn insert_races_sweep_cleanup() {
         let t2 = t.clone();
         let later = now + Duration::from_secs(1);
         let j = loom::thread::spawn(move || {
-            t2.sweep(later, 2, |_| {});
+            t2.sweep(t2.tick(later), 2, |_| {});
         });
         let h3 = t.insert(&flow(3), TcpFlags::NONE, later).unwrap();
         j.join().unwrap();

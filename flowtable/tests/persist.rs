@@ -20,8 +20,13 @@ fn fill(t: &FlowTable, range: std::ops::Range<u32>, now: Instant) {
         let d = flow(i);
         let h = t.insert(&d, TcpFlags::SYN, now).unwrap();
         if d.proto == Protocol::Tcp && i % 4 == 1 {
-            t.on_packet(h, Direction::Reply, TcpFlags::SYN | TcpFlags::ACK, now);
-            t.on_packet(h, Direction::Original, TcpFlags::ACK, now);
+            t.on_packet(
+                h,
+                Direction::Reply,
+                TcpFlags::SYN | TcpFlags::ACK,
+                t.tick(now),
+            );
+            t.on_packet(h, Direction::Original, TcpFlags::ACK, t.tick(now));
         }
     }
 }
@@ -80,7 +85,7 @@ fn the_next_open_adopts_every_flow_with_its_state_and_time() {
     assert!(t.remove(v.handle).is_some());
     assert_eq!(check(&t).len(), 1499);
     let far = Instant::now() + Duration::from_secs(4000);
-    t.sweep(far, t.capacity(), |_| {});
+    t.sweep(t.tick(far), t.capacity(), |_| {});
     assert_eq!(check(&t).len(), 0);
 }
 
@@ -452,14 +457,23 @@ fn the_embryonic_gauge_follows_handshakes() {
         .collect();
     assert_eq!(t.embryonic(), tcp.len() as u64);
     // Established, reset, removed: each leaves the gauge.
-    t.on_packet(hs[0], Direction::Reply, TcpFlags::SYN | TcpFlags::ACK, now);
+    t.on_packet(
+        hs[0],
+        Direction::Reply,
+        TcpFlags::SYN | TcpFlags::ACK,
+        t.tick(now),
+    );
     assert_eq!(t.embryonic(), tcp.len() as u64, "SYN_RECV is embryonic");
-    t.on_packet(hs[0], Direction::Original, TcpFlags::ACK, now);
-    t.on_packet(hs[1], Direction::Reply, TcpFlags::RST, now);
+    t.on_packet(hs[0], Direction::Original, TcpFlags::ACK, t.tick(now));
+    t.on_packet(hs[1], Direction::Reply, TcpFlags::RST, t.tick(now));
     t.remove(hs[2]).unwrap();
     assert_eq!(t.embryonic(), tcp.len() as u64 - 3);
     assert_eq!(t.stats().embryonic, tcp.len() as u64 - 3);
     // Expiry too.
-    t.sweep(now + Duration::from_secs(4000), t.capacity(), |_| {});
+    t.sweep(
+        t.tick(now + Duration::from_secs(4000)),
+        t.capacity(),
+        |_| {},
+    );
     assert_eq!(t.embryonic(), 0);
 }

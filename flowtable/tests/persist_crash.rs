@@ -39,13 +39,23 @@ fn churn(t: &FlowTable, seed: u64) -> ! {
             }
             3 => {
                 if let Some(h) = handles[i as usize] {
-                    t.on_packet(h, Direction::Reply, TcpFlags::SYN | TcpFlags::ACK, now);
-                    t.on_packet(h, Direction::Original, TcpFlags::ACK, now);
+                    t.on_packet(
+                        h,
+                        Direction::Reply,
+                        TcpFlags::SYN | TcpFlags::ACK,
+                        t.tick(now),
+                    );
+                    t.on_packet(h, Direction::Original, TcpFlags::ACK, t.tick(now));
                 }
             }
             4 => {
                 if let Some(h) = handles[i as usize] {
-                    t.on_packet(h, Direction::Original, TcpFlags::FIN | TcpFlags::ACK, now);
+                    t.on_packet(
+                        h,
+                        Direction::Original,
+                        TcpFlags::FIN | TcpFlags::ACK,
+                        t.tick(now),
+                    );
                 }
             }
             5 | 6 => {
@@ -56,7 +66,7 @@ fn churn(t: &FlowTable, seed: u64) -> ! {
             _ => {
                 // Expire everything idle for a minute (nothing is): walks entries and clears
                 // index tombstones (freezing slots).
-                t.sweep(now + Duration::from_secs(60), 64, |_| {});
+                t.sweep(t.tick(now + Duration::from_secs(60)), 64, |_| {});
             }
         }
     }
@@ -97,7 +107,7 @@ fn a_killed_owner_leaves_a_table_the_next_open_recovers() {
         // It keeps working: a sweep clears the tombstones, then every flow inserts (or
         // exists).
         let now = Instant::now();
-        adopted.sweep(now, adopted.capacity(), |_| {});
+        adopted.sweep(adopted.tick(now), adopted.capacity(), |_| {});
         let mut inserted = 0;
         for i in 0..FLOWS {
             match adopted.insert(&flow(i), TcpFlags::SYN, now) {

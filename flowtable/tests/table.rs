@@ -39,7 +39,7 @@ fn table(cap: usize) -> (FlowTable, Instant) {
 
 fn expire_all(t: &FlowTable, now: Instant) -> Vec<ExpiredFlow> {
     let mut out = Vec::new();
-    t.sweep(now, t.capacity(), |f| out.push(f));
+    t.sweep(t.tick(now), t.capacity(), |f| out.push(f));
     out
 }
 
@@ -163,7 +163,10 @@ fn tcp_case(steps: &[(Direction, TcpFlags, TcpState)], timeout_s: u64) {
         };
         let (hh, got_dir) = t.lookup(&key).unwrap();
         assert_eq!((hh, got_dir), (h, dir));
-        assert_eq!(t.on_packet(h, dir, fl, now), Some(FlowState::Tcp(want)));
+        assert_eq!(
+            t.on_packet(h, dir, fl, t.tick(now)),
+            Some(FlowState::Tcp(want))
+        );
     }
     let last = now;
     assert!(expire_all(&t, last + Duration::from_millis(timeout_s * 1000 - 100)).is_empty());
@@ -174,7 +177,7 @@ fn tcp_case(steps: &[(Direction, TcpFlags, TcpState)], timeout_s: u64) {
     assert_eq!(t.lookup(&d.original_key()), None);
     assert_eq!(t.lookup(&d.reply_key()), None);
     assert_eq!(
-        t.on_packet(h, Direction::Original, TcpFlags::ACK, last),
+        t.on_packet(h, Direction::Original, TcpFlags::ACK, t.tick(last)),
         None
     );
     assert_eq!((t.active(BackendId(3)), t.inactive(BackendId(3))), (0, 0));
@@ -278,7 +281,7 @@ fn traffic_refreshes_and_udp_sctp_timeouts() {
         .insert(&flow(Protocol::Sctp, 3, 0), TcpFlags::SYN, epoch)
         .unwrap();
     assert_eq!(
-        t.on_packet(s2, Out, TcpFlags::FIN, epoch),
+        t.on_packet(s2, Out, TcpFlags::FIN, t.tick(epoch)),
         Some(FlowState::Sctp(SctpState::Closing))
     );
     assert_eq!(t.inactive(BackendId(0)), 3);
@@ -286,7 +289,7 @@ fn traffic_refreshes_and_udp_sctp_timeouts() {
     assert_eq!(expire_all(&t, at(10)).len(), 1); // SCTP closing, 10 s
     assert!(t.get(s2).is_none());
     assert_eq!(
-        t.on_packet(u, Out, TcpFlags::NONE, at(200)),
+        t.on_packet(u, Out, TcpFlags::NONE, t.tick(at(200))),
         Some(FlowState::Udp)
     );
     assert!(expire_all(&t, at(499)).is_empty()); // refreshed at 200 s
@@ -324,13 +327,13 @@ fn counts_follow_states_removal_and_expiry() {
     let h2 = t.insert(&d2, SYN, now).unwrap();
     let hu = t.insert(&du, TcpFlags::NONE, now).unwrap();
     assert_eq!((t.active(b), t.inactive(b)), (0, 3));
-    t.on_packet(h1, Out, SYNACK, now);
-    t.on_packet(h1, In, ACK, now);
-    t.on_packet(h2, Out, SYNACK, now);
-    t.on_packet(h2, In, ACK, now);
+    t.on_packet(h1, Out, SYNACK, t.tick(now));
+    t.on_packet(h1, In, ACK, t.tick(now));
+    t.on_packet(h2, Out, SYNACK, t.tick(now));
+    t.on_packet(h2, In, ACK, t.tick(now));
     assert_eq!((t.active(b), t.inactive(b)), (2, 1));
     assert_eq!(t.overhead(b), 2 * 256 + 1);
-    t.on_packet(h1, In, FIN, now);
+    t.on_packet(h1, In, FIN, t.tick(now));
     assert_eq!((t.active(b), t.inactive(b)), (1, 2));
     let r = t.remove(hu).unwrap();
     assert_eq!(r.data, du);
@@ -361,8 +364,8 @@ fn full_table_refuses_then_recycles_only_embryonic() {
     for i in 0..cap as u32 - 10 {
         let d = flow(Protocol::Tcp, i, i % 8);
         let h = t.insert(&d, SYN, now).unwrap();
-        t.on_packet(h, Out, SYNACK, now);
-        t.on_packet(h, In, ACK, now);
+        t.on_packet(h, Out, SYNACK, t.tick(now));
+        t.on_packet(h, In, ACK, t.tick(now));
         est.push((d, h));
     }
     let udp = flow(Protocol::Udp, 5000, 1);
@@ -372,7 +375,7 @@ fn full_table_refuses_then_recycles_only_embryonic() {
     let mut evicted = Vec::new();
     for i in 0..20000u32 {
         if i % 100 == 0 {
-            t.sweep(now + Duration::from_secs(1), 64, |_| {
+            t.sweep(t.tick(now + Duration::from_secs(1)), 64, |_| {
                 panic!("nothing is idle yet")
             });
         }
@@ -453,14 +456,14 @@ fn reply_tuple_conflict_and_churn_reuses_index() {
             }
         }
         now += Duration::from_secs(61);
-        t.sweep(now, 128, |_| {});
+        t.sweep(t.tick(now), 128, |_| {});
         let (live, tombs, _, _) = t.index_census();
         assert_eq!(live, 2);
         assert!(tombs < 50, "tombstones are cleared: {tombs}");
         // The other half were embryonic for 61 s: expired by the sweep.
         assert_eq!(t.len(), 1, "round {round}");
         // The long-lived UDP flow is refreshed so it survives.
-        t.on_packet(ha, Out, TcpFlags::NONE, now);
+        t.on_packet(ha, Out, TcpFlags::NONE, t.tick(now));
     }
     assert_eq!(t.lookup(&a.original_key()), Some((ha, In)));
     assert_eq!(t.stats().index_full, 0);
@@ -482,7 +485,7 @@ fn sweep_budget_and_scan() {
     let later = now + Duration::from_secs(300);
     let mut n = 0;
     for _ in 0..10 {
-        let s = t.sweep(later, 10, |_| n += 1);
+        let s = t.sweep(t.tick(later), 10, |_| n += 1);
         assert_eq!(s.visited, 10);
     }
     assert_eq!(n, 50);

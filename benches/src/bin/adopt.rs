@@ -136,6 +136,7 @@ fn mib(path: &Path) -> Res<f64> {
 /// handshake. Returns how many were refused.
 fn fill(table: &FlowTable, flows: u32, threads: usize, now: Instant) -> usize {
     let threads = threads.max(1) as u32;
+    let tick = table.tick(now);
     std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads)
             .map(|t| {
@@ -146,7 +147,7 @@ fn fill(table: &FlowTable, flows: u32, threads: usize, now: Instant) -> usize {
                         match table.insert(&d, TcpFlags::SYN, now) {
                             Ok(h) => {
                                 if d.proto == Protocol::Tcp {
-                                    table.on_packet(h, Direction::Original, TcpFlags::ACK, now);
+                                    table.on_packet(h, Direction::Original, TcpFlags::ACK, tick);
                                 }
                             }
                             Err(_) => refused += 1,

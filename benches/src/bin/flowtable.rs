@@ -105,7 +105,7 @@ fn main() {
 
     // Mixed: per packet a lookup by either tuple plus on_packet (state/time update).
     let t0 = Instant::now();
-    let now = epoch + Duration::from_secs(1);
+    let now = table.tick(epoch + Duration::from_secs(1));
     let mixed_ops: usize = std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads)
             .map(|t| {

@@ -190,14 +190,19 @@ mod tests {
         assert!(t.stats().recycled > 0, "the table never filled");
         for (k, h) in handles.iter().enumerate() {
             let flags = [TcpFlags::ACK, TcpFlags::FIN, TcpFlags::RST][k % 3];
-            t.on_packet(*h, Direction::Reply, flags, epoch + Duration::from_secs(1));
+            t.on_packet(
+                *h,
+                Direction::Reply,
+                flags,
+                t.tick(epoch + Duration::from_secs(1)),
+            );
             if k % 5 == 0 {
                 t.remove(*h);
             }
         }
         t.check_quiescent().unwrap();
         let late = epoch + Duration::from_secs(100_000);
-        t.sweep(late, 64, |_| {});
+        t.sweep(t.tick(late), 64, |_| {});
         assert_eq!(t.len(), 0);
         t.check_quiescent().unwrap();
     }

@@ -78,10 +78,10 @@ impl FlowTable {
             || self.len() * 8 >= self.entries.len() * 7
     }
 
-    /// Whether the table is under pressure now: embryonic TCP flows then expire after
+    /// Whether the table is under pressure at `now`: embryonic TCP flows then expire after
     /// `tcp_syn_pressure` instead of their usual timeouts.
-    pub fn under_pressure(&self, now: Instant) -> bool {
-        self.pressure_at(self.ticks(now))
+    pub fn under_pressure(&self, now: Tick) -> bool {
+        self.pressure_at(now.0)
     }
 
     /// Records that embryonic flows had to give way at tick `now_t` (the pressure lasts

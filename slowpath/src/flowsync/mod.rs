@@ -211,7 +211,7 @@ pub fn install(flows: &FlowTable, snap: &Snapshot, r: &FlowRecord, now: Instant)
             if here.data.backend != data.backend || here.data.snat != data.snat {
                 return Installed::Conflict;
             }
-            if flows.update(h, r.state, last_seen).is_none() {
+            if flows.update(h, r.state, flows.tick(last_seen)).is_none() {
                 return Installed::Refused;
             }
             if r.seq != 0 && here.seq != r.seq {

@@ -156,7 +156,7 @@ fn a_peer_installs_flows_with_its_own_ids_and_updates_them_in_place() {
 
     // Established on A: B's copy follows, in place (same handle).
     let est = FlowState::Tcp(TcpState::Established);
-    a.flows.update(h, est, now);
+    a.flows.update(h, est, a.flows.tick(now));
     a.log.record(FlowEvent::Changed(h));
     let later = now + Duration::from_secs(2);
     a.svc.tick(later);
@@ -296,8 +296,11 @@ fn ends_remove_idle_copies_only_and_refreshes_send_own_active_flows_only() {
     // B serves d2 (ECMP moved it): a packet through B touches it.
     let later = now + Duration::from_secs(5);
     let (h2, _) = b.flows.lookup(&d2.original_key()).unwrap();
-    b.flows
-        .update(h2, FlowState::Tcp(TcpState::Established), later);
+    b.flows.update(
+        h2,
+        FlowState::Tcp(TcpState::Established),
+        b.flows.tick(later),
+    );
     // A's sweep ends both.
     for d in [&d1, &d2] {
         a.log.record(FlowEvent::Ended(EndedFlow::of(d)));
