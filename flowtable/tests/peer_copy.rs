@@ -45,7 +45,7 @@ fn a_record_reads_back_as_written_in_both_families() {
     let t = FlowTable::new(FlowTableConfig::new(64, 4), now).unwrap();
     for v6 in [false, true] {
         let d = flow(1000 + u16::from(v6), v6);
-        let h = t.insert(&d, TcpFlags::SYN, now).unwrap();
+        let h = t.insert(&d, TcpFlags::SYN, t.tick(now)).unwrap();
         t.set_seq(h, 0x1234);
         let later = now + Duration::from_millis(1500);
         let r = FlowRecord::of(&t.get(h).unwrap(), later);
@@ -77,7 +77,7 @@ fn update_moves_state_and_time_forward_in_place() {
     let now = Instant::now();
     let t = FlowTable::new(FlowTableConfig::new(64, 4), now).unwrap();
     let d = flow(1, false);
-    let h = t.insert(&d, TcpFlags::SYN, now).unwrap();
+    let h = t.insert(&d, TcpFlags::SYN, t.tick(now)).unwrap();
     assert_eq!((t.active(BackendId(1)), t.inactive(BackendId(1))), (0, 1));
     assert_eq!(t.embryonic(), 1);
     let est = FlowState::Tcp(TcpState::Established);

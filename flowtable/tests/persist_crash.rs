@@ -33,7 +33,7 @@ fn churn(t: &FlowTable, seed: u64) -> ! {
         let now = Instant::now();
         match (x >> 32) % 8 {
             0..=2 => {
-                if let Ok(h) = t.insert(&flow(i), TcpFlags::SYN, now) {
+                if let Ok(h) = t.insert(&flow(i), TcpFlags::SYN, t.tick(now)) {
                     handles[i as usize] = Some(h);
                 }
             }
@@ -110,7 +110,7 @@ fn a_killed_owner_leaves_a_table_the_next_open_recovers() {
         adopted.sweep(adopted.tick(now), adopted.capacity(), |_| {});
         let mut inserted = 0;
         for i in 0..FLOWS {
-            match adopted.insert(&flow(i), TcpFlags::SYN, now) {
+            match adopted.insert(&flow(i), TcpFlags::SYN, adopted.tick(now)) {
                 Ok(_) => inserted += 1,
                 Err(InsertError::Exists(_)) => {}
                 Err(e) => panic!("round {round}: flow {i}: {e}"),

@@ -37,8 +37,12 @@ fn table(capacity: usize) -> (FlowTable, Instant) {
 fn only_embryonic_flows_give_way() {
     let (t, epoch) = table(64);
     let now = t.tick(epoch + Duration::from_secs(1));
-    let half = t.insert(&tcp(1, 1000), TcpFlags::SYN, epoch).unwrap();
-    let est = t.insert(&tcp(2, 1001), TcpFlags::SYN, epoch).unwrap();
+    let half = t
+        .insert(&tcp(1, 1000), TcpFlags::SYN, t.tick(epoch))
+        .unwrap();
+    let est = t
+        .insert(&tcp(2, 1001), TcpFlags::SYN, t.tick(epoch))
+        .unwrap();
     let hit = t.lookup_hit(&tcp(2, 1001).reply_key()).unwrap();
     t.touch(&hit, TcpFlags(0x12), now).unwrap();
     let hit = t.lookup_hit(&tcp(2, 1001).original_key()).unwrap();
@@ -71,9 +75,14 @@ fn only_embryonic_flows_give_way() {
 fn under_pressure_embryonic_flows_expire_after_tcp_syn_pressure() {
     let (t, epoch) = table(64);
     let at = |s: u64| epoch + Duration::from_secs(s);
-    let half = t.insert(&tcp(1, 1000), TcpFlags::SYN, epoch).unwrap();
-    t.insert(&tcp(2, 1001), TcpFlags::SYN, epoch).unwrap();
-    let est = t.insert(&tcp(3, 1002), TcpFlags::SYN, epoch).unwrap();
+    let half = t
+        .insert(&tcp(1, 1000), TcpFlags::SYN, t.tick(epoch))
+        .unwrap();
+    t.insert(&tcp(2, 1001), TcpFlags::SYN, t.tick(epoch))
+        .unwrap();
+    let est = t
+        .insert(&tcp(3, 1002), TcpFlags::SYN, t.tick(epoch))
+        .unwrap();
     for (key, flags) in [
         (tcp(3, 1002).reply_key(), TcpFlags(0x12)),
         (tcp(3, 1002).original_key(), TcpFlags::ACK),
@@ -113,7 +122,7 @@ fn flood_churn_never_clogs_the_index() {
         if let Ok(h) = t.lookup(&d.reply_key()).map(|(h, _)| h).ok_or(()) {
             assert!(t.give_way(h, now).is_some());
         }
-        match t.insert_at(&d, TcpFlags::SYN, now) {
+        match t.insert(&d, TcpFlags::SYN, now) {
             Ok(h) => handles.push_back(h),
             Err(InsertError::IndexFull) => index_full += 1,
             Err(e) => panic!("flow {i}: {e:?}"),

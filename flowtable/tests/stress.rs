@@ -78,7 +78,7 @@ fn insert(
 ) -> Result<FlowHandle, InsertError> {
     let d = flow(i, round);
     if th.is_multiple_of(2) {
-        return t.insert(&d, TcpFlags::SYN, now);
+        return t.insert(&d, TcpFlags::SYN, t.tick(now));
     }
     let p = t.insert_v4_begin(&flow_v4(t, &d), TcpFlags::SYN, t.tick(now))?;
     // Other work between the halves: lookups of other flows (some of them half inserted).

@@ -144,7 +144,7 @@ fn fill(table: &FlowTable, flows: u32, threads: usize, now: Instant) -> usize {
                     let mut refused = 0;
                     for i in (t..flows).step_by(threads as usize) {
                         let d = flow(i);
-                        match table.insert(&d, TcpFlags::SYN, now) {
+                        match table.insert(&d, TcpFlags::SYN, tick) {
                             Ok(h) => {
                                 if d.proto == Protocol::Tcp {
                                     table.on_packet(h, Direction::Original, TcpFlags::ACK, tick);

@@ -68,6 +68,7 @@ fn main() {
 
     // Insert: threads insert disjoint shares (random order).
     let order = shuffled(flows, 0x1234_5678);
+    let start = table.tick(epoch);
     let t0 = Instant::now();
     std::thread::scope(|s| {
         for part in order.chunks(chunk) {
@@ -75,7 +76,7 @@ fn main() {
             s.spawn(move || {
                 for &i in part {
                     table
-                        .insert(&data[i as usize], TcpFlags::SYN, epoch)
+                        .insert(&data[i as usize], TcpFlags::SYN, start)
                         .expect("insert");
                 }
             });

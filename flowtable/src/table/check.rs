@@ -182,7 +182,7 @@ mod tests {
             } else {
                 TcpFlags::SYN
             };
-            if let Ok(h) = t.insert(&flow(i, i % 4), flags, epoch) {
+            if let Ok(h) = t.insert(&flow(i, i % 4), flags, t.tick(epoch)) {
                 handles.push(h);
             }
             t.check_quiescent().unwrap();
@@ -211,7 +211,7 @@ mod tests {
     fn the_checks_find_a_count_a_status_and_an_index_word_out_of_place() {
         let epoch = Instant::now();
         let t = FlowTable::new(FlowTableConfig::new(16, 2), epoch).unwrap();
-        let h = t.insert(&flow(1, 1), TcpFlags::ACK, epoch).unwrap();
+        let h = t.insert(&flow(1, 1), TcpFlags::ACK, t.tick(epoch)).unwrap();
         t.check_quiescent().unwrap();
         // A count off by one.
         t.backends[1].0.fetch_add(1, Ordering::Relaxed);

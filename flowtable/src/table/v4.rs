@@ -333,7 +333,7 @@ impl FlowTable {
         self.touch_ctl(hit.entry, hit.reply, hit.backend, hit.ctl, tcp_flags, now)
     }
 
-    /// [`insert_at`](Self::insert_at) for an IPv4 flow, for a worker whose [`lookup_v4`]
+    /// [`insert`](Self::insert) for an IPv4 flow, for a worker whose [`lookup_v4`]
     /// of `flow.original` just missed: the same entry, index words, counts and errors, but
     /// without building `FlowKey`s and without looking the original tuple up again first (a
     /// flow inserted meanwhile is still found, as [`InsertError::Exists`], by the index

@@ -114,7 +114,10 @@ fn own_flow(n: &Node, port: u16, backend: &str, now: Instant) -> (FlowData, Flow
         snapshot_gen: 1,
         flags: 1,
     };
-    let h = n.flows.insert(&d, TcpFlags::SYN, now).unwrap();
+    let h = n
+        .flows
+        .insert(&d, TcpFlags::SYN, n.flows.tick(now))
+        .unwrap();
     n.log.record(FlowEvent::Created(h));
     (d, h)
 }
@@ -181,7 +184,10 @@ fn flows_nobody_here_knows_and_own_flows_are_not_overwritten() {
     stray.client = "198.18.0.2:1001".parse().unwrap();
     stray.backend = "198.18.1.77:8080".parse().unwrap();
     stray.snat = "198.18.3.1:41001".parse().unwrap();
-    let h = a.flows.insert(&stray, TcpFlags::SYN, now).unwrap();
+    let h = a
+        .flows
+        .insert(&stray, TcpFlags::SYN, a.flows.tick(now))
+        .unwrap();
     a.log.record(FlowEvent::Created(h));
     a.svc.tick(now);
     deliver(&mut a, &mut b, A, now);
