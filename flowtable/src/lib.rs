@@ -140,8 +140,8 @@ pub use lb_algos::{BackendId, ConnCounts};
 pub use state::{FlowState, SctpState, TcpFlags, TcpState, Timeouts};
 pub use table::{
     CAPACITY_MAX, Error, ExpiredFlow, FLAG_SLOW, FlowHandle, FlowHit, FlowTable, FlowTableConfig,
-    FlowTableStats, FlowView, HashedKey, InsertError, PRESSURE_HOLD_TICKS, PendingV4, SEQ_BITS,
-    SweepStats, Tick, V4Flow, V4Hit, V4Key, v4_csum_delta,
+    FlowTableStats, FlowView, InsertError, PRESSURE_HOLD_TICKS, PendingV4, SEQ_BITS, SweepStats,
+    Tick, V4Flow, V4Hit, V4Key, v4_csum_delta,
 };
 #[cfg(not(loom))]
 pub use table::{

@@ -4,7 +4,7 @@
 //! - `entry`: an entry's layout, the control word and its statuses, data reads and writes;
 //! - `handle`, `error`: what callers hold ([`FlowHandle`], [`FlowHit`], [`FlowView`], ...) and
 //!   the errors;
-//! - `hash`: the tuple hash and [`HashedKey`];
+//! - `hash`: the tuple hash;
 //! - `lookup`: the validated reads; `touch`: a packet's state transition; `seq`: the per-flow
 //!   sequence word;
 //! - `insert`: publishing a new flow; `free`: the free list and recycling; `remove`: removal,
@@ -48,7 +48,6 @@ use touch::CODES_PAD;
 pub use entry::FLAG_SLOW;
 pub use error::{Error, InsertError};
 pub use handle::{ExpiredFlow, FlowHandle, FlowHit, FlowView, Tick};
-pub use hash::HashedKey;
 #[cfg(not(loom))]
 pub use persist::{
     FlowRecord, Imported, Opened, RECORD_BYTES, RECORD_VERSION, Recovery, previous_path,
@@ -115,6 +114,8 @@ pub struct FlowTable {
     /// The header of a table in a state file ([`FlowTable::open`]).
     #[cfg_attr(loom, allow(dead_code))]
     header: Option<One<store::Header>>,
+    /// The timeouts given at `new` (an import's table of another geometry takes them).
+    #[cfg_attr(loom, allow(dead_code))]
     timeouts: Timeouts,
     timeout_ticks: [u32; STATE_CODES],
     /// `timeout_ticks` under pressure: embryonic states capped at `tcp_syn_pressure`.
@@ -237,11 +238,6 @@ impl FlowTable {
     /// The `epoch` given at `new`.
     pub fn epoch(&self) -> Instant {
         self.epoch
-    }
-
-    /// The timeouts given at `new`.
-    pub fn timeouts(&self) -> &Timeouts {
-        &self.timeouts
     }
 
     /// Memory of the entries, the index and the backend counts, divided by the capacity.

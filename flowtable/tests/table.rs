@@ -458,7 +458,7 @@ fn lookup_hit_gives_the_translated_endpoints_and_touch_agrees_with_on_packet() {
         assert_eq!(SocketAddr::new(o.src_ip(), o.src_port), d.snat);
         assert_eq!(SocketAddr::new(o.dst_ip(), o.dst_port), d.backend);
         assert_eq!(
-            (o.flags, o.backend_id(), o.is_ipv6()),
+            (o.flags, o.backend_id(), o.dst_ip().is_ipv6()),
             (1, d.backend_id, d.client.is_ipv6())
         );
         let r = t.lookup_hit(&d.reply_key()).unwrap();

@@ -169,8 +169,13 @@ fn check(table: &FlowTable, flows: u32, sample: u32) -> (u32, u32) {
     let mut ok = 0;
     for k in 0..n {
         let d = flow((k * step) % flows);
-        let orig = table.lookup_view(&d.original_key());
-        let reply = table.lookup_view(&d.reply_key());
+        // By each tuple: the flow (a copy) and the direction matched.
+        let view = |k| {
+            let (h, dir) = table.lookup(&k)?;
+            Some((table.get(h)?, dir))
+        };
+        let orig = view(d.original_key());
+        let reply = view(d.reply_key());
         let good = matches!((orig, reply), (Some((o, Direction::Original)), Some((r, Direction::Reply)))
             if o.handle == r.handle && o.data == d && o.state == expected_state(&d));
         ok += u32::from(good);

@@ -1,7 +1,6 @@
 //! What callers hold: [`FlowHandle`] (one incarnation of one entry), the per-packet
 //! [`FlowHit`], the copies [`FlowView`] and [`ExpiredFlow`], and the time unit [`Tick`].
 
-use super::entry::ctl_state;
 use crate::key::{Direction, FlowData, bits_addr};
 use crate::state::FlowState;
 use lb_algos::BackendId;
@@ -42,19 +41,6 @@ pub struct FlowHit {
 }
 
 impl FlowHit {
-    /// The flow's state when it was looked up ([`FlowState::to_u8`]'s code): with what
-    /// [`FlowTable::touch`](crate::FlowTable::touch) returns, whether the packet changed it.
-    #[inline(always)]
-    pub fn state_code(&self) -> u8 {
-        ctl_state(self.ctl)
-    }
-
-    /// Whether the flow is IPv6.
-    #[inline]
-    pub fn is_ipv6(&self) -> bool {
-        self.v6
-    }
-
     /// New source address.
     #[inline]
     pub fn src_ip(&self) -> IpAddr {
