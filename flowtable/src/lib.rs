@@ -138,10 +138,12 @@ mod table;
 pub use key::{Direction, FlowData, FlowKey, Protocol};
 pub use lb_algos::{BackendId, ConnCounts};
 pub use state::{FlowState, SctpState, TcpFlags, TcpState, Timeouts};
+#[cfg(feature = "testing")]
+pub use table::PRESSURE_HOLD_TICKS;
 pub use table::{
     CAPACITY_MAX, Error, ExpiredFlow, FLAG_SLOW, FlowHandle, FlowHit, FlowTable, FlowTableConfig,
-    FlowTableStats, FlowView, InsertError, PRESSURE_HOLD_TICKS, PendingV4, SEQ_BITS, SweepStats,
-    Tick, V4Flow, V4Hit, V4Key, v4_csum_delta,
+    FlowTableStats, FlowView, InsertError, PendingV4, SEQ_BITS, SweepStats, Tick, V4Flow, V4Hit,
+    V4Key, v4_csum_delta,
 };
 #[cfg(not(loom))]
 pub use table::{

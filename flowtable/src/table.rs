@@ -13,12 +13,12 @@
 //! - `v4`: the leaner IPv4 per-packet API; `store`: the region's layout and header; `persist`:
 //!   a table in a state file.
 
+use crate::index::Index;
 #[cfg(not(loom))]
 use crate::mem::Mapping;
 use crate::mem::{One, Slab};
 use crate::state::{STATE_CODES, Timeouts};
 use crate::sync::{AtomicU64, AtomicUsize, Ordering, Padded};
-use crate::{index, index::Index};
 use std::time::Instant;
 
 mod check;
@@ -54,6 +54,7 @@ pub use persist::{
 };
 pub use seq::SEQ_BITS;
 pub use stats::{FlowTableStats, SweepStats};
+#[cfg(feature = "testing")]
 pub use time::PRESSURE_HOLD_TICKS;
 pub use v4::{PendingV4, V4Flow, V4Hit, V4Key, v4_csum_delta};
 
@@ -213,7 +214,8 @@ impl FlowTable {
     }
 
     /// Index slots a probe sequence may span from its home slot.
-    pub const PROBE_SLOTS: usize = index::MAX_PROBE;
+    #[cfg(feature = "testing")]
+    pub const PROBE_SLOTS: usize = crate::index::MAX_PROBE;
 
     /// Entries allocated.
     pub fn capacity(&self) -> usize {

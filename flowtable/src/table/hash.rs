@@ -25,8 +25,9 @@ pub(super) fn fold_mul(a: u64, b: u64) -> u64 {
 }
 
 impl FlowTable {
-    /// The index slot where `key`'s probe sequence starts (diagnostics, and the tests that
-    /// show a random key defeats precomputed collisions).
+    /// The index slot where `key`'s probe sequence starts (for the tests that show a random
+    /// key defeats precomputed collisions).
+    #[cfg(feature = "testing")]
     pub fn home_slot(&self, key: &FlowKey) -> usize {
         self.index.home(self.hash(key))
     }

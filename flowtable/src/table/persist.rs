@@ -388,6 +388,7 @@ impl FlowTable {
     }
 
     /// Whether this table lives in a state file.
+    #[cfg(feature = "testing")]
     pub fn is_persistent(&self) -> bool {
         self.header.is_some()
     }

@@ -29,7 +29,7 @@ impl FlowTable {
     /// Ends flow `h` if it is still an embryonic TCP flow, so that a new flow may take what
     /// it holds (a SNAT port towards its backend) when there is none left: half-open flows
     /// give way first under pressure. Counted in `gave_way`, and the table is under pressure
-    /// from now on for [`PRESSURE_HOLD_TICKS`](crate::PRESSURE_HOLD_TICKS).
+    /// from `now` on for 10 s (see [`under_pressure`](Self::under_pressure)).
     pub fn give_way(&self, h: FlowHandle, now: Tick) -> Option<ExpiredFlow> {
         if h.entry() as usize >= self.entries.len() {
             return None;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 pub(super) const TICK_MS: u64 = 100;
 
 /// How long the table stays under pressure after embryonic flows last had to give way:
-/// 10 s, in ticks.
+/// 10 s, in ticks. (Public to the crate's tests only, with the `testing` feature.)
 pub const PRESSURE_HOLD_TICKS: u64 = 100;
 
 /// Idle timeouts per state code, in ticks.
