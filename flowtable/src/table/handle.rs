@@ -81,19 +81,21 @@ impl FlowHandle {
     pub(super) fn new(entry: u32, gen_: u64) -> Self {
         FlowHandle(u64::from(entry) | gen_ << 32)
     }
-    /// Entry number (`0..capacity`), e.g. for `/v1/flows` paging.
-    pub fn entry(self) -> u32 {
+    /// Entry number (`0..capacity`).
+    pub(crate) fn entry(self) -> u32 {
         self.0 as u32
     }
     pub(super) fn gen_(self) -> u64 {
         self.0 >> 32
     }
-    /// The handle as one word (for a queue of handles; see [`from_bits`](Self::from_bits)).
+    /// The handle as one word (see [`from_bits`](Self::from_bits)); for tests.
+    #[cfg(any(test, feature = "testing"))]
     pub fn to_bits(self) -> u64 {
         self.0
     }
-    /// A handle back from [`to_bits`](Self::to_bits). Any word makes a handle that is safe
-    /// to use: one that names no live flow is stale (calls return `None`).
+    /// A handle back from [`to_bits`](Self::to_bits), for tests. Any word makes a handle that
+    /// is safe to use: one that names no live flow is stale (calls return `None`).
+    #[cfg(any(test, feature = "testing"))]
     pub fn from_bits(bits: u64) -> FlowHandle {
         FlowHandle(bits)
     }
