@@ -449,6 +449,7 @@ impl Worker {
             flows.capacity() as u128 * since.as_nanos() / self.spec.sweep_round.as_nanos().max(1);
         let n = (due as usize).clamp(1, self.spec.sweep_budget.max(1));
         let expired = &mut self.local.expired;
+        let now = flows.tick(now);
         match self.pipeline.flow_log() {
             Some(log) => flows.sweep(now, n, |e| {
                 *expired += 1;

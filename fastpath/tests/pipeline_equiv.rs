@@ -343,8 +343,9 @@ fn materialize(general: &Pipeline, conns: &[Conn], states: &mut [ConnState], s: 
     let key = FlowKey::new(proto, client, vip).unwrap();
     let (src, dst, smac) = if from_backend {
         // The flow's reply tuple, or the one it would have.
-        let (backend, to) = match general.flows().lookup_view(&key) {
-            Some((v, _)) => (v.data.backend, v.data.snat),
+        let flows = general.flows();
+        let (backend, to) = match flows.lookup(&key).and_then(|(h, _)| flows.get(h)) {
+            Some(v) => (v.data.backend, v.data.snat),
             None => {
                 let b = sa(t.backend.unwrap_or("198.18.1.1:8080"));
                 let to = if t.fullnat {

@@ -188,10 +188,9 @@ impl Lab {
     /// The flow of `c`'s client tuple: its backend and state.
     fn flow(&self, c: Case) -> Option<(SocketAddr, FlowState)> {
         let key = FlowKey::new(c.proto, sa(c.client), sa(c.vip)).unwrap();
-        self.p
-            .flows()
-            .lookup_view(&key)
-            .map(|(v, _)| (v.data.backend, v.state))
+        let flows = self.p.flows();
+        let (h, _) = flows.lookup(&key)?;
+        flows.get(h).map(|v| (v.data.backend, v.state))
     }
 
     /// The handshake (TCP: SYN, SYN-ACK, ACK; SCTP: INIT, INIT ACK, DATA): the flow's

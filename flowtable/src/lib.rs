@@ -6,9 +6,13 @@
 //! - Allocated once in [`FlowTable::new`] (anonymous memory) or [`FlowTable::open`] (a state
 //!   file that outlives the process: the next process of the boot adopts its flows after a
 //!   recovery pass; see `table/persist.rs`); nothing allocates afterwards.
-//! - No clock is read on the table's paths: every call that needs time takes `now: Instant`,
-//!   stored as 100 ms ticks since the table's epoch (the one given to `new`; boot, for a state
-//!   file, whose epoch every later process shares).
+//! - No clock is read on the table's paths. Time is a [`Tick`]: 100 ms since the table's
+//!   epoch (the one given to `new`; boot, for a state file, whose epoch every later process
+//!   shares). [`FlowTable::tick`] is the one conversion from an `Instant` (a worker makes it
+//!   once per batch); every method that takes a flow's time takes a `Tick`. `Instant`s are
+//!   only at the table's edges: the epoch (`new`, `open`), the copies handed out
+//!   ([`FlowView::last_seen`], [`ExpiredFlow::last_seen`]) and the export files, which
+//!   outlive the process (`export`, `import_records`).
 //! - Every flow is reachable by its **original** tuple (client → VIP) and its **reply** tuple
 //!   (backend → SNAT address, or client in nat mode); both lead to one entry.
 //!   [`FlowTable::lookup`] says which direction matched.
@@ -22,22 +26,85 @@
 //! - Per-backend active (TCP ESTABLISHED) / inactive (every other live state) counts, exposed
 //!   through [`lb_algos::ConnCounts`].
 //!
-//! Typical per-packet use (a worker):
+//! # Who calls what
+//!
+//! A worker reads the clock once per batch and converts it, `let now = table.tick(clock)`;
+//! every call below then takes that [`Tick`]. Per packet:
+//!
+//! - an IPv4 TCP/UDP/SCTP packet (the pipeline's fast path): [`FlowTable::v4_key`] (the
+//!   tuple packed as the frame holds it, hashed once), [`FlowTable::lookup_v4`] (a 32-byte
+//!   [`V4Hit`]: the rewrite and its checksum adjustment) and [`FlowTable::touch_v4`]; on a
+//!   miss, [`FlowTable::insert_v4`] (a [`V4Flow`]), which also comes in two halves
+//!   ([`FlowTable::insert_v4_begin`], [`FlowTable::insert_v4_finish`]) so that a worker can do
+//!   other work while the reply tuple's index slot is fetched. A receive batch overlaps its
+//!   cache misses with [`FlowTable::prefetch_index_v4`] then [`FlowTable::prefetch_entry_v4`].
+//! - any other packet: [`FlowTable::lookup_hit`] (a small `Copy` [`FlowHit`] with the
+//!   translated endpoints) and [`FlowTable::touch`]; on a miss, [`FlowTable::insert`] (a
+//!   [`FlowData`]).
+//! - around them: [`FlowTable::get`] and [`FlowTable::on_packet`] by handle,
+//!   [`FlowTable::remove`] (a reused tuple), [`FlowTable::give_way`] and
+//!   [`FlowTable::embryonic_idle`] (SNAT ports under pressure), the SYN proxy's
+//!   [`FlowTable::seq`] word, [`FlowTable::lookup`] (an ICMP error's quoted tuple).
+//! - once per poll, a slice of the table: [`FlowTable::sweep`].
+//!
+//! The slowpath finds and copies flows with [`FlowTable::lookup`], [`FlowTable::get`] and
+//! [`FlowTable::scan`], ends them with [`FlowTable::remove`], installs a peer's with
+//! [`FlowTable::restore`] and [`FlowTable::update`], reads [`FlowTable::stats`] and
+//! [`FlowTable::under_pressure`], and keeps the table across restarts ([`FlowTable::open`],
+//! [`FlowTable::mark_clean`], [`FlowTable::export`], [`FlowTable::import_records`],
+//! [`FlowTable::import_state`]). The flowtable bench also measures
+//! [`FlowTable::lookup_batch`], the same overlap for a batch of [`FlowKey`]s.
+//!
+//! A new connection through a worker:
 //!
 //! ```
-//! # use flowtable::*;
-//! # use std::time::Instant;
-//! # let epoch = Instant::now();
-//! # let table = FlowTable::new(FlowTableConfig::new(1024, 16), epoch).unwrap();
-//! # let key = FlowKey::v4(Protocol::Tcp, [198,18,0,1].into(), 40000, [198,18,100,1].into(), 80);
-//! # let now = epoch;
-//! match table.lookup(&key) {
-//!     Some((handle, dir)) => {
-//!         let _state = table.on_packet(handle, dir, TcpFlags::ACK, now);
-//!         let _flow = table.get(handle); // rewrite from flow.data
-//!     }
-//!     None => { /* schedule, then table.insert(&data, TcpFlags::SYN, now) */ }
-//! }
+//! use flowtable::*;
+//! use std::net::Ipv4Addr;
+//! use std::time::Instant;
+//!
+//! let table = FlowTable::new(FlowTableConfig::new(1024, 16), Instant::now()).unwrap();
+//! // Addresses and ports packed as the fast path reads them from a frame.
+//! let pack = |src: Ipv4Addr, dst: Ipv4Addr| {
+//!     u64::from(src.to_bits()) | u64::from(dst.to_bits()) << 32
+//! };
+//! let (client, vip) = ([198, 18, 0, 1].into(), [198, 18, 100, 1].into());
+//! let (backend, snat) = ([198, 18, 1, 1].into(), [198, 18, 0, 254].into());
+//!
+//! // Once per batch.
+//! let now = table.tick(Instant::now());
+//!
+//! // The client's SYN: a miss. Schedule a backend, take a SNAT port, index both tuples.
+//! let key = table.v4_key(Protocol::Tcp, pack(client, vip), 40000 | 80 << 16);
+//! assert!(table.lookup_v4(&key).is_none());
+//! let reply = table.v4_key(Protocol::Tcp, pack(backend, snat), 8080 | 20000 << 16);
+//! let flow = V4Flow {
+//!     original: key,
+//!     reply,
+//!     service_id: 1,
+//!     backend_id: BackendId(0),
+//!     snapshot_gen: 1,
+//!     flags: 0,
+//! };
+//! table.insert_v4(&flow, TcpFlags::SYN, now).unwrap();
+//!
+//! // The backend's SYN-ACK finds the flow by its reply tuple; here through a `FlowKey`, the
+//! // path of every packet the IPv4 one does not take (IPv6, IP options, ICMP...).
+//! let answer = FlowKey::v4(Protocol::Tcp, backend, 8080, snat, 20000);
+//! let hit = table.lookup_hit(&answer).unwrap();
+//! assert_eq!((hit.dir, hit.dst_ip(), hit.dst_port), (Direction::Reply, client.into(), 40000));
+//! table.touch(&hit, TcpFlags(0x12), now);
+//!
+//! // The client's ACK: a hit. Rewrite the frame to `hit.addrs` and `hit.ports`, adjust its
+//! // checksums by `hit.csum_delta`, and account the packet.
+//! let hit = table.lookup_v4(&key).unwrap();
+//! assert_eq!((hit.dir(), hit.dst()), (Direction::Original, backend.to_bits()));
+//! let state = table.touch_v4(&hit, TcpFlags::ACK, now);
+//! assert_eq!(state, Some(FlowState::Tcp(TcpState::Established)));
+//!
+//! // Once per poll: expire what is idle in the next slice of the table.
+//! let mut ended = 0;
+//! table.sweep(now, 256, |_| ended += 1);
+//! assert_eq!((ended, table.len()), (0, 1));
 //! ```
 //!
 //! # Memory layout
@@ -60,13 +127,6 @@
 //!   probing with a fast-range home slot. A word is `tag:31 | dir:1 | entry+1:32`; tuples are
 //!   not stored twice, candidates are confirmed against the entry's fields.
 //! - About 122 bytes per flow in all ([`FlowTable::bytes_per_flow`]).
-//! - Per packet, workers use [`FlowTable::lookup_hit`] (a small `Copy` [`FlowHit`] with the
-//!   translated endpoints) and [`FlowTable::touch`]; [`FlowTable::lookup_batch`] overlaps the
-//!   cache misses of a whole receive batch. IPv4 has a leaner pair without 128-bit addresses:
-//!   [`FlowTable::lookup_v4`] (a [`V4Key`] in, a [`V4Hit`] out) and [`FlowTable::touch_v4`],
-//!   and a leaner insert, [`FlowTable::insert_v4`] (a [`V4Flow`]), which also comes in two
-//!   halves ([`FlowTable::insert_v4_begin`], [`FlowTable::insert_v4_finish`]) so that a
-//!   worker can do other work while the reply tuple's index slot is fetched.
 //!
 //! # Concurrency protocol
 //!
@@ -134,10 +194,12 @@ mod table;
 pub use key::{Direction, FlowData, FlowKey, Protocol};
 pub use lb_algos::{BackendId, ConnCounts};
 pub use state::{FlowState, SctpState, TcpFlags, TcpState, Timeouts};
+#[cfg(feature = "testing")]
+pub use table::PRESSURE_HOLD_TICKS;
 pub use table::{
     CAPACITY_MAX, Error, ExpiredFlow, FLAG_SLOW, FlowHandle, FlowHit, FlowTable, FlowTableConfig,
-    FlowTableStats, FlowView, HashedKey, InsertError, PRESSURE_HOLD_TICKS, PendingV4, SEQ_BITS,
-    SweepStats, Tick, V4Flow, V4Hit, V4Key, v4_csum_delta,
+    FlowTableStats, FlowView, InsertError, PendingV4, SEQ_BITS, SweepStats, Tick, V4Flow, V4Hit,
+    V4Key, v4_csum_delta,
 };
 #[cfg(not(loom))]
 pub use table::{

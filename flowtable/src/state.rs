@@ -247,7 +247,7 @@ impl FlowState {
         )
     }
 
-    /// Compact encoding stored in the entry's control word (what hits' `state_code` reads).
+    /// Compact encoding stored in the entry's control word.
     pub fn to_u8(self) -> u8 {
         match self {
             FlowState::Tcp(s) => s as u8,

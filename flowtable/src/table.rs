@@ -4,7 +4,7 @@
 //! - `entry`: an entry's layout, the control word and its statuses, data reads and writes;
 //! - `handle`, `error`: what callers hold ([`FlowHandle`], [`FlowHit`], [`FlowView`], ...) and
 //!   the errors;
-//! - `hash`: the tuple hash and [`HashedKey`];
+//! - `hash`: the tuple hash;
 //! - `lookup`: the validated reads; `touch`: a packet's state transition; `seq`: the per-flow
 //!   sequence word;
 //! - `insert`: publishing a new flow; `free`: the free list and recycling; `remove`: removal,
@@ -13,12 +13,12 @@
 //! - `v4`: the leaner IPv4 per-packet API; `store`: the region's layout and header; `persist`:
 //!   a table in a state file.
 
+use crate::index::Index;
 #[cfg(not(loom))]
 use crate::mem::Mapping;
 use crate::mem::{One, Slab};
 use crate::state::{STATE_CODES, Timeouts};
 use crate::sync::{AtomicU64, AtomicUsize, Ordering, Padded};
-use crate::{index, index::Index};
 use std::time::Instant;
 
 mod check;
@@ -48,13 +48,13 @@ use touch::CODES_PAD;
 pub use entry::FLAG_SLOW;
 pub use error::{Error, InsertError};
 pub use handle::{ExpiredFlow, FlowHandle, FlowHit, FlowView, Tick};
-pub use hash::HashedKey;
 #[cfg(not(loom))]
 pub use persist::{
     FlowRecord, Imported, Opened, RECORD_BYTES, RECORD_VERSION, Recovery, previous_path,
 };
 pub use seq::SEQ_BITS;
 pub use stats::{FlowTableStats, SweepStats};
+#[cfg(feature = "testing")]
 pub use time::PRESSURE_HOLD_TICKS;
 pub use v4::{PendingV4, V4Flow, V4Hit, V4Key, v4_csum_delta};
 
@@ -115,6 +115,8 @@ pub struct FlowTable {
     /// The header of a table in a state file ([`FlowTable::open`]).
     #[cfg_attr(loom, allow(dead_code))]
     header: Option<One<store::Header>>,
+    /// The timeouts given at `new` (an import's table of another geometry takes them).
+    #[cfg_attr(loom, allow(dead_code))]
     timeouts: Timeouts,
     timeout_ticks: [u32; STATE_CODES],
     /// `timeout_ticks` under pressure: embryonic states capped at `tcp_syn_pressure`.
@@ -212,7 +214,8 @@ impl FlowTable {
     }
 
     /// Index slots a probe sequence may span from its home slot.
-    pub const PROBE_SLOTS: usize = index::MAX_PROBE;
+    #[cfg(feature = "testing")]
+    pub const PROBE_SLOTS: usize = crate::index::MAX_PROBE;
 
     /// Entries allocated.
     pub fn capacity(&self) -> usize {
@@ -237,11 +240,6 @@ impl FlowTable {
     /// The `epoch` given at `new`.
     pub fn epoch(&self) -> Instant {
         self.epoch
-    }
-
-    /// The timeouts given at `new`.
-    pub fn timeouts(&self) -> &Timeouts {
-        &self.timeouts
     }
 
     /// Memory of the entries, the index and the backend counts, divided by the capacity.

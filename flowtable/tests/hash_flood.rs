@@ -71,9 +71,9 @@ fn flood_then_connect(
             snat: SocketAddr::new(d.snat.ip(), 2000 + i as u16),
             ..*d
         };
-        let _ = t.insert(&d, TcpFlags::SYN, now);
+        let _ = t.insert(&d, TcpFlags::SYN, t.tick(now));
     }
-    t.insert(victim, TcpFlags::SYN, now).map(|_| ())
+    t.insert(victim, TcpFlags::SYN, t.tick(now)).map(|_| ())
 }
 
 #[test]

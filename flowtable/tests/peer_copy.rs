@@ -45,7 +45,7 @@ fn a_record_reads_back_as_written_in_both_families() {
     let t = FlowTable::new(FlowTableConfig::new(64, 4), now).unwrap();
     for v6 in [false, true] {
         let d = flow(1000 + u16::from(v6), v6);
-        let h = t.insert(&d, TcpFlags::SYN, now).unwrap();
+        let h = t.insert(&d, TcpFlags::SYN, t.tick(now)).unwrap();
         t.set_seq(h, 0x1234);
         let later = now + Duration::from_millis(1500);
         let r = FlowRecord::of(&t.get(h).unwrap(), later);
@@ -77,12 +77,12 @@ fn update_moves_state_and_time_forward_in_place() {
     let now = Instant::now();
     let t = FlowTable::new(FlowTableConfig::new(64, 4), now).unwrap();
     let d = flow(1, false);
-    let h = t.insert(&d, TcpFlags::SYN, now).unwrap();
+    let h = t.insert(&d, TcpFlags::SYN, t.tick(now)).unwrap();
     assert_eq!((t.active(BackendId(1)), t.inactive(BackendId(1))), (0, 1));
     assert_eq!(t.embryonic(), 1);
     let est = FlowState::Tcp(TcpState::Established);
     let later = now + Duration::from_secs(5);
-    assert_eq!(t.update(h, est, later), Some(est));
+    assert_eq!(t.update(h, est, t.tick(later)), Some(est));
     let v = t.get(h).unwrap();
     assert_eq!(v.state, est);
     assert!(
@@ -93,13 +93,16 @@ fn update_moves_state_and_time_forward_in_place() {
     assert_eq!((t.active(BackendId(1)), t.inactive(BackendId(1))), (1, 0));
     assert_eq!(t.embryonic(), 0);
     // An older time does not move it back; the same handle, the same flow.
-    assert_eq!(t.update(h, est, now), Some(est));
+    assert_eq!(t.update(h, est, t.tick(now)), Some(est));
     assert_eq!(t.get(h).unwrap().last_seen, v.last_seen);
     assert_eq!(t.lookup(&d.original_key()).map(|x| x.0), Some(h));
     // A state of another protocol is refused; a stale handle is refused.
-    assert_eq!(t.update(h, FlowState::Udp, later), None);
+    assert_eq!(t.update(h, FlowState::Udp, t.tick(later)), None);
     assert!(t.remove(h).is_some());
-    assert_eq!(t.update(h, est, later), None);
-    assert_eq!(t.update(FlowHandle::from_bits(u64::MAX), est, later), None);
+    assert_eq!(t.update(h, est, t.tick(later)), None);
+    assert_eq!(
+        t.update(FlowHandle::from_bits(u64::MAX), est, t.tick(later)),
+        None
+    );
     assert_eq!(FlowHandle::from_bits(h.to_bits()), h);
 }

@@ -18,10 +18,15 @@ fn config(capacity: usize) -> FlowTableConfig {
 fn fill(t: &FlowTable, range: std::ops::Range<u32>, now: Instant) {
     for i in range {
         let d = flow(i);
-        let h = t.insert(&d, TcpFlags::SYN, now).unwrap();
+        let h = t.insert(&d, TcpFlags::SYN, t.tick(now)).unwrap();
         if d.proto == Protocol::Tcp && i % 4 == 1 {
-            t.on_packet(h, Direction::Reply, TcpFlags::SYN | TcpFlags::ACK, now);
-            t.on_packet(h, Direction::Original, TcpFlags::ACK, now);
+            t.on_packet(
+                h,
+                Direction::Reply,
+                TcpFlags::SYN | TcpFlags::ACK,
+                t.tick(now),
+            );
+            t.on_packet(h, Direction::Original, TcpFlags::ACK, t.tick(now));
         }
     }
 }
@@ -80,7 +85,7 @@ fn the_next_open_adopts_every_flow_with_its_state_and_time() {
     assert!(t.remove(v.handle).is_some());
     assert_eq!(check(&t).len(), 1499);
     let far = Instant::now() + Duration::from_secs(4000);
-    t.sweep(far, t.capacity(), |_| {});
+    t.sweep(t.tick(far), t.capacity(), |_| {});
     assert_eq!(check(&t).len(), 0);
 }
 
@@ -238,12 +243,19 @@ fn restore_refuses_a_state_of_another_protocol() {
     let t = FlowTable::new(config(64), Instant::now()).unwrap();
     let udp = flow(0); // UDP
     assert_eq!(
-        t.restore(&udp, FlowState::Tcp(TcpState::Established), Instant::now()),
+        t.restore(
+            &udp,
+            FlowState::Tcp(TcpState::Established),
+            t.tick(Instant::now()),
+            0
+        ),
         Err(InsertError::Invalid("state of another protocol"))
     );
-    let h = t.restore(&udp, FlowState::Udp, Instant::now()).unwrap();
+    let h = t
+        .restore(&udp, FlowState::Udp, t.tick(Instant::now()), 0)
+        .unwrap();
     assert_eq!(
-        t.restore(&udp, FlowState::Udp, Instant::now()),
+        t.restore(&udp, FlowState::Udp, t.tick(Instant::now()), 0),
         Err(InsertError::Exists(h))
     );
 }
@@ -258,7 +270,7 @@ fn fill_proxied(t: &FlowTable, n: u32, now: Instant) -> usize {
     let mut proxied = 0;
     for i in 0..n {
         let d = flow(i);
-        let h = t.insert(&d, TcpFlags::SYN, now).unwrap();
+        let h = t.insert(&d, TcpFlags::SYN, t.tick(now)).unwrap();
         if d.proto == Protocol::Tcp {
             assert!(t.set_seq(h, seq_of(i)));
             assert_eq!(t.seq(h), Some(seq_of(i)));
@@ -327,7 +339,7 @@ fn sequence_words_survive_adoption_export_and_import() {
     assert!(c.remove(v.handle).is_some());
     assert_eq!(c.seq(v.handle), None);
     assert!(!c.set_seq(v.handle, 5));
-    let h = c.insert(&v.data, TcpFlags::SYN, now).unwrap();
+    let h = c.insert(&v.data, TcpFlags::SYN, c.tick(now)).unwrap();
     assert_eq!(
         c.seq(h),
         None,
@@ -355,9 +367,9 @@ fn slow_flows_escape_the_ipv4_shortcut_only() {
         ..flow(4)
     };
     assert!(!slow.client.is_ipv6() && slow.proto == Protocol::Tcp);
-    let hp = t.insert(&plain, TcpFlags::SYN, now).unwrap();
+    let hp = t.insert(&plain, TcpFlags::SYN, t.tick(now)).unwrap();
     assert!(!t.has_slow_flows());
-    let hs = t.insert(&slow, TcpFlags::SYN, now).unwrap();
+    let hs = t.insert(&slow, TcpFlags::SYN, t.tick(now)).unwrap();
     assert!(t.has_slow_flows());
     let v4 = |d: &FlowData, reply: bool| {
         let (a, b) = if reply {
@@ -395,7 +407,7 @@ fn slow_flows_escape_the_ipv4_shortcut_only() {
     }
     // Inserting its tuple again finds it.
     assert_eq!(
-        t.insert(&slow, TcpFlags::SYN, now),
+        t.insert(&slow, TcpFlags::SYN, t.tick(now)),
         Err(InsertError::Exists(hs))
     );
     drop(t);
@@ -448,18 +460,27 @@ fn the_embryonic_gauge_follows_handshakes() {
         .collect();
     let hs: Vec<_> = tcp
         .iter()
-        .map(|&i| t.insert(&flow(i), TcpFlags::SYN, now).unwrap())
+        .map(|&i| t.insert(&flow(i), TcpFlags::SYN, t.tick(now)).unwrap())
         .collect();
     assert_eq!(t.embryonic(), tcp.len() as u64);
     // Established, reset, removed: each leaves the gauge.
-    t.on_packet(hs[0], Direction::Reply, TcpFlags::SYN | TcpFlags::ACK, now);
+    t.on_packet(
+        hs[0],
+        Direction::Reply,
+        TcpFlags::SYN | TcpFlags::ACK,
+        t.tick(now),
+    );
     assert_eq!(t.embryonic(), tcp.len() as u64, "SYN_RECV is embryonic");
-    t.on_packet(hs[0], Direction::Original, TcpFlags::ACK, now);
-    t.on_packet(hs[1], Direction::Reply, TcpFlags::RST, now);
+    t.on_packet(hs[0], Direction::Original, TcpFlags::ACK, t.tick(now));
+    t.on_packet(hs[1], Direction::Reply, TcpFlags::RST, t.tick(now));
     t.remove(hs[2]).unwrap();
     assert_eq!(t.embryonic(), tcp.len() as u64 - 3);
     assert_eq!(t.stats().embryonic, tcp.len() as u64 - 3);
     // Expiry too.
-    t.sweep(now + Duration::from_secs(4000), t.capacity(), |_| {});
+    t.sweep(
+        t.tick(now + Duration::from_secs(4000)),
+        t.capacity(),
+        |_| {},
+    );
     assert_eq!(t.embryonic(), 0);
 }

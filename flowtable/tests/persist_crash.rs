@@ -33,19 +33,29 @@ fn churn(t: &FlowTable, seed: u64) -> ! {
         let now = Instant::now();
         match (x >> 32) % 8 {
             0..=2 => {
-                if let Ok(h) = t.insert(&flow(i), TcpFlags::SYN, now) {
+                if let Ok(h) = t.insert(&flow(i), TcpFlags::SYN, t.tick(now)) {
                     handles[i as usize] = Some(h);
                 }
             }
             3 => {
                 if let Some(h) = handles[i as usize] {
-                    t.on_packet(h, Direction::Reply, TcpFlags::SYN | TcpFlags::ACK, now);
-                    t.on_packet(h, Direction::Original, TcpFlags::ACK, now);
+                    t.on_packet(
+                        h,
+                        Direction::Reply,
+                        TcpFlags::SYN | TcpFlags::ACK,
+                        t.tick(now),
+                    );
+                    t.on_packet(h, Direction::Original, TcpFlags::ACK, t.tick(now));
                 }
             }
             4 => {
                 if let Some(h) = handles[i as usize] {
-                    t.on_packet(h, Direction::Original, TcpFlags::FIN | TcpFlags::ACK, now);
+                    t.on_packet(
+                        h,
+                        Direction::Original,
+                        TcpFlags::FIN | TcpFlags::ACK,
+                        t.tick(now),
+                    );
                 }
             }
             5 | 6 => {
@@ -56,7 +66,7 @@ fn churn(t: &FlowTable, seed: u64) -> ! {
             _ => {
                 // Expire everything idle for a minute (nothing is): walks entries and clears
                 // index tombstones (freezing slots).
-                t.sweep(now + Duration::from_secs(60), 64, |_| {});
+                t.sweep(t.tick(now + Duration::from_secs(60)), 64, |_| {});
             }
         }
     }
@@ -97,10 +107,10 @@ fn a_killed_owner_leaves_a_table_the_next_open_recovers() {
         // It keeps working: a sweep clears the tombstones, then every flow inserts (or
         // exists).
         let now = Instant::now();
-        adopted.sweep(now, adopted.capacity(), |_| {});
+        adopted.sweep(adopted.tick(now), adopted.capacity(), |_| {});
         let mut inserted = 0;
         for i in 0..FLOWS {
-            match adopted.insert(&flow(i), TcpFlags::SYN, now) {
+            match adopted.insert(&flow(i), TcpFlags::SYN, adopted.tick(now)) {
                 Ok(_) => inserted += 1,
                 Err(InsertError::Exists(_)) => {}
                 Err(e) => panic!("round {round}: flow {i}: {e}"),

@@ -37,8 +37,12 @@ fn table(capacity: usize) -> (FlowTable, Instant) {
 fn only_embryonic_flows_give_way() {
     let (t, epoch) = table(64);
     let now = t.tick(epoch + Duration::from_secs(1));
-    let half = t.insert(&tcp(1, 1000), TcpFlags::SYN, epoch).unwrap();
-    let est = t.insert(&tcp(2, 1001), TcpFlags::SYN, epoch).unwrap();
+    let half = t
+        .insert(&tcp(1, 1000), TcpFlags::SYN, t.tick(epoch))
+        .unwrap();
+    let est = t
+        .insert(&tcp(2, 1001), TcpFlags::SYN, t.tick(epoch))
+        .unwrap();
     let hit = t.lookup_hit(&tcp(2, 1001).reply_key()).unwrap();
     t.touch(&hit, TcpFlags(0x12), now).unwrap();
     let hit = t.lookup_hit(&tcp(2, 1001).original_key()).unwrap();
@@ -49,7 +53,7 @@ fn only_embryonic_flows_give_way() {
     assert_eq!(t.embryonic_idle(est, now), None);
     assert_eq!(t.embryonic_idle(half, now), Some(10));
     assert!(t.give_way(est, now).is_none(), "an established flow stays");
-    assert!(!t.under_pressure(epoch + Duration::from_secs(1)));
+    assert!(!t.under_pressure(t.tick(epoch + Duration::from_secs(1))));
     let gone = t.give_way(half, now).expect("a half-open flow gives way");
     assert_eq!(gone.data, tcp(1, 1000));
     assert!(
@@ -59,19 +63,26 @@ fn only_embryonic_flows_give_way() {
     assert_eq!(t.stats().gave_way, 1);
     assert!(t.give_way(half, now).is_none(), "a stale handle");
     // Giving way puts the table under pressure for PRESSURE_HOLD_TICKS.
-    assert!(t.under_pressure(epoch + Duration::from_secs(1)));
+    assert!(t.under_pressure(t.tick(epoch + Duration::from_secs(1))));
     let hold = Duration::from_millis(PRESSURE_HOLD_TICKS * 100);
-    assert!(t.under_pressure(epoch + Duration::from_secs(1) + hold - Duration::from_millis(100)));
-    assert!(!t.under_pressure(epoch + Duration::from_secs(1) + hold));
+    assert!(t.under_pressure(
+        t.tick(epoch + Duration::from_secs(1) + hold - Duration::from_millis(100))
+    ));
+    assert!(!t.under_pressure(t.tick(epoch + Duration::from_secs(1) + hold)));
 }
 
 #[test]
 fn under_pressure_embryonic_flows_expire_after_tcp_syn_pressure() {
     let (t, epoch) = table(64);
     let at = |s: u64| epoch + Duration::from_secs(s);
-    let half = t.insert(&tcp(1, 1000), TcpFlags::SYN, epoch).unwrap();
-    t.insert(&tcp(2, 1001), TcpFlags::SYN, epoch).unwrap();
-    let est = t.insert(&tcp(3, 1002), TcpFlags::SYN, epoch).unwrap();
+    let half = t
+        .insert(&tcp(1, 1000), TcpFlags::SYN, t.tick(epoch))
+        .unwrap();
+    t.insert(&tcp(2, 1001), TcpFlags::SYN, t.tick(epoch))
+        .unwrap();
+    let est = t
+        .insert(&tcp(3, 1002), TcpFlags::SYN, t.tick(epoch))
+        .unwrap();
     for (key, flags) in [
         (tcp(3, 1002).reply_key(), TcpFlags(0x12)),
         (tcp(3, 1002).original_key(), TcpFlags::ACK),
@@ -80,7 +91,7 @@ fn under_pressure_embryonic_flows_expire_after_tcp_syn_pressure() {
         t.touch(&hit, flags, t.tick(epoch)).unwrap();
     }
     // No pressure: 5 s idle is nothing for a SYN_SENT flow (tcp_syn 60 s).
-    let st = t.sweep(at(5), 64, |_| ());
+    let st = t.sweep(t.tick(at(5)), 64, |_| ());
     assert_eq!(st.expired, 0);
     // Pressure (flow 2 gave way at 5 s): the half-open flow goes after 3 s idle, the
     // established one stays.
@@ -90,7 +101,7 @@ fn under_pressure_embryonic_flows_expire_after_tcp_syn_pressure() {
     )
     .unwrap();
     let mut gone = Vec::new();
-    t.sweep(at(5), 64, |f| gone.push(f.handle));
+    t.sweep(t.tick(at(5)), 64, |f| gone.push(f.handle));
     assert_eq!(gone, vec![half]);
     assert!(t.get(est).is_some());
     assert_eq!(t.stats().gave_way, 2, "one gave way, one expired early");
@@ -111,7 +122,7 @@ fn flood_churn_never_clogs_the_index() {
         if let Ok(h) = t.lookup(&d.reply_key()).map(|(h, _)| h).ok_or(()) {
             assert!(t.give_way(h, now).is_some());
         }
-        match t.insert_at(&d, TcpFlags::SYN, now) {
+        match t.insert(&d, TcpFlags::SYN, now) {
             Ok(h) => handles.push_back(h),
             Err(InsertError::IndexFull) => index_full += 1,
             Err(e) => panic!("flow {i}: {e:?}"),

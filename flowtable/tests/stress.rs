@@ -78,7 +78,7 @@ fn insert(
 ) -> Result<FlowHandle, InsertError> {
     let d = flow(i, round);
     if th.is_multiple_of(2) {
-        return t.insert(&d, TcpFlags::SYN, now);
+        return t.insert(&d, TcpFlags::SYN, t.tick(now));
     }
     let p = t.insert_v4_begin(&flow_v4(t, &d), TcpFlags::SYN, t.tick(now))?;
     // Other work between the halves: lookups of other flows (some of them half inserted).
@@ -128,11 +128,11 @@ fn concurrent_insert_lookup_update_expire() {
                         assert_eq!((h2, dir), (h, Direction::Reply));
                         let v = t.get(h).expect("live");
                         assert_eq!(v.data, d, "flow {i} confused");
-                        t.on_packet(h, Direction::Reply, TcpFlags(0x12), now);
-                        t.on_packet(h, Direction::Original, TcpFlags::ACK, now);
+                        t.on_packet(h, Direction::Reply, TcpFlags(0x12), t.tick(now));
+                        t.on_packet(h, Direction::Original, TcpFlags::ACK, t.tick(now));
                     }
                     // Concurrent partial sweeps while others still look up: nothing idle yet.
-                    t.sweep(now, 512, |f| panic!("expired too early: {f:?}"));
+                    t.sweep(t.tick(now), 512, |f| panic!("expired too early: {f:?}"));
                     for k in 0..FLOWS {
                         let d = flow(k, round);
                         let (h, dir) = t.lookup(&d.original_key()).expect("original found");
@@ -170,7 +170,7 @@ fn concurrent_insert_lookup_update_expire() {
                     }
                     loop {
                         let mut n = 0;
-                        let st = t.sweep(later, 256, |f| {
+                        let st = t.sweep(t.tick(later), 256, |f| {
                             assert_eq!(f.data, flow(f.data.service_id, round));
                             n += 1;
                         });
@@ -189,7 +189,9 @@ fn concurrent_insert_lookup_update_expire() {
         );
         assert!(t.is_empty());
         // Workers keep sweeping every batch: one full round clears the index's tombstones.
-        t.sweep(later, t.capacity(), |f| panic!("already gone: {f:?}"));
+        t.sweep(t.tick(later), t.capacity(), |f| {
+            panic!("already gone: {f:?}")
+        });
         assert_eq!(t.index_census().1, 0, "all tombstones cleared");
         for b in 0..4 {
             assert_eq!((t.active(BackendId(b)), t.inactive(BackendId(b))), (0, 0));

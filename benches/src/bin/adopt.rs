@@ -136,6 +136,7 @@ fn mib(path: &Path) -> Res<f64> {
 /// handshake. Returns how many were refused.
 fn fill(table: &FlowTable, flows: u32, threads: usize, now: Instant) -> usize {
     let threads = threads.max(1) as u32;
+    let tick = table.tick(now);
     std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads)
             .map(|t| {
@@ -143,10 +144,10 @@ fn fill(table: &FlowTable, flows: u32, threads: usize, now: Instant) -> usize {
                     let mut refused = 0;
                     for i in (t..flows).step_by(threads as usize) {
                         let d = flow(i);
-                        match table.insert(&d, TcpFlags::SYN, now) {
+                        match table.insert(&d, TcpFlags::SYN, tick) {
                             Ok(h) => {
                                 if d.proto == Protocol::Tcp {
-                                    table.on_packet(h, Direction::Original, TcpFlags::ACK, now);
+                                    table.on_packet(h, Direction::Original, TcpFlags::ACK, tick);
                                 }
                             }
                             Err(_) => refused += 1,
@@ -168,8 +169,13 @@ fn check(table: &FlowTable, flows: u32, sample: u32) -> (u32, u32) {
     let mut ok = 0;
     for k in 0..n {
         let d = flow((k * step) % flows);
-        let orig = table.lookup_view(&d.original_key());
-        let reply = table.lookup_view(&d.reply_key());
+        // By each tuple: the flow (a copy) and the direction matched.
+        let view = |k| {
+            let (h, dir) = table.lookup(&k)?;
+            Some((table.get(h)?, dir))
+        };
+        let orig = view(d.original_key());
+        let reply = view(d.reply_key());
         let good = matches!((orig, reply), (Some((o, Direction::Original)), Some((r, Direction::Reply)))
             if o.handle == r.handle && o.data == d && o.state == expected_state(&d));
         ok += u32::from(good);

@@ -171,7 +171,7 @@ impl Pipeline {
             let mut oldest = GiveWay::default();
             for _ in 0..SNAT_TRIES.min(self.snat.len()) {
                 data.snat = SocketAddr::new(snat_ip, self.snat.next_port());
-                match self.flows.insert_at(&data, flags, tick) {
+                match self.flows.insert(&data, flags, tick) {
                     Err(InsertError::ReplyInUse(h)) => {
                         oldest.consider(&self.flows, h, tick, data.snat.port())
                     }
@@ -186,11 +186,11 @@ impl Pipeline {
                 && let Some(port) = self.give_way(&oldest, tick)
             {
                 data.snat = SocketAddr::new(snat_ip, port);
-                result = self.inserted(self.flows.insert_at(&data, flags, tick), &mut data);
+                result = self.inserted(self.flows.insert(&data, flags, tick), &mut data);
             }
             result
         } else {
-            match self.flows.insert_at(&data, flags, tick) {
+            match self.flows.insert(&data, flags, tick) {
                 Err(InsertError::ReplyInUse(_)) => Err(DropReason::ReplyTupleInUse),
                 r => {
                     created = r.ok();

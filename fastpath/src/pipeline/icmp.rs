@@ -144,8 +144,8 @@ pub(crate) fn match_error(frame: &[u8], p: &Packet, flows: &FlowTable) -> Option
     }
     let (emb_sport, emb_dport) = ports(emb_proto, &q[emb_hlen..]);
     let key = super::key_of(proto, emb_dst, emb_dport, emb_src, emb_sport);
-    let (view, dir) = flows.lookup_view(&key)?;
-    let data: FlowData = view.data;
+    let (h, dir) = flows.lookup(&key)?;
+    let data: FlowData = flows.get(h)?.data;
     let fullnat = data.flags & FLAG_FULLNAT != 0;
     let out = after(&data, dir);
     let outer_src = if fullnat || dir == Direction::Reply {

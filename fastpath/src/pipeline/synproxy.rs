@@ -630,8 +630,9 @@ impl Pipeline {
         frame[6..12].copy_from_slice(&nh.src_mac.unwrap_or(self.config.mac));
         // SYN_SENT -> SYN_RECV (passive health: answered), then our ACK: ESTABLISHED.
         self.touch(hit, p.flags, now);
+        let tick = self.tick(now);
         self.flows
-            .on_packet(hit.handle, Direction::Original, TcpFlags::ACK, now);
+            .on_packet(hit.handle, Direction::Original, TcpFlags::ACK, tick);
         Verdict::Tx(nh.port)
     }
 }

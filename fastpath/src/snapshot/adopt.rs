@@ -251,7 +251,7 @@ backends = [{ addr = "198.18.1.3:53" }, { addr = "198.18.1.4:53" }, { addr = "19
                     snapshot_gen: 1,
                     flags: 0,
                 };
-                t.insert(&d, TcpFlags::SYN, Instant::now()).unwrap();
+                t.insert(&d, TcpFlags::SYN, t.tick(Instant::now())).unwrap();
             }
         }
         t

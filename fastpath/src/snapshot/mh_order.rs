@@ -178,7 +178,7 @@ fn flows_of(snap: &Snapshot) -> FlowTable {
                 snapshot_gen: 1,
                 flags: 0,
             };
-            t.insert(&d, TcpFlags::SYN, Instant::now()).unwrap();
+            t.insert(&d, TcpFlags::SYN, t.tick(Instant::now())).unwrap();
         }
     }
     t

@@ -182,7 +182,7 @@ mod tests {
             } else {
                 TcpFlags::SYN
             };
-            if let Ok(h) = t.insert(&flow(i, i % 4), flags, epoch) {
+            if let Ok(h) = t.insert(&flow(i, i % 4), flags, t.tick(epoch)) {
                 handles.push(h);
             }
             t.check_quiescent().unwrap();
@@ -190,14 +190,19 @@ mod tests {
         assert!(t.stats().recycled > 0, "the table never filled");
         for (k, h) in handles.iter().enumerate() {
             let flags = [TcpFlags::ACK, TcpFlags::FIN, TcpFlags::RST][k % 3];
-            t.on_packet(*h, Direction::Reply, flags, epoch + Duration::from_secs(1));
+            t.on_packet(
+                *h,
+                Direction::Reply,
+                flags,
+                t.tick(epoch + Duration::from_secs(1)),
+            );
             if k % 5 == 0 {
                 t.remove(*h);
             }
         }
         t.check_quiescent().unwrap();
         let late = epoch + Duration::from_secs(100_000);
-        t.sweep(late, 64, |_| {});
+        t.sweep(t.tick(late), 64, |_| {});
         assert_eq!(t.len(), 0);
         t.check_quiescent().unwrap();
     }
@@ -206,7 +211,7 @@ mod tests {
     fn the_checks_find_a_count_a_status_and_an_index_word_out_of_place() {
         let epoch = Instant::now();
         let t = FlowTable::new(FlowTableConfig::new(16, 2), epoch).unwrap();
-        let h = t.insert(&flow(1, 1), TcpFlags::ACK, epoch).unwrap();
+        let h = t.insert(&flow(1, 1), TcpFlags::ACK, t.tick(epoch)).unwrap();
         t.check_quiescent().unwrap();
         // A count off by one.
         t.backends[1].0.fetch_add(1, Ordering::Relaxed);

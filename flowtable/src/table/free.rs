@@ -124,3 +124,107 @@ impl FlowTable {
         self.push_free(e);
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+    use std::time::{Duration, Instant};
+
+    use crate::{
+        BackendId, ConnCounts, Direction, FlowData, FlowState, FlowTable, FlowTableConfig,
+        InsertError, Protocol, TcpFlags, TcpState,
+    };
+
+    fn v4(a: u8, b: u8, port: u16) -> SocketAddr {
+        SocketAddr::new(IpAddr::V4(Ipv4Addr::new(198, 18, a, b)), port)
+    }
+
+    /// Flow `i` (full-NAT): client 198.18.{i>>8}.{i} : 10000+i -> VIP, SNAT port 20000+i.
+    fn flow(proto: Protocol, i: u32, backend: u32) -> FlowData {
+        FlowData {
+            proto,
+            client: v4((i >> 8) as u8, i as u8, 10000 + (i % 50000) as u16),
+            vip: v4(100, 1, 80),
+            backend: v4(1, backend as u8, 8080),
+            snat: v4(200, 1, 20000 + (i % 40000) as u16),
+            service_id: 7,
+            backend_id: BackendId(backend),
+            snapshot_gen: i,
+            flags: 1,
+        }
+    }
+
+    /// What an insert recycles to make room (`insert_ticks`' `on_evict` sees it) is only ever
+    /// an embryonic flow: established connections are never pushed out.
+    #[test]
+    fn full_table_refuses_then_recycles_only_embryonic() {
+        use Direction::{Original as In, Reply as Out};
+        const SYN: TcpFlags = TcpFlags::SYN;
+        const SYNACK: TcpFlags = TcpFlags(0x12);
+        const ACK: TcpFlags = TcpFlags::ACK;
+        let cap = 1000;
+        let now = Instant::now();
+        let t = FlowTable::new(FlowTableConfig::new(cap, 8), now).unwrap();
+        let mut est = Vec::new();
+        for i in 0..cap as u32 - 10 {
+            let d = flow(Protocol::Tcp, i, i % 8);
+            let h = t.insert(&d, SYN, t.tick(now)).unwrap();
+            t.on_packet(h, Out, SYNACK, t.tick(now));
+            t.on_packet(h, In, ACK, t.tick(now));
+            est.push((d, h));
+        }
+        let udp = flow(Protocol::Udp, 5000, 1);
+        t.insert(&udp, TcpFlags::NONE, t.tick(now)).unwrap();
+        // SYN flood: 20000 new embryonic flows, far more than the 9 free entries.
+        let mut ok = 0;
+        let mut evicted = Vec::new();
+        for i in 0..20000u32 {
+            if i % 100 == 0 {
+                t.sweep(t.tick(now + Duration::from_secs(1)), 64, |_| {
+                    panic!("nothing is idle yet")
+                });
+            }
+            let d = flow(Protocol::Tcp, 10000 + i, 0);
+            let at = t.tick(now + Duration::from_secs(1)).0;
+            match t.insert_ticks(&d, SYN, at, |f| evicted.push(f)) {
+                Ok(_) => ok += 1,
+                Err(InsertError::Full) => {}
+                Err(e) => panic!(
+                    "unexpected {e:?} at {i}: {:?} {:?}",
+                    t.index_census(),
+                    t.stats()
+                ),
+            }
+        }
+        assert!(
+            ok >= 9,
+            "free entries and recycled embryonic ones are used: {ok}"
+        );
+        assert!(t.stats().full > 0);
+        assert!(t.stats().recycled > 0);
+        assert!(evicted.iter().all(|f| f.state.is_embryonic()));
+        assert_eq!(t.len(), cap);
+        for (d, h) in &est {
+            assert_eq!(t.lookup(&d.original_key()), Some((*h, In)));
+            assert_eq!(t.lookup(&d.reply_key()), Some((*h, Out)));
+            assert_eq!(
+                t.get(*h).unwrap().state,
+                FlowState::Tcp(TcpState::Established)
+            );
+        }
+        assert!(t.lookup(&udp.original_key()).is_some());
+        assert!(
+            t.index_census().3 < 64,
+            "no runaway cluster: {:?}",
+            t.index_census()
+        );
+        let active: u32 = (0..8).map(|b| t.active(BackendId(b))).sum();
+        let inactive: u32 = (0..8).map(|b| t.inactive(BackendId(b))).sum();
+        assert_eq!(active as usize, est.len());
+        assert_eq!(inactive as usize, cap - est.len());
+        // Once the UDP flow is idle for its timeout it can be recycled too.
+        let later = now + Duration::from_secs(400);
+        t.insert(&flow(Protocol::Udp, 6000, 1), TcpFlags::NONE, t.tick(later))
+            .ok();
+    }
+}

@@ -1,7 +1,6 @@
 //! What callers hold: [`FlowHandle`] (one incarnation of one entry), the per-packet
 //! [`FlowHit`], the copies [`FlowView`] and [`ExpiredFlow`], and the time unit [`Tick`].
 
-use super::entry::ctl_state;
 use crate::key::{Direction, FlowData, bits_addr};
 use crate::state::FlowState;
 use lb_algos::BackendId;
@@ -42,19 +41,6 @@ pub struct FlowHit {
 }
 
 impl FlowHit {
-    /// The flow's state when it was looked up ([`FlowState::to_u8`]'s code): with what
-    /// [`FlowTable::touch`](crate::FlowTable::touch) returns, whether the packet changed it.
-    #[inline(always)]
-    pub fn state_code(&self) -> u8 {
-        ctl_state(self.ctl)
-    }
-
-    /// Whether the flow is IPv6.
-    #[inline]
-    pub fn is_ipv6(&self) -> bool {
-        self.v6
-    }
-
     /// New source address.
     #[inline]
     pub fn src_ip(&self) -> IpAddr {
@@ -95,19 +81,21 @@ impl FlowHandle {
     pub(super) fn new(entry: u32, gen_: u64) -> Self {
         FlowHandle(u64::from(entry) | gen_ << 32)
     }
-    /// Entry number (`0..capacity`), e.g. for `/v1/flows` paging.
-    pub fn entry(self) -> u32 {
+    /// Entry number (`0..capacity`).
+    pub(crate) fn entry(self) -> u32 {
         self.0 as u32
     }
     pub(super) fn gen_(self) -> u64 {
         self.0 >> 32
     }
-    /// The handle as one word (for a queue of handles; see [`from_bits`](Self::from_bits)).
+    /// The handle as one word (see [`from_bits`](Self::from_bits)); for tests.
+    #[cfg(any(test, feature = "testing"))]
     pub fn to_bits(self) -> u64 {
         self.0
     }
-    /// A handle back from [`to_bits`](Self::to_bits). Any word makes a handle that is safe
-    /// to use: one that names no live flow is stale (calls return `None`).
+    /// A handle back from [`to_bits`](Self::to_bits), for tests. Any word makes a handle that
+    /// is safe to use: one that names no live flow is stale (calls return `None`).
+    #[cfg(any(test, feature = "testing"))]
     pub fn from_bits(bits: u64) -> FlowHandle {
         FlowHandle(bits)
     }

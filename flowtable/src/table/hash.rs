@@ -1,24 +1,8 @@
-//! The tuple hash (keyed multiply-fold, its keys drawn from the table's seed) and
-//! [`HashedKey`], a key hashed once for a receive batch's prefetches and lookup.
+//! The tuple hash: a keyed multiply-fold, its keys drawn from the table's seed.
 
 use super::FlowTable;
 use crate::index::{self};
 use crate::key::FlowKey;
-
-/// A [`FlowKey`] and its hash in one table, from [`FlowTable::hashed`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HashedKey {
-    pub(super) key: FlowKey,
-    pub(super) hash: u64,
-}
-
-impl HashedKey {
-    /// The key.
-    #[inline]
-    pub fn key(&self) -> &FlowKey {
-        &self.key
-    }
-}
 
 /// The hash function's keys from a seed.
 pub(super) fn seeds(seed: u64) -> [u64; 6] {
@@ -41,8 +25,9 @@ pub(super) fn fold_mul(a: u64, b: u64) -> u64 {
 }
 
 impl FlowTable {
-    /// The index slot where `key`'s probe sequence starts (diagnostics, and the tests that
-    /// show a random key defeats precomputed collisions).
+    /// The index slot where `key`'s probe sequence starts (for the tests that show a random
+    /// key defeats precomputed collisions).
+    #[cfg(feature = "testing")]
     pub fn home_slot(&self, key: &FlowKey) -> usize {
         self.index.home(self.hash(key))
     }
@@ -65,17 +50,5 @@ impl FlowTable {
     pub(super) fn hash_v4(&self, addrs: u64, misc: u64) -> u64 {
         let s = &self.seeds;
         index::live_tag(fold_mul(fold_mul(addrs ^ s[0], misc ^ s[1]) ^ s[2], s[3]))
-    }
-
-    /// `key` with its hash in this table, for [`prefetch_index`](Self::prefetch_index),
-    /// [`prefetch_entry`](Self::prefetch_entry) and
-    /// [`lookup_hit_hashed`](Self::lookup_hit_hashed): a receive batch hashes every key first,
-    /// prefetches, then looks up. (A `HashedKey` of another table only gives wrong misses.)
-    #[inline(always)]
-    pub fn hashed(&self, key: FlowKey) -> HashedKey {
-        HashedKey {
-            hash: self.hash(&key),
-            key,
-        }
     }
 }

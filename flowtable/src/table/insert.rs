@@ -11,36 +11,13 @@ use crate::index::{self, Claim};
 use crate::key::{Direction, FlowData, FlowKey};
 use crate::state::{FlowState, TcpFlags};
 use crate::sync::Ordering;
-use std::time::Instant;
 
 impl FlowTable {
-    /// Insert a new flow in the state its first packet (`tcp_flags`, original direction) gives,
-    /// indexed by both tuples. Embryonic or expired flows recycled to make room are dropped
-    /// silently (see [`insert_with`](Self::insert_with)).
+    /// Insert a new flow at `now` (a worker's tick for the batch), in the state its first
+    /// packet (`tcp_flags`, original direction) gives, indexed by both tuples. When the table
+    /// is full, an embryonic or expired flow near the new one's hash is recycled to make room
+    /// (see the crate docs).
     pub fn insert(
-        &self,
-        data: &FlowData,
-        tcp_flags: TcpFlags,
-        now: Instant,
-    ) -> Result<FlowHandle, InsertError> {
-        self.insert_with(data, tcp_flags, now, |_| {})
-    }
-
-    /// [`insert`](Self::insert), passing any flow recycled to make room to `on_evict` (so its
-    /// SNAT port can be released).
-    pub fn insert_with(
-        &self,
-        data: &FlowData,
-        tcp_flags: TcpFlags,
-        now: Instant,
-        on_evict: impl FnMut(ExpiredFlow),
-    ) -> Result<FlowHandle, InsertError> {
-        self.insert_ticks(data, tcp_flags, self.ticks(now), on_evict)
-    }
-
-    /// [`insert`](Self::insert) at a time from [`tick`](Self::tick) (a worker computes it
-    /// once per batch).
-    pub fn insert_at(
         &self,
         data: &FlowData,
         tcp_flags: TcpFlags,
@@ -49,6 +26,8 @@ impl FlowTable {
         self.insert_ticks(data, tcp_flags, now.0, |_| {})
     }
 
+    /// [`insert`](Self::insert) at tick `t`, passing any flow recycled to make room to
+    /// `on_evict`.
     pub(super) fn insert_ticks(
         &self,
         data: &FlowData,
@@ -59,31 +38,21 @@ impl FlowTable {
         self.insert_state(data, FlowState::initial(data.proto, tcp_flags), t, on_evict)
     }
 
-    /// Insert a flow that already has a life: in `state`, last seen `last_seen` (a flow read
-    /// back from an export, another table, or a peer). Like [`insert`](Self::insert) in every
-    /// other way, including [`InsertError::Exists`] for a tuple that is already here.
+    /// Insert a flow that already has a life: in `state`, last seen at `last_seen` (a flow
+    /// read back from an export, another table, or a peer), then store its sequence word `seq`
+    /// ([`seq`](Self::seq); 0: none). Like [`insert`](Self::insert) in every other way,
+    /// including [`InsertError::Exists`] for a tuple that is already here.
     pub fn restore(
         &self,
         data: &FlowData,
         state: FlowState,
-        last_seen: Instant,
+        last_seen: Tick,
+        seq: u64,
     ) -> Result<FlowHandle, InsertError> {
         if !state_fits(state, data.proto) {
             return Err(InsertError::Invalid("state of another protocol"));
         }
-        self.insert_state(data, state, self.ticks(last_seen), |_| {})
-    }
-
-    /// [`restore`](Self::restore), then the flow's sequence word ([`seq`](Self::seq); 0:
-    /// none) stored (imports run before any worker reads the table).
-    pub fn restore_seq(
-        &self,
-        data: &FlowData,
-        state: FlowState,
-        last_seen: Instant,
-        seq: u64,
-    ) -> Result<FlowHandle, InsertError> {
-        let h = self.restore(data, state, last_seen)?;
+        let h = self.insert_state(data, state, last_seen.0, |_| {})?;
         if seq != 0 {
             self.set_seq(h, seq);
         }

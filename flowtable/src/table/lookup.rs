@@ -8,7 +8,6 @@ use super::entry::{
     ctl_readable, ctl_state, v4_halves,
 };
 use super::handle::{FlowHandle, FlowHit, FlowView};
-use super::hash::HashedKey;
 use super::seq::{SEQ_BITS, SEQ_MASK};
 use crate::index::{self};
 use crate::key::{Direction, FlowKey};
@@ -111,38 +110,6 @@ impl FlowTable {
         })
     }
 
-    /// Asks the CPU for `k`'s home index slot (a hint: no effect on results).
-    #[inline]
-    pub fn prefetch_index(&self, k: &HashedKey) {
-        self.index.prefetch(k.hash);
-    }
-
-    /// Asks the CPU for the entry `k`'s home index slot points to; call it some time after
-    /// [`prefetch_index`](Self::prefetch_index) so the slot is there. A hint only.
-    #[inline]
-    pub fn prefetch_entry(&self, k: &HashedKey) {
-        self.prefetch_entry_word(self.index.home_word(k.hash));
-    }
-
-    /// [`lookup_hit`](Self::lookup_hit) with the hash computed by [`hashed`](Self::hashed).
-    #[inline(always)]
-    pub fn lookup_hit_hashed(&self, k: &HashedKey) -> Option<FlowHit> {
-        // `Index::probe` spelled out: with a closure the compiler keeps `hit` out of line.
-        for slot in self.index.window(k.hash) {
-            let w = slot.load(Ordering::Acquire);
-            if w == index::EMPTY || w == index::FROZEN {
-                return None;
-            }
-            if w != index::TOMB && index::tag_matches(w, k.hash) {
-                let (e, reply) = index::word_entry(w);
-                if let Some(h) = self.hit(e, reply, &k.key) {
-                    return Some(h);
-                }
-            }
-        }
-        None
-    }
-
     /// [`matches`](Self::matches), reading the outgoing endpoints too.
     #[inline(always)]
     pub(super) fn hit(&self, e: u32, reply: bool, key: &FlowKey) -> Option<FlowHit> {
@@ -203,21 +170,6 @@ impl FlowTable {
             ctl: c2,
             backend: (ids >> 32) as u32,
         })
-    }
-
-    /// Flow `h`'s state code now ([`FlowState::to_u8`]); `None` when the handle is stale.
-    /// With a hit's [`state_code`](FlowHit::state_code), whether a packet changed it.
-    #[inline]
-    pub fn state_code(&self, h: FlowHandle) -> Option<u8> {
-        let c = self.entries.get(h.entry() as usize)?.w[W_CTL].load(Ordering::Acquire);
-        (ctl_readable(c) && ctl_gen(c) == h.gen_()).then(|| ctl_state(c))
-    }
-
-    /// [`lookup`](Self::lookup) and [`get`](Self::get) in one call.
-    pub fn lookup_view(&self, key: &FlowKey) -> Option<(FlowView, Direction)> {
-        // A flow removed between the two steps is reported as absent, as if removed before.
-        let (h, dir) = self.lookup(key)?;
-        Some((self.get(h)?, dir))
     }
 
     /// Copy a flow out; `None` if the handle is stale (flow removed or slot recycled).

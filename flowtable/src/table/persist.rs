@@ -388,6 +388,7 @@ impl FlowTable {
     }
 
     /// Whether this table lives in a state file.
+    #[cfg(feature = "testing")]
     pub fn is_persistent(&self) -> bool {
         self.header.is_some()
     }
@@ -417,7 +418,7 @@ impl FlowTable {
         let mut out = Imported::default();
         old.scan(0, old.capacity(), |v| {
             out.read += 1;
-            match self.restore_seq(&v.data, v.state, v.last_seen, v.seq) {
+            match self.restore(&v.data, v.state, self.tick(v.last_seen), v.seq) {
                 Ok(_) => out.restored += 1,
                 Err(_) => out.refused += 1,
             }
@@ -496,7 +497,7 @@ impl FlowTable {
                 .checked_sub(age + since)
                 .unwrap_or(self.epoch)
                 .max(self.epoch);
-            match self.restore_seq(&data, state, last_seen, seq) {
+            match self.restore(&data, state, self.tick(last_seen), seq) {
                 Ok(_) => out.restored += 1,
                 Err(_) => out.refused += 1,
             }
@@ -717,7 +718,7 @@ mod tests {
         let now = Instant::now();
         let t = FlowTable::new(FlowTableConfig::new(64, 4), now).unwrap();
         let handles: Vec<_> = (0..10)
-            .map(|i| t.insert(&flow(i), TcpFlags::SYN, now).unwrap())
+            .map(|i| t.insert(&flow(i), TcpFlags::SYN, t.tick(now)).unwrap())
             .collect();
         let set_status = |h: crate::FlowHandle, st: u64| {
             let w = &t.entries[h.entry() as usize].w[W_CTL];
@@ -782,13 +783,13 @@ mod tests {
         // The free list holds exactly the other 56 entries: 56 more inserts take free
         // entries, the next one has to recycle an embryonic flow.
         for i in 100..156 {
-            t.insert(&flow(i), TcpFlags::SYN, now).unwrap();
+            t.insert(&flow(i), TcpFlags::SYN, t.tick(now)).unwrap();
         }
         assert_eq!((t.len(), t.stats().recycled), (64, 0));
-        t.insert(&flow(200), TcpFlags::SYN, now).unwrap();
+        t.insert(&flow(200), TcpFlags::SYN, t.tick(now)).unwrap();
         assert_eq!(t.stats().recycled, 1);
         // Torn-down flows insert again.
         assert!(t.remove(handles[0]).is_some());
-        t.insert(&flow(3), TcpFlags::SYN, now).unwrap();
+        t.insert(&flow(3), TcpFlags::SYN, t.tick(now)).unwrap();
     }
 }

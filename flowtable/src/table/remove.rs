@@ -13,7 +13,6 @@ use super::stats::SweepStats;
 use crate::index::{self};
 use crate::state::FlowState;
 use crate::sync::Ordering;
-use std::time::Instant;
 
 impl FlowTable {
     /// How long live flow `h` has been idle at `now`, in ticks, if it is an embryonic TCP flow
@@ -30,7 +29,7 @@ impl FlowTable {
     /// Ends flow `h` if it is still an embryonic TCP flow, so that a new flow may take what
     /// it holds (a SNAT port towards its backend) when there is none left: half-open flows
     /// give way first under pressure. Counted in `gave_way`, and the table is under pressure
-    /// from now on for [`PRESSURE_HOLD_TICKS`](crate::PRESSURE_HOLD_TICKS).
+    /// from `now` on for 10 s (see [`under_pressure`](Self::under_pressure)).
     pub fn give_way(&self, h: FlowHandle, now: Tick) -> Option<ExpiredFlow> {
         if h.entry() as usize >= self.entries.len() {
             return None;
@@ -109,29 +108,27 @@ impl FlowTable {
     }
 
     /// Examine the next `budget` entries (a chunk claimed from a shared cursor, so any number of
-    /// workers may sweep at once without overlapping) and expire the idle ones, passing each to
-    /// `out`. Also clears index tombstones in the matching share of the index. Call it every
-    /// batch with a small budget; a full round takes `capacity / budget` calls.
-    pub fn sweep(&self, now: Instant, budget: usize, out: impl FnMut(ExpiredFlow)) -> SweepStats {
+    /// workers may sweep at once without overlapping) and expire the flows idle at `now`,
+    /// passing each to `out`. Also clears index tombstones in the matching share of the index.
+    /// Call it every batch with a small budget; a full round takes `capacity / budget` calls.
+    pub fn sweep(&self, now: Tick, budget: usize, out: impl FnMut(ExpiredFlow)) -> SweepStats {
         let cap = self.entries.len();
         let budget = budget.min(cap);
         let start = self.sweep_cursor.0.fetch_add(budget, Ordering::Relaxed) % cap;
         self.sweep_range(now, start, budget, out)
     }
 
-    /// Sweep entries `start..start+len` (wrapping): for callers that shard the table between
-    /// workers themselves (e.g. worker `i` of `n` owns `i*cap/n..(i+1)*cap/n` with its own
-    /// cursor).
-    pub fn sweep_range(
+    /// Sweep entries `start..start+len` (wrapping).
+    fn sweep_range(
         &self,
-        now: Instant,
+        now: Tick,
         start: usize,
         len: usize,
         mut out: impl FnMut(ExpiredFlow),
     ) -> SweepStats {
         let cap = self.entries.len();
         let len = len.min(cap);
-        let t = self.ticks(now);
+        let t = now.0;
         let mut st = SweepStats {
             visited: len,
             ..SweepStats::default()

@@ -1,8 +1,7 @@
 //! Counters since start-up ([`FlowTableStats`]), what a sweep did ([`SweepStats`]) and the
-//! index census for diagnostics.
+//! index census for tests.
 
 use super::FlowTable;
-use crate::index::{self};
 use crate::sync::{AtomicU64, Ordering};
 
 /// Counters since start-up, plus the current size.
@@ -88,14 +87,15 @@ impl FlowTable {
 }
 
 impl FlowTable {
-    /// Index census `(live, tombstones, empty, max displacement)`, for tests and diagnostics (racy while in use).
-    #[doc(hidden)]
+    /// Index census `(live, tombstones, empty, max displacement)`, for tests (racy while in
+    /// use).
+    #[cfg(any(test, feature = "testing"))]
     pub fn index_census(&self) -> (usize, usize, usize, usize) {
         let (mut live, mut tomb, mut empty, mut displacement) = (0, 0, 0, 0);
         for (pos, s) in self.index.slots.iter().enumerate() {
             match s.load(Ordering::Relaxed) {
-                index::EMPTY | index::FROZEN => empty += 1,
-                index::TOMB => tomb += 1,
+                crate::index::EMPTY | crate::index::FROZEN => empty += 1,
+                crate::index::TOMB => tomb += 1,
                 w => {
                     live += 1;
                     displacement = displacement.max(pos.saturating_sub(self.index.home(w)));

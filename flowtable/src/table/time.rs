@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 pub(super) const TICK_MS: u64 = 100;
 
 /// How long the table stays under pressure after embryonic flows last had to give way:
-/// 10 s, in ticks.
+/// 10 s, in ticks. (Public to the crate's tests only, with the `testing` feature.)
 pub const PRESSURE_HOLD_TICKS: u64 = 100;
 
 /// Idle timeouts per state code, in ticks.
@@ -78,10 +78,10 @@ impl FlowTable {
             || self.len() * 8 >= self.entries.len() * 7
     }
 
-    /// Whether the table is under pressure now: embryonic TCP flows then expire after
+    /// Whether the table is under pressure at `now`: embryonic TCP flows then expire after
     /// `tcp_syn_pressure` instead of their usual timeouts.
-    pub fn under_pressure(&self, now: Instant) -> bool {
-        self.pressure_at(self.ticks(now))
+    pub fn under_pressure(&self, now: Tick) -> bool {
+        self.pressure_at(now.0)
     }
 
     /// Records that embryonic flows had to give way at tick `now_t` (the pressure lasts

@@ -12,7 +12,6 @@ use super::handle::{FlowHandle, FlowHit, Tick};
 use crate::key::{Direction, Protocol};
 use crate::state::{FlowState, STATE_CODES, TcpFlags, TcpState};
 use crate::sync::{Ordering, fence};
-use std::time::Instant;
 
 /// State codes padded to a power of two (the `next_code` table's last dimension).
 pub(super) const CODES_PAD: usize = 32;
@@ -138,14 +137,14 @@ impl FlowTable {
     /// later than the flow's (a peer's copy of a flow it serves, see the slowpath's flow
     /// sync); the per-backend counts follow the state. Returns the state set, or `None`
     /// when the handle is stale or `state` is of another protocol. Not for the packet path.
-    pub fn update(&self, h: FlowHandle, state: FlowState, last_seen: Instant) -> Option<FlowState> {
+    pub fn update(&self, h: FlowHandle, state: FlowState, last_seen: Tick) -> Option<FlowState> {
         let e = h.entry();
         let entry = self.entries.get(e as usize)?;
         let data = self.read_data(e)?;
         if !state_fits(state, data.proto) {
             return None;
         }
-        let t = self.ticks(last_seen);
+        let t = last_seen.0;
         let new = state.to_u8();
         let mut c = entry.w[W_CTL].load(Ordering::Acquire);
         loop {
@@ -192,10 +191,10 @@ impl FlowTable {
         h: FlowHandle,
         dir: Direction,
         tcp_flags: TcpFlags,
-        now: Instant,
+        now: Tick,
     ) -> Option<FlowState> {
         let entry = self.entries.get(h.entry() as usize)?;
-        let t = self.ticks(now);
+        let t = now.0;
         let mut c = entry.w[W_CTL].load(Ordering::Acquire);
         let backend = (self.word(h.entry(), W_IDS) >> 32) as u32;
         // Orders the read above before the CAS: if it saw a recycler's write, the CAS fails.

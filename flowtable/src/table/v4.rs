@@ -6,7 +6,7 @@ use super::FlowTable;
 use super::entry::debug_transition;
 use super::entry::{
     FLAG_SLOW, GEN_MASK, ST_INSERTING, W_ADDR, W_CTL, W_IDS, W_META, W_PORTS, W_V4_CSUM, ctl,
-    ctl_gen, ctl_readable, ctl_state, ctl_status,
+    ctl_gen, ctl_readable, ctl_status,
 };
 use super::error::InsertError;
 use super::handle::{FlowHandle, Tick};
@@ -128,14 +128,6 @@ pub struct V4Hit {
 }
 
 impl V4Hit {
-    /// The flow's state when it was looked up (see [`FlowHit::state_code`]).
-    ///
-    /// [`FlowHit::state_code`]: crate::FlowHit::state_code
-    #[inline(always)]
-    pub fn state_code(&self) -> u8 {
-        ctl_state(self.ctl)
-    }
-
     /// Whether the flow was still being inserted when found (its reply tuple possibly not
     /// indexed yet, the insert possibly about to fail).
     #[inline]
@@ -159,28 +151,10 @@ impl V4Hit {
         }
     }
 
-    /// New source address (`Ipv4Addr::to_bits`).
-    #[inline]
-    pub fn src(&self) -> u32 {
-        self.addrs as u32
-    }
-
     /// New destination address (`Ipv4Addr::to_bits`).
     #[inline]
     pub fn dst(&self) -> u32 {
         (self.addrs >> 32) as u32
-    }
-
-    /// New source port.
-    #[inline]
-    pub fn src_port(&self) -> u16 {
-        self.ports as u16
-    }
-
-    /// New destination port.
-    #[inline]
-    pub fn dst_port(&self) -> u16 {
-        (self.ports >> 16) as u16
     }
 
     /// The backend the flow was scheduled to.
@@ -233,7 +207,7 @@ impl PendingV4 {
 impl FlowTable {
     /// An IPv4 TCP/UDP/SCTP key from packed fields (`src | dst << 32` as
     /// `Ipv4Addr::to_bits` values, `src_port | dst_port << 16`), hashed for this table: the
-    /// same flow and hash as `hashed(FlowKey::v4_bits(..))`. (A `V4Key` of another table only
+    /// same flow and hash as the [`FlowKey`] `FlowKey::v4_bits(..)` gives. (A `V4Key` of another table only
     /// gives wrong misses.)
     #[inline(always)]
     pub fn v4_key(&self, proto: Protocol, addrs: u64, ports: u32) -> V4Key {
@@ -246,13 +220,14 @@ impl FlowTable {
         }
     }
 
-    /// [`prefetch_index`](Self::prefetch_index) for a [`V4Key`].
+    /// Asks the CPU for `k`'s home index slot (a hint: no effect on results).
     #[inline]
     pub fn prefetch_index_v4(&self, k: &V4Key) {
         self.index.prefetch(k.hash);
     }
 
-    /// [`prefetch_entry`](Self::prefetch_entry) for a [`V4Key`].
+    /// Asks the CPU for the entry `k`'s home index slot points to; call it some time after
+    /// [`prefetch_index_v4`](Self::prefetch_index_v4) so the slot is there. A hint only.
     #[inline]
     pub fn prefetch_entry_v4(&self, k: &V4Key) {
         self.prefetch_entry_word(self.index.home_word(k.hash));
@@ -333,7 +308,7 @@ impl FlowTable {
         self.touch_ctl(hit.entry, hit.reply, hit.backend, hit.ctl, tcp_flags, now)
     }
 
-    /// [`insert_at`](Self::insert_at) for an IPv4 flow, for a worker whose [`lookup_v4`]
+    /// [`insert`](Self::insert) for an IPv4 flow, for a worker whose [`lookup_v4`]
     /// of `flow.original` just missed: the same entry, index words, counts and errors, but
     /// without building `FlowKey`s and without looking the original tuple up again first (a
     /// flow inserted meanwhile is still found, as [`InsertError::Exists`], by the index

@@ -301,7 +301,7 @@ mod tests {
                 snapshot_gen: 1,
                 flags: 0,
             };
-            table.insert(&d, TcpFlags::SYN, now).unwrap();
+            table.insert(&d, TcpFlags::SYN, table.tick(now)).unwrap();
         }
         let collect = |q: &str, limit: usize| {
             let f = FlowFilter::from_query(q).unwrap();

@@ -632,7 +632,7 @@ impl FlowTableView {
     /// The view of a flow table, now.
     pub fn from_table(t: &FlowTable) -> FlowTableView {
         FlowTableView {
-            under_pressure: t.under_pressure(std::time::Instant::now()),
+            under_pressure: t.under_pressure(t.tick(std::time::Instant::now())),
             ..FlowTableView::from_stats(&t.stats(), t.bytes_per_flow())
         }
     }

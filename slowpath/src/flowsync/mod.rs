@@ -198,11 +198,8 @@ pub fn install(flows: &FlowTable, snap: &Snapshot, r: &FlowRecord, now: Instant)
         flags: d.flags | FLAG_PEER,
         ..*d
     };
-    let last_seen = now
-        .checked_sub(r.idle)
-        .unwrap_or(flows.epoch())
-        .max(flows.epoch());
-    match flows.restore_seq(&data, r.state, last_seen, r.seq) {
+    let last_seen = flows.tick(now.checked_sub(r.idle).unwrap_or(flows.epoch()));
+    match flows.restore(&data, r.state, last_seen, r.seq) {
         Ok(_) => Installed::New,
         Err(InsertError::Exists(h)) => {
             let Some(here) = flows.get(h) else {

@@ -114,7 +114,10 @@ fn own_flow(n: &Node, port: u16, backend: &str, now: Instant) -> (FlowData, Flow
         snapshot_gen: 1,
         flags: 1,
     };
-    let h = n.flows.insert(&d, TcpFlags::SYN, now).unwrap();
+    let h = n
+        .flows
+        .insert(&d, TcpFlags::SYN, n.flows.tick(now))
+        .unwrap();
     n.log.record(FlowEvent::Created(h));
     (d, h)
 }
@@ -156,7 +159,7 @@ fn a_peer_installs_flows_with_its_own_ids_and_updates_them_in_place() {
 
     // Established on A: B's copy follows, in place (same handle).
     let est = FlowState::Tcp(TcpState::Established);
-    a.flows.update(h, est, now);
+    a.flows.update(h, est, a.flows.tick(now));
     a.log.record(FlowEvent::Changed(h));
     let later = now + Duration::from_secs(2);
     a.svc.tick(later);
@@ -181,7 +184,10 @@ fn flows_nobody_here_knows_and_own_flows_are_not_overwritten() {
     stray.client = "198.18.0.2:1001".parse().unwrap();
     stray.backend = "198.18.1.77:8080".parse().unwrap();
     stray.snat = "198.18.3.1:41001".parse().unwrap();
-    let h = a.flows.insert(&stray, TcpFlags::SYN, now).unwrap();
+    let h = a
+        .flows
+        .insert(&stray, TcpFlags::SYN, a.flows.tick(now))
+        .unwrap();
     a.log.record(FlowEvent::Created(h));
     a.svc.tick(now);
     deliver(&mut a, &mut b, A, now);
@@ -296,8 +302,11 @@ fn ends_remove_idle_copies_only_and_refreshes_send_own_active_flows_only() {
     // B serves d2 (ECMP moved it): a packet through B touches it.
     let later = now + Duration::from_secs(5);
     let (h2, _) = b.flows.lookup(&d2.original_key()).unwrap();
-    b.flows
-        .update(h2, FlowState::Tcp(TcpState::Established), later);
+    b.flows.update(
+        h2,
+        FlowState::Tcp(TcpState::Established),
+        b.flows.tick(later),
+    );
     // A's sweep ends both.
     for d in [&d1, &d2] {
         a.log.record(FlowEvent::Ended(EndedFlow::of(d)));
