@@ -107,7 +107,7 @@ fn minimal_file_gets_defaults() {
     assert_eq!(c.log.level, "info");
     assert_eq!(c.log.format, LogFormat::Text);
     let s = &c.services[0];
-    assert_eq!(s.scheduler, SchedulerName::Wrr);
+    assert_eq!(s.scheduler, SchedulerKind::Wrr);
     assert_eq!(s.backends[1].weight, 3);
     assert_eq!(s.mode_or(c.dataplane.mode), Mode::Fullnat);
     // An empty file is a valid (idle) configuration.
@@ -122,7 +122,7 @@ fn service_without_backends_is_fine() {
     )
     .unwrap();
     assert!(c.services[0].backends.is_empty());
-    assert_eq!(c.services[0].scheduler, SchedulerName::Rr);
+    assert_eq!(c.services[0].scheduler, SchedulerKind::Rr);
 }
 
 #[test]
@@ -318,7 +318,7 @@ fn kubernetes_and_static_services_do_not_mix() {
     .unwrap();
     let k = c.kubernetes.unwrap();
     assert_eq!(k.min_sync_period.get().as_secs(), 1);
-    assert_eq!(k.default_scheduler, SchedulerName::Rr);
+    assert_eq!(k.default_scheduler, SchedulerKind::Rr);
     let p = problem("[kubernetes]\nexternal_ip_cidrs = [\"198.18.200.1/24\"]\n");
     assert_eq!(
         (p.key.as_str(), p.line),

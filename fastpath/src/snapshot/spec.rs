@@ -5,7 +5,8 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use config::{Config, Mode, Protocol, SchedFlag, SchedulerName};
+use config::{Config, Mode, Protocol, SchedFlag};
+use vocab::SchedulerKind;
 
 use crate::limit::RateLimit;
 
@@ -56,7 +57,7 @@ pub struct ServiceSpec {
     /// Every frontend that reaches this service.
     pub frontends: Vec<Frontend>,
     /// Scheduler.
-    pub scheduler: SchedulerName,
+    pub scheduler: SchedulerKind,
     /// Scheduler flags.
     pub flags: Vec<SchedFlag>,
     /// Forwarding mode.
