@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use crate::cores::Cores;
-use vocab::{Cidr, Mode, SchedulerKind, XdpMode, ZeroCopy};
+use vocab::{Cidr, Mode, Protocol, SchedulerKind, XdpMode, ZeroCopy};
 
 use crate::types::{Dur, Mac, PortRange};
 
@@ -452,29 +452,6 @@ fn default_sync_period() -> Dur {
     Dur::from_secs(30)
 }
 
-/// L4 protocol of a frontend.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Protocol {
-    /// TCP.
-    Tcp,
-    /// UDP.
-    Udp,
-    /// SCTP.
-    Sctp,
-}
-
-impl Protocol {
-    /// The name used in the config file.
-    pub fn name(self) -> &'static str {
-        match self {
-            Protocol::Tcp => "tcp",
-            Protocol::Udp => "udp",
-            Protocol::Sctp => "sctp",
-        }
-    }
-}
-
 /// Scheduler flags (IPVS's `--sched-flags`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -495,7 +472,7 @@ pub struct Service {
     pub vip: IpAddr,
     /// Frontend port.
     pub port: u16,
-    /// L4 protocol.
+    /// L4 protocol: `tcp`, `udp` or `sctp`.
     pub protocol: Protocol,
     /// Scheduler (default rr, like kube-proxy's ipvs mode).
     #[serde(default)]

@@ -259,8 +259,7 @@ fn synproxy(c: &Config, out: &mut Found) {
 
 fn synproxy_services(c: &Config, out: &mut Found) {
     for (i, s) in c.services.iter().enumerate() {
-        if s.synproxy == Some(crate::schema::SynproxyMode::On)
-            && s.protocol != crate::schema::Protocol::Tcp
+        if s.synproxy == Some(crate::schema::SynproxyMode::On) && s.protocol != vocab::Protocol::Tcp
         {
             err(
                 out,

@@ -20,9 +20,12 @@
 //! into these types, under the names the config file uses.
 
 mod cidr;
+pub mod ip_proto;
 mod mode;
+mod protocol;
 mod scheduler;
 
 pub use cidr::Cidr;
 pub use mode::{Mode, XdpMode, ZeroCopy};
+pub use protocol::Protocol;
 pub use scheduler::{SchedulerKind, UnknownScheduler};

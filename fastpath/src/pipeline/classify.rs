@@ -12,11 +12,10 @@ use crate::wire::{self, IpProtocol, L3Info, checksum, read_u16};
 use super::{DropReason, Verdict};
 
 /// IP protocol numbers the pipeline handles itself.
-pub(crate) const PROTO_ICMP: u8 = 1;
-pub(crate) const PROTO_TCP: u8 = 6;
-pub(crate) const PROTO_UDP: u8 = 17;
-pub(crate) const PROTO_ICMPV6: u8 = 58;
-pub(crate) const PROTO_SCTP: u8 = 132;
+pub(crate) use vocab::ip_proto::{
+    ICMP as PROTO_ICMP, ICMPV6 as PROTO_ICMPV6, SCTP as PROTO_SCTP, TCP as PROTO_TCP,
+    UDP as PROTO_UDP,
+};
 
 /// Where this packet sits in a fragmented datagram.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -25,7 +25,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use flowtable::{Direction, FlowData, FlowTable, Protocol};
 
-use super::classify::{PROTO_ICMP, PROTO_SCTP, PROTO_TCP, PROTO_UDP, Packet};
+use super::classify::{PROTO_ICMP, PROTO_ICMPV6, PROTO_SCTP, PROTO_TCP, PROTO_UDP, Packet};
 use super::nat::{AddrBytes, Endpoints, after};
 use super::{DropReason, FLAG_FULLNAT};
 use crate::wire::checksum::{self, Delta};
@@ -165,7 +165,7 @@ pub(crate) fn verify(frame: &[u8], p: &Packet, m: &IcmpMatch) -> Result<(), Drop
         .ok_or(DropReason::Truncated)?;
     let c = match (p.src, p.dst) {
         (IpAddr::V6(s), IpAddr::V6(d)) => {
-            checksum::l4_checksum_v6(&s.octets(), &d.octets(), 58, msg)
+            checksum::l4_checksum_v6(&s.octets(), &d.octets(), PROTO_ICMPV6, msg)
         }
         _ => checksum::checksum(msg),
     };
@@ -274,7 +274,7 @@ pub(crate) fn translate(
     let c = if p.v6 {
         let s: [u8; 16] = ons.as_slice().try_into().unwrap_or([0; 16]);
         let d: [u8; 16] = ond.as_slice().try_into().unwrap_or([0; 16]);
-        checksum::l4_checksum_v6(&s, &d, 58, msg)
+        checksum::l4_checksum_v6(&s, &d, PROTO_ICMPV6, msg)
     } else {
         checksum::checksum(msg)
     };

@@ -91,7 +91,7 @@ pub mod snat;
 pub mod synproxy;
 
 pub use batch::{FrameBatch, STAGE_DISTANCE, WAITING_MAX};
-use general::frontend_protocol;
+use general::l4_protocol;
 pub(crate) use general::{flow_key, key_of};
 use next_hop::{NH_CACHE_SLOTS, NhSlot};
 pub use settings::{DEFAULT_MAC, PipelineConfig, flow_table_config};

@@ -350,7 +350,7 @@ impl Pipeline {
         }
         let fe = Frontend {
             vip: p.dst,
-            protocol: config::Protocol::Tcp,
+            protocol: vocab::Protocol::Tcp,
             port: p.dport,
         };
         let Some(svc) = self.snapshot.service_for(&fe) else {

@@ -5,8 +5,8 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use config::{Config, Mode, Protocol, SchedFlag};
-use vocab::SchedulerKind;
+use config::{Config, Mode, SchedFlag};
+use vocab::{Protocol, SchedulerKind};
 
 use crate::limit::RateLimit;
 
@@ -15,7 +15,7 @@ use crate::limit::RateLimit;
 pub struct Frontend {
     /// Virtual IP.
     pub vip: IpAddr,
-    /// L4 protocol.
+    /// L4 protocol: TCP, UDP or SCTP.
     pub protocol: Protocol,
     /// Port.
     pub port: u16,
@@ -24,15 +24,12 @@ pub struct Frontend {
 impl Frontend {
     /// The frontend flow `d`'s client addressed (none for ICMP flows, which have no port).
     pub fn of_flow(d: &flowtable::FlowData) -> Option<Frontend> {
-        let protocol = match d.proto {
-            flowtable::Protocol::Tcp => Protocol::Tcp,
-            flowtable::Protocol::Udp => Protocol::Udp,
-            flowtable::Protocol::Sctp => Protocol::Sctp,
-            flowtable::Protocol::Icmp | flowtable::Protocol::Icmpv6 => return None,
-        };
+        if matches!(d.proto, Protocol::Icmp | Protocol::Icmpv6) {
+            return None;
+        }
         Some(Frontend {
             vip: d.vip.ip(),
-            protocol,
+            protocol: d.proto,
             port: d.vip.port(),
         })
     }
