@@ -24,8 +24,12 @@ pub mod ip_proto;
 mod mode;
 mod protocol;
 mod scheduler;
+pub mod sctp;
+mod tcp;
 
 pub use cidr::Cidr;
 pub use mode::{Mode, XdpMode, ZeroCopy};
 pub use protocol::Protocol;
 pub use scheduler::{SchedulerKind, UnknownScheduler};
+pub use sctp::sctp_events;
+pub use tcp::TcpFlags;

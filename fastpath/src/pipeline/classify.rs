@@ -50,7 +50,7 @@ pub(crate) struct Packet {
     /// Destination port (0 without an L4 header).
     pub dport: u16,
     /// TCP flags byte; for SCTP the flags the flow table's state machine takes
-    /// (INIT → SYN, ABORT → RST, SHUTDOWN* → FIN).
+    /// ([`vocab::sctp_events`] of the first chunk's type).
     pub flags: u8,
     /// TTL or hop limit.
     pub ttl: u8,
@@ -87,17 +87,6 @@ impl From<wire::Error> for DropReason {
             wire::Error::TooManyExtHeaders => DropReason::TooManyExtHeaders,
             wire::Error::Malformed => DropReason::Malformed,
         }
-    }
-}
-
-/// SCTP chunk type → the flow table's TCP-like event bits.
-#[inline]
-fn sctp_flags(chunk_type: u8) -> u8 {
-    match chunk_type {
-        1 => 0x02,          // INIT
-        6 => 0x04,          // ABORT
-        7 | 8 | 14 => 0x01, // SHUTDOWN, SHUTDOWN ACK, SHUTDOWN COMPLETE
-        _ => 0,
     }
 }
 
@@ -230,7 +219,7 @@ pub(crate) fn classify(frame: &[u8]) -> Result<Packet, Verdict> {
             if seg.len() < wire::sctp::HEADER_LEN + wire::sctp::CHUNK_HEADER_LEN {
                 return Err(Verdict::Drop(DropReason::Truncated));
             }
-            p.flags = sctp_flags(seg[12]);
+            p.flags = vocab::sctp_events(seg[12]).bits();
         }
         IpProtocol::Icmp | IpProtocol::Icmpv6 => {
             if seg.len() < 8 {

@@ -17,6 +17,7 @@ use flowtable::{
     V4Flow, V4Key,
 };
 use lb_algos::{BackendId, FlowTuple, Scheduler};
+use vocab::{sctp, sctp_events};
 
 use super::classify::{PROTO_TCP, Packet};
 use super::{
@@ -76,7 +77,7 @@ impl Pipeline {
         }
         let opens = match protocol {
             Protocol::Tcp => TcpFlags(flags).handshake() == TcpFlags::SYN,
-            Protocol::Sctp => flags == 0x02, // INIT
+            Protocol::Sctp => TcpFlags(flags) == sctp_events(sctp::INIT),
             _ => true,
         };
         if !opens && !matches!(svc.scheduler, Scheduler::Mh(_)) {
