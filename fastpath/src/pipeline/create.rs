@@ -11,13 +11,12 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Instant;
 
-use config::Mode;
 use flowtable::{
     Direction, FlowData, FlowHandle, FlowKey, InsertError, PendingV4, Protocol, TcpFlags, Tick,
     V4Flow, V4Key,
 };
 use lb_algos::{BackendId, FlowTuple, Scheduler};
-use vocab::{sctp, sctp_events};
+use vocab::{Mode, sctp, sctp_events};
 
 use super::classify::{PROTO_TCP, Packet};
 use super::{

@@ -95,7 +95,7 @@ pub use batch::{FrameBatch, STAGE_DISTANCE, WAITING_MAX};
 use general::l4_protocol;
 pub(crate) use general::{flow_key, key_of};
 use next_hop::{NH_CACHE_SLOTS, NhSlot};
-pub use settings::{DEFAULT_MAC, PipelineConfig, flow_table_config};
+pub use settings::{DEFAULT_MAC, PipelineConfig};
 pub use synproxy::CookieKey;
 
 /// Ports tried for one new fullnat flow before giving up with `SnatPortsExhausted`.

@@ -5,8 +5,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
-use config::{Mode, Protocol, SchedulerKind};
 use lb_algos::{AffinityTable, BackendId, ConnCounts, FlowTuple};
+use vocab::{Mode, Protocol, SchedulerKind};
 
 use super::*;
 
