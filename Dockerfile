@@ -20,6 +20,7 @@ WORKDIR /src
 # The whole workspace (cargo reads every member's manifest), no target/ or .git.
 COPY Cargo.toml Cargo.lock ./
 COPY src src
+COPY vocab vocab
 COPY config config
 COPY shm shm
 COPY lb-algos lb-algos

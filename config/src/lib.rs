@@ -21,11 +21,12 @@ pub use cores::{CoreError, CorePlan, Cores, cpu_list};
 pub use reload::{Written, load_written, parse_written};
 pub use schema::*;
 pub use span::KeyPath;
-pub use types::{Cidr, Dur, Mac, PortRange};
+pub use types::{Dur, Mac, PortRange};
 pub use validate::{
     BACKENDS_MAX, BGP_BACKUP_PREPEND_MAX, FLOW_BYTES, FLOWS_MAX, IDLE_BACKOFF_MAX,
     MH_TABLE_SIZE_MAX, UMEM_FRAMES_MAX, WRR_SEQUENCE_MAX,
 };
+pub use vocab::{Cidr, Mode, Protocol, SchedulerKind, XdpMode, ZeroCopy};
 
 /// The configuration `xvs run` uses when no file is given: the netns lab of the README demo.
 pub const LAB_TOML: &str = include_str!("../examples/lab.toml");

@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use crate::cores::Cores;
-use crate::types::{Cidr, Dur, Mac, PortRange};
+use vocab::{Cidr, Mode, Protocol, SchedulerKind, XdpMode, ZeroCopy};
+
+use crate::types::{Dur, Mac, PortRange};
 
 /// The whole configuration file.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -94,53 +96,6 @@ pub struct Node {
     /// Topology zone, matched against EndpointSlice `hints.forZones` (default: from the
     /// Node's `topology.kubernetes.io/zone` label).
     pub zone: Option<String>,
-}
-
-/// Forwarding mode.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// DNAT only: replies must route back through xvs.
-    Nat,
-    /// DNAT + SNAT to a node address: replies always come back.
-    #[default]
-    Fullnat,
-}
-
-impl Mode {
-    /// The name used in the config file.
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Nat => "nat",
-            Mode::Fullnat => "fullnat",
-        }
-    }
-}
-
-/// How the XDP program is attached.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum XdpMode {
-    /// Native when the driver offers it, generic otherwise.
-    #[default]
-    Auto,
-    /// Driver (native) XDP; fail if the driver lacks it.
-    Native,
-    /// Generic (skb) XDP.
-    Generic,
-}
-
-/// Whether AF_XDP sockets bind in zero-copy mode.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ZeroCopy {
-    /// Zero-copy when the driver offers it, copy otherwise.
-    #[default]
-    Auto,
-    /// Zero-copy; fail if the driver lacks it.
-    On,
-    /// Copy mode.
-    Off,
 }
 
 /// One interface the fastpath serves.
@@ -487,7 +442,7 @@ pub struct Kubernetes {
     pub sync_period: Dur,
     /// Scheduler for Services without an `xvs.io/scheduler` annotation.
     #[serde(default)]
-    pub default_scheduler: SchedulerName,
+    pub default_scheduler: SchedulerKind,
     /// externalIPs are only accepted inside these prefixes (CVE-2020-8554); empty = none.
     #[serde(default)]
     pub external_ip_cidrs: Vec<Cidr>,
@@ -495,92 +450,6 @@ pub struct Kubernetes {
 
 fn default_sync_period() -> Dur {
     Dur::from_secs(30)
-}
-
-/// A scheduler name, as IPVS spells them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SchedulerName {
-    /// Round robin.
-    #[default]
-    Rr,
-    /// Weighted round robin.
-    Wrr,
-    /// Least connections.
-    Lc,
-    /// Weighted least connections.
-    Wlc,
-    /// Shortest expected delay.
-    Sed,
-    /// Never queue.
-    Nq,
-    /// Maglev hashing.
-    Mh,
-    /// Source hashing.
-    Sh,
-    /// Destination hashing.
-    Dh,
-    /// Locality-based least connections.
-    Lblc,
-    /// Locality-based least connections with replication.
-    Lblcr,
-}
-
-impl SchedulerName {
-    /// Every scheduler, in the order IPVS documents them.
-    pub const ALL: [SchedulerName; 11] = [
-        SchedulerName::Rr,
-        SchedulerName::Wrr,
-        SchedulerName::Lc,
-        SchedulerName::Wlc,
-        SchedulerName::Sed,
-        SchedulerName::Nq,
-        SchedulerName::Mh,
-        SchedulerName::Sh,
-        SchedulerName::Dh,
-        SchedulerName::Lblc,
-        SchedulerName::Lblcr,
-    ];
-
-    /// The name used in the config file.
-    pub fn name(self) -> &'static str {
-        match self {
-            SchedulerName::Rr => "rr",
-            SchedulerName::Wrr => "wrr",
-            SchedulerName::Lc => "lc",
-            SchedulerName::Wlc => "wlc",
-            SchedulerName::Sed => "sed",
-            SchedulerName::Nq => "nq",
-            SchedulerName::Mh => "mh",
-            SchedulerName::Sh => "sh",
-            SchedulerName::Dh => "dh",
-            SchedulerName::Lblc => "lblc",
-            SchedulerName::Lblcr => "lblcr",
-        }
-    }
-}
-
-/// L4 protocol of a frontend.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Protocol {
-    /// TCP.
-    Tcp,
-    /// UDP.
-    Udp,
-    /// SCTP.
-    Sctp,
-}
-
-impl Protocol {
-    /// The name used in the config file.
-    pub fn name(self) -> &'static str {
-        match self {
-            Protocol::Tcp => "tcp",
-            Protocol::Udp => "udp",
-            Protocol::Sctp => "sctp",
-        }
-    }
 }
 
 /// Scheduler flags (IPVS's `--sched-flags`).
@@ -603,11 +472,11 @@ pub struct Service {
     pub vip: IpAddr,
     /// Frontend port.
     pub port: u16,
-    /// L4 protocol.
+    /// L4 protocol: `tcp`, `udp` or `sctp`.
     pub protocol: Protocol,
     /// Scheduler (default rr, like kube-proxy's ipvs mode).
     #[serde(default)]
-    pub scheduler: SchedulerName,
+    pub scheduler: SchedulerKind,
     /// Scheduler flags.
     #[serde(default)]
     pub flags: Vec<SchedFlag>,

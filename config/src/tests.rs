@@ -107,7 +107,7 @@ fn minimal_file_gets_defaults() {
     assert_eq!(c.log.level, "info");
     assert_eq!(c.log.format, LogFormat::Text);
     let s = &c.services[0];
-    assert_eq!(s.scheduler, SchedulerName::Wrr);
+    assert_eq!(s.scheduler, SchedulerKind::Wrr);
     assert_eq!(s.backends[1].weight, 3);
     assert_eq!(s.mode_or(c.dataplane.mode), Mode::Fullnat);
     // An empty file is a valid (idle) configuration.
@@ -122,7 +122,7 @@ fn service_without_backends_is_fine() {
     )
     .unwrap();
     assert!(c.services[0].backends.is_empty());
-    assert_eq!(c.services[0].scheduler, SchedulerName::Rr);
+    assert_eq!(c.services[0].scheduler, SchedulerKind::Rr);
 }
 
 #[test]
@@ -318,7 +318,7 @@ fn kubernetes_and_static_services_do_not_mix() {
     .unwrap();
     let k = c.kubernetes.unwrap();
     assert_eq!(k.min_sync_period.get().as_secs(), 1);
-    assert_eq!(k.default_scheduler, SchedulerName::Rr);
+    assert_eq!(k.default_scheduler, SchedulerKind::Rr);
     let p = problem("[kubernetes]\nexternal_ip_cidrs = [\"198.18.200.1/24\"]\n");
     assert_eq!(
         (p.key.as_str(), p.line),
@@ -823,4 +823,59 @@ fn cores_are_a_list_or_auto() {
     let p = problem(&with("[1, 2]\nslowpath_core = 2"));
     assert_eq!(p.key, "dataplane.slowpath_core");
     parse(&with("\"auto\"\nslowpath_core = 2"), "t.toml").unwrap();
+}
+
+#[test]
+fn shared_vocabulary_errors_keep_their_words() {
+    // The protocol, scheduler, modes and CIDRs are `vocab`'s types; the file's words and
+    // serde's messages about them are the config's.
+    let svc = |line: &str, value: &str| problem(&MINIMAL.replace(line, value));
+    let p = svc("protocol = \"tcp\"", "protocol = \"icmp\"");
+    assert_eq!(
+        p.message,
+        "unknown variant `icmp`, expected one of `tcp`, `udp`, `sctp`"
+    );
+    let p = svc("protocol = \"tcp\"", "protocol = \"icmpv6\"");
+    assert_eq!(
+        p.message,
+        "unknown variant `icmpv6`, expected one of `tcp`, `udp`, `sctp`"
+    );
+    let p = svc("scheduler = \"wrr\"", "scheduler = \"fifo\"");
+    assert_eq!(
+        p.message,
+        "unknown variant `fifo`, expected one of `rr`, `wrr`, `lc`, `wlc`, `sed`, `nq`, `mh`, \
+         `sh`, `dh`, `lblc`, `lblcr`"
+    );
+    let p = svc("scheduler = \"wrr\"", "scheduler = \"wr\"");
+    assert_eq!(p.message, "unknown variant `wr`: did you mean `rr`?");
+    let p = svc("scheduler = \"wrr\"", "mode = \"dnat\"");
+    assert_eq!(p.message, "unknown variant `dnat`: did you mean `nat`?");
+    let p = svc("scheduler = \"wrr\"", "mode = \"bridge\"");
+    assert_eq!(
+        p.message,
+        "unknown variant `bridge`, expected `nat` or `fullnat`"
+    );
+    let p = problem("[dataplane]\nxdp_mode = \"skb\"\n");
+    assert_eq!(
+        p.message,
+        "unknown variant `skb`, expected one of `auto`, `native`, `generic`"
+    );
+    let p = problem("[dataplane]\nzero_copy = true\n");
+    assert_eq!(p.message, "wanted string or table");
+    let p = problem("[dataplane]\nzero_copy = \"yes\"\n");
+    assert_eq!(
+        p.message,
+        "unknown variant `yes`, expected one of `auto`, `on`, `off`"
+    );
+    let k = "[kubernetes]\nexternal_ip_cidrs = [";
+    let p = problem(&format!("{k}\"198.18.0.1/15\"]\n"));
+    assert_eq!(
+        p.message,
+        "invalid CIDR \"198.18.0.1/15\": address has bits set past the prefix"
+    );
+    let p = problem(&format!("{k}15]\n"));
+    assert_eq!(
+        p.message,
+        "expected a CIDR string such as \"198.18.0.0/15\""
+    );
 }

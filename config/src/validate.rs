@@ -6,7 +6,9 @@ use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::time::Duration;
 
-use crate::schema::{Config, Mode, SchedFlag, SchedulerName};
+use vocab::{Mode, SchedulerKind};
+
+use crate::schema::{Config, SchedFlag};
 use crate::span::KeyPath;
 
 type Found = Vec<(KeyPath, String)>;
@@ -257,8 +259,7 @@ fn synproxy(c: &Config, out: &mut Found) {
 
 fn synproxy_services(c: &Config, out: &mut Found) {
     for (i, s) in c.services.iter().enumerate() {
-        if s.synproxy == Some(crate::schema::SynproxyMode::On)
-            && s.protocol != crate::schema::Protocol::Tcp
+        if s.synproxy == Some(crate::schema::SynproxyMode::On) && s.protocol != vocab::Protocol::Tcp
         {
             err(
                 out,
@@ -666,7 +667,7 @@ fn services(c: &Config, out: &mut Found) {
             );
         }
         for (j, f) in s.flags.iter().enumerate() {
-            if s.scheduler != SchedulerName::Mh {
+            if s.scheduler != SchedulerKind::Mh {
                 let name = match f {
                     SchedFlag::MhPort => "mh-port",
                     SchedFlag::MhFallback => "mh-fallback",
@@ -771,7 +772,7 @@ fn scheduler_limit(s: &crate::schema::Service, mh_table_size: u32) -> Option<Str
     }
     let weights = || s.backends.iter().map(|b| u64::from(b.weight.min(65535)));
     match s.scheduler {
-        SchedulerName::Wrr => {
+        SchedulerKind::Wrr => {
             let g = weights().filter(|&w| w > 0).fold(0, gcd);
             let len: u64 = if g == 0 {
                 0
@@ -784,7 +785,7 @@ fn scheduler_limit(s: &crate::schema::Service, mh_table_size: u32) -> Option<Str
                 )
             })
         }
-        SchedulerName::Mh if is_prime(mh_table_size) && mh_table_size <= MH_TABLE_SIZE_MAX => {
+        SchedulerKind::Mh if is_prime(mh_table_size) && mh_table_size <= MH_TABLE_SIZE_MAX => {
             let fallback = s.has_flag(SchedFlag::MhFallback);
             let members: Vec<u64> = weights().filter(|&w| fallback || w > 0).collect();
             if !weights().any(|w| w > 0) {

@@ -38,11 +38,12 @@ use config::Config;
 use fastpath::flowlog::{self, FlowLog};
 use fastpath::passive::SynWatch;
 use fastpath::pipeline::{Pipeline, PipelineConfig};
+use fastpath::settings::worker_specs;
 use fastpath::snapshot::{L2Table, Snapshot, SnapshotBuilder};
 use fastpath::steer::{self, SteerCounters, Steering};
-use fastpath::worker::{WorkerCounters, WorkerStats, spawn_worker, worker_specs};
-use fastpath::xsk::XskSet;
+use fastpath::worker::{WorkerCounters, WorkerStats, spawn_worker};
 use fastpath::xsk::napi::NapiDefer;
+use fastpath::xsk::{XskSet, XskSettings};
 use slowpath::admin::{AdminConfig, AdminServer};
 use slowpath::bgp::{BgpStats, Include, Speaker};
 use slowpath::flowsync::{FlowSync, FlowSyncConfig};
@@ -187,8 +188,9 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
     // Sockets first, then the program that feeds them.
     let workers = cfg.dataplane.workers();
     let mut sockets = Vec::with_capacity(workers);
+    let xsk = XskSettings::from_config(&cfg.dataplane);
     for spec in worker_specs(&cfg.dataplane, &cores.workers) {
-        let mut set = open_sockets(&cfg.dataplane, spec.queue)
+        let mut set = open_sockets(&xsk, spec.queue)
             .with_context(|| format!("opening AF_XDP sockets for queue {}", spec.queue))?;
         if cfg.dataplane.pass_to_kernel {
             for (interface, e) in set.open_pass() {
@@ -700,7 +702,7 @@ const SOCKETS_BUSY_MAX: Duration = Duration::from_secs(3);
 /// The AF_XDP sockets of `queue`, waiting (up to [`SOCKETS_BUSY_MAX`]) while the queue is
 /// still bound: the kernel releases a killed process's sockets asynchronously, and a restart
 /// that raced it would otherwise fail and wait for its supervisor's back-off.
-fn open_sockets(dp: &config::Dataplane, queue: u32) -> Result<XskSet, fastpath::xsk::XskError> {
+fn open_sockets(dp: &XskSettings, queue: u32) -> Result<XskSet, fastpath::xsk::XskError> {
     let deadline = Instant::now() + SOCKETS_BUSY_MAX;
     loop {
         match XskSet::open(dp, queue) {

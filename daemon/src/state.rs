@@ -18,7 +18,8 @@ use std::time::Instant;
 
 use anyhow::Context;
 use config::Config;
-use fastpath::pipeline::{CookieKey, flow_table_config};
+use fastpath::pipeline::CookieKey;
+use fastpath::settings::flow_table_config;
 use fastpath::snapshot::AdoptedIds;
 use flowtable::{FlowTable, Opened};
 use lb_algos::{AffinityOpened, AffinityTable};

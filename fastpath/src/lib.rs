@@ -6,6 +6,7 @@ pub use flowtable::log as flowlog;
 pub mod limit;
 pub mod passive;
 pub mod pipeline;
+pub mod settings;
 pub mod snapshot;
 pub mod steer;
 pub mod traffic;

@@ -52,7 +52,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use config::Dataplane;
 use xsk_rs::FrameDesc;
 use xsk_rs::umem::Umem;
 
@@ -60,7 +59,7 @@ use crate::flowlog::{EndedFlow, FlowEvent};
 use crate::pipeline::{Counters, DropReason, FrameBatch, Pipeline, Verdict};
 use crate::snapshot::Snapshot;
 use crate::xsk::pool::FramePool;
-use crate::xsk::{XskSet, napi, wake_rx, worker_count};
+use crate::xsk::{XskSet, napi, wake_rx};
 
 /// Empty polls in a row before the worker sleeps `idle_backoff`.
 pub const IDLE_POLLS: u32 = 1024;
@@ -75,7 +74,8 @@ pub const SWEEP_EVERY: Duration = Duration::from_micros(100);
 /// Largest batch a worker accepts.
 pub const BATCH_MAX: usize = 4096;
 
-/// What a worker is: which queue, which core, which interfaces, how much work per poll.
+/// What a worker is: which queue, which core, which interfaces, how much work per poll. From
+/// the config by `WorkerSpec::from_config` and `worker_specs` ([`crate::settings`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkerSpec {
     /// Worker index (= the queue it serves).
@@ -97,32 +97,6 @@ pub struct WorkerSpec {
     pub sweep_budget: usize,
     /// Time for one full sweep round of the flow table.
     pub sweep_round: Duration,
-}
-
-impl WorkerSpec {
-    /// Worker `index` of `dp`: queue `index`, core `cores[index % len]` (`cores`: the
-    /// workers' cores of `dp.cores` resolved against the process's cpuset,
-    /// [`config::Cores::resolve`]; empty: not pinned).
-    pub fn from_config(dp: &Dataplane, cores: &[usize], index: usize) -> WorkerSpec {
-        WorkerSpec {
-            index,
-            core: (!cores.is_empty()).then(|| cores[index % cores.len()]),
-            queue: index as u32,
-            interfaces: dp.interfaces.iter().map(|i| i.name.clone()).collect(),
-            batch_size: (dp.batch_size as usize).clamp(1, BATCH_MAX),
-            idle_backoff: dp.idle_backoff.map(|d| d.get()),
-            napi_busy_poll: dp.napi_busy_poll,
-            sweep_budget: SWEEP_BUDGET,
-            sweep_round: SWEEP_ROUND,
-        }
-    }
-}
-
-/// Every worker of `dp` ([`worker_count`] of them), on `cores` in turn.
-pub fn worker_specs(dp: &Dataplane, cores: &[usize]) -> Vec<WorkerSpec> {
-    (0..worker_count(dp))
-        .map(|i| WorkerSpec::from_config(dp, cores, i))
-        .collect()
 }
 
 /// A worker's counters, readable from any thread; the worker stores them (relaxed) at the

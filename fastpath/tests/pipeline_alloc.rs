@@ -12,9 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use fastpath::pipeline::{
-    Counters, DropReason, Pipeline, PipelineConfig, Verdict, flow_table_config,
-};
+use fastpath::pipeline::{Counters, DropReason, Pipeline, PipelineConfig, Verdict};
+use fastpath::settings::flow_table_config;
 use fastpath::snapshot::SnapshotBuilder;
 use flowtable::FlowTable;
 use lb_algos::AffinityTable;

@@ -15,7 +15,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use etherparse::{Icmpv4Type, Icmpv6Type, PacketBuilder, icmpv4::DestUnreachableHeader};
-use fastpath::pipeline::{Pipeline, PipelineConfig, Verdict, flow_table_config};
+use fastpath::pipeline::{Pipeline, PipelineConfig, Verdict};
+use fastpath::settings::flow_table_config;
 use fastpath::snapshot::{Snapshot, SnapshotBuilder};
 use fastpath::wire::checksum;
 use flowtable::FlowTable;

@@ -752,7 +752,7 @@ fn the_cookie_key_decides() {
             .build_config(&cfg)
             .unwrap();
         let flows =
-            flowtable::FlowTable::new(fastpath::pipeline::flow_table_config(&cfg), epoch).unwrap();
+            flowtable::FlowTable::new(fastpath::settings::flow_table_config(&cfg), epoch).unwrap();
         let mut pc = fastpath::pipeline::PipelineConfig::from_config(&cfg, 0, 1);
         pc.mac = XVS_MAC;
         pc.synproxy_key = key;

@@ -16,11 +16,10 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use config::XdpMode;
 use fastpath::steer::{SteerCounters, Steering};
+use vocab::XdpMode;
+use vocab::ip_proto::{TCP, UDP};
 
-const UDP: u8 = 17;
-const TCP: u8 = 6;
 const LB4: &str = "198.18.0.1";
 const CL4: &str = "198.18.0.2";
 const LB6: &str = "2001:2::1";

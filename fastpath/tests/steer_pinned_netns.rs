@@ -21,13 +21,13 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use aya::programs::links::{FdLink, PinnedLink};
-use config::XdpMode;
 use fastpath::steer::{
     SteerCounters, SteerError, Steering, monotonic_ns, pin_dir, pin_dir_in, pinned_counters,
     pinned_hold, remove_pins,
 };
+use vocab::XdpMode;
+use vocab::ip_proto::UDP;
 
-const UDP: u8 = 17;
 const LB4: &str = "198.18.0.1";
 const CL4: &str = "198.18.0.2";
 const VIP4: &str = "198.18.100.1";

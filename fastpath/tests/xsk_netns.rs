@@ -24,10 +24,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use fastpath::pipeline::{Pipeline, PipelineConfig, flow_table_config};
+use fastpath::pipeline::{Pipeline, PipelineConfig};
+use fastpath::settings::flow_table_config;
 use fastpath::snapshot::{L2Table, ServiceSpec, Snapshot, SnapshotBuilder};
 use fastpath::worker::{Worker, WorkerSpec, WorkerStats, spawn_worker};
-use fastpath::xsk::{Program, XskSet, worker_count};
+use fastpath::xsk::{Program, XskSet, XskSettings, worker_count};
 use flowtable::FlowTable;
 use lb_algos::AffinityTable;
 
@@ -311,7 +312,8 @@ mac = "{mac_c}"
 "#
     );
     let cfg = config::parse(&toml, "xsk_netns.toml").unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(worker_count(&cfg.dataplane), 1);
+    let xsk = XskSettings::from_config(&cfg.dataplane);
+    assert_eq!(worker_count(&xsk), 1);
     let mut l2 = L2Table::from_config(&cfg);
     let backend: IpAddr = "198.18.1.1".parse().unwrap();
     for n in &mut l2.neighbours {
@@ -324,7 +326,7 @@ mac = "{mac_c}"
     let epoch = Instant::now();
     let flows = Arc::new(FlowTable::new(flow_table_config(&cfg), epoch).unwrap());
     let affinity = Arc::new(AffinityTable::new(1024, epoch));
-    let mut pc = PipelineConfig::from_config(&cfg, 0, worker_count(&cfg.dataplane));
+    let mut pc = PipelineConfig::from_config(&cfg, 0, worker_count(&xsk));
     pc.mac = parse_mac(&mac_lc);
     let pipeline = Pipeline::new(pc, flows, affinity, Arc::clone(&snapshot));
     Some(Setup {
@@ -351,7 +353,7 @@ fn parse_mac(m: &str) -> [u8; 6] {
 impl Setup {
     /// Opens the worker's sockets inside the lb namespace (libxdp's default program).
     fn open_sockets(&self) -> XskSet {
-        let dp = self.cfg.dataplane.clone();
+        let dp = XskSettings::from_config(&self.cfg.dataplane);
         let set = in_netns(&self.ns_l, move || {
             XskSet::open_with(&dp, 0, Program::LibxdpDefault)
                 .unwrap_or_else(|e| panic!("open sockets: {e}"))

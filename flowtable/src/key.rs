@@ -8,35 +8,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use lb_algos::BackendId;
 
-/// Transport protocols the table tracks (values are IP protocol numbers).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum Protocol {
-    /// ICMP (echo; the identifier is the port).
-    Icmp = 1,
-    /// TCP.
-    Tcp = 6,
-    /// UDP.
-    Udp = 17,
-    /// ICMPv6 (echo; the identifier is the port).
-    Icmpv6 = 58,
-    /// SCTP.
-    Sctp = 132,
-}
-
-impl Protocol {
-    /// From an IP protocol / IPv6 next-header number; `None` for protocols the table ignores.
-    pub fn from_ip_proto(n: u8) -> Option<Protocol> {
-        Some(match n {
-            1 => Protocol::Icmp,
-            6 => Protocol::Tcp,
-            17 => Protocol::Udp,
-            58 => Protocol::Icmpv6,
-            132 => Protocol::Sctp,
-            _ => return None,
-        })
-    }
-}
+pub use vocab::Protocol;
 
 /// Which of a flow's two tuples a packet matched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

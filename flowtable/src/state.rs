@@ -5,85 +5,15 @@
 //! in the reply direction (backend → client/SNAT). As in IPVS, a packet's event is RST if RST is
 //! set, else SYN, else FIN, else ACK; a packet with none of them moves the flow to CLOSE.
 //! UDP and ICMP have one state each. SCTP uses a two-state model: ESTABLISHED, and CLOSING after
-//! an ABORT or a SHUTDOWN chunk (pass [`TcpFlags::RST`] for ABORT, [`TcpFlags::FIN`] for
-//! SHUTDOWN/SHUTDOWN-ACK/SHUTDOWN-COMPLETE, [`TcpFlags::SYN`] for INIT, which re-opens).
+//! an ABORT or a SHUTDOWN chunk: pass the flags [`vocab::sctp_events`] gives for the chunk
+//! type ([`TcpFlags::RST`] for ABORT, [`TcpFlags::FIN`] for SHUTDOWN/SHUTDOWN-ACK/
+//! SHUTDOWN-COMPLETE, [`TcpFlags::SYN`] for INIT, which re-opens).
 
 use std::time::Duration;
 
 use crate::key::{Direction, Protocol};
 
-/// TCP header flag bits as they appear in the header's flags byte (pass the byte as is).
-/// The one definition: the wire views (`fastpath::wire::TcpFlags`) and the pipeline use it
-/// too.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct TcpFlags(pub u8);
-
-impl TcpFlags {
-    /// No flags (UDP, ICMP, or a TCP packet with no flag set).
-    pub const NONE: TcpFlags = TcpFlags(0);
-    /// FIN: no more data from the sender.
-    pub const FIN: TcpFlags = TcpFlags(0x01);
-    /// SYN: synchronise sequence numbers.
-    pub const SYN: TcpFlags = TcpFlags(0x02);
-    /// RST: reset the connection.
-    pub const RST: TcpFlags = TcpFlags(0x04);
-    /// PSH.
-    pub const PSH: TcpFlags = TcpFlags(0x08);
-    /// ACK: the acknowledgement field is significant.
-    pub const ACK: TcpFlags = TcpFlags(0x10);
-    /// URG: the urgent pointer is significant.
-    pub const URG: TcpFlags = TcpFlags(0x20);
-    /// ECE: ECN echo.
-    pub const ECE: TcpFlags = TcpFlags(0x40);
-    /// CWR: congestion window reduced.
-    pub const CWR: TcpFlags = TcpFlags(0x80);
-
-    /// No flags.
-    pub const fn empty() -> Self {
-        TcpFlags(0)
-    }
-
-    /// The raw byte.
-    pub const fn bits(self) -> u8 {
-        self.0
-    }
-
-    /// The bits that say which step of a handshake a segment is (SYN, RST, ACK): a client's
-    /// SYN is `handshake() == SYN`, a SYN-ACK `SYN | ACK`, a plain ACK `ACK`.
-    pub const fn handshake(self) -> TcpFlags {
-        TcpFlags(self.0 & (Self::SYN.0 | Self::RST.0 | Self::ACK.0))
-    }
-
-    /// Whether every bit of `other` is set in `self`.
-    pub const fn contains(self, other: TcpFlags) -> bool {
-        self.0 & other.0 == other.0
-    }
-
-    /// Whether any bit of `other` is set in `self`.
-    pub const fn intersects(self, other: TcpFlags) -> bool {
-        self.0 & other.0 != 0
-    }
-}
-
-impl std::ops::BitOr for TcpFlags {
-    type Output = TcpFlags;
-    fn bitor(self, rhs: TcpFlags) -> TcpFlags {
-        TcpFlags(self.0 | rhs.0)
-    }
-}
-
-impl std::ops::BitOrAssign for TcpFlags {
-    fn bitor_assign(&mut self, rhs: TcpFlags) {
-        self.0 |= rhs.0;
-    }
-}
-
-impl std::ops::BitAnd for TcpFlags {
-    type Output = TcpFlags;
-    fn bitand(self, rhs: TcpFlags) -> TcpFlags {
-        TcpFlags(self.0 & rhs.0)
-    }
-}
+pub use vocab::TcpFlags;
 
 /// IPVS's TCP connection states (`IP_VS_TCP_S_*`), in IPVS's order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

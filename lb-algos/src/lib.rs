@@ -19,9 +19,7 @@
 //! - Semantics follow Linux IPVS (`net/netfilter/ipvs/ip_vs_*.c`); each module doc says where
 //!   and why we deviate.
 
-use std::fmt;
 use std::net::{IpAddr, SocketAddr};
-use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 pub mod affinity;
@@ -95,105 +93,20 @@ pub trait ConnCounts {
 /// every per-backend table small enough to build in milliseconds.
 pub const BACKENDS_MAX: usize = 1 << 20;
 
-/// Which scheduler a service uses; the names are IPVS's (`ipvsadm -s NAME`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SchedulerKind {
-    /// Round robin.
-    Rr,
-    /// Weighted round robin (IPVS's interleaved gcd sequence).
-    Wrr,
-    /// Least connections.
-    Lc,
-    /// Weighted least connections (the IPVS default).
-    Wlc,
-    /// Shortest expected delay.
-    Sed,
-    /// Never queue.
-    Nq,
-    /// Maglev consistent hashing.
-    Mh,
-    /// Source hashing.
-    Sh,
-    /// Destination hashing.
-    Dh,
-    /// Locality-based least connections.
-    Lblc,
-    /// Locality-based least connections with replication.
-    Lblcr,
-}
+pub use vocab::{SchedulerKind, UnknownScheduler};
 
-impl SchedulerKind {
-    /// Every scheduler, in the order of the names below.
-    pub const ALL: &'static [SchedulerKind] = &[
-        SchedulerKind::Rr,
-        SchedulerKind::Wrr,
-        SchedulerKind::Lc,
-        SchedulerKind::Wlc,
-        SchedulerKind::Sed,
-        SchedulerKind::Nq,
-        SchedulerKind::Mh,
-        SchedulerKind::Sh,
-        SchedulerKind::Dh,
-        SchedulerKind::Lblc,
-        SchedulerKind::Lblcr,
-    ];
-
-    /// The IPVS name (`"rr"`, `"wrr"`, ...).
-    pub const fn name(self) -> &'static str {
-        match self {
-            SchedulerKind::Rr => "rr",
-            SchedulerKind::Wrr => "wrr",
-            SchedulerKind::Lc => "lc",
-            SchedulerKind::Wlc => "wlc",
-            SchedulerKind::Sed => "sed",
-            SchedulerKind::Nq => "nq",
-            SchedulerKind::Mh => "mh",
-            SchedulerKind::Sh => "sh",
-            SchedulerKind::Dh => "dh",
-            SchedulerKind::Lblc => "lblc",
-            SchedulerKind::Lblcr => "lblcr",
-        }
-    }
-
-    /// Whether `pick` reads [`ConnCounts`] (the least-connection family and lblc/lblcr).
-    /// The others ignore the `counts` argument.
-    pub const fn uses_conn_counts(self) -> bool {
-        matches!(
-            self,
-            SchedulerKind::Lc
-                | SchedulerKind::Wlc
-                | SchedulerKind::Sed
-                | SchedulerKind::Nq
-                | SchedulerKind::Lblc
-                | SchedulerKind::Lblcr
-        )
-    }
-}
-
-impl fmt::Display for SchedulerKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// `SchedulerKind::from_str` was given a name that is not a scheduler.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown scheduler {name:?}; valid: rr, wrr, lc, wlc, sed, nq, mh, sh, dh, lblc, lblcr")]
-pub struct UnknownScheduler {
-    /// The name that was given.
-    pub name: String,
-}
-
-impl FromStr for SchedulerKind {
-    type Err = UnknownScheduler;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        SchedulerKind::ALL
-            .iter()
-            .copied()
-            .find(|k| k.name() == s)
-            .ok_or_else(|| UnknownScheduler { name: s.to_owned() })
-    }
+/// Whether `kind`'s `pick` reads [`ConnCounts`] (the least-connection family and lblc/lblcr).
+/// The others ignore the `counts` argument.
+pub const fn uses_conn_counts(kind: SchedulerKind) -> bool {
+    matches!(
+        kind,
+        SchedulerKind::Lc
+            | SchedulerKind::Wlc
+            | SchedulerKind::Sed
+            | SchedulerKind::Nq
+            | SchedulerKind::Lblc
+            | SchedulerKind::Lblcr
+    )
 }
 
 /// One backend as the scheduler sees it.
@@ -492,7 +405,7 @@ mod tests {
     fn uses_conn_counts_is_the_lc_family_and_locality() {
         let users: Vec<_> = SchedulerKind::ALL
             .iter()
-            .filter(|k| k.uses_conn_counts())
+            .filter(|&&k| uses_conn_counts(k))
             .map(|k| k.name())
             .collect();
         assert_eq!(users, ["lc", "wlc", "sed", "nq", "lblc", "lblcr"]);

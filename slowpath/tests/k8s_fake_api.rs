@@ -435,7 +435,7 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use config::{Config, Dur, Kubernetes, SchedulerName};
+use config::{Config, Dur, Kubernetes, SchedulerKind};
 use slowpath::k8s::{self, K8sModel, SourceHandle};
 
 /// Upper bound for any one expectation (reconnects wait for kube's backoff, ~1-3 s).
@@ -510,7 +510,7 @@ fn start(fake: FakeApi, tweak: impl FnOnce(&mut Kubernetes)) -> Run {
         service_proxy_name: None,
         min_sync_period: Dur(Duration::from_millis(100)),
         sync_period: Dur(Duration::from_secs(30)),
-        default_scheduler: SchedulerName::Rr,
+        default_scheduler: SchedulerKind::Rr,
         external_ip_cidrs: vec![],
     };
     tweak(&mut k);

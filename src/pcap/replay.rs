@@ -7,7 +7,8 @@ use std::io::{self, Read, Write};
 use std::sync::Arc;
 use std::time::Instant;
 
-use fastpath::pipeline::{Pipeline, PipelineConfig, Verdict, flow_table_config};
+use fastpath::pipeline::{Pipeline, PipelineConfig, Verdict};
+use fastpath::settings::flow_table_config;
 use pcap::{CaptureReader, PcapError, PcapWriter, link};
 
 /// What [`replay`] did.

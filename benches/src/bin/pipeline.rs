@@ -34,7 +34,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fastpath::flowlog::{self, FlowLog};
-use fastpath::pipeline::{FrameBatch, Pipeline, PipelineConfig, Verdict, flow_table_config};
+use fastpath::pipeline::{FrameBatch, Pipeline, PipelineConfig, Verdict};
+use fastpath::settings::flow_table_config;
 use fastpath::snapshot::SnapshotBuilder;
 use fastpath::wire::checksum;
 

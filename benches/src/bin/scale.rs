@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use clap::Parser;
-use config::{Config, Dur, Kubernetes, SchedulerName};
+use config::{Config, Dur, Kubernetes, SchedulerKind};
 use fastpath::snapshot::{L2Table, Snapshot, SnapshotBuilder};
 use k8s_openapi::api::core::v1::{
     LoadBalancerIngress, LoadBalancerStatus, ObjectReference, Service, ServicePort,
@@ -227,7 +227,7 @@ fn config(args: &Args) -> Config {
             service_proxy_name: None,
             min_sync_period: Dur(Duration::from_secs(1)),
             sync_period: Dur(Duration::from_secs(30)),
-            default_scheduler: SchedulerName::Rr,
+            default_scheduler: SchedulerKind::Rr,
             external_ip_cidrs: Vec::new(),
         }),
         ..Config::default()

@@ -87,7 +87,7 @@ use slowpath::k8s::{HealthCheckNodePort, K8sModel};
 pub use drain::{Drain, QUIET};
 pub use passive::{PASSIVE_MIN_SYNS, PassiveHealth};
 pub use removal::{Removal, Retirees, end_removed_flows, reclaim_ids};
-pub use steer::{SteerKey, SteerSet, ip_proto};
+pub use steer::{SteerKey, SteerSet};
 
 /// The second removal pass runs this long after a publish.
 pub const SECOND_PASS: Duration = Duration::from_secs(1);

@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use config::{Dataplane, Mode, Protocol};
+use config::{Dataplane, Mode};
 use fastpath::snapshot::Snapshot;
 
 /// An (address, IP protocol number, port) the steering program matches.
@@ -22,15 +22,6 @@ pub struct SteerSet {
     pub snat_ports: (u16, u16),
 }
 
-/// The IP protocol number of `p`.
-pub fn ip_proto(p: Protocol) -> u8 {
-    match p {
-        Protocol::Tcp => 6,
-        Protocol::Udp => 17,
-        Protocol::Sctp => 132,
-    }
-}
-
 impl SteerSet {
     /// What `snap` owns, with the dataplane's SNAT addresses and ports.
     pub fn of(snap: &Snapshot, dp: &Dataplane) -> SteerSet {
@@ -38,10 +29,10 @@ impl SteerSet {
         let mut backends = Vec::new();
         for s in snap.services.iter() {
             for f in &s.frontends {
-                frontends.push((f.vip, ip_proto(f.protocol), f.port));
+                frontends.push((f.vip, f.protocol.ip_proto(), f.port));
                 if s.mode == Mode::Nat {
                     for b in &s.backends {
-                        backends.push((b.addr.ip(), ip_proto(f.protocol), b.addr.port()));
+                        backends.push((b.addr.ip(), f.protocol.ip_proto(), b.addr.port()));
                     }
                 }
             }

@@ -5,7 +5,8 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use fastpath::pipeline::{Pipeline, PipelineConfig, Verdict, flow_table_config};
+use fastpath::pipeline::{Pipeline, PipelineConfig, Verdict};
+use fastpath::settings::flow_table_config;
 use fastpath::snapshot::{L2Table, Neighbour, ServiceSpec, SnapshotBuilder};
 use flowtable::FlowTable;
 use lb_algos::AffinityTable;

@@ -7,7 +7,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fastpath::pipeline::{Pipeline, PipelineConfig, Verdict, flow_table_config};
+use fastpath::pipeline::{Pipeline, PipelineConfig, Verdict};
+use fastpath::settings::flow_table_config;
 use fastpath::snapshot::{L2Table, Neighbour, Snapshot};
 use lb_algos::AffinityTable;
 

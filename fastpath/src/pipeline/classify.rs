@@ -8,18 +8,16 @@
 use std::net::IpAddr;
 
 use crate::wire::{
-    self, IpProtocol, Ipv4Packet, Ipv6Packet, L3Info, SctpChunkType, SctpPacket, TcpFlags,
-    TcpPacket, UdpPacket,
+    self, IpProtocol, Ipv4Packet, Ipv6Packet, L3Info, SctpPacket, TcpPacket, UdpPacket,
 };
 
 use super::{DropReason, Verdict};
 
 /// IP protocol numbers the pipeline handles itself.
-pub(crate) const PROTO_ICMP: u8 = 1;
-pub(crate) const PROTO_TCP: u8 = 6;
-pub(crate) const PROTO_UDP: u8 = 17;
-pub(crate) const PROTO_ICMPV6: u8 = 58;
-pub(crate) const PROTO_SCTP: u8 = 132;
+pub(crate) use vocab::ip_proto::{
+    ICMP as PROTO_ICMP, ICMPV6 as PROTO_ICMPV6, SCTP as PROTO_SCTP, TCP as PROTO_TCP,
+    UDP as PROTO_UDP,
+};
 
 /// Where this packet sits in a fragmented datagram.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,7 +52,7 @@ pub(crate) struct Packet {
     /// Destination port (0 without an L4 header).
     pub dport: u16,
     /// TCP flags byte; for SCTP the flags the flow table's state machine takes
-    /// (INIT → SYN, ABORT → RST, SHUTDOWN* → FIN).
+    /// ([`vocab::sctp_events`] of the first chunk's type).
     pub flags: u8,
     /// TTL or hop limit.
     pub ttl: u8,
@@ -91,20 +89,6 @@ impl From<wire::Error> for DropReason {
             wire::Error::TooManyExtHeaders => DropReason::TooManyExtHeaders,
             wire::Error::Malformed => DropReason::Malformed,
         }
-    }
-}
-
-/// SCTP chunk type → the flow table's TCP-like events: INIT opens an association as a SYN
-/// opens a connection, ABORT resets it, the SHUTDOWN chunks close it.
-#[inline]
-fn sctp_flags(chunk: SctpChunkType) -> u8 {
-    match chunk {
-        SctpChunkType::Init => TcpFlags::SYN.0,
-        SctpChunkType::Abort => TcpFlags::RST.0,
-        SctpChunkType::Shutdown | SctpChunkType::ShutdownAck | SctpChunkType::ShutdownComplete => {
-            TcpFlags::FIN.0
-        }
-        _ => 0,
     }
 }
 
@@ -226,7 +210,7 @@ pub(crate) fn classify(frame: &[u8]) -> Result<Packet, Verdict> {
             let Some(chunk) = sctp.first_chunk_type() else {
                 return Err(Verdict::Drop(DropReason::Truncated));
             };
-            p.flags = sctp_flags(chunk);
+            p.flags = vocab::sctp_events(u8::from(chunk)).bits();
             (sctp.src_port(), sctp.dst_port())
         }
         IpProtocol::Icmp | IpProtocol::Icmpv6 => {

@@ -11,17 +11,17 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Instant;
 
-use config::Mode;
 use flowtable::{
     Direction, FlowData, FlowHandle, FlowKey, InsertError, PendingV4, Protocol, TcpFlags, Tick,
     V4Flow, V4Key,
 };
 use lb_algos::{BackendId, FlowTuple, Scheduler};
+use vocab::{Mode, sctp, sctp_events};
 
-use super::classify::{PROTO_SCTP, PROTO_TCP, Packet};
+use super::classify::{PROTO_TCP, Packet};
 use super::{
     DropReason, FLAG_FULLNAT, FLAG_SYNPROXY, Pipeline, SNAT_TRIES, SYNPROXY, Verdict, fast,
-    frontend_protocol, nat,
+    l4_protocol, nat,
 };
 use crate::snapshot::Frontend;
 
@@ -39,7 +39,7 @@ pub(super) struct Scheduled {
 }
 
 impl Pipeline {
-    /// Everything before the insert of a new flow for `t` (a packet of IP protocol `proto`,
+    /// Everything before the insert of a new flow for `t` (a packet of protocol `protocol`,
     /// TCP flags or SCTP chunk type `flags`, TTL `ttl`): the frontend's service, the source
     /// (martian or xvs's own: `hygiene`), the TTL, whether the SYN proxy takes the packet (when `synproxy`: then `Err(SYNPROXY)`, and
     /// the caller hands it the frame), whether the packet may open a flow, source ranges,
@@ -49,13 +49,10 @@ impl Pipeline {
     pub(super) fn schedule(
         &self,
         t: &FlowTuple,
-        (proto, flags, ttl): (u8, u8, u8),
+        (protocol, flags, ttl): (Protocol, u8, u8),
         synproxy: bool,
         now: Instant,
     ) -> Result<Scheduled, Verdict> {
-        let Some(protocol) = frontend_protocol(proto) else {
-            return Err(Verdict::Pass);
-        };
         let fe = Frontend {
             vip: t.dst,
             protocol,
@@ -72,14 +69,14 @@ impl Pipeline {
         }
         if snapshot.synproxy_any
             && synproxy
-            && proto == PROTO_TCP
+            && protocol == Protocol::Tcp
             && self.synproxy_takes(svc.synproxy, flags)
         {
             return Err(SYNPROXY);
         }
-        let opens = match proto {
-            PROTO_TCP => TcpFlags(flags).handshake() == TcpFlags::SYN,
-            PROTO_SCTP => flags == 0x02, // INIT
+        let opens = match protocol {
+            Protocol::Tcp => TcpFlags(flags).handshake() == TcpFlags::SYN,
+            Protocol::Sctp => TcpFlags(flags) == sctp_events(sctp::INIT),
             _ => true,
         };
         if !opens && !matches!(svc.scheduler, Scheduler::Mh(_)) {
@@ -130,7 +127,7 @@ impl Pipeline {
             dst_port: p.dport,
         };
         let may = matches!(proxy, Proxy::May);
-        let s = match self.schedule(&tuple, (p.proto, p.flags, p.ttl), may, now) {
+        let s = match self.schedule(&tuple, (l4_protocol(p), p.flags, p.ttl), may, now) {
             Ok(s) => s,
             Err(SYNPROXY) if may => return self.synproxy_miss(frame, now),
             Err(v) => return v,
@@ -303,7 +300,7 @@ impl Pipeline {
             dst: IpAddr::V4(Ipv4Addr::from_bits(v.dst())),
             dst_port: v.dport(),
         };
-        let s = self.schedule(&tuple, (v.proto, v.flags, v.ttl), true, now)?;
+        let s = self.schedule(&tuple, (v.protocol, v.flags, v.ttl), true, now)?;
         let SocketAddr::V4(backend) = s.backend else {
             return Err(Verdict::Drop(DropReason::NoBackend));
         };

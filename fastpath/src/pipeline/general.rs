@@ -55,7 +55,7 @@ impl Pipeline {
     fn corrupt_sctp(&self, p: &Packet, key: &FlowKey) -> Verdict {
         let fe = crate::snapshot::Frontend {
             vip: p.dst,
-            protocol: config::Protocol::Sctp,
+            protocol: Protocol::Sctp,
             port: p.dport,
         };
         if self.flows.lookup_hit(key).is_some() || self.snapshot.service_for(&fe).is_some() {
@@ -224,26 +224,21 @@ impl Pipeline {
     }
 }
 
-/// The config protocol a frontend with this IP protocol number uses.
+/// The protocol of a packet the general path forwards or schedules: TCP, UDP or SCTP
+/// (`run_general` passed every other protocol before).
 #[inline]
-pub(super) fn frontend_protocol(proto: u8) -> Option<config::Protocol> {
-    match proto {
-        PROTO_TCP => Some(config::Protocol::Tcp),
-        PROTO_UDP => Some(config::Protocol::Udp),
-        PROTO_SCTP => Some(config::Protocol::Sctp),
-        _ => None,
+pub(super) fn l4_protocol(p: &Packet) -> Protocol {
+    match p.proto {
+        PROTO_TCP => Protocol::Tcp,
+        PROTO_UDP => Protocol::Udp,
+        _ => Protocol::Sctp,
     }
 }
 
 /// The packet's own tuple.
 #[inline]
 pub(crate) fn flow_key(p: &Packet) -> FlowKey {
-    let proto = match p.proto {
-        PROTO_TCP => Protocol::Tcp,
-        PROTO_UDP => Protocol::Udp,
-        _ => Protocol::Sctp,
-    };
-    key_of(proto, p.src, p.sport, p.dst, p.dport)
+    key_of(l4_protocol(p), p.src, p.sport, p.dst, p.dport)
 }
 
 #[inline]

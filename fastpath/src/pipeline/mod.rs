@@ -68,6 +68,7 @@ use std::time::Instant;
 
 use flowtable::{Direction, FlowHandle, FlowHit, FlowTable, Tick, V4Hit, V4Key};
 use lb_algos::AffinityTable;
+use vocab::TcpFlags;
 
 use crate::flowlog::{FlowEvent, FlowLog};
 use crate::passive::SynWatch;
@@ -91,10 +92,10 @@ pub mod snat;
 pub mod synproxy;
 
 pub use batch::{FrameBatch, STAGE_DISTANCE, WAITING_MAX};
-use general::frontend_protocol;
+use general::l4_protocol;
 pub(crate) use general::{flow_key, key_of};
 use next_hop::{NH_CACHE_SLOTS, NhSlot};
-pub use settings::{DEFAULT_MAC, PipelineConfig, flow_table_config};
+pub use settings::{DEFAULT_MAC, PipelineConfig};
 pub use synproxy::CookieKey;
 
 /// Ports tried for one new fullnat flow before giving up with `SnatPortsExhausted`.
@@ -675,7 +676,7 @@ impl Pipeline {
         let tick = self.tick(now);
         self.flows.touch_v4(hit, flowtable::TcpFlags(flags), tick);
         // (Tested as the flow table's shortcut tests it: a pure ACK is no SYN-ACK.)
-        if flags & 0x17 != 0x10 {
+        if TcpFlags(flags).events() != TcpFlags::ACK {
             self.answered(flags, hit.backend_id());
         }
     }
@@ -683,7 +684,7 @@ impl Pipeline {
     /// A SYN-ACK: the backend answered a connection (passive health).
     #[inline(always)]
     fn answered(&self, flags: u8, backend: lb_algos::BackendId) {
-        if flags & 0x12 == 0x12
+        if TcpFlags(flags).contains(TcpFlags::SYN | TcpFlags::ACK)
             && let Some(w) = &self.syn_watch
         {
             w.answered(backend);

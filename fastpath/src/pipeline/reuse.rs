@@ -31,7 +31,7 @@
 //! [`FlowTable::remove`]: flowtable::FlowTable::remove
 //! [`Counters::reused`]: super::Counters::reused
 
-use flowtable::{FlowHandle, FlowState, SctpState, TcpState};
+use flowtable::{FlowHandle, FlowState, SctpState, TcpFlags, TcpState};
 
 use super::Pipeline;
 
@@ -39,7 +39,7 @@ use super::Pipeline;
 /// connection again on a flow that has ended: SYN without ACK, RST and FIN (SCTP: INIT).
 #[inline(always)]
 pub(super) fn reopens(flags: u8) -> bool {
-    flags & 0x17 == 0x02
+    TcpFlags(flags).events() == TcpFlags::SYN
 }
 
 impl Pipeline {

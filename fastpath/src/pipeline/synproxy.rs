@@ -350,7 +350,7 @@ impl Pipeline {
         }
         let fe = Frontend {
             vip: p.dst,
-            protocol: config::Protocol::Tcp,
+            protocol: vocab::Protocol::Tcp,
             port: p.dport,
         };
         let Some(svc) = self.snapshot.service_for(&fe) else {
@@ -462,7 +462,7 @@ impl Pipeline {
             dport: p.dport,
             seq: client_isn,
             ack: 0,
-            flags: 0x02,
+            flags: TcpFlags::SYN.bits(),
             window: rescale(window, opts.wscale.unwrap_or(0), 0),
             opts,
         };
@@ -619,7 +619,7 @@ impl Pipeline {
             dport: p.sport,
             seq: ack_in,
             ack: backend_isn.wrapping_add(1),
-            flags: 0x10,
+            flags: TcpFlags::ACK.bits(),
             window,
             opts: SynOptions::default(),
         };

@@ -237,11 +237,7 @@ backends = [{ addr = "198.18.1.3:53" }, { addr = "198.18.1.4:53" }, { addr = "19
             let f = s.frontends[0];
             for (j, b) in s.backends.iter().enumerate() {
                 let d = FlowData {
-                    proto: match f.protocol {
-                        config::Protocol::Tcp => flowtable::Protocol::Tcp,
-                        config::Protocol::Udp => flowtable::Protocol::Udp,
-                        config::Protocol::Sctp => flowtable::Protocol::Sctp,
-                    },
+                    proto: f.protocol,
                     client: SocketAddr::new([198, 18, 0, 2].into(), 1000 + (10 * i + j) as u16),
                     vip: SocketAddr::new(f.vip, f.port),
                     backend: b.addr,

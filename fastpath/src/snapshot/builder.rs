@@ -1,6 +1,6 @@
 //! [`SnapshotBuilder`]: builds each [`Snapshot`] from the [`ServiceSpec`]s and the
 //! [`L2Table`], keeping service and backend ids stable across builds ([`BuildError`] when it
-//! cannot; a failed build is undone); and [`kind`], the scheduler a config name stands for.
+//! cannot; a failed build is undone).
 //!
 //! The builder stays in the fastpath crate, not the slowpath's: it fills the snapshot's
 //! private fields, and fastpath's own tests and benches, `xvs sim` and the pcap replay build
@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
-use config::{Config, SchedFlag, SchedulerName};
-use lb_algos::{Backend, BackendId, SchedFlags, SchedParams, Scheduler, SchedulerKind};
+use config::{Config, SchedFlag};
+use lb_algos::{Backend, BackendId, SchedFlags, SchedParams, Scheduler};
 
 use super::{
     BackendEntry, Frontend, FrontendMap, L2Table, ServiceEntry, ServiceSpec, ServiceTable,
@@ -445,12 +445,13 @@ impl SnapshotBuilder {
                 mh_table_size: self.mh_table_size,
                 ..SchedParams::default()
             };
-            let scheduler = Scheduler::build(kind(s.scheduler), &sched_backends, &params).map_err(
-                |source| BuildError::Scheduler {
-                    service: s.name.clone(),
-                    source,
-                },
-            )?;
+            let scheduler =
+                Scheduler::build(s.scheduler, &sched_backends, &params).map_err(|source| {
+                    BuildError::Scheduler {
+                        service: s.name.clone(),
+                        source,
+                    }
+                })?;
             built.push((
                 p,
                 Arc::new(ServiceEntry {
@@ -563,21 +564,4 @@ pub(super) struct Undo {
     next: u32,
     retired: Vec<((String, SocketAddr), BackendId)>,
     pub(super) adopted: adopt::AdoptedUndo,
-}
-
-/// The scheduler a config name stands for.
-pub fn kind(name: SchedulerName) -> SchedulerKind {
-    match name {
-        SchedulerName::Rr => SchedulerKind::Rr,
-        SchedulerName::Wrr => SchedulerKind::Wrr,
-        SchedulerName::Lc => SchedulerKind::Lc,
-        SchedulerName::Wlc => SchedulerKind::Wlc,
-        SchedulerName::Sed => SchedulerKind::Sed,
-        SchedulerName::Nq => SchedulerKind::Nq,
-        SchedulerName::Mh => SchedulerKind::Mh,
-        SchedulerName::Sh => SchedulerKind::Sh,
-        SchedulerName::Dh => SchedulerKind::Dh,
-        SchedulerName::Lblc => SchedulerKind::Lblc,
-        SchedulerName::Lblcr => SchedulerKind::Lblcr,
-    }
 }

@@ -4,7 +4,7 @@
 
 use std::net::IpAddr;
 
-use config::Config;
+use vocab::Cidr;
 
 /// Where a frame to some destination leaves: the fastpath port (index of the interface in
 /// `[dataplane] interfaces`) and the Ethernet addresses to write.
@@ -23,7 +23,7 @@ pub struct NextHop {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Route {
     /// Destination prefix.
-    pub prefix: config::Cidr,
+    pub prefix: Cidr,
     /// Transmit port.
     pub port: u16,
     /// Next-hop router, when not directly connected.
@@ -53,22 +53,4 @@ pub struct L2Table {
     pub neighbours: Vec<Neighbour>,
     /// MAC of each port, by port index.
     pub port_macs: Vec<[u8; 6]>,
-}
-
-impl L2Table {
-    /// The static `[[neighbours]]` of a config, with no routes and no port MACs.
-    pub fn from_config(c: &Config) -> L2Table {
-        L2Table {
-            neighbours: c
-                .neighbours
-                .iter()
-                .map(|n| Neighbour {
-                    ip: n.ip,
-                    mac: n.mac.0,
-                    port: None,
-                })
-                .collect(),
-            ..L2Table::default()
-        }
-    }
 }

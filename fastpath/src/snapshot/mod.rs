@@ -42,7 +42,7 @@ mod tests;
 
 pub use crate::limit::RateLimit;
 pub use adopt::{AdoptedIds, AdoptedService};
-pub use builder::{BuildError, SnapshotBuilder, kind};
+pub use builder::{BuildError, SnapshotBuilder};
 pub use l2::{L2Table, Neighbour, NextHop, Route};
 pub use service::{BackendEntry, NoBackend, ServiceEntry, ServiceTable};
 pub use spec::{BackendSpec, Frontend, ServiceSpec, SynproxySetting};

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use config::Mode;
 use lb_algos::{AffinityTable, BackendId, ConnCounts, FlowTuple, Scheduler};
+use vocab::{Cidr, Mode};
 
 use super::{Frontend, SynproxySetting};
 use crate::limit::TokenBucket;
@@ -49,7 +49,7 @@ pub struct ServiceEntry {
     /// The prebuilt scheduler.
     pub scheduler: Scheduler,
     /// Allowed client prefixes for new flows; empty = everyone.
-    pub source_ranges: Vec<config::Cidr>,
+    pub source_ranges: Vec<Cidr>,
     /// The new-connection rate limit, shared by every worker.
     pub limiter: Option<TokenBucket>,
     /// New flows refused.

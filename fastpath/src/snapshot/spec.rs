@@ -1,12 +1,15 @@
 //! What the builder takes: the source-agnostic model of a service ([`ServiceSpec`], its
 //! [`Frontend`]s and [`BackendSpec`]s, its [`SynproxySetting`]). The static source
-//! ([`ServiceSpec::from_config`]) and the Kubernetes source both produce it.
+//! ([`ServiceSpec::from_config`]) and the Kubernetes source both produce it. The static
+//! `[[neighbours]]` of the config are an [`L2Table`] ([`L2Table::from_config`]).
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use config::{Config, Mode, Protocol, SchedFlag, SchedulerName};
+use config::{Config, SchedFlag};
+use vocab::{Cidr, Mode, Protocol, SchedulerKind};
 
+use super::{L2Table, Neighbour};
 use crate::limit::RateLimit;
 
 /// A frontend: what a client addresses.
@@ -14,7 +17,7 @@ use crate::limit::RateLimit;
 pub struct Frontend {
     /// Virtual IP.
     pub vip: IpAddr,
-    /// L4 protocol.
+    /// L4 protocol: TCP, UDP or SCTP.
     pub protocol: Protocol,
     /// Port.
     pub port: u16,
@@ -23,15 +26,12 @@ pub struct Frontend {
 impl Frontend {
     /// The frontend flow `d`'s client addressed (none for ICMP flows, which have no port).
     pub fn of_flow(d: &flowtable::FlowData) -> Option<Frontend> {
-        let protocol = match d.proto {
-            flowtable::Protocol::Tcp => Protocol::Tcp,
-            flowtable::Protocol::Udp => Protocol::Udp,
-            flowtable::Protocol::Sctp => Protocol::Sctp,
-            flowtable::Protocol::Icmp | flowtable::Protocol::Icmpv6 => return None,
-        };
+        if matches!(d.proto, Protocol::Icmp | Protocol::Icmpv6) {
+            return None;
+        }
         Some(Frontend {
             vip: d.vip.ip(),
-            protocol,
+            protocol: d.proto,
             port: d.vip.port(),
         })
     }
@@ -56,7 +56,7 @@ pub struct ServiceSpec {
     /// Every frontend that reaches this service.
     pub frontends: Vec<Frontend>,
     /// Scheduler.
-    pub scheduler: SchedulerName,
+    pub scheduler: SchedulerKind,
     /// Scheduler flags.
     pub flags: Vec<SchedFlag>,
     /// Forwarding mode.
@@ -67,7 +67,7 @@ pub struct ServiceSpec {
     pub backends: Vec<BackendSpec>,
     /// When not empty, only clients inside these prefixes may open new flows
     /// (`loadBalancerSourceRanges`); others are dropped and counted.
-    pub source_ranges: Vec<config::Cidr>,
+    pub source_ranges: Vec<Cidr>,
     /// New-connection rate limit (token bucket shared by all workers); excess new flows are
     /// dropped and counted (`rate_limited`).
     pub rate_limit: Option<RateLimit>,
@@ -151,5 +151,23 @@ impl ServiceSpec {
                 synproxy: SynproxySetting::of(s.synproxy_or(c.synproxy.mode), c),
             })
             .collect()
+    }
+}
+
+impl L2Table {
+    /// The static `[[neighbours]]` of a config, with no routes and no port MACs.
+    pub fn from_config(c: &Config) -> L2Table {
+        L2Table {
+            neighbours: c
+                .neighbours
+                .iter()
+                .map(|n| Neighbour {
+                    ip: n.ip,
+                    mac: n.mac.0,
+                    port: None,
+                })
+                .collect(),
+            ..L2Table::default()
+        }
     }
 }

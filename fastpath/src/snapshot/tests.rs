@@ -5,8 +5,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
-use config::{Mode, Protocol, SchedulerName};
 use lb_algos::{AffinityTable, BackendId, ConnCounts, FlowTuple};
+use vocab::{Mode, Protocol, SchedulerKind};
 
 use super::*;
 
@@ -232,7 +232,7 @@ fn spec(name: &str, vip: u8, backends: &[u8]) -> ServiceSpec {
             protocol: Protocol::Tcp,
             port: 80,
         }],
-        scheduler: SchedulerName::Rr,
+        scheduler: SchedulerKind::Rr,
         flags: Vec::new(),
         mode: Mode::Nat,
         affinity_timeout: None,

@@ -470,7 +470,7 @@ impl Steering {
     /// xvs's pinned link in [`pin_dir`] (a restart hold) is refused with
     /// [`SteerError::Pinned`], which names the pin and how to remove it: use
     /// [`Steering::attach_pinned`] there.
-    pub fn attach(ifname: &str, mode: config::XdpMode) -> Result<Steering, SteerError> {
+    pub fn attach(ifname: &str, mode: vocab::XdpMode) -> Result<Steering, SteerError> {
         let ifindex = if_index(ifname)?;
         pin::refuse_pinned(ifname, ifindex)?;
         remove_leftovers(ifname, ifindex)?;
@@ -672,13 +672,13 @@ fn program(ebpf: &mut Ebpf) -> Result<&mut Xdp, SteerError> {
 /// Runs `attach` in the mode `mode` asks for: `Auto` tries native, then generic.
 fn with_mode<T>(
     ifname: &str,
-    mode: config::XdpMode,
+    mode: vocab::XdpMode,
     mut attach: impl FnMut(XdpAttach) -> Result<T, SteerError>,
 ) -> Result<(T, XdpAttach), SteerError> {
     match mode {
-        config::XdpMode::Native => Ok((attach(XdpAttach::Native)?, XdpAttach::Native)),
-        config::XdpMode::Generic => Ok((attach(XdpAttach::Generic)?, XdpAttach::Generic)),
-        config::XdpMode::Auto => match attach(XdpAttach::Native) {
+        vocab::XdpMode::Native => Ok((attach(XdpAttach::Native)?, XdpAttach::Native)),
+        vocab::XdpMode::Generic => Ok((attach(XdpAttach::Generic)?, XdpAttach::Generic)),
+        vocab::XdpMode::Auto => match attach(XdpAttach::Native) {
             Ok(t) => Ok((t, XdpAttach::Native)),
             Err(native) => {
                 tracing::warn!(interface = %ifname, error = %native, "native XDP failed; falling back to generic XDP");

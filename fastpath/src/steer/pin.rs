@@ -67,7 +67,7 @@ impl Steering {
     /// link from under the first.
     pub fn attach_pinned(
         ifname: &str,
-        mode: config::XdpMode,
+        mode: vocab::XdpMode,
         pins: &Path,
     ) -> Result<(Steering, bool), SteerError> {
         let ifindex = if_index(ifname)?;
@@ -283,7 +283,7 @@ fn adopted_mode(
     ifname: &str,
     ifindex: u32,
     info: &LinkInfo,
-    mode: config::XdpMode,
+    mode: vocab::XdpMode,
     link_path: &Path,
 ) -> Result<XdpAttach, SteerError> {
     let adopt_err = |source| SteerError::Adopt {
@@ -305,9 +305,9 @@ fn adopted_mode(
         XdpAttach::Native
     };
     let wanted = match mode {
-        config::XdpMode::Native => Some(XdpAttach::Native),
-        config::XdpMode::Generic => Some(XdpAttach::Generic),
-        config::XdpMode::Auto => None,
+        vocab::XdpMode::Native => Some(XdpAttach::Native),
+        vocab::XdpMode::Generic => Some(XdpAttach::Generic),
+        vocab::XdpMode::Auto => None,
     };
     if wanted.is_some_and(|w| w != got) {
         tracing::warn!(
@@ -535,7 +535,7 @@ mod tests {
     #[test]
     fn pins_off_bpffs_are_refused() {
         let pins = std::env::temp_dir().join(format!("xvs-not-bpffs-{}", std::process::id()));
-        let err = Steering::attach_pinned("lo", config::XdpMode::Auto, &pins).unwrap_err();
+        let err = Steering::attach_pinned("lo", vocab::XdpMode::Auto, &pins).unwrap_err();
         assert!(matches!(err, SteerError::PinDir { .. }), "{err}");
         assert!(
             err.to_string().contains("not on a bpf file system"),

@@ -1,9 +1,11 @@
 //! What IPv4 and IPv6 share: protocol numbers and the L4 checksum fix-up after an address
 //! rewrite.
 
+use vocab::ip_proto;
+
 use super::{Error, Result, checksum, read_u16, write_u16};
 
-/// IP protocol / IPv6 next-header numbers.
+/// IP protocol / IPv6 next-header numbers (`vocab::ip_proto`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum IpProtocol {
     /// 0, IPv6 hop-by-hop options
@@ -40,19 +42,19 @@ impl From<u8> for IpProtocol {
     #[inline]
     fn from(value: u8) -> Self {
         match value {
-            0 => IpProtocol::HopByHop,
-            1 => IpProtocol::Icmp,
-            2 => IpProtocol::Igmp,
-            6 => IpProtocol::Tcp,
-            17 => IpProtocol::Udp,
-            43 => IpProtocol::Ipv6Route,
-            44 => IpProtocol::Ipv6Frag,
-            50 => IpProtocol::Esp,
-            51 => IpProtocol::Ah,
-            58 => IpProtocol::Icmpv6,
-            59 => IpProtocol::Ipv6NoNxt,
-            60 => IpProtocol::Ipv6Opts,
-            132 => IpProtocol::Sctp,
+            ip_proto::HOPOPT => IpProtocol::HopByHop,
+            ip_proto::ICMP => IpProtocol::Icmp,
+            ip_proto::IGMP => IpProtocol::Igmp,
+            ip_proto::TCP => IpProtocol::Tcp,
+            ip_proto::UDP => IpProtocol::Udp,
+            ip_proto::IPV6_ROUTE => IpProtocol::Ipv6Route,
+            ip_proto::IPV6_FRAG => IpProtocol::Ipv6Frag,
+            ip_proto::ESP => IpProtocol::Esp,
+            ip_proto::AH => IpProtocol::Ah,
+            ip_proto::ICMPV6 => IpProtocol::Icmpv6,
+            ip_proto::IPV6_NONXT => IpProtocol::Ipv6NoNxt,
+            ip_proto::IPV6_OPTS => IpProtocol::Ipv6Opts,
+            ip_proto::SCTP => IpProtocol::Sctp,
             other => IpProtocol::Unknown(other),
         }
     }
@@ -62,19 +64,19 @@ impl From<IpProtocol> for u8 {
     #[inline]
     fn from(value: IpProtocol) -> Self {
         match value {
-            IpProtocol::HopByHop => 0,
-            IpProtocol::Icmp => 1,
-            IpProtocol::Igmp => 2,
-            IpProtocol::Tcp => 6,
-            IpProtocol::Udp => 17,
-            IpProtocol::Ipv6Route => 43,
-            IpProtocol::Ipv6Frag => 44,
-            IpProtocol::Esp => 50,
-            IpProtocol::Ah => 51,
-            IpProtocol::Icmpv6 => 58,
-            IpProtocol::Ipv6NoNxt => 59,
-            IpProtocol::Ipv6Opts => 60,
-            IpProtocol::Sctp => 132,
+            IpProtocol::HopByHop => ip_proto::HOPOPT,
+            IpProtocol::Icmp => ip_proto::ICMP,
+            IpProtocol::Igmp => ip_proto::IGMP,
+            IpProtocol::Tcp => ip_proto::TCP,
+            IpProtocol::Udp => ip_proto::UDP,
+            IpProtocol::Ipv6Route => ip_proto::IPV6_ROUTE,
+            IpProtocol::Ipv6Frag => ip_proto::IPV6_FRAG,
+            IpProtocol::Esp => ip_proto::ESP,
+            IpProtocol::Ah => ip_proto::AH,
+            IpProtocol::Icmpv6 => ip_proto::ICMPV6,
+            IpProtocol::Ipv6NoNxt => ip_proto::IPV6_NONXT,
+            IpProtocol::Ipv6Opts => ip_proto::IPV6_OPTS,
+            IpProtocol::Sctp => ip_proto::SCTP,
             IpProtocol::Unknown(other) => other,
         }
     }

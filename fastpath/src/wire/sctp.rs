@@ -5,6 +5,8 @@
 //! `__le32 checksum`). It covers no pseudo-header, so address rewrites leave it alone; port
 //! rewrites need [`SctpPacket::fill_checksum`], there is no incremental form.
 
+use vocab::sctp;
+
 use super::{Error, Field, Result, read_u16, read_u32, write_u16, write_u32};
 
 mod field {
@@ -23,7 +25,7 @@ pub const HEADER_LEN: usize = 12;
 /// Length of a chunk header.
 pub const CHUNK_HEADER_LEN: usize = 4;
 
-/// Chunk types the load balancer cares about.
+/// Chunk types the load balancer cares about (their numbers: `vocab::sctp`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SctpChunkType {
     /// 0
@@ -52,15 +54,15 @@ impl From<u8> for SctpChunkType {
     #[inline]
     fn from(value: u8) -> Self {
         match value {
-            0 => SctpChunkType::Data,
-            1 => SctpChunkType::Init,
-            2 => SctpChunkType::InitAck,
-            6 => SctpChunkType::Abort,
-            7 => SctpChunkType::Shutdown,
-            8 => SctpChunkType::ShutdownAck,
-            10 => SctpChunkType::CookieEcho,
-            11 => SctpChunkType::CookieAck,
-            14 => SctpChunkType::ShutdownComplete,
+            sctp::DATA => SctpChunkType::Data,
+            sctp::INIT => SctpChunkType::Init,
+            sctp::INIT_ACK => SctpChunkType::InitAck,
+            sctp::ABORT => SctpChunkType::Abort,
+            sctp::SHUTDOWN => SctpChunkType::Shutdown,
+            sctp::SHUTDOWN_ACK => SctpChunkType::ShutdownAck,
+            sctp::COOKIE_ECHO => SctpChunkType::CookieEcho,
+            sctp::COOKIE_ACK => SctpChunkType::CookieAck,
+            sctp::SHUTDOWN_COMPLETE => SctpChunkType::ShutdownComplete,
             other => SctpChunkType::Unknown(other),
         }
     }
@@ -70,15 +72,15 @@ impl From<SctpChunkType> for u8 {
     #[inline]
     fn from(value: SctpChunkType) -> Self {
         match value {
-            SctpChunkType::Data => 0,
-            SctpChunkType::Init => 1,
-            SctpChunkType::InitAck => 2,
-            SctpChunkType::Abort => 6,
-            SctpChunkType::Shutdown => 7,
-            SctpChunkType::ShutdownAck => 8,
-            SctpChunkType::CookieEcho => 10,
-            SctpChunkType::CookieAck => 11,
-            SctpChunkType::ShutdownComplete => 14,
+            SctpChunkType::Data => sctp::DATA,
+            SctpChunkType::Init => sctp::INIT,
+            SctpChunkType::InitAck => sctp::INIT_ACK,
+            SctpChunkType::Abort => sctp::ABORT,
+            SctpChunkType::Shutdown => sctp::SHUTDOWN,
+            SctpChunkType::ShutdownAck => sctp::SHUTDOWN_ACK,
+            SctpChunkType::CookieEcho => sctp::COOKIE_ECHO,
+            SctpChunkType::CookieAck => sctp::COOKIE_ACK,
+            SctpChunkType::ShutdownComplete => sctp::SHUTDOWN_COMPLETE,
             SctpChunkType::Unknown(other) => other,
         }
     }

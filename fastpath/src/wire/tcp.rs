@@ -25,7 +25,7 @@ pub(crate) const CHECKSUM_AT: usize = field::CHECKSUM.start;
 
 /// The TCP flags byte: the flow table's type, one definition for the views and the state
 /// machine.
-pub use flowtable::TcpFlags;
+pub use vocab::TcpFlags;
 
 /// A view of a TCP segment.
 #[derive(Debug, Clone)]

@@ -6,9 +6,11 @@
 //!   worker: one socket per interface of `[dataplane] interfaces` that has a queue `q`,
 //!   indexed by *port* (the interface's index in that list, the number in
 //!   [`Verdict::Tx`](crate::pipeline::Verdict::Tx)). So there are [`worker_count`] = *max*
-//!   queues workers, not `Dataplane::workers()` (the sum): with the lab's two single-queue
-//!   interfaces (client side, backend side) ONE worker owns both sockets. A worker's
+//!   queues workers, not the sum: with the lab's two single-queue interfaces (client side,
+//!   backend side) ONE worker owns both sockets. A worker's
 //!   `PipelineConfig::from_config(c, q, worker_count)` slices the SNAT ports accordingly.
+//! - **Settings.** A set is opened with [`XskSettings`], the `[dataplane]` keys it reads,
+//!   built once from the config (`XskSettings::from_config`, [`crate::settings`]).
 //! - **One UMEM per worker, shared by its sockets** (`XDP_SHARED_UMEM` across interfaces).
 //!   A frame received on port 0 and transmitted on port 1 moves as a descriptor from socket 0's
 //!   rx ring to socket 1's tx ring: no copy. Each socket has its own fill and completion rings
@@ -39,7 +41,7 @@ use std::io;
 use std::num::NonZeroU32;
 use std::os::fd::{AsRawFd, RawFd};
 
-use config::{Dataplane, XdpMode, ZeroCopy};
+use vocab::{XdpMode, ZeroCopy};
 use xsk_rs::config::{
     BindFlags, FrameSize, Interface, LibxdpFlags, QueueSize, SocketConfig, UmemConfig, XdpFlags,
 };
@@ -195,10 +197,39 @@ pub struct XskSet {
     pub(crate) pass: Vec<Option<tap::PassTap>>,
 }
 
-/// Workers needed for `dp`: the most queues of any interface (worker q serves queue q of
+/// What the sockets of a worker are opened with: the `[dataplane]` keys of AF_XDP, XDP and
+/// NAPI (each field is the key of that name), from the config by `XskSettings::from_config`
+/// ([`crate::settings`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct XskSettings {
+    /// `(name, queues)` of every interface, in port order (`[dataplane] interfaces`).
+    pub interfaces: Vec<(String, u16)>,
+    /// UMEM frames per socket (power of two).
+    pub umem_frames: u32,
+    /// UMEM frame size in bytes.
+    pub frame_size: u32,
+    /// RX and fill ring entries (power of two).
+    pub rx_ring_size: u32,
+    /// TX and completion ring entries (power of two).
+    pub tx_ring_size: u32,
+    /// Frames handled per poll (the NAPI busy-poll budget too).
+    pub batch_size: u32,
+    /// How libxdp's default program is attached ([`Program::LibxdpDefault`]).
+    pub xdp_mode: XdpMode,
+    /// Zero-copy or copy binding.
+    pub zero_copy: ZeroCopy,
+    /// Preferred NAPI busy polling on the sockets ([`napi`]).
+    pub napi_busy_poll: bool,
+}
+
+/// Workers needed for `s`: the most queues of any interface (worker q serves queue q of
 /// every interface that has it).
-pub fn worker_count(dp: &Dataplane) -> usize {
-    dp.workers()
+pub fn worker_count(s: &XskSettings) -> usize {
+    s.interfaces
+        .iter()
+        .map(|&(_, queues)| usize::from(queues))
+        .max()
+        .unwrap_or(0)
 }
 
 impl XskError {
@@ -212,16 +243,16 @@ impl XskError {
 impl XskSet {
     /// Opens queue `queue` of every interface of `dp` that has it, for xvs' steering program
     /// (libxdp loads no program).
-    pub fn open(dp: &Dataplane, queue: u32) -> Result<XskSet, XskError> {
+    pub fn open(dp: &XskSettings, queue: u32) -> Result<XskSet, XskError> {
         XskSet::open_with(dp, queue, Program::Steering)
     }
 
     /// [`XskSet::open`] with a choice of XDP program.
-    pub fn open_with(dp: &Dataplane, queue: u32, program: Program) -> Result<XskSet, XskError> {
+    pub fn open_with(dp: &XskSettings, queue: u32, program: Program) -> Result<XskSet, XskError> {
         let names: Vec<Option<&str>> = dp
             .interfaces
             .iter()
-            .map(|i| (queue < u32::from(i.queues)).then_some(i.name.as_str()))
+            .map(|(name, queues)| (queue < u32::from(*queues)).then_some(name.as_str()))
             .collect();
         let sockets = names.iter().flatten().count() as u32;
         if sockets == 0 {
@@ -273,7 +304,7 @@ impl XskSet {
     }
 
     fn try_open(
-        dp: &Dataplane,
+        dp: &XskSettings,
         names: &[Option<&str>],
         queue: u32,
         program: Program,
@@ -424,7 +455,7 @@ struct Sizes {
 }
 
 impl Sizes {
-    fn check(dp: &Dataplane, sockets: u32) -> Result<Sizes, XskError> {
+    fn check(dp: &XskSettings, sockets: u32) -> Result<Sizes, XskError> {
         let pow2 = |key: &'static str, value: u32| {
             if value.is_power_of_two() {
                 Ok(value)

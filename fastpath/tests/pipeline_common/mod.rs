@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use etherparse::{IpNumber, PacketBuilder, SlicedPacket, TcpHeader};
-use fastpath::pipeline::{Pipeline, PipelineConfig, flow_table_config};
+use fastpath::pipeline::{Pipeline, PipelineConfig};
+use fastpath::settings::flow_table_config;
 use fastpath::snapshot::SnapshotBuilder;
 use fastpath::wire::checksum;
 use flowtable::FlowTable;

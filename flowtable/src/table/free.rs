@@ -160,7 +160,7 @@ mod tests {
     fn full_table_refuses_then_recycles_only_embryonic() {
         use Direction::{Original as In, Reply as Out};
         const SYN: TcpFlags = TcpFlags::SYN;
-        const SYNACK: TcpFlags = TcpFlags(0x12);
+        const SYNACK: TcpFlags = TcpFlags(TcpFlags::SYN.0 | TcpFlags::ACK.0);
         const ACK: TcpFlags = TcpFlags::ACK;
         let cap = 1000;
         let now = Instant::now();

@@ -78,7 +78,7 @@ impl FlowTable {
         let old = ctl_state(c);
         // The common packet first: an ACK without SYN, FIN or RST on an established
         // connection keeps it established (a test checks the table agrees).
-        if tcp_flags.0 & 0x17 == 0x10 && old == EST_CODE && ctl_ls(c) >= now.0 {
+        if tcp_flags.events() == TcpFlags::ACK && old == EST_CODE && ctl_ls(c) >= now.0 {
             return Some(FlowState::Tcp(TcpState::Established));
         }
         // Codes are < STATE_CODES <= CODES_PAD; the mask only spares a bounds check.
@@ -250,7 +250,7 @@ mod tests {
     fn touch_shortcut_agrees_with_the_state_table() {
         // Every flags byte the shortcut takes (ACK set; SYN, FIN, RST clear), both ways.
         let t = next_code_table();
-        for f in (0..=u8::MAX).filter(|f| f & 0x17 == 0x10) {
+        for f in (0..=u8::MAX).filter(|f| TcpFlags(*f).events() == TcpFlags::ACK) {
             for (d, dir) in [Direction::Original, Direction::Reply]
                 .into_iter()
                 .enumerate()

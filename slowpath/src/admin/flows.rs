@@ -264,7 +264,7 @@ mod tests {
     /// every chunk of the table.
     #[test]
     fn collect_filters_a_real_table_before_the_limit() {
-        use fastpath::pipeline::flow_table_config;
+        use fastpath::settings::flow_table_config;
         use fastpath::snapshot::SnapshotBuilder;
         use flowtable::{FlowData, FlowTable, Protocol, TcpFlags};
         use std::time::Instant;

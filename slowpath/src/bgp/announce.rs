@@ -118,7 +118,7 @@ pub fn announcement(snap: &Snapshot, i: &Inputs<'_>) -> Announcement {
 mod tests {
     use std::net::SocketAddr;
 
-    use config::{Mode, Protocol, SchedulerName};
+    use config::{Mode, Protocol, SchedulerKind};
     use fastpath::snapshot::{
         BackendSpec, Frontend, L2Table, ServiceSpec, SnapshotBuilder, SynproxySetting,
     };
@@ -149,7 +149,7 @@ mod tests {
                     port,
                 })
                 .collect(),
-            scheduler: SchedulerName::Rr,
+            scheduler: SchedulerKind::Rr,
             flags: Vec::new(),
             mode: Mode::Fullnat,
             affinity_timeout: None,

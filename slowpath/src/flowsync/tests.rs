@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use fastpath::flowlog::{EndedFlow, FlowEvent, FlowLog};
-use fastpath::pipeline::{FLAG_PEER, flow_table_config};
+use fastpath::pipeline::FLAG_PEER;
+use fastpath::settings::flow_table_config;
 use fastpath::snapshot::{Snapshot, SnapshotBuilder};
 use flowtable::{
     BackendId, FlowData, FlowHandle, FlowState, FlowTable, Protocol, TcpFlags, TcpState,

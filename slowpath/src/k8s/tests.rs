@@ -3,7 +3,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use config::{Cidr, Config, Dur, Kubernetes, Mode, Protocol, SchedFlag, SchedulerName};
+use config::{Cidr, Config, Dur, Kubernetes, Mode, Protocol, SchedFlag, SchedulerKind};
 use fastpath::snapshot::{BackendSpec, Frontend, ServiceSpec, SynproxySetting};
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -20,7 +20,7 @@ fn cfg() -> Config {
             service_proxy_name: None,
             min_sync_period: Dur(Duration::from_millis(100)),
             sync_period: Dur(Duration::from_secs(30)),
-            default_scheduler: SchedulerName::Rr,
+            default_scheduler: SchedulerKind::Rr,
             external_ip_cidrs: vec!["198.18.200.0/24".parse().unwrap()],
         }),
         ..Config::default()
@@ -139,7 +139,7 @@ fn cluster_ip_service_gets_its_ready_endpoints() {
         vec![ServiceSpec {
             name: "ns/web:http".to_owned(),
             frontends: vec![fe("198.18.100.1", 80)],
-            scheduler: SchedulerName::Rr,
+            scheduler: SchedulerKind::Rr,
             flags: vec![],
             mode: Mode::Fullnat,
             affinity_timeout: None,
@@ -695,7 +695,7 @@ fn annotations_set_scheduler_flags_mode_and_weights() {
     let m = model(&[svc], &[s]);
     assert!(m.problems.is_empty(), "{:?}", m.problems);
     let sp = spec(&m, "ns/web:http");
-    assert_eq!(sp.scheduler, SchedulerName::Mh);
+    assert_eq!(sp.scheduler, SchedulerKind::Mh);
     assert_eq!(sp.flags, vec![SchedFlag::MhPort, SchedFlag::MhFallback]);
     assert_eq!(sp.mode, Mode::Nat);
     assert_eq!(sp.synproxy, SynproxySetting::On);
@@ -731,11 +731,11 @@ fn invalid_annotations_fall_back_to_defaults_with_problems() {
         "xvs.io/synproxy": "sometimes",
     }));
     let mut c = cfg();
-    c.kubernetes.as_mut().unwrap().default_scheduler = SchedulerName::Wlc;
+    c.kubernetes.as_mut().unwrap().default_scheduler = SchedulerKind::Wlc;
     c.dataplane.mode = Mode::Nat;
     let m = build_model(&[svc], &[], &node(), &c);
     let sp = spec(&m, "ns/web:http");
-    assert_eq!(sp.scheduler, SchedulerName::Wlc);
+    assert_eq!(sp.scheduler, SchedulerKind::Wlc);
     assert_eq!(sp.mode, Mode::Nat);
     assert!(sp.flags.is_empty());
     assert_eq!(

@@ -25,7 +25,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use config::Dur;
-use config::{Config, Kubernetes, SchedulerName};
+use config::{Config, Kubernetes, SchedulerKind};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::{EndpointSlice, ForNode, ForZone};
 use serde_json::json;
@@ -653,7 +653,7 @@ fn cfg() -> Config {
             service_proxy_name: None,
             min_sync_period: Dur(std::time::Duration::from_millis(100)),
             sync_period: Dur(std::time::Duration::from_secs(30)),
-            default_scheduler: SchedulerName::Rr,
+            default_scheduler: SchedulerKind::Rr,
             external_ip_cidrs: Vec::new(),
         }),
         ..Config::default()

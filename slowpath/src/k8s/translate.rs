@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use config::{Cidr, Config, Mode, Protocol, SchedFlag, SchedulerName, SynproxyMode};
+use config::{Cidr, Config, Mode, Protocol, SchedFlag, SchedulerKind, SynproxyMode};
 use fastpath::snapshot::{BackendSpec, Frontend, RateLimit, ServiceSpec, SynproxySetting};
 use k8s_openapi::api::core::v1::{Node, Service, ServicePort, ServiceSpec as K8sServiceSpec};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -151,7 +151,7 @@ pub(crate) fn fmt_ip_port(ip: IpAddr, port: u16) -> String {
 
 /// Settings shared by every spec of one Service.
 struct Common {
-    scheduler: SchedulerName,
+    scheduler: SchedulerKind,
     flags: Vec<SchedFlag>,
     mode: Mode,
     affinity_timeout: Option<Duration>,
@@ -542,9 +542,9 @@ fn common(
     let default_scheduler = k8s.map(|k| k.default_scheduler).unwrap_or_default();
     let scheduler = match ann(ANN_SCHEDULER) {
         None => default_scheduler,
-        Some(v) => match SchedulerName::ALL.iter().find(|s| s.name() == v) {
-            Some(s) => *s,
-            None => {
+        Some(v) => match v.parse::<SchedulerKind>() {
+            Ok(s) => s,
+            Err(_) => {
                 out.problem(
                     object,
                     format!(

@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use config::{Mode, Protocol, SchedulerName};
+use config::{Mode, Protocol, SchedulerKind};
 use fastpath::snapshot::{BackendSpec, Frontend, L2Table, ServiceSpec, SnapshotBuilder};
 
 use super::*;
@@ -13,7 +13,7 @@ fn spec(name: &str, vip: &str, backends: &[&str]) -> ServiceSpec {
             protocol: Protocol::Tcp,
             port: 80,
         }],
-        scheduler: SchedulerName::Rr,
+        scheduler: SchedulerKind::Rr,
         flags: Vec::new(),
         mode: Mode::Fullnat,
         affinity_timeout: None,
