@@ -144,42 +144,35 @@ fn send_timed(p: &mut Pipeline, src: &[u8], now: Instant, batch: usize) -> (Dura
     if batch > 1 {
         send_batched(p, src, now, batch)
     } else if batch == 1 {
-        send_all(p, src, now)
+        send_all::<false>(p, src, now)
     } else {
-        send_general(p, src, now)
+        send_all::<true>(p, src, now)
     }
-}
-
-/// [`send_all`] through `Pipeline::process_general`: what every frame would cost without the
-/// fixed-offset shortcut (`fastpath/src/pipeline/fast.rs`).
-#[inline(always)]
-fn send_general(p: &mut Pipeline, src: &[u8], now: Instant) -> (Duration, u64) {
-    let mut buf = [0u8; STRIDE];
-    let mut tx = 0u64;
-    let t = Instant::now();
-    for f in src.chunks_exact(STRIDE) {
-        buf.copy_from_slice(f);
-        if let Verdict::Tx(_) = p.process_general(&mut buf[..FRAME_LEN], now) {
-            tx += 1;
-        }
-    }
-    (t.elapsed(), tx)
 }
 
 /// [`send_timed`] for set-up traffic (the handshakes before an established run).
 #[inline(never)]
 fn send_setup(p: &mut Pipeline, src: &[u8], now: Instant) -> u64 {
-    send_all(p, src, now).1
+    send_all::<false>(p, src, now).1
 }
 
+/// One frame at a time through `Pipeline::process`, or with `GENERAL` through
+/// `Pipeline::process_general`: what every frame would cost without the fixed-offset shortcut
+/// (`fastpath/src/pipeline/fast.rs`).
 #[inline(always)]
-fn send_all(p: &mut Pipeline, src: &[u8], now: Instant) -> (Duration, u64) {
+fn send_all<const GENERAL: bool>(p: &mut Pipeline, src: &[u8], now: Instant) -> (Duration, u64) {
     let mut buf = [0u8; STRIDE];
     let mut tx = 0u64;
     let t = Instant::now();
     for f in src.chunks_exact(STRIDE) {
         buf.copy_from_slice(f);
-        if let Verdict::Tx(_) = p.process(&mut buf[..FRAME_LEN], now) {
+        let frame = &mut buf[..FRAME_LEN];
+        let v = if GENERAL {
+            p.process_general(frame, now)
+        } else {
+            p.process(frame, now)
+        };
+        if let Verdict::Tx(_) = v {
             tx += 1;
         }
     }
