@@ -94,7 +94,7 @@ pub mod synproxy;
 pub use batch::{FrameBatch, STAGE_DISTANCE, WAITING_MAX};
 use general::l4_protocol;
 pub(crate) use general::{flow_key, key_of};
-use next_hop::{NH_CACHE_SLOTS, NhSlot};
+use next_hop::{EPOCH_ONE, NH_CACHE_SLOTS, NhSlot};
 pub use settings::{DEFAULT_MAC, PipelineConfig};
 pub use synproxy::CookieKey;
 
@@ -285,10 +285,10 @@ pub struct Pipeline {
     snat: snat::SnatPorts,
     frags: frag::FragTable,
     counters: Counters,
-    /// Bumped whenever a different snapshot is set: invalidates `nh_cache`.
-    epoch: u32,
-    /// `epoch << 32`, the epoch's part of an IPv4 slot's `v4_key`.
-    epoch_v4: u64,
+    /// Bumped whenever a different snapshot is set: invalidates `nh_cache`. Kept in the high
+    /// 32 bits (`n << 32`, n ≥ 1), the part of a cache slot's keys it fills, so that an IPv4
+    /// lookup's key is one OR.
+    epoch: u64,
     /// Resolved next hops of the current snapshot (routes + neighbour hash lookups cost more
     /// than the rest of an established packet). Only hits are cached.
     nh_cache: Box<[NhSlot; NH_CACHE_SLOTS]>,
@@ -350,8 +350,7 @@ impl Pipeline {
             snat,
             frags,
             counters: Counters::default(),
-            epoch: 1,
-            epoch_v4: 1 << 32,
+            epoch: EPOCH_ONE,
             nh_cache: Box::new([empty; NH_CACHE_SLOTS]),
             tick_now,
             tick,
@@ -405,15 +404,14 @@ impl Pipeline {
     /// Swaps in a new snapshot (once per batch). Existing flows keep their backends.
     pub fn set_snapshot(&mut self, snapshot: Arc<Snapshot>) {
         if !Arc::ptr_eq(&self.snapshot, &snapshot) {
-            self.epoch = self.epoch.wrapping_add(1);
+            self.epoch = self.epoch.wrapping_add(EPOCH_ONE);
             if self.epoch == 0 {
                 // Wrapped: slots of epoch 1 could look current again.
                 self.nh_cache
                     .iter_mut()
                     .for_each(|s| (s.tag, s.v4_key) = (0, 0));
-                self.epoch = 1;
+                self.epoch = EPOCH_ONE;
             }
-            self.epoch_v4 = u64::from(self.epoch) << 32;
         }
         self.snapshot = snapshot;
     }

@@ -13,13 +13,16 @@ use crate::snapshot::NextHop;
 pub(super) const NH_CACHE_SLOTS: usize = 256;
 const _: () = assert!(NH_CACHE_SLOTS.is_power_of_two());
 
+/// Epoch 1, as `Pipeline::epoch` holds epochs (in the high 32 bits of a slot's keys).
+pub(super) const EPOCH_ONE: u64 = 1 << 32;
+
 /// One next-hop cache slot: [`Snapshot::next_hop`]'s answer for one destination address
 /// while the pipeline's snapshot epoch is the tag's.
 ///
 /// [`Snapshot::next_hop`]: crate::snapshot::Snapshot::next_hop
 #[derive(Clone, Copy)]
 pub(super) struct NhSlot {
-    /// `epoch | v6 << 32` (epoch 0: empty).
+    /// `epoch << 32 | v6` (epoch 0: empty).
     pub(super) tag: u64,
     /// For an IPv4 address: `epoch << 32 | address`, the one word `next_hop_v4` compares;
     /// 0 (never current: epochs start at 1) for IPv6.
@@ -38,7 +41,7 @@ fn nh_key(dst: IpAddr) -> (u64, (u64, u64)) {
         IpAddr::V4(a) => (0, (u64::from(a.to_bits()), 0)),
         IpAddr::V6(a) => {
             let b = a.to_bits();
-            (1 << 32, (b as u64, (b >> 64) as u64))
+            (1, (b as u64, (b >> 64) as u64))
         }
     }
 }
@@ -61,7 +64,7 @@ impl Pipeline {
     #[inline(always)]
     pub(super) fn next_hop_v4(&mut self, dst: u32) -> Option<&NhSlot> {
         let i = nh_index((u64::from(dst), 0));
-        if self.nh_cache[i].v4_key == self.epoch_v4 | u64::from(dst) {
+        if self.nh_cache[i].v4_key == self.epoch | u64::from(dst) {
             return Some(&self.nh_cache[i]);
         }
         self.nh_fill(IpAddr::V4(Ipv4Addr::from_bits(dst)))?;
@@ -73,7 +76,7 @@ impl Pipeline {
     fn nh_slot(&mut self, dst: IpAddr) -> Option<NhSlot> {
         let (family, addr) = nh_key(dst);
         let slot = &self.nh_cache[nh_index(addr)];
-        if slot.tag == u64::from(self.epoch) | family && slot.addr == addr {
+        if slot.tag == self.epoch | family && slot.addr == addr {
             return Some(*slot);
         }
         self.nh_fill(dst)
@@ -86,9 +89,9 @@ impl Pipeline {
         let nh = self.snapshot.next_hop(dst, self.config.port)?;
         let (family, addr) = nh_key(dst);
         let slot = NhSlot {
-            tag: u64::from(self.epoch) | family,
+            tag: self.epoch | family,
             v4_key: match dst {
-                IpAddr::V4(a) => u64::from(self.epoch) << 32 | u64::from(a.to_bits()),
+                IpAddr::V4(a) => self.epoch | u64::from(a.to_bits()),
                 IpAddr::V6(_) => 0,
             },
             addr,
