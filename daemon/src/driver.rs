@@ -345,7 +345,8 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
             PipelineConfig {
                 synproxy_key: cookie_key,
                 ..PipelineConfig::from_config(&cfg, spec.index, workers)
-            },
+            }
+            .with_random_snat_start(),
             Arc::clone(&flows),
             Arc::clone(&affinity),
             io.current.load_full(),

@@ -84,6 +84,7 @@ impl PipelineConfig {
             snat_v4,
             snat_v6,
             snat_ports: snat::slice(r.first, r.last, worker, workers),
+            snat_start: 0,
             fragments_max: 1024,
             fragment_timeout: c.timeouts.fragment.get(),
             synproxy_key: process_cookie_key(),

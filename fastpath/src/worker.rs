@@ -56,7 +56,7 @@ use xsk_rs::FrameDesc;
 use xsk_rs::umem::Umem;
 
 use crate::flowlog::{EndedFlow, FlowEvent};
-use crate::pipeline::{Counters, DropReason, FrameBatch, Pipeline, Verdict};
+use crate::pipeline::{Counters, DropReason, FrameBatch, HoldReason, Pipeline, Verdict};
 use crate::snapshot::Snapshot;
 use crate::xsk::pool::FramePool;
 use crate::xsk::{XskSet, napi, wake_rx};
@@ -131,6 +131,9 @@ pub struct WorkerStats {
     pub synproxy_syns: AtomicU64,
     /// SYN proxy: client ACKs with a valid cookie that opened a backend connection.
     pub synproxy_acks: AtomicU64,
+    /// Packets of known flows forwarded without their state change (`HoldReason as
+    /// usize`), from the pipeline's state guard.
+    pub held: [AtomicU64; HoldReason::COUNT],
     /// Flows this worker's sweeps expired.
     pub expired: AtomicU64,
     /// Generation of the snapshot in use.
@@ -172,6 +175,8 @@ pub struct WorkerCounters {
     pub synproxy_syns: u64,
     /// See [`WorkerStats::synproxy_acks`].
     pub synproxy_acks: u64,
+    /// See [`WorkerStats::held`].
+    pub held: [u64; HoldReason::COUNT],
     /// See [`WorkerStats::expired`].
     pub expired: u64,
     /// See [`WorkerStats::generation`].
@@ -201,6 +206,9 @@ impl WorkerCounters {
         self.reused += other.reused;
         self.synproxy_syns += other.synproxy_syns;
         self.synproxy_acks += other.synproxy_acks;
+        for (t, h) in self.held.iter_mut().zip(other.held) {
+            *t += h;
+        }
         self.expired += other.expired;
         self.generation = self.generation.max(other.generation);
         self.polls += other.polls;
@@ -231,6 +239,7 @@ impl WorkerStats {
             reused: r(&self.reused),
             synproxy_syns: r(&self.synproxy_syns),
             synproxy_acks: r(&self.synproxy_acks),
+            held: std::array::from_fn(|i| r(&self.held[i])),
             expired: r(&self.expired),
             generation: r(&self.generation),
             polls: r(&self.polls),
@@ -583,6 +592,9 @@ impl Worker {
         set(&st.synproxy_syns, c.synproxy_syns);
         set(&st.synproxy_acks, c.synproxy_acks);
         for (a, v) in st.drops.iter().zip(c.drops) {
+            set(a, v);
+        }
+        for (a, v) in st.held.iter().zip(c.held) {
             set(a, v);
         }
         set(&st.generation, self.pipeline.snapshot().generation);

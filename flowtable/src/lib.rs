@@ -92,13 +92,13 @@
 //! let answer = FlowKey::v4(Protocol::Tcp, backend, 8080, snat, 20000);
 //! let hit = table.lookup_hit(&answer).unwrap();
 //! assert_eq!((hit.dir, hit.dst_ip(), hit.dst_port), (Direction::Reply, client.into(), 40000));
-//! table.touch(&hit, TcpFlags(0x12), now);
+//! table.touch(&hit, TcpFlags(0x12), now, || 0);
 //!
 //! // The client's ACK: a hit. Rewrite the frame to `hit.addrs` and `hit.ports`, adjust its
 //! // checksums by `hit.csum_delta`, and account the packet.
 //! let hit = table.lookup_v4(&key).unwrap();
 //! assert_eq!((hit.dir(), hit.dst()), (Direction::Original, backend.to_bits()));
-//! let state = table.touch_v4(&hit, TcpFlags::ACK, now);
+//! let state = table.touch_v4(&hit, TcpFlags::ACK, now, || 0);
 //! assert_eq!(state, Some(FlowState::Tcp(TcpState::Established)));
 //!
 //! // Once per poll: expire what is idle in the next slice of the table.
@@ -198,8 +198,8 @@ pub use state::{FlowState, SctpState, TcpFlags, TcpState, Timeouts};
 pub use table::PRESSURE_HOLD_TICKS;
 pub use table::{
     CAPACITY_MAX, Error, ExpiredFlow, FLAG_SLOW, FlowHandle, FlowHit, FlowTable, FlowTableConfig,
-    FlowTableStats, FlowView, InsertError, PendingV4, SEQ_BITS, SweepStats, Tick, V4Flow, V4Hit,
-    V4Key, v4_csum_delta,
+    FlowTableStats, FlowView, InsertError, PendingV4, RST_AHEAD_BYTES, RST_BEHIND_BYTES, RstWindow,
+    SEQ_BITS, SweepStats, Tick, V4Flow, V4Hit, V4Key, v4_csum_delta,
 };
 #[cfg(not(loom))]
 pub use table::{

@@ -52,7 +52,7 @@ pub use handle::{ExpiredFlow, FlowHandle, FlowHit, FlowView, Tick};
 pub use persist::{
     FlowRecord, Imported, Opened, RECORD_BYTES, RECORD_VERSION, Recovery, previous_path,
 };
-pub use seq::SEQ_BITS;
+pub use seq::{RST_AHEAD_BYTES, RST_BEHIND_BYTES, RstWindow, SEQ_BITS};
 pub use stats::{FlowTableStats, SweepStats};
 #[cfg(feature = "testing")]
 pub use time::PRESSURE_HOLD_TICKS;

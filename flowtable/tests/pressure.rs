@@ -44,10 +44,10 @@ fn only_embryonic_flows_give_way() {
         .insert(&tcp(2, 1001), TcpFlags::SYN, t.tick(epoch))
         .unwrap();
     let hit = t.lookup_hit(&tcp(2, 1001).reply_key()).unwrap();
-    t.touch(&hit, TcpFlags(0x12), now).unwrap();
+    t.touch(&hit, TcpFlags(0x12), now, || 0).unwrap();
     let hit = t.lookup_hit(&tcp(2, 1001).original_key()).unwrap();
     assert_eq!(
-        t.touch(&hit, TcpFlags::ACK, now),
+        t.touch(&hit, TcpFlags::ACK, now, || 0),
         Some(FlowState::Tcp(TcpState::Established))
     );
     assert_eq!(t.embryonic_idle(est, now), None);
@@ -88,7 +88,7 @@ fn under_pressure_embryonic_flows_expire_after_tcp_syn_pressure() {
         (tcp(3, 1002).original_key(), TcpFlags::ACK),
     ] {
         let hit = t.lookup_hit(&key).unwrap();
-        t.touch(&hit, flags, t.tick(epoch)).unwrap();
+        t.touch(&hit, flags, t.tick(epoch), || 0).unwrap();
     }
     // No pressure: 5 s idle is nothing for a SYN_SENT flow (tcp_syn 60 s).
     let st = t.sweep(t.tick(at(5)), 64, |_| ());

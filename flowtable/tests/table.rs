@@ -467,9 +467,9 @@ fn lookup_hit_gives_the_translated_endpoints_and_touch_agrees_with_on_packet() {
         assert_eq!(SocketAddr::new(r.dst_ip(), r.dst_port), d.client);
         // SYN-ACK from the backend, then the client's ACK: same states as on_packet gives.
         let now = epoch + Duration::from_secs(1);
-        let s1 = t.touch(&r, TcpFlags(0x12), t.tick(now));
+        let s1 = t.touch(&r, TcpFlags(0x12), t.tick(now), || 0);
         let o2 = t.lookup_hit(&d.original_key()).unwrap();
-        let s2 = t.touch(&o2, TcpFlags::ACK, t.tick(now));
+        let s2 = t.touch(&o2, TcpFlags::ACK, t.tick(now), || 0);
         assert_eq!(t.get(h).unwrap().state, s2.unwrap());
         assert!(s1.is_some());
         // The batch lookup answers like the single one, misses included.
@@ -485,6 +485,131 @@ fn lookup_hit_gives_the_translated_endpoints_and_touch_agrees_with_on_packet() {
         t.remove(h).unwrap();
         assert_eq!(t.lookup_hit(&d.original_key()), None);
         let later = now + Duration::from_secs(5);
-        assert_eq!(t.touch(&o2, TcpFlags::ACK, t.tick(later)), None);
+        assert_eq!(t.touch(&o2, TcpFlags::ACK, t.tick(later), || 0), None);
     }
+}
+
+/// The sequence samples behind the state guard's RST window: taken by the writer of a state
+/// change or a new tick (TCP flows that are not FLAG_SLOW only), per direction, never read
+/// for a later flow of the same entry.
+#[test]
+fn sequence_samples_judge_rsts_per_direction_and_per_flow() {
+    // One entry: the second flow takes the first one's entry.
+    let (t, epoch) = table(1);
+    let d = FlowData {
+        flags: 0,
+        ..flow(Protocol::Tcp, 1, 1)
+    };
+    let h = t.insert(&d, TcpFlags::SYN, t.tick(epoch)).unwrap();
+    let (orig, reply) = (Direction::Original, Direction::Reply);
+    // Nothing sampled yet: nothing to judge by.
+    assert_eq!(t.rst_window(h, orig, 5, None), RstWindow::Unknown);
+    assert_eq!(t.rst_window(h, reply, 5, Some(5)), RstWindow::Unknown);
+    // The backend's SYN-ACK a tick later writes: its sequence number is the reply sample.
+    let later = epoch + Duration::from_secs(1);
+    let r = t.lookup_hit(&d.reply_key()).unwrap();
+    let mut read = 0;
+    t.touch(&r, TcpFlags(0x12), t.tick(later), || {
+        read += 1;
+        4_000_000_000
+    });
+    assert_eq!(read, 1);
+    // A packet that writes nothing (same state, same tick) does not even read it.
+    let r = t.lookup_hit(&d.reply_key()).unwrap();
+    t.touch(&r, TcpFlags(0x12), t.tick(later), || panic!("read"));
+    assert_eq!(
+        t.rst_window(h, reply, 4_000_000_100, None),
+        RstWindow::Inside
+    );
+    // Wrapping past 2^32 ahead, and 1 MiB behind, are inside; far is not.
+    assert_eq!(
+        t.rst_window(
+            h,
+            reply,
+            4_000_000_000u32.wrapping_add(RST_AHEAD_BYTES - 128),
+            None
+        ),
+        RstWindow::Inside
+    );
+    assert_eq!(
+        t.rst_window(h, reply, 4_000_000_000 - RST_BEHIND_BYTES + 128, None),
+        RstWindow::Inside
+    );
+    assert_eq!(
+        t.rst_window(
+            h,
+            reply,
+            4_000_000_000u32.wrapping_add(RST_AHEAD_BYTES + 256),
+            None
+        ),
+        RstWindow::Outside
+    );
+    assert_eq!(
+        t.rst_window(h, reply, 4_000_000_000 - RST_BEHIND_BYTES - 256, None),
+        RstWindow::Outside
+    );
+    // The client's direction has no sample of its own yet.
+    assert_eq!(t.rst_window(h, orig, 1, None), RstWindow::Unknown);
+    let o = t.lookup_hit(&d.original_key()).unwrap();
+    t.touch(&o, TcpFlags::ACK, t.tick(later), || 1000);
+    assert_eq!(t.rst_window(h, orig, 1000, None), RstWindow::Inside);
+    assert_eq!(t.rst_window(h, orig, 1 << 31, None), RstWindow::Outside);
+    // Both samples kept side by side.
+    assert_eq!(
+        t.rst_window(h, reply, 4_000_000_000, None),
+        RstWindow::Inside
+    );
+    // A later flow of the same entry starts with no samples.
+    t.remove(h).unwrap();
+    let h2 = t.insert(&d, TcpFlags::SYN, t.tick(epoch)).unwrap();
+    assert_ne!(h2, h);
+    assert_eq!(t.rst_window(h2, orig, 1 << 31, None), RstWindow::Unknown);
+    assert_eq!(t.rst_window(h, orig, 1000, None), RstWindow::Unknown);
+    // Reply without its own sample: its ACK must acknowledge about where the client is.
+    let o = t.lookup_hit(&d.original_key()).unwrap();
+    t.touch(
+        &o,
+        TcpFlags::SYN,
+        t.tick(epoch + Duration::from_secs(1)),
+        || 77,
+    );
+    assert_eq!(t.rst_window(h2, reply, 0, Some(78)), RstWindow::Inside);
+    assert_eq!(
+        t.rst_window(h2, reply, 0, Some(1 << 30)),
+        RstWindow::Outside
+    );
+    assert_eq!(t.rst_window(h2, reply, 78, None), RstWindow::Outside);
+}
+
+#[test]
+fn the_syn_proxys_word_and_other_protocols_take_no_samples() {
+    let (t, epoch) = table(64);
+    let slow = FlowData {
+        flags: FLAG_SLOW,
+        ..flow(Protocol::Tcp, 2, 1)
+    };
+    let h = t.insert(&slow, TcpFlags::SYN, t.tick(epoch)).unwrap();
+    assert!(t.set_seq(h, 0xabcd));
+    let o = t.lookup_hit(&slow.original_key()).unwrap();
+    t.touch(
+        &o,
+        TcpFlags::ACK,
+        t.tick(epoch + Duration::from_secs(1)),
+        || 5,
+    );
+    assert_eq!(t.seq(h), Some(0xabcd), "the proxy's word is left alone");
+    assert_eq!(
+        t.rst_window(h, Direction::Original, 1 << 31, None),
+        RstWindow::Unknown
+    );
+    let udp = flow(Protocol::Udp, 3, 1);
+    let h = t.insert(&udp, TcpFlags::NONE, t.tick(epoch)).unwrap();
+    let o = t.lookup_hit(&udp.original_key()).unwrap();
+    t.touch(
+        &o,
+        TcpFlags::NONE,
+        t.tick(epoch + Duration::from_secs(1)),
+        || 5,
+    );
+    assert_eq!(t.seq(h), None);
 }

@@ -17,9 +17,10 @@
 //! The result is what [`Pipeline::process`] gives frame by frame in order, with one
 //! exception (below): a new flow's side effects (scheduler, rate limit, SNAT port cursor,
 //! counts) happen at its turn in stage 3, and the waiting flows are finished before any frame
-//! could tell the difference: a hit on a flow still being inserted, a pure SYN that finds a
-//! flow (it may end it for port reuse, and the removal frees the flow's reply tuple, which
-//! a waiting flow may want), a frame whose tuple is a waiting flow's reply tuple, and any
+//! could tell the difference: a hit on a flow still being inserted, a SYN, FIN or RST that
+//! finds a flow (the state guard's packets, `guard`; a pure SYN may end the flow for port
+//! reuse, and the removal frees the flow's reply tuple, which a waiting flow may want), a
+//! frame whose tuple is a waiting flow's reply tuple, and any
 //! frame the general path takes (IPv6, VLAN, IP options, ICMP errors...) first finish them,
 //! then look again. So a SYN never reuses, nor races, a half-inserted flow of its own batch:
 //! by the time it decides, every flow before it is finished (or torn down) as `process`
@@ -39,7 +40,7 @@ use std::time::Instant;
 use flowtable::{PendingV4, V4Key};
 
 use super::create::{Begun, NewV4};
-use super::{Pipeline, Verdict, fast, reuse};
+use super::{Pipeline, Verdict, fast, guard};
 
 /// Frames between the stages of one frame in [`Pipeline::process_batch`]: the prefetch
 /// distance.
@@ -237,11 +238,11 @@ impl Pipeline {
                     Some(p) => match self.flows.lookup_v4(&p.key) {
                         Some(hit)
                             if (self.waiting.len == 0 || !hit.is_inserting())
-                                && !reuse::reopens(p.flags) =>
+                                && !guard::guarded(p.flags) =>
                         {
                             let frame = frames.frame(i);
                             let v = p.v4(frame);
-                            self.forward_v4(frame, &v, &hit, now)
+                            self.forward_v4::<true>(frame, &v, &hit, now)
                         }
                         hit => {
                             let v = p.v4(frames.frame(i));
@@ -282,7 +283,8 @@ impl Pipeline {
 
     /// Stage 3 for frame `i` (parsed as `v`, `key`) when its lookup missed, or (`found`)
     /// found a flow still being inserted while flows wait, or found a flow and the frame is
-    /// a SYN that may reopen it (port reuse): the frame's counted verdict, or `None` when it
+    /// a SYN, FIN or RST (the state guard's; a SYN may reopen it, port reuse): the frame's
+    /// counted verdict, or `None` when it
     /// waits as a new flow.
     #[inline(never)]
     fn miss_staged<B: FrameBatch + ?Sized>(
@@ -301,9 +303,9 @@ impl Pipeline {
             // `process` does.
             self.finish_waiting(frames, verdicts);
             if let Some(hit) = self.flows.lookup_v4(key)
-                && !(reuse::reopens(v.flags) && self.reopen(hit.handle(), hit.dir()))
+                && let Some(verdict) = self.known_v4(frames.frame(i), v, &hit, now)
             {
-                return Some(self.forward_v4(frames.frame(i), v, &hit, now));
+                return Some(verdict);
             }
         }
         if self.proxied_miss(v, key) {

@@ -12,7 +12,7 @@ use super::classify::{
     self, Frag, PROTO_ICMP, PROTO_ICMPV6, PROTO_SCTP, PROTO_TCP, PROTO_UDP, Packet,
 };
 use super::nat::{self, Endpoints};
-use super::{DropReason, FLAG_SYNPROXY, Pipeline, Verdict, frag, hygiene, icmp, reuse};
+use super::{DropReason, FLAG_SYNPROXY, Pipeline, Verdict, frag, guard, hygiene, icmp, reuse};
 use crate::snapshot::NextHop;
 
 impl Pipeline {
@@ -40,12 +40,48 @@ impl Pipeline {
             return self.corrupt_sctp(&p, &key);
         }
         if let Some(hit) = self.flows.lookup_hit(&key) {
-            // (A SYN whose TTL expires is dropped by `forward`, leaving the flow as it is.)
+            // (A packet whose TTL expires is dropped by `forward`, leaving the flow as it is.)
+            if p.proto == PROTO_TCP && p.ttl > 1 && guard::guarded(p.flags) {
+                let s = guard::Segment {
+                    l3: p.l3,
+                    l4: p.l4,
+                    l4_len: p.l4_len,
+                    v6: p.v6,
+                    fragment: p.frag != Frag::No,
+                };
+                if let Some(r) = self.guard(frame, &s, p.flags, hit.handle, hit.dir) {
+                    return self.forward_held(frame, &p, &hit, r, now);
+                }
+            }
             if !(reuse::reopens(p.flags) && p.ttl > 1 && self.reopen(hit.handle, hit.dir)) {
-                return self.forward(frame, &p, &hit, now);
+                return self.forward(frame, &p, &hit, now, true);
             }
         }
         self.new_flow(frame, &p, key, now)
+    }
+
+    /// A packet of a known flow that the state guard holds for `reason`: forwarded without
+    /// its state change and counted; but a SYN-ACK of a flow the SYN proxy opened is the
+    /// proxy's to answer, and a receiver drops a segment it cannot verify.
+    #[cold]
+    #[inline(never)]
+    fn forward_held(
+        &mut self,
+        frame: &mut [u8],
+        p: &Packet,
+        hit: &FlowHit,
+        reason: guard::HoldReason,
+        now: Instant,
+    ) -> Verdict {
+        let synack = vocab::TcpFlags::SYN.bits() | vocab::TcpFlags::ACK.bits();
+        if hit.flags & FLAG_SYNPROXY != 0
+            && hit.dir == Direction::Reply
+            && vocab::TcpFlags(p.flags).handshake().bits() == synack
+        {
+            return Verdict::Drop(DropReason::BadTcpChecksum);
+        }
+        self.counters.held[reason as usize] += 1;
+        self.forward(frame, p, hit, now, false)
     }
 
     /// An SCTP packet with a wrong CRC32c: dropped if xvs would have handled it (a flow or a
@@ -82,13 +118,21 @@ impl Pipeline {
         Ok(())
     }
 
-    /// A packet of a known flow.
+    /// A packet of a known flow; `touch`: its state change and time are recorded (not for a
+    /// packet the state guard holds).
     #[inline]
-    fn forward(&mut self, frame: &mut [u8], p: &Packet, hit: &FlowHit, now: Instant) -> Verdict {
+    fn forward(
+        &mut self,
+        frame: &mut [u8],
+        p: &Packet,
+        hit: &FlowHit,
+        now: Instant,
+        touch: bool,
+    ) -> Verdict {
         if hit.flags & FLAG_SYNPROXY != 0 {
-            return self.proxied(frame, p, hit, now);
+            return self.proxied(frame, p, hit, now, touch);
         }
-        self.forward_plain(frame, p, hit, now)
+        self.forward_plain(frame, p, hit, now, touch)
     }
 
     /// [`forward`](Self::forward) without the SYN proxy's translation.
@@ -99,6 +143,7 @@ impl Pipeline {
         p: &Packet,
         hit: &FlowHit,
         now: Instant,
+        touch: bool,
     ) -> Verdict {
         if p.ttl <= 1 {
             return Verdict::Drop(DropReason::TtlExceeded);
@@ -107,7 +152,9 @@ impl Pipeline {
         let Some(nh) = self.next_hop(dst) else {
             return Verdict::Slow;
         };
-        self.touch(hit, p.flags, now);
+        if touch {
+            self.touch(hit, p.flags, frame, p.l4, now);
+        }
         self.traffic
             .packet(hit.backend_id(), hit.dir == Direction::Reply, p.ip_len());
         let src_mac = nh.src_mac.unwrap_or(self.config.mac);

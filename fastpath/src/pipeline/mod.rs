@@ -45,11 +45,16 @@
 //! - **New flows.** TCP needs SYN without ACK/RST, SCTP an INIT chunk; anything else without a
 //!   flow is `Drop(NoFlow)`, except for `mh` services which schedule it anyway (consistent
 //!   hashing picks the backend a peer or a restarted node picked). UDP always creates.
+//! - **State guard** ([`guard`]): a TCP SYN, FIN or RST that finds a flow moves its state only
+//!   when its checksum verifies and, for an RST, its sequence number lies in the window of
+//!   its direction's last sample; otherwise it is forwarded without the state change and
+//!   counted in [`Counters::held`].
 //! - **Port reuse** (IPVS `conn_reuse_mode = 1`): a SYN without ACK/RST/FIN from the client
 //!   (SCTP: an INIT) on a flow in TIME_WAIT or CLOSE (SCTP: closing) ends that flow and is
 //!   scheduled as a new one (`reuse`). Other SYNs on a flow follow it.
 //! - **SNAT ports** (fullnat): a per-worker cursor walks the worker's slice of
-//!   `snat_port_range`; the flow table's insert refuses a reply tuple already in use, and the
+//!   `snat_port_range`, from a random place each run (`PipelineConfig::snat_start`: a run
+//!   that lost the last one's flows does not hand its ports out again in the same order); the flow table's insert refuses a reply tuple already in use, and the
 //!   next port is tried (at most [`SNAT_TRIES`]). A port is therefore "released" as soon as
 //!   its flow leaves the table (expiry, removal, recycling): nothing to return.
 //! - **Fragments**: see [`frag`]. SCTP fragments are dropped (`SctpFragment`): the CRC32c
@@ -81,6 +86,7 @@ mod create;
 pub(crate) mod fast;
 pub mod frag;
 mod general;
+pub mod guard;
 mod hygiene;
 pub(crate) mod icmp;
 mod invariants;
@@ -94,6 +100,7 @@ pub mod synproxy;
 pub use batch::{FrameBatch, STAGE_DISTANCE, WAITING_MAX};
 use general::l4_protocol;
 pub(crate) use general::{flow_key, key_of};
+pub use guard::HoldReason;
 use next_hop::{EPOCH_ONE, NH_CACHE_SLOTS, NhSlot};
 pub use settings::{DEFAULT_MAC, PipelineConfig};
 pub use synproxy::CookieKey;
@@ -218,6 +225,9 @@ drop_reasons! {
     /// SYN proxy: a valid cookie's SYN to the backend did not fit the frame's buffer (only
     /// through `process`, whose frames cannot grow; never in the workers).
     SynproxyNoRoom = "synproxy_no_room",
+    /// SYN proxy: the backend's SYN-ACK, which the proxy answers itself, failed the state
+    /// guard (a wrong TCP checksum, or a first fragment): its receiver, xvs, drops it.
+    BadTcpChecksum = "bad_tcp_checksum",
 }
 
 /// What `schedule` answers for a packet the SYN proxy takes (its callers hand the frame
@@ -250,6 +260,9 @@ pub struct Counters {
     /// SYN proxy: client ACKs with a valid cookie that opened a backend connection (a flow,
     /// also counted in `new_flows`).
     pub synproxy_acks: u64,
+    /// Packets of known flows forwarded without the state change they asked for (the state
+    /// guard, `guard`), indexed by `HoldReason as usize`; also counted in `tx`.
+    pub held: [u64; HoldReason::COUNT],
 }
 
 impl Counters {
@@ -326,7 +339,8 @@ impl Pipeline {
         affinity: Arc<AffinityTable>,
         snapshot: Arc<Snapshot>,
     ) -> Self {
-        let snat = snat::SnatPorts::new(config.snat_ports.0, config.snat_ports.1);
+        let snat = snat::SnatPorts::new(config.snat_ports.0, config.snat_ports.1)
+            .starting_at(config.snat_start);
         let frags = frag::FragTable::new(config.fragments_max, config.fragment_timeout);
         let tick_now = flows.epoch();
         let tick = flows.tick(tick_now);
@@ -556,18 +570,19 @@ impl Pipeline {
             let verdict = self.miss_v4(frame, key.addrs(), key.ports(), now);
             return self.count(verdict);
         };
-        if reuse::reopens(v.flags) {
-            return self.syn_v4(frame, now);
+        if guard::guarded(v.flags) {
+            return self.guarded_v4(frame, now);
         }
-        self.forward_v4(frame, &v, &hit, now)
+        self.forward_v4::<true>(frame, &v, &hit, now)
     }
 
-    /// [`run_v4`](Self::run_v4) for a SYN that found a flow, counted: forwarded on the flow
-    /// unless the SYN reopens it (`reuse`), then a new flow. Given only the frame (parsed
-    /// and looked up again) so that the hit path keeps nothing across the call.
+    /// [`run_v4`](Self::run_v4) for a SYN, FIN or RST that found a flow, counted: through
+    /// the state guard ([`known_v4`](Self::known_v4)), then a new flow if a SYN reopened its
+    /// tuple. Given only the frame (parsed and looked up again) so that the hit path keeps
+    /// nothing across the call.
     #[cold]
     #[inline(never)]
-    fn syn_v4(&mut self, frame: &mut [u8], now: Instant) -> Verdict {
+    fn guarded_v4(&mut self, frame: &mut [u8], now: Instant) -> Verdict {
         let Some(v) = fast::parse(frame) else {
             // (Not reached: the frame is as `fast::parse` accepted it.)
             let verdict = self.run_general(frame, now);
@@ -575,13 +590,45 @@ impl Pipeline {
         };
         let key = self.flows.v4_key(v.protocol, v.addrs, v.ports);
         if let Some(hit) = self.flows.lookup_v4(&key)
-            && !(reuse::reopens(v.flags) && self.reopen(hit.handle(), hit.dir()))
+            && let Some(verdict) = self.known_v4(frame, &v, &hit, now)
         {
-            return self.forward_v4(frame, &v, &hit, now);
+            return verdict;
         }
         // (Through `miss_v4`, so that `new_flow_v4` keeps one caller, inlined in it.)
         let verdict = self.miss_v4(frame, v.addrs, v.ports, now);
         self.count(verdict)
+    }
+
+    /// A fast-path frame `v` of a known flow (`hit`) that may be guarded (SYN, FIN, RST),
+    /// counted: forwarded without a state change when the state guard holds it, else
+    /// forwarded as usual; `None` when it is a SYN that ended the flow (`reuse`), which
+    /// then takes the new-flow path.
+    #[cold]
+    #[inline(never)]
+    fn known_v4(
+        &mut self,
+        frame: &mut [u8],
+        v: &fast::V4,
+        hit: &V4Hit,
+        now: Instant,
+    ) -> Option<Verdict> {
+        if v.proto == classify::PROTO_TCP && guard::guarded(v.flags) {
+            let s = guard::Segment {
+                l3: fast::L3,
+                l4: fast::L4,
+                l4_len: usize::from(v.ip_len).saturating_sub(fast::L4 - fast::L3),
+                v6: false,
+                fragment: false,
+            };
+            if let Some(r) = self.guard(frame, &s, v.flags, hit.handle(), hit.dir()) {
+                self.counters.held[r as usize] += 1;
+                return Some(self.forward_v4::<false>(frame, v, hit, now));
+            }
+        }
+        if reuse::reopens(v.flags) && self.reopen(hit.handle(), hit.dir()) {
+            return None;
+        }
+        Some(self.forward_v4::<true>(frame, v, hit, now))
     }
 
     /// A SYN found flow `h` in direction `dir`: removes the flow when the SYN is the client's
@@ -593,9 +640,16 @@ impl Pipeline {
     }
 
     /// A fast-path frame `v` of a known flow (`hit`) that the SYN proxy did not open (the
-    /// callers send those to [`proxied_v4`](Self::proxied_v4)), counted.
+    /// callers send those to [`proxied_v4`](Self::proxied_v4)), counted; `TOUCH`: its state
+    /// change and time are recorded (not for a packet the state guard holds).
     #[inline(always)]
-    fn forward_v4(&mut self, frame: &mut [u8], v: &fast::V4, hit: &V4Hit, now: Instant) -> Verdict {
+    fn forward_v4<const TOUCH: bool>(
+        &mut self,
+        frame: &mut [u8],
+        v: &fast::V4,
+        hit: &V4Hit,
+        now: Instant,
+    ) -> Verdict {
         // (`fast::parse` left frames whose TTL expires to the general path.)
         let Some(nh) = self.next_hop_v4(hit.dst()) else {
             return self.count(Verdict::Slow);
@@ -603,7 +657,9 @@ impl Pipeline {
         // From here on the verdict is Tx: the MACs go in first, straight from the slot.
         let port = nh.nh.port;
         frame[..12].copy_from_slice(&nh.macs);
-        self.touch_v4(hit, v.flags, now);
+        if TOUCH {
+            self.touch_v4(hit, v.flags, frame, now);
+        }
         nat::rewrite_v4_delta(
             frame,
             fast::L3,
@@ -660,19 +716,26 @@ impl Pipeline {
         self.tick
     }
 
-    /// The flow table's state update for a packet of a known flow.
+    /// The flow table's state update for a packet of a known flow whose L4 header is at `l4`
+    /// of `frame` (its TCP sequence number is the direction's sample when the update
+    /// writes, see `guard`).
     #[inline(always)]
-    fn touch(&mut self, hit: &FlowHit, flags: u8, now: Instant) {
+    fn touch(&mut self, hit: &FlowHit, flags: u8, frame: &[u8], l4: usize, now: Instant) {
         let tick = self.tick(now);
-        self.flows.touch(hit, flowtable::TcpFlags(flags), tick);
+        self.flows.touch(hit, flowtable::TcpFlags(flags), tick, || {
+            guard::word_at(frame, l4 + 4)
+        });
         self.answered(flags, hit.backend_id());
     }
 
-    /// [`touch`](Self::touch) for a [`V4Hit`].
+    /// [`touch`](Self::touch) for a [`V4Hit`] of a fast-path frame.
     #[inline(always)]
-    fn touch_v4(&mut self, hit: &V4Hit, flags: u8, now: Instant) {
+    fn touch_v4(&mut self, hit: &V4Hit, flags: u8, frame: &[u8], now: Instant) {
         let tick = self.tick(now);
-        self.flows.touch_v4(hit, flowtable::TcpFlags(flags), tick);
+        self.flows
+            .touch_v4(hit, flowtable::TcpFlags(flags), tick, || {
+                guard::word_at(frame, fast::L4 + 4)
+            });
         // (Tested as the flow table's shortcut tests it: a pure ACK is no SYN-ACK.)
         if TcpFlags(flags).events() != TcpFlags::ACK {
             self.answered(flags, hit.backend_id());

@@ -19,6 +19,12 @@ pub struct PipelineConfig {
     pub snat_v6: Option<Ipv6Addr>,
     /// This worker's SNAT ports, inclusive.
     pub snat_ports: (u16, u16),
+    /// Where in `snat_ports` the worker's cursor starts (taken modulo the slice's length; 0:
+    /// its first port). The daemon starts every run at a random place
+    /// ([`PipelineConfig::with_random_snat_start`]), so that after a start that lost its
+    /// flow table a new connection does not take the (SNAT address, port) of one the last
+    /// run handed out, which a backend may still hold.
+    pub snat_start: u32,
     /// Fragment-table entries (rounded up to a power of two, at least [`frag::WAYS`]).
     ///
     /// [`frag::WAYS`]: super::frag::WAYS
@@ -27,6 +33,16 @@ pub struct PipelineConfig {
     pub fragment_timeout: Duration,
     /// The SYN cookie secret; every worker must have the same (and the next process too).
     pub synproxy_key: CookieKey,
+}
+
+impl PipelineConfig {
+    /// These settings with [`snat_start`](Self::snat_start) drawn at random.
+    pub fn with_random_snat_start(self) -> Self {
+        PipelineConfig {
+            snat_start: shm::random_u64() as u32,
+            ..self
+        }
+    }
 }
 
 /// The source MAC the pcap replayer and tests use when none is configured.

@@ -514,6 +514,7 @@ impl Pipeline {
         p: &Packet,
         hit: &FlowHit,
         now: Instant,
+        touch: bool,
     ) -> Verdict {
         if p.ttl <= 1 {
             return Verdict::Drop(DropReason::TtlExceeded);
@@ -522,7 +523,7 @@ impl Pipeline {
             return Verdict::Drop(DropReason::Truncated);
         };
         if p.proto != PROTO_TCP || !p.has_l4() || tcp.len() < 20 {
-            return self.forward_plain(frame, p, hit, now);
+            return self.forward_plain(frame, p, hit, now, touch);
         }
         let hdr = TcpPacket::new_unchecked(tcp).header_len();
         if hdr > tcp.len() {
@@ -573,7 +574,7 @@ impl Pipeline {
                 }
             }),
         }
-        self.forward_plain(frame, p, hit, now)
+        self.forward_plain(frame, p, hit, now, touch)
     }
 
     /// The backend's SYN-ACK on a proxied flow: the delta recorded (first time), the frame
@@ -628,8 +629,9 @@ impl Pipeline {
         }
         frame[..6].copy_from_slice(&nh.dst_mac);
         frame[6..12].copy_from_slice(&nh.src_mac.unwrap_or(self.config.mac));
-        // SYN_SENT -> SYN_RECV (passive health: answered), then our ACK: ESTABLISHED.
-        self.touch(hit, p.flags, now);
+        // SYN_SENT -> SYN_RECV (passive health: answered), then our ACK: ESTABLISHED. (A
+        // proxied flow keeps no sequence samples: what the rewritten frame holds is not read.)
+        self.touch(hit, p.flags, frame, p.l4, now);
         let tick = self.tick(now);
         self.flows
             .on_packet(hit.handle, Direction::Original, TcpFlags::ACK, tick);

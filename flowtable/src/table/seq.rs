@@ -103,3 +103,134 @@ impl FlowTable {
         .is_ok()
     }
 }
+
+/// Sequence samples (see [`FlowTable::rst_window`]): each direction's sequence number in
+/// units of 2^`SAMPLE_SHIFT` bytes, `SAMPLE_BITS` bits each, and a bit per direction saying
+/// it was taken. A flow's sequence word holds them unless the flow is [`FLAG_SLOW`] (then
+/// the word is the SYN proxy's).
+///
+/// [`FLAG_SLOW`]: super::FLAG_SLOW
+const SAMPLE_SHIFT: u32 = 7;
+const SAMPLE_BITS: u32 = 32 - SAMPLE_SHIFT;
+const SAMPLE_MASK: u64 = (1 << SAMPLE_BITS) - 1;
+/// Bit of the sample word: the original direction's sample was taken.
+const ORIG_TAKEN: u64 = 1 << (2 * SAMPLE_BITS);
+/// Bit of the sample word: the reply direction's sample was taken.
+const REPLY_TAKEN: u64 = 1 << (2 * SAMPLE_BITS + 1);
+const _: () = assert!(2 * SAMPLE_BITS + 2 <= SEQ_BITS);
+
+/// How far before a direction's last sample an RST's sequence number may be: 1 MiB (a
+/// sample may come from a segment sent ahead of what the receiver has taken, and an RST
+/// answering a segment carries the receiver's position).
+pub const RST_BEHIND_BYTES: u32 = 1 << 20;
+/// How far past a direction's last sample an RST's sequence number may be: 16 MiB (what a
+/// sender may have sent since the sample, at most one 100 ms tick of traffic earlier, plus
+/// its window).
+pub const RST_AHEAD_BYTES: u32 = 1 << 24;
+
+/// What [`FlowTable::rst_window`] found for an RST.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RstWindow {
+    /// Its sequence number (or, before the direction's first sample, its acknowledgment)
+    /// is where the last sample says that direction is.
+    Inside,
+    /// It is not: a receiver would not take it.
+    Outside,
+    /// The flow has no sample to judge by (the SYN proxy's flows, flows restored without
+    /// one, a direction not sampled yet whose RST carries no ACK to check instead).
+    Unknown,
+}
+
+/// Whether `at` (in sample units) lies within the RST window of `sample`.
+#[inline]
+fn sample_near(sample: u64, at: u32) -> bool {
+    let d = (u64::from(at >> SAMPLE_SHIFT).wrapping_sub(sample)) & SAMPLE_MASK;
+    // `d` as a signed SAMPLE_BITS-bit distance: ahead when small, behind when near 2^BITS.
+    d <= u64::from(RST_AHEAD_BYTES >> SAMPLE_SHIFT)
+        || d >= (1 << SAMPLE_BITS) - u64::from(RST_BEHIND_BYTES >> SAMPLE_SHIFT)
+}
+
+impl FlowTable {
+    /// Records `seq`, a TCP segment's sequence number in direction `reply`, as the sample of
+    /// that direction of the flow in entry `e` (generation `gen_`). For the writer of a
+    /// state change or a new tick (so at most once per tick per flow on the packet path);
+    /// nothing for a flow that is not TCP or is [`FLAG_SLOW`](super::FLAG_SLOW). A race
+    /// with the other direction's sample retries; a sample of an entry's later flow is
+    /// never taken for this one (the generation tag).
+    #[inline(never)]
+    pub(super) fn take_sample(&self, e: u32, gen_: u64, reply: bool, seq: u32) {
+        let meta = self.word(e, super::entry::W_META);
+        let flags = (meta >> 48) as u8;
+        if (meta >> 32) as u8 != vocab::ip_proto::TCP || flags & super::FLAG_SLOW != 0 {
+            return;
+        }
+        let Some(slot) = self.seq_slot(e, (meta >> 40) & 1 == 1) else {
+            return;
+        };
+        let tag = gen_ & ((1 << (64 - SEQ_BITS)) - 1);
+        let s = u64::from(seq >> SAMPLE_SHIFT);
+        let mut w = slot.load(Ordering::Relaxed);
+        loop {
+            let old = if w >> SEQ_BITS == tag {
+                w & SEQ_MASK
+            } else {
+                0
+            };
+            let new = if reply {
+                old & !(SAMPLE_MASK << SAMPLE_BITS) | s << SAMPLE_BITS | REPLY_TAKEN
+            } else {
+                old & !SAMPLE_MASK | s | ORIG_TAKEN
+            };
+            let stamped = seq_stamp(tag, new);
+            if stamped == w {
+                return;
+            }
+            match slot.compare_exchange_weak(w, stamped, Ordering::Release, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(a) => w = a,
+            }
+        }
+    }
+
+    /// Whether an RST of flow `h` travelling in `dir` with sequence number `seq` (and
+    /// acknowledgment `ack` when its ACK flag is set) is one its receiver would take, judged
+    /// from the last sequence sample of that direction ([`RST_BEHIND_BYTES`] before it to
+    /// [`RST_AHEAD_BYTES`] past it), the way RFC 5961 and Linux conntrack keep blind resets
+    /// from ending connections. Before the reply direction's first sample (a backend
+    /// refusing the connection), its ACK must acknowledge about where the client's sample
+    /// is, as RFC 793 asks of a reset in SYN-SENT. Reads only.
+    pub fn rst_window(
+        &self,
+        h: FlowHandle,
+        dir: crate::key::Direction,
+        seq: u32,
+        ack: Option<u32>,
+    ) -> RstWindow {
+        let e = h.entry();
+        if self.entries.get(e as usize).is_none()
+            || (self.word(e, W_META) >> 48) as u8 & super::FLAG_SLOW != 0
+        {
+            return RstWindow::Unknown;
+        }
+        let Some(w) = self.seq(h) else {
+            return RstWindow::Unknown;
+        };
+        let (orig, reply) = (w & SAMPLE_MASK, (w >> SAMPLE_BITS) & SAMPLE_MASK);
+        let near = |ok: bool| {
+            if ok {
+                RstWindow::Inside
+            } else {
+                RstWindow::Outside
+            }
+        };
+        match dir {
+            crate::key::Direction::Original if w & ORIG_TAKEN != 0 => near(sample_near(orig, seq)),
+            crate::key::Direction::Reply if w & REPLY_TAKEN != 0 => near(sample_near(reply, seq)),
+            crate::key::Direction::Reply if w & ORIG_TAKEN != 0 => match ack {
+                Some(a) => near(sample_near(orig, a)),
+                None => RstWindow::Outside,
+            },
+            _ => RstWindow::Unknown,
+        }
+    }
+}

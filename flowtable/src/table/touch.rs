@@ -51,8 +51,19 @@ impl FlowTable {
     /// nor the 100 ms tick costs no memory access at all. Same result as `on_packet` at the
     /// time of the lookup (call it right after: a hit held across batches may be stale, and
     /// then only a packet that needs a write notices, by returning `None`).
+    ///
+    /// `seq` gives the packet's TCP sequence number; it is called only when the packet
+    /// writes (a state change or a new tick), whose writer records it as the direction's
+    /// sequence sample ([`rst_window`](Self::rst_window)), so a packet that writes nothing
+    /// does not even read it.
     #[inline]
-    pub fn touch(&self, hit: &FlowHit, tcp_flags: TcpFlags, now: Tick) -> Option<FlowState> {
+    pub fn touch(
+        &self,
+        hit: &FlowHit,
+        tcp_flags: TcpFlags,
+        now: Tick,
+        seq: impl FnOnce() -> u32,
+    ) -> Option<FlowState> {
         let reply = hit.dir == Direction::Reply;
         self.touch_ctl(
             hit.handle.entry(),
@@ -61,10 +72,12 @@ impl FlowTable {
             hit.ctl,
             tcp_flags,
             now,
+            seq,
         )
     }
 
     /// The no-write case of `touch` inline; `c` is the validated state word of a hit.
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub(super) fn touch_ctl(
         &self,
@@ -74,6 +87,7 @@ impl FlowTable {
         c: u64,
         tcp_flags: TcpFlags,
         now: Tick,
+        seq: impl FnOnce() -> u32,
     ) -> Option<FlowState> {
         let old = ctl_state(c);
         // The common packet first: an ACK without SYN, FIN or RST on an established
@@ -89,10 +103,12 @@ impl FlowTable {
         if new == old && ctl_ls(c) >= now.0 {
             return Some(FlowState::from_u8(old));
         }
-        self.touch_write(e, reply, backend, c, tcp_flags, now)
+        self.touch_write(e, reply, backend, c, tcp_flags, now, seq())
     }
 
-    /// The rest of `touch`: a CAS loop from the hit's state word.
+    /// The rest of `touch`: a CAS loop from the hit's state word; its winner records `seq`
+    /// as the direction's sequence sample.
+    #[allow(clippy::too_many_arguments)]
     #[inline(never)]
     pub(super) fn touch_write(
         &self,
@@ -102,6 +118,7 @@ impl FlowTable {
         mut c: u64,
         tcp_flags: TcpFlags,
         now: Tick,
+        seq: u32,
     ) -> Option<FlowState> {
         let next = &self.next_code[usize::from(reply)][flags_index(tcp_flags.0)];
         let gen_ = ctl_gen(c);
@@ -124,6 +141,7 @@ impl FlowTable {
                     if new != old {
                         crate::log::changed(FlowHandle::new(e, gen_));
                     }
+                    self.take_sample(e, gen_, reply, seq);
                     let (old, new) = (FlowState::from_u8(old), FlowState::from_u8(new));
                     self.recount(backend, old, new);
                     return Some(new);

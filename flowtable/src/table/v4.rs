@@ -304,8 +304,22 @@ impl FlowTable {
     }
     /// [`touch`](Self::touch) for a flow found by [`lookup_v4`](Self::lookup_v4).
     #[inline]
-    pub fn touch_v4(&self, hit: &V4Hit, tcp_flags: TcpFlags, now: Tick) -> Option<FlowState> {
-        self.touch_ctl(hit.entry, hit.reply, hit.backend, hit.ctl, tcp_flags, now)
+    pub fn touch_v4(
+        &self,
+        hit: &V4Hit,
+        tcp_flags: TcpFlags,
+        now: Tick,
+        seq: impl FnOnce() -> u32,
+    ) -> Option<FlowState> {
+        self.touch_ctl(
+            hit.entry,
+            hit.reply,
+            hit.backend,
+            hit.ctl,
+            tcp_flags,
+            now,
+            seq,
+        )
     }
 
     /// [`insert`](Self::insert) for an IPv4 flow, for a worker whose [`lookup_v4`]

@@ -352,6 +352,20 @@ pub fn render(stats: &StatsView, services: &[ServiceView], probes: &ProbeCounts)
     for (reason, n) in &drops {
         o.sample("xvs_drops_total", &[("reason", reason)], f(*n));
     }
+    o.family(
+        "xvs_held_state_changes_total",
+        "counter",
+        "Packets of known flows (SYN, FIN, RST) forwarded without the state change they asked for, by reason: the state guard's refusals (summed over workers).",
+    );
+    let mut held: std::collections::BTreeMap<&str, u64> = Default::default();
+    for w in &stats.workers {
+        for (reason, n) in &w.held {
+            *held.entry(reason).or_default() += n;
+        }
+    }
+    for (reason, n) in &held {
+        o.sample("xvs_held_state_changes_total", &[("reason", reason)], f(*n));
+    }
     type Field = fn(&super::views::WorkerView) -> u64;
     let per_worker: [(&str, &str, Field); 12] = [
         (

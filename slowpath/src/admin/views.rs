@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant, SystemTime};
 
-use fastpath::pipeline::DropReason;
+use fastpath::pipeline::{DropReason, HoldReason};
 use fastpath::snapshot::{ServiceEntry, Snapshot};
 use fastpath::steer::SteerCounters;
 use fastpath::worker::WorkerCounters;
@@ -537,6 +537,10 @@ pub struct WorkerView {
     /// Drops by reason (`DropReason::name()`, and `tx_ring_full`, `tx_no_port`,
     /// `next_hop_unresolved`, `pass_not_injected`), every reason present.
     pub drops: BTreeMap<String, u64>,
+    /// Packets of known flows forwarded without the state change they asked for (the
+    /// pipeline's state guard), by reason (`HoldReason::name()`), every reason present.
+    #[serde(default)]
+    pub held: BTreeMap<String, u64>,
 }
 
 impl WorkerView {
@@ -566,6 +570,10 @@ impl WorkerView {
             // the kernel has not resolved (`Slow`: recycled, a later frame goes through),
             // and the frames for the kernel that did not reach it (no exception device, or
             // its queue was full).
+            held: HoldReason::ALL
+                .iter()
+                .map(|r| (r.name().to_owned(), c.held[*r as usize]))
+                .collect(),
             drops: DropReason::ALL
                 .iter()
                 .map(|r| (r.name().to_owned(), c.dropped(*r)))
