@@ -878,3 +878,68 @@ mod prop {
         }
     }
 }
+
+/// The state guard on a proxied flow: the backend's SYN-ACK is the proxy's to answer, so one
+/// with a wrong checksum is dropped (the proxy is its receiver) and changes nothing; the real
+/// one completes the handshake.
+#[test]
+fn a_backend_syn_ack_with_a_bad_checksum_is_dropped_and_changes_nothing() {
+    let epoch = Instant::now();
+    let now = at(epoch, 1000);
+    let mut p = pipeline_from(&config_on(), epoch);
+    let s = &services()[0];
+    let syn = tcp(CLIENT_MAC, s.client, s.vip, 0x02, 1000, 0, 64240, &[], &[]);
+    let cookie = seen(&run(&mut p, &syn, now).1, "SYN-ACK").seq;
+    let ack = tcp(
+        CLIENT_MAC,
+        s.client,
+        s.vip,
+        0x10,
+        1001,
+        cookie.wrapping_add(1),
+        502,
+        &[],
+        &[],
+    );
+    let (v, out) = run(&mut p, &ack, now);
+    assert_eq!(v, Verdict::Tx(0));
+    let syn_b = seen(&out, "SYN to the backend");
+    let synack = tcp(
+        s.backend_mac,
+        s.backend,
+        syn_b.src,
+        0x12,
+        BACKEND_ISN,
+        1001,
+        65160,
+        &[],
+        &[],
+    );
+    let mut bad = synack.clone();
+    let l4 = if s.client.is_ipv6() { 54 } else { 34 };
+    bad[l4 + 16] ^= 0x40;
+    let (v, out) = run(&mut p, &bad, now);
+    assert_eq!(v, Verdict::Drop(DropReason::BadTcpChecksum));
+    assert_eq!(out, bad, "left as it came");
+    // Still pending: client data is still held back.
+    let data = tcp(
+        CLIENT_MAC,
+        s.client,
+        s.vip,
+        0x18,
+        1001,
+        cookie.wrapping_add(1),
+        502,
+        &[],
+        PAYLOAD,
+    );
+    assert_eq!(
+        run(&mut p, &data, now).0,
+        Verdict::Drop(DropReason::SynproxyPending)
+    );
+    let (v, out) = run(&mut p, &synack, now);
+    assert_eq!(v, Verdict::Tx(0));
+    let a = seen(&out, "ACK to the backend");
+    assert_eq!((a.flags, a.ack), (0x10, BACKEND_ISN.wrapping_add(1)));
+    assert_eq!(p.counters().held.iter().sum::<u64>(), 0);
+}
