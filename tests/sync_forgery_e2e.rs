@@ -1,15 +1,18 @@
 //! Flow sync cannot be forged, end to end, as root: two `xvs run` nodes sync their flows
 //! over one wire (`scripts/sync-lab`), and a third process on the wire
 //! (`tests/assets/sync-forger.py`, AF_PACKET sockets on the bridge's ports) captures their
-//! real datagrams and sends them again: back to their sender (reflected, from the
-//! receiver's address), to their receiver after the receiver restarted, and to their
-//! receiver after their sender restarted. Nothing of it may install or update a flow; each
-//! datagram is refused and counted by its reason (`/v1/stats` `peer_sync`); genuine sync
-//! goes on both ways.
+//! real datagrams and sends them again:
 //!
-//! The captured flows are UDP flows that time out (2 s) before they are sent again, so a
-//! datagram taken would install a flow that exists nowhere (a forged flow: `/v1/flows`
-//! shows it).
+//! - (a) back to their sender at once, as if their receiver had sent them (reflected while
+//!   they are the newest datagrams on the wire: a window of sequences alone takes them);
+//! - (b) to their receiver after it restarted, before it heard anything of its peer again
+//!   (the wire drops the peer's datagrams meanwhile: a window that lived in memory is gone);
+//! - (c) to their receiver after their sender restarted.
+//!
+//! Nothing of it may install or update a flow; each datagram is refused and counted by its
+//! reason (`/v1/stats` `peer_sync`); genuine sync goes on both ways. The captured flows are
+//! UDP flows that time out (2 s) before (b) and (c), so a datagram taken would install a
+//! flow that exists nowhere (a forged flow: `/v1/flows` would show it).
 
 mod common;
 
@@ -321,12 +324,21 @@ mac = "02:00:00:00:02:64"
 
     /// Starts capturing, on the wire's port `iface`, node `from`'s datagrams to node `to`
     /// for `seconds`, into `out`; returns once the forger listens.
-    fn capture(&self, iface: &str, from: usize, to: usize, out: &Path, seconds: f64) -> Child {
+    /// With `reflect`, each is also sent back to its sender at once.
+    fn capture(
+        &self,
+        iface: &str,
+        (from, to): (usize, usize),
+        out: &Path,
+        seconds: f64,
+        reflect: bool,
+    ) -> Child {
         let mut c = self
             .forger()
             .args(["capture", iface, N[from - 1], N[to - 1]])
             .arg(out)
             .arg(seconds.to_string())
+            .args(reflect.then_some("reflect"))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -337,6 +349,32 @@ mac = "02:00:00:00:02:64"
             .unwrap();
         assert_eq!(line.trim(), "ready", "forger: {line}");
         c
+    }
+
+    /// Makes the wire drop what node `from` sends node `to` (`drop`), or stop dropping it
+    /// (frames the forger sends out of a port directly are not bridged: not dropped).
+    fn cut(&self, (from, to): (usize, usize), drop: bool) {
+        let rules = if drop {
+            format!(
+                "table bridge xvs_cut {{ chain cut {{ type filter hook forward priority 0; ether saddr 02:00:00:00:02:1{from} ether daddr 02:00:00:00:02:1{to} drop; }}; }}\n"
+            )
+        } else {
+            "delete table bridge xvs_cut\n".to_owned()
+        };
+        let mut c = Command::new("ip")
+            .args(["netns", "exec", &self.ns("w"), "nft", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        c.stdin.take().unwrap().write_all(rules.as_bytes()).unwrap();
+        let o = c.wait_with_output().unwrap();
+        assert!(
+            o.status.success(),
+            "nft: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
     }
 
     /// Sends every frame of `frames` out of the wire's port `iface`, `mode` "as-is" or
@@ -389,11 +427,12 @@ fn rejected(s: &serde_json::Value, reason: &str) -> u64 {
     u(&s["messages_rejected"][reason])
 }
 
-/// Captures node 1's datagrams to node 2 while the client opens flows from `ports` through
-/// node 1; waits until node 2 has them, then until they have timed out on both.
-fn capture_flows(lab: &SyncLab, name: &str, ports: &[u16]) -> (PathBuf, Frames) {
+/// Captures node 1's datagrams to node 2 (reflecting each to node 1 at once with
+/// `reflect`) while the client opens flows from `ports` through node 1; waits until node 2
+/// has them, then until they have timed out on both.
+fn capture_flows(lab: &SyncLab, name: &str, ports: &[u16], reflect: bool) -> (PathBuf, Frames) {
     let path = lab.dir.path().join(name);
-    let c = lab.capture("p1", 1, 2, &path, 2.0);
+    let c = lab.capture("p1", (1, 2), &path, 2.0, reflect);
     for &p in ports {
         lab.udp_via(1, p);
     }
@@ -417,13 +456,10 @@ fn sync_datagrams_reflected_or_replayed_across_restarts_are_refused() {
     lab.wait_synced(2);
     lab.wait_sync(1, "the peer up", |s| s["peers_up"] == 1);
 
-    // Genuine sync, captured off the wire: n1's flows reach n2.
-    let ports = [41001, 41002, 41003];
-    let (first, _) = capture_flows(&lab, "first.frames", &ports);
-
-    // (a) Sent back to n1 as if n2 had sent them.
+    // (a) Genuine sync (n1's flows reach n2), each datagram also reflected to n1 at once.
     let before = lab.sync(1);
-    let sent = lab.send("p1", &first, "reflect");
+    let ports = [41001, 41002, 41003];
+    let (first, sent) = capture_flows(&lab, "first.frames", &ports, true);
     let want = rejected(&before, "reflected") + sent.total;
     lab.wait_sync(1, "reflections refused", |s| {
         rejected(s, "reflected") >= want
@@ -441,47 +477,54 @@ fn sync_datagrams_reflected_or_replayed_across_restarts_are_refused() {
         "no forged flow on n1"
     );
 
-    // (b) n2 restarts; the datagrams it took before are sent to it again.
+    // (b) n2 restarts; before it hears n1 again, the datagrams it took are sent to it again.
     lab.kill(2);
+    lab.cut((1, 2), true);
     lab.start(2);
-    lab.wait_synced(2);
     let before = lab.sync(2);
     let sent = lab.send("p2", &first, "as-is");
-    // They present the old process's ticket: refused as stale; hellos may still teach a
-    // ticket, but theirs are below the window of n1's session.
-    let stale = rejected(&before, "stale_session") + sent.total - sent.kind(KIND_HELLO);
-    let replay = rejected(&before, "replay") + sent.kind(KIND_HELLO);
+    // They present the old process's ticket: refused. (Hellos are not refused: they teach
+    // n1's session and ticket, which is all a hello does.)
+    let refused = sent.total - sent.kind(KIND_HELLO);
+    let want = rejected(&before, "stale_session") + refused;
     lab.wait_sync(2, "replays after its restart refused", |s| {
-        rejected(s, "stale_session") + rejected(s, "replay") >= stale + replay
+        rejected(s, "stale_session") >= want
     });
     let after = lab.sync(2);
     println!(
         "(b) replayed to the restarted n2: {sent:?}; n2 rejected {}",
         after["messages_rejected"]
     );
-    assert_eq!(
-        (
-            rejected(&after, "stale_session"),
-            rejected(&after, "replay")
-        ),
-        (stale, replay),
-        "{after}"
-    );
+    assert_eq!(rejected(&after, "stale_session"), want, "{after}");
+    let total = |s: &serde_json::Value| {
+        s["messages_rejected"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(u)
+            .sum::<u64>()
+    };
+    assert_eq!(total(&after), total(&before) + refused, "{after}");
     assert_eq!(taken(&after), taken(&before), "n2 took nothing: {after}");
     assert_eq!(
         lab.flow_ports(2, VIP[0]),
         Vec::<u16>::new(),
         "no forged flow on n2"
     );
+    // n1 heard again: the two talk, n2 gets n1's dump; still no forged flow.
+    lab.cut((1, 2), false);
+    lab.wait_synced(2);
+    assert_eq!(lab.flow_ports(2, VIP[0]), Vec::<u16>::new());
 
     // (c) Captured again (n2's new process), then n1 restarts; sent to n2 again.
     let ports = [41011, 41012, 41013];
-    let (second, _) = capture_flows(&lab, "second.frames", &ports);
+    let (second, _) = capture_flows(&lab, "second.frames", &ports, false);
     lab.kill(1);
     lab.start(1);
     lab.wait_synced(1);
     let before = lab.sync(2);
     let sent = lab.send("p2", &second, "as-is");
+    // A session of n1 older than the one n2 follows now.
     let want = rejected(&before, "stale_session") + sent.total;
     lab.wait_sync(2, "the old session's datagrams refused", |s| {
         rejected(s, "stale_session") >= want

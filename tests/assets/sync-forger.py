@@ -3,10 +3,13 @@
 (AF_PACKET sockets on the bridge ports of the lab's wire namespace, scripts/sync-lab),
 captures their flow-sync datagrams and sends them again.
 
-  sync-forger.py capture IFACE SRC DST OUT SECONDS
+  sync-forger.py capture IFACE SRC DST OUT SECONDS [reflect]
       appends to OUT every IPv4/UDP frame IFACE receives from SRC to DST port 7946, for
       SECONDS (at most 1000 frames; each stored as a u32 length and the frame); prints
-      "ready" once it listens, then "captured N kinds K:N,...".
+      "ready" once it listens, then "captured N kinds K:N,...". With "reflect", each frame
+      is also sent back to its sender at once, out of IFACE (see "reflect" below): a
+      reflector on the path, whose copies arrive while the originals are the newest datagrams
+      of their sender.
   sync-forger.py send IFACE IN MODE
       sends every frame of IN out of IFACE; MODE "as-is" (to its receiver again) or
       "reflect" (back to its sender, as if its receiver had sent it: MAC and IP addresses
@@ -85,7 +88,7 @@ def reflect(f):
     return bytes(f)
 
 
-def capture(iface, src, dst, out, seconds):
+def capture(iface, src, dst, out, seconds, mirror):
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
     s.bind((iface, 0))
     s.settimeout(0.1)
@@ -102,6 +105,8 @@ def capture(iface, src, dst, out, seconds):
         p = parse(f)
         if p and p[1] == src and p[2] == dst and p[3] == SYNC_PORT:
             frames.append(f)
+            if mirror:
+                s.send(fix_checksums(reflect(f)))
     with open(out, "ab") as o:
         for f in frames:
             o.write(struct.pack("<I", len(f)) + f)
@@ -132,8 +137,10 @@ def send(iface, path, mode):
 
 def main():
     a = sys.argv[1:]
-    if len(a) == 6 and a[0] == "capture":
-        capture(a[1], a[2], a[3], a[4], float(a[5]))
+    if len(a) in (6, 7) and a[0] == "capture":
+        if len(a) == 7 and a[6] != "reflect":
+            sys.exit(__doc__)
+        capture(a[1], a[2], a[3], a[4], float(a[5]), len(a) == 7)
     elif len(a) == 4 and a[0] == "send":
         send(a[1], a[2], a[3])
     else:

@@ -133,12 +133,14 @@ impl Service {
     }
 
     /// Peer `p` issued this node a new ticket: it can be sent to now. Ask it for its flows
-    /// (once) and send it this node's own flows active since its start (those its workers
-    /// logged before went to nobody; a peer that restarted asks for a dump anyway, which
-    /// replaces this).
+    /// (unless its dump is in; and once in any case, for a node that started while the
+    /// peer could not be reached and stopped waiting) and send it this node's own flows
+    /// active since its start (those its workers logged before went to nobody; a peer that
+    /// restarted asks for a dump anyway, which replaces this).
     fn learnt(&mut self, p: usize, now: Instant) {
         self.hello(Some(p));
-        if !self.peers[p].dumped {
+        let peer = &self.peers[p];
+        if !peer.dumped || peer.asked.is_none() {
             self.ask(p, now);
         }
         if !self.scans.iter().any(|s| s.to == Some(p)) {
