@@ -847,3 +847,27 @@ fn a_peer_that_starts_later_is_asked_once_it_answers() {
         "gave up after DUMP_GIVE_UP"
     );
 }
+
+#[test]
+fn a_node_that_started_while_its_peer_was_unreachable_gets_its_flows_once_it_hears_it() {
+    let epoch = Instant::now();
+    let (mut a, mut b) = pair(epoch);
+    let now = epoch + Duration::from_secs(1);
+    // A's flows come from its previous process (adopted): older than A's start, so A's
+    // catch-up does not send them; only a dump does.
+    for port in 0..5 {
+        own_flow(&a, 2500 + port, "198.18.1.2:8080", now);
+    }
+    while a.log.pop().is_some() {}
+    a.svc.started = now + Duration::from_secs(1);
+    b.svc.started = epoch;
+    // B alone for longer than DUMP_WAIT: it stops waiting and is ready.
+    let t = epoch + DUMP_WAIT + Duration::from_secs(1);
+    b.svc.tick(t);
+    outgoing(&mut b);
+    assert!(b.svc.ready.load(Ordering::Relaxed));
+    // The wire heals: B learns A's ticket and asks for its flows all the same.
+    converse(&mut a, &mut b, t);
+    assert_eq!(stat(&b, |s| &s.dumps_received), 1);
+    assert_eq!(b.flows.len(), 5);
+}
