@@ -111,6 +111,8 @@ pub struct Peer {
     pub heard: Option<Instant>,
     /// Its dump to us finished (or it was given up on).
     pub dumped: bool,
+    /// Its dump to us finished.
+    pub dump_in: bool,
     /// When we last asked it for a dump.
     pub asked: Option<Instant>,
 }
@@ -128,6 +130,7 @@ impl Peer {
             top: 0,
             heard: None,
             dumped: false,
+            dump_in: false,
             asked: None,
         }
     }

@@ -19,7 +19,12 @@ pub(super) struct LogGate {
 
 impl LogGate {
     /// `Some(refusals not logged since the last line)` when this one may be logged.
-    fn pass(&mut self, what: &'static str, from: SocketAddr, now: Instant) -> Option<u64> {
+    pub(super) fn pass(
+        &mut self,
+        what: &'static str,
+        from: SocketAddr,
+        now: Instant,
+    ) -> Option<u64> {
         match self.last.iter_mut().find(|e| e.0 == what && e.1 == from) {
             Some(e) if now.saturating_duration_since(e.2) < LOG_EVERY => {
                 e.3 += 1;
@@ -32,8 +37,8 @@ impl LogGate {
                 Some(missed)
             }
             None => {
-                // Bounded: sources are the peers plus strangers; past 256 entries the gate
-                // forgets the oldest.
+                // Bounded by the peers times the reasons (strangers share one entry); 256
+                // at most all the same.
                 if self.last.len() >= 256 {
                     self.last.remove(0);
                 }
@@ -65,7 +70,8 @@ impl Service {
                 Refusal::new(r, "version", Value::Num(u64::from(d[4])))
             }
             Refused::Auth => Refusal::new(r, "tag", Value::None),
-            _ => Refusal::new(r, "length", Value::Num(d.len() as u64)),
+            // Too short, bad magic, kind, record count or node id: its length says enough.
+            _ => Refusal::new(r, "datagram of bytes", Value::Num(d.len() as u64)),
         })?;
         let h = &m.head;
         if h.sender == self.cfg.listen {
@@ -120,7 +126,14 @@ impl Service {
     /// Counts refusal `r` of a datagram from `from`, and logs it (gated).
     fn refused(&mut self, from: SocketAddr, r: &Refusal, now: Instant) {
         SyncStats::add(&self.stats.rejected[r.reason as usize], 1);
-        if let Some(missed) = self.log_gate.pass(r.reason.name(), from, now) {
+        // Strangers share one gate (their addresses are anyone's to choose); the others
+        // come from a listed peer's address.
+        let gate = if r.reason == Refused::UnknownPeer {
+            SocketAddr::from(([0, 0, 0, 0], 0))
+        } else {
+            from
+        };
+        if let Some(missed) = self.log_gate.pass(r.reason.name(), gate, now) {
             tracing::warn!(
                 from = %from,
                 reason = r.reason.name(),
@@ -133,14 +146,14 @@ impl Service {
     }
 
     /// Peer `p` issued this node a new ticket: it can be sent to now. Ask it for its flows
-    /// (unless its dump is in; and once in any case, for a node that started while the
-    /// peer could not be reached and stopped waiting) and send it this node's own flows
-    /// active since its start (those its workers logged before went to nobody; a peer that
-    /// restarted asks for a dump anyway, which replaces this).
+    /// unless its dump is in (also when this node stopped waiting for it: it started while
+    /// the peer could not be reached, or asked with a ticket that turned out stale), and
+    /// send it this node's own flows active since its start (those its workers logged
+    /// before went to nobody; a peer that restarted asks for a dump anyway, which replaces
+    /// this).
     fn learnt(&mut self, p: usize, now: Instant) {
         self.hello(Some(p));
-        let peer = &self.peers[p];
-        if !peer.dumped || peer.asked.is_none() {
+        if !self.peers[p].dump_in {
             self.ask(p, now);
         }
         if !self.scans.iter().any(|s| s.to == Some(p)) {
@@ -197,6 +210,7 @@ impl Service {
             Kind::DumpEnd => {
                 SyncStats::add(&self.stats.dumps_received, 1);
                 self.peers[p].dumped = true;
+                self.peers[p].dump_in = true;
                 tracing::info!(peer = %self.peers[p].addr, flows = m.head.aux, "flow sync: dump received");
             }
             Kind::Hello => {}

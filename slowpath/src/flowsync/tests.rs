@@ -871,3 +871,65 @@ fn a_node_that_started_while_its_peer_was_unreachable_gets_its_flows_once_it_hea
     assert_eq!(stat(&b, |s| &s.dumps_received), 1);
     assert_eq!(b.flows.len(), 5);
 }
+
+#[test]
+fn a_dump_request_made_with_a_stale_ticket_is_made_again() {
+    let epoch = Instant::now();
+    let (mut a, mut b) = pair(epoch);
+    let now = epoch + Duration::from_secs(1);
+    converse(&mut a, &mut b, now);
+    for port in 0..3 {
+        own_flow(&a, 2600 + port, "198.18.1.2:8080", now);
+    }
+    while a.log.pop().is_some() {}
+    a.svc.started = now + Duration::from_secs(1);
+    a.svc.hello(Some(0));
+    let old_hello = outgoing(&mut a).remove(0).1;
+    // B restarts while A's datagrams do not reach it, and stops waiting for A.
+    let mut b2 = node_b(epoch);
+    b2.svc.started = epoch;
+    let t = epoch + DUMP_WAIT + Duration::from_secs(1);
+    b2.svc.tick(t);
+    outgoing(&mut b2);
+    // A replayed hello teaches B A's ticket for B's previous process: B asks with it, and
+    // A refuses that (it re-issued B's ticket on seeing B's new session).
+    b2.svc.receive(&old_hello, A.parse().unwrap(), t);
+    assert!(
+        b2.svc
+            .queue
+            .iter()
+            .any(|o| o.body.kind() == Kind::DumpRequest)
+    );
+    deliver(&mut b2, &mut a, t);
+    assert_eq!(rejected(&a, Refused::StaleSession), 1);
+    outgoing(&mut a);
+    // A heard again: B asks again and gets A's flows.
+    converse(&mut a, &mut b2, t);
+    assert_eq!(stat(&b2, |s| &s.dumps_received), 1);
+    assert_eq!(b2.flows.len(), 3);
+}
+
+#[test]
+fn refusals_are_logged_once_per_reason_and_source_and_strangers_share_one_line() {
+    let epoch = Instant::now();
+    let (_, mut b) = pair(epoch);
+    let t = epoch + Duration::from_secs(1);
+    // A flood from 300 addresses that are no peer: counted each, logged once.
+    for i in 0..300u32 {
+        let from = SocketAddr::from((std::net::Ipv4Addr::from(0xc612_0000 + i), 7946));
+        b.svc.receive(b"XVSY", from, t);
+    }
+    assert_eq!(rejected(&b, Refused::UnknownPeer), 300);
+    let any = SocketAddr::from(([0, 0, 0, 0], 0));
+    assert_eq!(b.svc.log_gate.pass("unknown_peer", any, t), None, "gated");
+    assert_eq!(
+        b.svc.log_gate.pass("unknown_peer", any, t + LOG_EVERY),
+        Some(300),
+        "the next line says how many were not logged"
+    );
+    // A peer's refusals: gated by reason.
+    let a_addr: SocketAddr = A.parse().unwrap();
+    assert_eq!(b.svc.log_gate.pass("auth", a_addr, t), Some(0));
+    assert_eq!(b.svc.log_gate.pass("auth", a_addr, t), None);
+    assert_eq!(b.svc.log_gate.pass("replay", a_addr, t), Some(0));
+}
