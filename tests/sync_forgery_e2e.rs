@@ -432,7 +432,7 @@ fn rejected(s: &serde_json::Value, reason: &str) -> u64 {
 /// has them, then until they have timed out on both.
 fn capture_flows(lab: &SyncLab, name: &str, ports: &[u16], reflect: bool) -> (PathBuf, Frames) {
     let path = lab.dir.path().join(name);
-    let c = lab.capture("p1", (1, 2), &path, 2.0, reflect);
+    let c = lab.capture("p1", (1, 2), &path, 4.0, reflect);
     for &p in ports {
         lab.udp_via(1, p);
     }
