@@ -22,7 +22,7 @@
 //!   here, `peers[].address` there); it belongs to the session of the peer this node
 //!   follows, presents this node's current ticket for the peer and has a sequence new in
 //!   that session ([`peer`]: what survives restarts of either side).
-//! - **Installing.** Records are untrusted even then ([`install`]): a flow is installed with
+//! - **Installing.** Records are untrusted even then ([`install()`]): a flow is installed with
 //!   this node's ids for its service (found by the frontend its client addressed) and
 //!   backend (by address), through the table's validated restore: a flow whose service or
 //!   backend this node does not know, or whose SNAT address is not the peer's, is refused

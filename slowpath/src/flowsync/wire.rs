@@ -609,6 +609,15 @@ mod tests {
     }
 
     #[test]
+    fn every_reason_has_its_own_counter_and_label() {
+        let mut names = std::collections::HashSet::new();
+        for (i, r) in Refused::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i, "{r:?}: ALL is in discriminant order");
+            assert!(names.insert(r.name()), "{} twice", r.name());
+        }
+    }
+
+    #[test]
     fn a_datagram_of_another_version_is_refused_as_such() {
         let k = key(1);
         let d = Writer::new(Kind::Hello).seal(&k, &head(1, 0));
