@@ -730,6 +730,14 @@ fn sync_defaults_and_refusals() {
         "{MINIMAL}[sync]\nenable = true\nkey_file = \"/k\"\npeers = [{{ address = \"198.18.2.12:7946\" }}]\n"
     ));
     assert_eq!(p.key, "sync.listen");
+    // The sync address is the node's id in every datagram: a wildcard is no id.
+    for listen in ["0.0.0.0:7946", "[::]:7946", "198.18.2.11:0"] {
+        let p = problem(&format!(
+            "{MINIMAL}[sync]\nenable = true\nlisten = \"{listen}\"\nkey_file = \"/k\"\npeers = [{{ address = \"198.18.2.12:7946\" }}]\n"
+        ));
+        assert_eq!(p.key, "sync.listen", "{listen}");
+        assert!(p.message.contains("node's id"), "{}", p.message);
+    }
 }
 
 #[test]

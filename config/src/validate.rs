@@ -166,6 +166,17 @@ fn sync(c: &Config, out: &mut Found) {
             "required when sync.enable = true: this node's sync address (UDP), e.g. \"198.18.2.11:7946\"",
         );
     }
+    if let Some(l) = s.listen
+        && (l.ip().is_unspecified() || l.port() == 0)
+    {
+        err(
+            out,
+            at("listen"),
+            format!(
+                "{l}: flow sync needs this node's own address and a port (it is the node's id: its peers list it as theirs, and every datagram names it)"
+            ),
+        );
+    }
     if s.key_file.is_none() {
         err(
             out,

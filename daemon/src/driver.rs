@@ -150,7 +150,7 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
     // Flow sync's key and socket address are checked before anything of the node is
     // touched.
     let sync_cfg = if cfg.sync.enable {
-        Some(FlowSyncConfig::from_config(&cfg.sync).map_err(anyhow::Error::msg)?)
+        Some(FlowSyncConfig::from_config(&cfg).map_err(anyhow::Error::msg)?)
     } else {
         None
     };

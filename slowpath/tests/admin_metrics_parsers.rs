@@ -187,6 +187,17 @@ fn the_python_client_parser_finds_the_histograms_and_families() {
     assert_eq!(f["xvs_sync_endpoint_changes"].1[0].2, 40.0);
     assert_eq!(f["xvs_sync_service_changes"].1[0].2, 12.0);
 
+    // Flow sync's refusals: one sample per reason, the fake's counts.
+    let (kind, samples) = &f["xvs_peer_sync_messages_rejected"];
+    assert_eq!(kind, "counter");
+    for (i, r) in slowpath::flowsync::wire::Refused::ALL.iter().enumerate() {
+        let s = samples
+            .iter()
+            .find(|(_, l, _)| l["reason"] == r.name())
+            .unwrap_or_else(|| panic!("no reason {}", r.name()));
+        assert_eq!(s.2, i as f64, "{}", r.name());
+    }
+
     // build_info: a constant 1 with the version, revision and compiler.
     let (kind, samples) = &f["xvs_build_info"];
     assert_eq!(kind, "gauge");

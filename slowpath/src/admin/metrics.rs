@@ -168,7 +168,7 @@ fn peer_sync(o: &mut Out, p: &super::views::PeerSyncView) {
     o.family(
         "xvs_peer_sync_flows_refused_total",
         "counter",
-        "Peers' flows refused, by reason (unknown: no such service or backend here; conflict: a flow of this node holds the tuple; other).",
+        "Peers' flows refused, by reason (unknown: no such service or backend here; conflict: a flow of this node holds the tuple; malformed: the record does not decode; invalid: inconsistent, e.g. a SNAT address not the peer's; other: full table).",
     );
     for (reason, n) in &p.flows_refused {
         o.sample(
@@ -180,7 +180,7 @@ fn peer_sync(o: &mut Out, p: &super::views::PeerSyncView) {
     o.family(
         "xvs_peer_sync_messages_rejected_total",
         "counter",
-        "Flow sync datagrams rejected, by reason (auth: forged or another key; replay: repeated or stale; malformed; unknown_peer).",
+        "Flow sync datagrams rejected, by reason (unknown_peer: not from a listed peer; malformed; version: another wire version; auth: forged or another key; reflected: names this node as sender; wrong_receiver: meant for another node; wrong_sender: another node than the peer it came from; stale_session: made before this node or the peer restarted; replay: seen, below the window, or more than 60 s from this clock).",
     );
     for (reason, n) in &p.messages_rejected {
         o.sample(

@@ -407,9 +407,13 @@ pub struct PeerSyncView {
     /// Copies removed by peers' ends.
     pub flows_removed: u64,
     /// Peers' flows refused, by reason (`unknown`: no such service or backend here;
-    /// `conflict`: an own flow holds the tuple; `other`: full table, invalid record).
+    /// `conflict`: an own flow holds the tuple; `malformed`: the record does not decode;
+    /// `invalid`: inconsistent, e.g. a SNAT address that is not the peer's; `other`: full
+    /// table, reply tuple taken).
     pub flows_refused: std::collections::BTreeMap<String, u64>,
-    /// Datagrams refused, by reason (`auth`, `replay`, `malformed`, `unknown_peer`).
+    /// Datagrams refused, by reason (`unknown_peer`, `malformed`, `version`, `auth`,
+    /// `reflected`, `wrong_receiver`, `wrong_sender`, `stale_session`, `replay`; see
+    /// `flowsync::wire::Refused`).
     pub messages_rejected: std::collections::BTreeMap<String, u64>,
     /// Datagrams dropped because the send queue was full.
     pub queue_dropped: u64,

@@ -13,26 +13,41 @@
 //! - **Pacing.** At most `max_messages_per_second` datagrams a second leave; what waits
 //!   is queued (bounded: beyond [`QUEUE_MAX`] datagrams new ones are dropped and counted;
 //!   the next refresh sends their flows again).
-//! - **Receiving.** A datagram is accepted only from a configured peer's address, with a
-//!   valid HMAC and a fresh, unseen sequence ([`wire`]). A flow is installed with this
-//!   node's ids for its service (found by the frontend its client addressed) and backend
-//!   (by address): a flow whose service or backend this node does not know is refused and
-//!   counted. A flow already here is updated in place (state, last-seen time), never
-//!   removed and inserted again: a packet between the two would find no flow. A flow of
-//!   this node's own is never overwritten by a peer's; a peer's end removes only a copy
-//!   that has been idle here for [`END_IDLE`] (one this node serves stays).
-//! - **Dumps.** At start a node asks every peer for all its flows ([`wire::Kind::DumpRequest`])
-//!   and is [`ready`](FlowSync::ready) (to be announced by `[bgp]`) once every peer has
-//!   finished its dump or been silent for [`DUMP_WAIT`]; a peer heard again after
-//!   [`PEER_SILENT`] of silence (a partition healed) is asked again.
+//! - **Receiving.** A datagram is acted on only when all of these hold, checked in this
+//!   order, each refusal counted by its reason ([`wire::Refused`]) and logged (one line per
+//!   reason and peer every [`LOG_EVERY`]): it comes from a listed peer's address; its
+//!   magic, version and length are right and its HMAC verifies ([`wire::open`]); it names
+//!   a sender that is not this node (a reflected datagram names it), this node as its
+//!   receiver, and as sender the peer it came from (node ids are sync addresses: `listen`
+//!   here, `peers[].address` there); it belongs to the session of the peer this node
+//!   follows, presents this node's current ticket for the peer and has a sequence new in
+//!   that session ([`peer`]: what survives restarts of either side).
+//! - **Installing.** Records are untrusted even then ([`install()`]): a flow is installed with
+//!   this node's ids for its service (found by the frontend its client addressed) and
+//!   backend (by address), through the table's validated restore: a flow whose service or
+//!   backend this node does not know, or whose SNAT address is not the peer's, is refused
+//!   and counted, one by one. A flow already here is updated in place (state, last-seen
+//!   time), never removed and inserted again: a packet between the two would find no flow.
+//!   A flow of this node's own is never overwritten by a peer's; a peer's end removes only a
+//!   copy that has been idle here for [`END_IDLE`] (one this node serves stays).
+//! - **Dumps.** At start a node says hello to every peer; once it has learnt a peer's
+//!   ticket (from the peer's answer) it asks it for all its flows
+//!   ([`wire::Kind::DumpRequest`]), and sends it what its own workers created meanwhile
+//!   (own flows active since its start). It is [`ready`](FlowSync::ready) (to be announced
+//!   by `[bgp]`) once every peer has finished its dump or been silent for [`DUMP_WAIT`]; a
+//!   peer heard again after [`PEER_SILENT`] of silence (a partition healed) is asked again.
+//!   Nothing but hellos goes to a peer whose ticket this node does not know.
 //!
 //! Nothing here runs on the packet path; the workers only push to their logs.
 
+mod install;
+pub mod peer;
+mod receive;
 pub mod wire;
 
 use std::collections::{HashSet, VecDeque};
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -40,12 +55,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use arc_swap::ArcSwap;
 use fastpath::flowlog::{FlowEvent, FlowLog};
 use fastpath::pipeline::FLAG_PEER;
-use fastpath::snapshot::{Frontend, Snapshot};
-use flowtable::{FlowData, FlowRecord, FlowTable, InsertError};
+use fastpath::snapshot::Snapshot;
+use flowtable::{FlowRecord, FlowTable};
+use ring::rand::{SecureRandom, SystemRandom};
 use tokio::net::UdpSocket;
 use tokio_util::sync::CancellationToken;
 
-use wire::{End, Key, Kind, Message, Refused, Replay, Writer};
+pub use install::{Installed, Origin, end, install};
+use peer::Peer;
+use wire::{End, Header, Key, Kind, Refused, Writer};
 
 /// Datagrams waiting to be sent, at most.
 pub const QUEUE_MAX: usize = 100_000;
@@ -59,6 +77,9 @@ pub const DUMP_GIVE_UP: Duration = Duration::from_secs(30);
 pub const PEER_SILENT: Duration = Duration::from_secs(3);
 /// How often a node says it is alive.
 pub const HELLO_EVERY: Duration = Duration::from_secs(1);
+/// A refusal of one reason from one source is logged at most once this often (the others
+/// are counted, and the next line says how many).
+pub const LOG_EVERY: Duration = Duration::from_secs(10);
 /// Flow-table entries a dump or refresh reads per interval.
 const SCAN_CHUNK: usize = 1 << 16;
 /// A dump or refresh reads on only while fewer datagrams than this wait.
@@ -67,10 +88,12 @@ const SCAN_BACKLOG: usize = 2048;
 /// `[sync]`, resolved (the key read).
 #[derive(Debug)]
 pub struct FlowSyncConfig {
-    /// This node's sync address.
+    /// This node's sync address (its node id).
     pub listen: SocketAddr,
-    /// The peers' sync addresses.
-    pub peers: Vec<SocketAddr>,
+    /// The peers: sync addresses (their node ids) and SNAT addresses.
+    pub peers: Vec<config::SyncPeer>,
+    /// This node's own SNAT addresses (a peer's flow never takes them).
+    pub snat_addresses: Vec<IpAddr>,
     /// The shared key.
     pub key: Key,
     /// How often logs are drained and datagrams sent.
@@ -82,8 +105,9 @@ pub struct FlowSyncConfig {
 }
 
 impl FlowSyncConfig {
-    /// From `[sync]` (enabled), reading the key file.
-    pub fn from_config(s: &config::Sync) -> Result<FlowSyncConfig, String> {
+    /// From the config's `[sync]` (enabled), reading the key file.
+    pub fn from_config(c: &config::Config) -> Result<FlowSyncConfig, String> {
+        let s = &c.sync;
         let listen = s.listen.ok_or("[sync] listen is not set")?;
         let path = s.key_file.as_ref().ok_or("[sync] key_file is not set")?;
         let bytes =
@@ -92,7 +116,8 @@ impl FlowSyncConfig {
             Key::new(&bytes).map_err(|e| format!("[sync] key_file {}: {e}", path.display()))?;
         Ok(FlowSyncConfig {
             listen,
-            peers: s.peers.iter().map(|p| p.address).collect(),
+            peers: s.peers.clone(),
+            snat_addresses: c.dataplane.snat_addresses.clone(),
             key,
             interval: s.interval.get(),
             refresh: s.refresh.get(),
@@ -112,7 +137,7 @@ pub struct SyncStats {
     pub flows_sent: AtomicU64,
     /// End records sent.
     pub ends_sent: AtomicU64,
-    /// Datagrams accepted.
+    /// Datagrams accepted (acted on, or a hello that taught a ticket).
     pub messages_received: AtomicU64,
     /// Peers' flows installed as new flows.
     pub flows_installed: AtomicU64,
@@ -124,16 +149,15 @@ pub struct SyncStats {
     pub refused_unknown: AtomicU64,
     /// Peers' flows refused: a flow of this node holds the tuple.
     pub refused_conflict: AtomicU64,
-    /// Peers' flows refused: the table is full, or the record is invalid.
+    /// Peers' records refused: they do not decode.
+    pub refused_malformed: AtomicU64,
+    /// Peers' flows refused: inconsistent (a SNAT address not the peer's, a state of
+    /// another protocol...).
+    pub refused_invalid: AtomicU64,
+    /// Peers' flows refused: the table is full, or the reply tuple is taken.
     pub refused_other: AtomicU64,
-    /// Datagrams refused: malformed.
-    pub rejected_malformed: AtomicU64,
-    /// Datagrams refused: authentication failed.
-    pub rejected_auth: AtomicU64,
-    /// Datagrams refused: replayed or stale.
-    pub rejected_replay: AtomicU64,
-    /// Datagrams refused: not from a configured peer.
-    pub rejected_unknown_peer: AtomicU64,
+    /// Datagrams refused, by [`Refused`] (index: its discriminant).
+    pub rejected: [AtomicU64; Refused::ALL.len()],
     /// Datagrams dropped: the send queue was full.
     pub queue_dropped: AtomicU64,
     /// Datagrams whose send failed.
@@ -155,85 +179,11 @@ impl SyncStats {
     fn add(a: &AtomicU64, n: u64) {
         a.fetch_add(n, Ordering::Relaxed);
     }
-    fn refused(&self, r: Refused) {
-        Self::add(
-            match r {
-                Refused::Malformed => &self.rejected_malformed,
-                Refused::Auth => &self.rejected_auth,
-                Refused::Replay => &self.rejected_replay,
-            },
-            1,
-        );
-    }
-}
 
-/// What installing one peer's flow did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Installed {
-    /// A new flow (a copy of the peer's).
-    New,
-    /// A flow already here was updated in place.
-    Updated,
-    /// Refused: no service here has the flow's frontend, or it has no such backend.
-    Unknown,
-    /// Refused: a flow of this node's own holds the tuple, with another backend or SNAT.
-    Conflict,
-    /// Refused: full table, invalid record, reply tuple taken.
-    Refused,
-}
-
-/// Installs a peer's flow `r` into `flows`, with `snap`'s ids (see the module doc).
-pub fn install(flows: &FlowTable, snap: &Snapshot, r: &FlowRecord, now: Instant) -> Installed {
-    let d = &r.data;
-    let Some(service) = Frontend::of_flow(d).and_then(|f| snap.service_for(&f)) else {
-        return Installed::Unknown;
-    };
-    let Some(backend) = service.backends.iter().find(|b| b.addr == d.backend) else {
-        return Installed::Unknown;
-    };
-    let data = FlowData {
-        service_id: service.id,
-        backend_id: backend.id,
-        snapshot_gen: snap.generation as u32,
-        flags: d.flags | FLAG_PEER,
-        ..*d
-    };
-    let last_seen = flows.tick(now.checked_sub(r.idle).unwrap_or(flows.epoch()));
-    match flows.restore(&data, r.state, last_seen, r.seq) {
-        Ok(_) => Installed::New,
-        Err(InsertError::Exists(h)) => {
-            let Some(here) = flows.get(h) else {
-                return Installed::Refused;
-            };
-            if here.data.backend != data.backend || here.data.snat != data.snat {
-                return Installed::Conflict;
-            }
-            if flows.update(h, r.state, last_seen).is_none() {
-                return Installed::Refused;
-            }
-            if r.seq != 0 && here.seq != r.seq {
-                flows.set_seq(h, r.seq);
-            }
-            Installed::Updated
-        }
-        Err(_) => Installed::Refused,
+    /// Datagrams refused for `r`.
+    pub fn rejected(&self, r: Refused) -> u64 {
+        self.rejected[r as usize].load(Ordering::Relaxed)
     }
-}
-
-/// Applies a peer's end: removes this node's copy of the flow when it is a peer's copy idle
-/// here for [`END_IDLE`]; returns whether it did.
-pub fn end(flows: &FlowTable, e: &End, now: Instant) -> bool {
-    let Some(key) = flowtable::FlowKey::new(e.proto, e.client, e.vip) else {
-        return false;
-    };
-    let Some((h, flowtable::Direction::Original)) = flows.lookup(&key) else {
-        return false;
-    };
-    let Some(v) = flows.get(h) else { return false };
-    if v.data.flags & FLAG_PEER == 0 || now.saturating_duration_since(v.last_seen) < END_IDLE {
-        return false;
-    }
-    flows.remove(h).is_some()
 }
 
 /// The running service's handle.
@@ -269,20 +219,17 @@ impl FlowSync {
             flows_refused: [
                 ("unknown", r(&s.refused_unknown)),
                 ("conflict", r(&s.refused_conflict)),
+                ("malformed", r(&s.refused_malformed)),
+                ("invalid", r(&s.refused_invalid)),
                 ("other", r(&s.refused_other)),
             ]
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v))
             .collect(),
-            messages_rejected: [
-                ("auth", r(&s.rejected_auth)),
-                ("replay", r(&s.rejected_replay)),
-                ("malformed", r(&s.rejected_malformed)),
-                ("unknown_peer", r(&s.rejected_unknown_peer)),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v))
-            .collect(),
+            messages_rejected: Refused::ALL
+                .iter()
+                .map(|&why| (why.name().to_owned(), s.rejected(why)))
+                .collect(),
             queue_dropped: r(&s.queue_dropped),
             send_errors: r(&s.send_errors),
             queued: r(&s.queued),
@@ -326,27 +273,26 @@ impl FlowSync {
     }
 }
 
-/// A peer, as this node sees it.
-#[derive(Debug)]
-struct Peer {
-    addr: SocketAddr,
-    replay: Replay,
-    heard: Option<Instant>,
-    /// Its dump to us finished (or it was given up on).
-    dumped: bool,
-    /// When we last asked it for a dump.
-    asked: Option<Instant>,
-}
-
-/// A scan of the table in progress (a dump to one peer, or a refresh to all).
+/// A scan of the table in progress (a dump or catch-up to one peer, or a refresh to all).
 #[derive(Debug)]
 struct Scan {
-    /// The peer a dump goes to; `None`: a refresh.
+    /// The peer it goes to; `None`: a refresh.
     to: Option<usize>,
+    /// A dump (answered with a DumpEnd).
+    dump: bool,
     cursor: usize,
     sent: u64,
-    /// A refresh sends only own flows active since this.
+    /// Only own flows active since this (refreshes, catch-ups).
     since: Option<Instant>,
+}
+
+/// A datagram waiting: its body (sealed per receiver when it leaves) and `aux`.
+#[derive(Debug)]
+struct Outgoing {
+    /// To one peer, or to all.
+    to: Option<usize>,
+    body: Writer,
+    aux: u64,
 }
 
 struct Service {
@@ -357,8 +303,10 @@ struct Service {
     stats: Arc<SyncStats>,
     ready: Arc<AtomicBool>,
     peers: Vec<Peer>,
-    /// Datagrams waiting: to one peer, or to all.
-    queue: VecDeque<(Option<usize>, Vec<u8>)>,
+    /// This process's session.
+    session: u64,
+    rng: SystemRandom,
+    queue: VecDeque<Outgoing>,
     tokens: f64,
     last_refill: Instant,
     last_seq: u64,
@@ -367,12 +315,24 @@ struct Service {
     scans: Vec<Scan>,
     last_refresh: Instant,
     last_hello: Option<Instant>,
+    log_gate: receive::LogGate,
 }
 
 fn unix_us() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// A random nonzero u64 (a session or ticket); the clock and the process id mixed in if the
+/// system's generator fails (it does not on Linux once booted).
+fn random_id(rng: &SystemRandom) -> u64 {
+    let mut b = [0u8; 8];
+    let v = match rng.fill(&mut b) {
+        Ok(()) => u64::from_le_bytes(b),
+        Err(_) => unix_us() ^ (u64::from(std::process::id()) << 40),
+    };
+    v.max(1)
 }
 
 impl Service {
@@ -385,16 +345,11 @@ impl Service {
         ready: Arc<AtomicBool>,
     ) -> Service {
         let now = Instant::now();
+        let rng = SystemRandom::new();
         let peers = cfg
             .peers
             .iter()
-            .map(|a| Peer {
-                addr: *a,
-                replay: Replay::default(),
-                heard: None,
-                dumped: false,
-                asked: None,
-            })
+            .map(|p| Peer::new(p.address, p.snat_addresses.clone(), random_id(&rng)))
             .collect();
         Service {
             tokens: f64::from(cfg.max_messages_per_second) / 10.0,
@@ -405,6 +360,8 @@ impl Service {
             stats,
             ready,
             peers,
+            session: random_id(&rng),
+            rng,
             queue: VecDeque::new(),
             last_refill: now,
             last_seq: 0,
@@ -413,14 +370,12 @@ impl Service {
             scans: Vec::new(),
             last_refresh: now,
             last_hello: None,
+            log_gate: receive::LogGate::default(),
         }
     }
 
     async fn run(&mut self, sock: UdpSocket, stop: CancellationToken) {
-        tracing::info!(listen = %self.cfg.listen, peers = self.peers.len(), "flow sync started; asking the peers for their flows");
-        for p in 0..self.peers.len() {
-            self.ask(p, Instant::now());
-        }
+        tracing::info!(listen = %self.cfg.listen, peers = self.peers.len(), session = %format_args!("{:016x}", self.session), "flow sync started; saying hello to the peers");
         let mut tick = tokio::time::interval(self.cfg.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut buf = vec![0u8; 65536];
@@ -448,23 +403,29 @@ impl Service {
         self.last_seq
     }
 
-    fn push(&mut self, to: Option<usize>, w: Writer, aux: u64) {
+    fn push(&mut self, to: Option<usize>, body: Writer, aux: u64) {
         if self.queue.len() >= QUEUE_MAX {
             SyncStats::add(&self.stats.queue_dropped, 1);
             return;
         }
-        let seq = self.next_seq();
-        self.queue.push_back((to, w.seal(&self.cfg.key, seq, aux)));
+        self.queue.push_back(Outgoing { to, body, aux });
     }
 
-    /// Asks peer `p` for all its flows.
+    /// Asks peer `p` for all its flows (once its ticket is known; learning it asks again).
     fn ask(&mut self, p: usize, now: Instant) {
+        if self.peers[p].their_ticket == 0 {
+            return;
+        }
         self.peers[p].asked = Some(now);
         self.control(Some(p), Kind::DumpRequest, 0);
     }
 
     fn control(&mut self, to: Option<usize>, kind: Kind, aux: u64) {
         self.push(to, Writer::new(kind), aux);
+    }
+
+    fn hello(&mut self, to: Option<usize>) {
+        self.control(to, Kind::Hello, self.started_us);
     }
 
     fn tick(&mut self, now: Instant) {
@@ -474,7 +435,7 @@ impl Service {
             .is_none_or(|t| now.duration_since(t) >= HELLO_EVERY)
         {
             self.last_hello = Some(now);
-            self.control(None, Kind::Hello, self.started_us);
+            self.hello(None);
         }
         if now.duration_since(self.last_refresh) >= self.cfg.refresh {
             let since = self.last_refresh;
@@ -482,6 +443,7 @@ impl Service {
             if !self.scans.iter().any(|s| s.to.is_none()) {
                 self.scans.push(Scan {
                     to: None,
+                    dump: false,
                     cursor: 0,
                     sent: 0,
                     since: Some(since),
@@ -491,22 +453,23 @@ impl Service {
         self.scan(now);
         let mut up = 0;
         let mut ask = Vec::new();
+        let waited = now.duration_since(self.started);
         for (i, p) in self.peers.iter_mut().enumerate() {
-            let silent = p.heard.is_none_or(|h| now.duration_since(h) >= PEER_SILENT);
+            let silent = p.silent(now);
             if !silent {
                 up += 1;
             }
             if p.dumped {
                 continue;
             }
-            if silent && now.duration_since(self.started) >= DUMP_WAIT {
+            if silent && waited >= DUMP_WAIT {
                 // Nobody there: nothing to wait for.
                 p.dumped = true;
-            } else if now.duration_since(self.started) >= DUMP_GIVE_UP {
+            } else if waited >= DUMP_GIVE_UP {
                 tracing::warn!(peer = %p.addr, "flow sync: the peer is up but sent no dump within {DUMP_GIVE_UP:?}; going on without it");
                 p.dumped = true;
             } else if !silent && p.asked.is_none_or(|t| now.duration_since(t) >= DUMP_WAIT) {
-                // It is there but did not answer (it may have started after we asked).
+                // It is there but did not answer (the request may have been lost).
                 ask.push(i);
             }
         }
@@ -520,7 +483,7 @@ impl Service {
         if !self.ready.load(Ordering::Relaxed) && self.peers.iter().all(|p| p.dumped) {
             self.ready.store(true, Ordering::Release);
             tracing::info!(
-                took_ms = now.duration_since(self.started).as_millis() as u64,
+                took_ms = waited.as_millis() as u64,
                 "flow sync: the peers' flows are in"
             );
         }
@@ -574,8 +537,8 @@ impl Service {
         SyncStats::add(&self.stats.ends_sent, nends * peers);
     }
 
-    /// Dumps and refreshes: one chunk of the table each per interval while the queue is
-    /// short.
+    /// Dumps, catch-ups and refreshes: one chunk of the table each per interval while the
+    /// queue is short.
     fn scan(&mut self, now: Instant) {
         let cap = self.flows.capacity();
         let mut i = 0;
@@ -619,7 +582,7 @@ impl Service {
             s.sent += n;
             if s.cursor >= cap {
                 let s = self.scans.remove(i);
-                if let Some(p) = s.to {
+                if let (Some(p), true) = (s.to, s.dump) {
                     self.control(Some(p), Kind::DumpEnd, s.sent);
                     SyncStats::add(&self.stats.dumps_sent, 1);
                     tracing::info!(peer = %self.peers[p].addr, flows = s.sent, "flow sync: dump sent");
@@ -630,6 +593,41 @@ impl Service {
         }
     }
 
+    /// `o` sealed for peer `p`; `None` when `p`'s ticket is not known yet and `o` is no
+    /// hello (the peer would refuse it; what it carried reaches the peer with the catch-up
+    /// that learning the ticket starts).
+    fn seal_for(&mut self, p: usize, o: &Outgoing) -> Option<Vec<u8>> {
+        if self.peers[p].their_ticket == 0 && o.body.kind() != Kind::Hello {
+            return None;
+        }
+        let seq = self.next_seq();
+        let peer = &self.peers[p];
+        let h = Header {
+            seq,
+            aux: o.aux,
+            session: self.session,
+            issued: peer.ticket,
+            presented: peer.their_ticket,
+            sender: self.cfg.listen,
+            receiver: peer.addr,
+        };
+        Some(o.body.seal(&self.cfg.key, &h))
+    }
+
+    /// The next waiting datagram, sealed for each of its receivers; `None` when none waits.
+    fn next_datagrams(&mut self) -> Option<Vec<(SocketAddr, Vec<u8>)>> {
+        let o = self.queue.pop_front()?;
+        let targets = match o.to {
+            Some(p) => p..p + 1,
+            None => 0..self.peers.len(),
+        };
+        Some(
+            targets
+                .filter_map(|p| Some((self.peers[p].addr, self.seal_for(p, &o)?)))
+                .collect(),
+        )
+    }
+
     /// Sends what the rate allows.
     async fn send(&mut self, sock: &UdpSocket, now: Instant) {
         let rate = f64::from(self.cfg.max_messages_per_second);
@@ -637,15 +635,11 @@ impl Service {
         self.last_refill = now;
         self.tokens = (self.tokens + dt * rate).min((rate / 10.0).max(16.0));
         while self.tokens >= 1.0 {
-            let Some((to, d)) = self.queue.pop_front() else {
+            let Some(out) = self.next_datagrams() else {
                 break;
             };
             self.tokens -= 1.0;
-            let targets: Vec<SocketAddr> = match to {
-                Some(p) => vec![self.peers[p].addr],
-                None => self.peers.iter().map(|p| p.addr).collect(),
-            };
-            for t in targets {
+            for (t, d) in out {
                 match sock.send_to(&d, t).await {
                     Ok(_) => {
                         SyncStats::add(&self.stats.messages_sent, 1);
@@ -661,84 +655,6 @@ impl Service {
         self.stats
             .queued
             .store(self.queue.len() as u64, Ordering::Relaxed);
-    }
-
-    fn receive(&mut self, d: &[u8], from: SocketAddr, now: Instant) {
-        let Some(p) = self.peers.iter().position(|p| p.addr == from) else {
-            SyncStats::add(&self.stats.rejected_unknown_peer, 1);
-            return;
-        };
-        let m: Message = match wire::open(&self.cfg.key, d) {
-            Ok(m) => m,
-            Err(r) => {
-                self.stats.refused(r);
-                return;
-            }
-        };
-        let now_us = unix_us();
-        if let Err(r) = self.peers[p].replay.check(m.seq, now_us) {
-            self.stats.refused(r);
-            return;
-        }
-        SyncStats::add(&self.stats.messages_received, 1);
-        let peer = &mut self.peers[p];
-        let was_silent = peer
-            .heard
-            .is_some_and(|h| now.duration_since(h) >= PEER_SILENT);
-        let first = peer.heard.is_none();
-        peer.heard = Some(now);
-        if was_silent {
-            // A partition healed (or the peer's link came back): what it did meanwhile.
-            tracing::info!(peer = %peer.addr, "flow sync: peer heard again; asking for its flows");
-            self.ask(p, now);
-        } else if first && !peer.dumped {
-            // It started after we asked (our request went nowhere): ask again.
-            self.ask(p, now);
-        }
-        match m.kind {
-            Kind::Flows => {
-                self.stats
-                    .lag_us
-                    .store(now_us.saturating_sub(m.seq), Ordering::Relaxed);
-                let snap = self.snapshot.load();
-                for r in &m.flows {
-                    let counter = match install(&self.flows, &snap, r, now) {
-                        Installed::New => &self.stats.flows_installed,
-                        Installed::Updated => &self.stats.flows_updated,
-                        Installed::Unknown => &self.stats.refused_unknown,
-                        Installed::Conflict => &self.stats.refused_conflict,
-                        Installed::Refused => &self.stats.refused_other,
-                    };
-                    SyncStats::add(counter, 1);
-                }
-                SyncStats::add(&self.stats.refused_other, m.invalid as u64);
-            }
-            Kind::Ends => {
-                for e in &m.ends {
-                    if end(&self.flows, e, now) {
-                        SyncStats::add(&self.stats.flows_removed, 1);
-                    }
-                }
-                SyncStats::add(&self.stats.refused_other, m.invalid as u64);
-            }
-            Kind::DumpRequest => {
-                if !self.scans.iter().any(|s| s.to == Some(p)) {
-                    tracing::info!(peer = %self.peers[p].addr, "flow sync: peer asked for a dump");
-                    self.scans.push(Scan {
-                        to: Some(p),
-                        cursor: 0,
-                        sent: 0,
-                        since: None,
-                    });
-                }
-            }
-            Kind::DumpEnd => {
-                SyncStats::add(&self.stats.dumps_received, 1);
-                self.peers[p].dumped = true;
-                tracing::info!(peer = %self.peers[p].addr, flows = m.aux, "flow sync: dump received");
-            }
-            Kind::Hello => {}
-        }
     }
 }
 

@@ -1,17 +1,31 @@
 //! Flow sync's datagrams: a header, records, and an HMAC-SHA256 tag over both.
 //!
 //! ```text
-//! 0   magic "XVSY"        4   version (1)   5  kind        6  records (u16 le)
+//! 0   magic "XVSY"        4   version (2)   5  kind        6  records (u16 le)
 //! 8   sequence (u64 le): the sender's clock in µs since the Unix epoch, strictly increasing
 //! 16  aux (u64 le): DumpEnd: flows the dump sent; Hello: when the sender started (µs)
-//! 24  records: Flows: FlowRecord bytes each (flowtable's record format, the one a graceful
+//! 24  session (u64 le): the sender's, random per process
+//! 32  issued (u64 le): the sender's ticket for the receiver (random, nonzero): what the
+//!     receiver's datagrams must present to be acted on
+//! 40  presented (u64 le): the receiver's ticket for the sender, as the sender last learnt
+//!     it (0: not yet)
+//! 48  sender (node id, 20 bytes): the sender's sync address ([`NODE_ID_BYTES`])
+//! 68  receiver (node id): the receiver's sync address, as the sender lists it
+//! 88  records: Flows: FlowRecord bytes each (flowtable's record format, the one a graceful
 //!     stop exports); Ends: [`END_BYTES`] each (the original tuple)
 //! ..  tag: HMAC-SHA256(key, everything before it), 32 bytes
 //! ```
 //!
-//! A receiver checks, in order: the length and magic, the tag (constant time), then that the
-//! sequence is fresh ([`Replay`]): within [`FRESH`] of its own clock, and not seen before from
-//! that peer. Records are checked one by one when installed.
+//! [`open`] checks, in order: the length and magic ([`Refused::Malformed`]), the version
+//! ([`Refused::Version`]: another version's layout is not read at all), the tag, in
+//! constant time ([`Refused::Auth`]), then the kind, the record count and the node ids
+//! (malformed). Everything else (who sent it to whom, sessions, tickets, sequences) is the
+//! receiver's to judge (`super`); [`Replay`] is its per-session window. Records are checked
+//! one by one when installed: a record that does not decode is counted, the others are
+//! still read.
+//!
+//! Version 1 (no node ids, sessions or tickets) is not read: both nodes of a tier must run
+//! the same version.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -21,10 +35,13 @@ use ring::hmac;
 
 /// Datagrams stay under a 1,500-byte MTU with room for IPv6 and UDP headers.
 pub const MAX_DATAGRAM: usize = 1400;
-const HEADER: usize = 24;
+/// Bytes of a node id: family (4 or 6), 0, port (u16 le), address (u128 le).
+pub const NODE_ID_BYTES: usize = 20;
+const HEADER: usize = 48 + 2 * NODE_ID_BYTES;
 const TAG: usize = 32;
 const MAGIC: &[u8; 4] = b"XVSY";
-const VERSION: u8 = 1;
+/// The wire version this build speaks (and the only one it reads).
+pub const VERSION: u8 = 2;
 /// Bytes of an end record.
 pub const END_BYTES: usize = 40;
 /// Flow records in one datagram.
@@ -35,6 +52,8 @@ pub const ENDS_PER_DATAGRAM: usize = (MAX_DATAGRAM - HEADER - TAG) / END_BYTES;
 pub const FRESH: Duration = Duration::from_secs(60);
 /// Sequences a receiver remembers below the highest seen (reordering it tolerates).
 pub const WINDOW: u64 = 1024;
+
+const _: () = assert!(FLOWS_PER_DATAGRAM >= 12 && ENDS_PER_DATAGRAM >= 32);
 
 /// What a datagram carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,7 +66,8 @@ pub enum Kind {
     DumpRequest = 3,
     /// The end of a dump (`aux`: flows sent).
     DumpEnd = 4,
-    /// Liveness, every second (`aux`: when the sender started).
+    /// Liveness, every second (`aux`: when the sender started); also how a node learns its
+    /// peer's session and ticket.
     Hello = 5,
 }
 
@@ -75,15 +95,32 @@ pub struct End {
     pub vip: SocketAddr,
 }
 
+/// A datagram's header fields after the kind (see the module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// The sender's clock (µs), strictly increasing.
+    pub seq: u64,
+    /// See [`Kind`].
+    pub aux: u64,
+    /// The sender's session (random per process).
+    pub session: u64,
+    /// The sender's ticket for the receiver.
+    pub issued: u64,
+    /// The receiver's ticket for the sender, as the sender knows it (0: not yet).
+    pub presented: u64,
+    /// The sender's node id (its sync address).
+    pub sender: SocketAddr,
+    /// The receiver's node id, as the sender lists it.
+    pub receiver: SocketAddr,
+}
+
 /// A datagram, decoded and verified.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Message {
     /// What it carries.
     pub kind: Kind,
-    /// Its sequence (the sender's clock, µs).
-    pub seq: u64,
-    /// See [`Kind`].
-    pub aux: u64,
+    /// Its header.
+    pub head: Header,
     /// Flows (kind `Flows`).
     pub flows: Vec<FlowRecord>,
     /// Ended flows (kind `Ends`).
@@ -92,24 +129,59 @@ pub struct Message {
     pub invalid: usize,
 }
 
-/// Why a datagram was refused.
+/// Why a datagram was refused: the `reason` label of
+/// `xvs_peer_sync_messages_rejected_total`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refused {
-    /// Too short, bad magic, version or kind, or a length that is no whole number of
-    /// records.
-    Malformed,
+    /// Not from a listed peer's address and port.
+    UnknownPeer = 0,
+    /// Too short, bad magic or kind, a length that is no whole number of records, or a
+    /// node id that is no address.
+    Malformed = 1,
+    /// Another wire version (a tier whose nodes run different versions syncs nothing).
+    Version = 2,
     /// The tag does not verify: forged, damaged, or another key.
-    Auth,
-    /// A sequence already seen, or too old or too far ahead of this clock.
-    Replay,
+    Auth = 3,
+    /// It names this node as its sender: one of this node's own datagrams sent back to it.
+    Reflected = 4,
+    /// It names another node as its receiver (meant for another peer, or sent back).
+    WrongReceiver = 5,
+    /// It names another node as its sender than the peer whose address it came from.
+    WrongSender = 6,
+    /// It presents a ticket this node no longer issues (made before this node restarted, or
+    /// for a previous session of the peer), or comes from a session of the peer older than
+    /// the one this node follows.
+    StaleSession = 7,
+    /// A sequence already seen in the peer's session, below its window, or too far from
+    /// this node's clock.
+    Replay = 8,
 }
 
 impl Refused {
+    /// Every reason, in label order.
+    pub const ALL: [Refused; 9] = [
+        Refused::UnknownPeer,
+        Refused::Malformed,
+        Refused::Version,
+        Refused::Auth,
+        Refused::Reflected,
+        Refused::WrongReceiver,
+        Refused::WrongSender,
+        Refused::StaleSession,
+        Refused::Replay,
+    ];
+
     /// The metric label.
     pub fn name(self) -> &'static str {
         match self {
+            Refused::UnknownPeer => "unknown_peer",
             Refused::Malformed => "malformed",
+            Refused::Version => "version",
             Refused::Auth => "auth",
+            Refused::Reflected => "reflected",
+            Refused::WrongReceiver => "wrong_receiver",
+            Refused::WrongSender => "wrong_sender",
+            Refused::StaleSession => "stale_session",
             Refused::Replay => "replay",
         }
     }
@@ -137,8 +209,9 @@ impl Key {
     }
 }
 
-/// Builds datagrams of one kind, records appended until full.
-#[derive(Debug)]
+/// Builds datagrams of one kind, records appended until full; sealed (once per receiver)
+/// with [`seal`](Writer::seal).
+#[derive(Clone, Debug)]
 pub struct Writer {
     buf: Vec<u8>,
     kind: Kind,
@@ -165,6 +238,11 @@ impl Writer {
             count: 0,
             per,
         }
+    }
+
+    /// Its kind.
+    pub fn kind(&self) -> Kind {
+        self.kind
     }
 
     /// Records so far.
@@ -203,14 +281,25 @@ impl Writer {
         self.count += 1;
     }
 
-    /// The datagram, sequenced and signed.
-    pub fn seal(mut self, key: &Key, seq: u64, aux: u64) -> Vec<u8> {
-        self.buf[6..8].copy_from_slice(&self.count.to_le_bytes());
-        self.buf[8..16].copy_from_slice(&seq.to_le_bytes());
-        self.buf[16..24].copy_from_slice(&aux.to_le_bytes());
-        let tag = hmac::sign(&key.0, &self.buf);
-        self.buf.extend_from_slice(tag.as_ref());
-        self.buf
+    /// The datagram for one receiver: `h` written into the header, signed.
+    pub fn seal(&self, key: &Key, h: &Header) -> Vec<u8> {
+        let mut buf = Vec::with_capacity(self.buf.len() + TAG);
+        buf.extend_from_slice(&self.buf);
+        buf[6..8].copy_from_slice(&self.count.to_le_bytes());
+        for (at, v) in [
+            (8, h.seq),
+            (16, h.aux),
+            (24, h.session),
+            (32, h.issued),
+            (40, h.presented),
+        ] {
+            buf[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        buf[48..48 + NODE_ID_BYTES].copy_from_slice(&node_id(h.sender));
+        buf[68..68 + NODE_ID_BYTES].copy_from_slice(&node_id(h.receiver));
+        let tag = hmac::sign(&key.0, &buf);
+        buf.extend_from_slice(tag.as_ref());
+        buf
     }
 }
 
@@ -229,17 +318,63 @@ fn bits_ip(bits: u128, v6: bool) -> IpAddr {
     }
 }
 
-/// Checks `d`'s form and tag; the sequence is the caller's to check ([`Replay`]).
+/// A node id's bytes (see [`NODE_ID_BYTES`]).
+pub fn node_id(a: SocketAddr) -> [u8; NODE_ID_BYTES] {
+    let mut b = [0u8; NODE_ID_BYTES];
+    b[0] = if a.is_ipv6() { 6 } else { 4 };
+    b[2..4].copy_from_slice(&a.port().to_le_bytes());
+    b[4..20].copy_from_slice(&ip_bits(a.ip()).to_le_bytes());
+    b
+}
+
+/// A node id back from its bytes; `None` for bytes no [`node_id`] writes.
+fn read_node_id(b: &[u8]) -> Option<SocketAddr> {
+    let bits = u128::from_le_bytes(b[4..20].try_into().ok()?);
+    let v6 = match b[0] {
+        4 if bits >> 32 == 0 => false,
+        6 => true,
+        _ => return None,
+    };
+    if b[1] != 0 {
+        return None;
+    }
+    Some(SocketAddr::new(
+        bits_ip(bits, v6),
+        u16::from_le_bytes([b[2], b[3]]),
+    ))
+}
+
+fn u64_at(d: &[u8], at: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&d[at..at + 8]);
+    u64::from_le_bytes(b)
+}
+
+/// Checks `d`'s form, version and tag, and decodes it; who sent it to whom, its session,
+/// ticket and sequence are the caller's to check (see the module doc).
 pub fn open(key: &Key, d: &[u8]) -> Result<Message, Refused> {
-    if d.len() < HEADER + TAG || &d[..4] != MAGIC || d[4] != VERSION {
+    if d.len() < 6 || &d[..4] != MAGIC {
+        return Err(Refused::Malformed);
+    }
+    if d[4] != VERSION {
+        return Err(Refused::Version);
+    }
+    if d.len() < HEADER + TAG {
         return Err(Refused::Malformed);
     }
     let (body, tag) = d.split_at(d.len() - TAG);
     hmac::verify(&key.0, body, tag).map_err(|_| Refused::Auth)?;
     let kind = Kind::of(d[5]).ok_or(Refused::Malformed)?;
     let count = usize::from(u16::from_le_bytes([d[6], d[7]]));
-    let seq = u64::from_le_bytes(d[8..16].try_into().expect("8 bytes"));
-    let aux = u64::from_le_bytes(d[16..24].try_into().expect("8 bytes"));
+    let head = Header {
+        seq: u64_at(d, 8),
+        aux: u64_at(d, 16),
+        session: u64_at(d, 24),
+        issued: u64_at(d, 32),
+        presented: u64_at(d, 40),
+        sender: read_node_id(&d[48..68]).ok_or(Refused::Malformed)?,
+        receiver: read_node_id(&d[68..88]).ok_or(Refused::Malformed)?,
+    };
     let records = &body[HEADER..];
     let size = match kind {
         Kind::Flows => RECORD_BYTES,
@@ -251,8 +386,7 @@ pub fn open(key: &Key, d: &[u8]) -> Result<Message, Refused> {
     }
     let mut m = Message {
         kind,
-        seq,
-        aux,
+        head,
         flows: Vec::new(),
         ends: Vec::new(),
         invalid: 0,
@@ -260,7 +394,11 @@ pub fn open(key: &Key, d: &[u8]) -> Result<Message, Refused> {
     match kind {
         Kind::Flows => {
             for r in records.chunks_exact(RECORD_BYTES) {
-                match FlowRecord::decode(r.try_into().expect("a record")) {
+                let Ok(r) = <&[u8; RECORD_BYTES]>::try_from(r) else {
+                    m.invalid += 1;
+                    continue;
+                };
+                match FlowRecord::decode(r) {
                     Some(f) => m.flows.push(f),
                     None => m.invalid += 1,
                 }
@@ -270,9 +408,14 @@ pub fn open(key: &Key, d: &[u8]) -> Result<Message, Refused> {
             for b in records.chunks_exact(END_BYTES) {
                 let v6 = b[1] == 1;
                 let port = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
-                let bits = |i: usize| u128::from_le_bytes(b[i..i + 16].try_into().expect("16"));
+                let bits = |i: usize| {
+                    let mut a = [0u8; 16];
+                    a.copy_from_slice(&b[i..i + 16]);
+                    u128::from_le_bytes(a)
+                };
+                let fits = v6 || (bits(8) >> 32 == 0 && bits(24) >> 32 == 0);
                 match Protocol::from_ip_proto(b[0]) {
-                    Some(proto) if b[1] <= 1 => m.ends.push(End {
+                    Some(proto) if b[1] <= 1 && fits => m.ends.push(End {
                         proto,
                         client: SocketAddr::new(bits_ip(bits(8), v6), port(2)),
                         vip: SocketAddr::new(bits_ip(bits(24), v6), port(4)),
@@ -286,10 +429,14 @@ pub fn open(key: &Key, d: &[u8]) -> Result<Message, Refused> {
     Ok(m)
 }
 
-/// One peer's replay window: the highest sequence seen and which of the [`WINDOW`] below
-/// it were seen. Sequences are clock readings (µs), so they also say how old a datagram
-/// is: one older than [`FRESH`] is refused even by a receiver that just started (and
-/// remembers nothing).
+/// Whether sequence `seq` (the sender's clock) is within [`FRESH`] of `now_us`.
+pub fn fresh(seq: u64, now_us: u64) -> bool {
+    seq.abs_diff(now_us) <= FRESH.as_micros() as u64
+}
+
+/// The replay window of one session of one peer: the highest sequence seen and which of
+/// the [`WINDOW`] below it were seen. Sequences are clock readings (µs), so they also say
+/// how old a datagram is: one older than [`FRESH`] is refused whatever the window holds.
 #[derive(Clone, Debug, Default)]
 pub struct Replay {
     top: u64,
@@ -299,8 +446,7 @@ pub struct Replay {
 impl Replay {
     /// Accepts `seq` (and remembers it) if it is fresh at `now_us` and new.
     pub fn check(&mut self, seq: u64, now_us: u64) -> Result<(), Refused> {
-        let fresh = FRESH.as_micros() as u64;
-        if seq.abs_diff(now_us) > fresh {
+        if !fresh(seq, now_us) {
             return Err(Refused::Replay);
         }
         if self.seen.is_empty() {
@@ -364,6 +510,18 @@ mod tests {
         }
     }
 
+    fn head(seq: u64, aux: u64) -> Header {
+        Header {
+            seq,
+            aux,
+            session: 0x1111,
+            issued: 0x2222,
+            presented: 0x3333,
+            sender: "198.18.2.11:7946".parse().unwrap(),
+            receiver: "[2001:2:0:2::12]:7946".parse().unwrap(),
+        }
+    }
+
     #[test]
     fn a_datagram_opens_as_sealed_and_fits_the_mtu() {
         let k = key(1);
@@ -374,12 +532,15 @@ mod tests {
             n += 1;
         }
         assert_eq!(usize::from(n), FLOWS_PER_DATAGRAM);
-        let d = w.seal(&k, 77, 5);
+        let d = w.seal(&k, &head(77, 5));
         assert!(d.len() <= MAX_DATAGRAM, "{}", d.len());
         let m = open(&k, &d).unwrap();
-        assert_eq!((m.kind, m.seq, m.aux, m.invalid), (Kind::Flows, 77, 5, 0));
+        assert_eq!((m.kind, m.head, m.invalid), (Kind::Flows, head(77, 5), 0));
         assert_eq!(m.flows.len(), FLOWS_PER_DATAGRAM);
         assert_eq!(m.flows[3], record(1003));
+        // Sealed twice (two receivers), the writer is unchanged.
+        let again = w.seal(&k, &head(78, 5));
+        assert_eq!(open(&k, &again).unwrap().flows.len(), FLOWS_PER_DATAGRAM);
 
         let mut w = Writer::new(Kind::Ends);
         let e = End {
@@ -388,10 +549,20 @@ mod tests {
             vip: "[2001:2:0:100::1]:53".parse().unwrap(),
         };
         w.end(&e);
-        let m = open(&k, &w.seal(&k, 78, 0)).unwrap();
+        let m = open(&k, &w.seal(&k, &head(78, 0))).unwrap();
         assert_eq!(m.ends, vec![e]);
-        let m = open(&k, &Writer::new(Kind::Hello).seal(&k, 79, 9)).unwrap();
-        assert_eq!((m.kind, m.aux), (Kind::Hello, 9));
+        let m = open(&k, &Writer::new(Kind::Hello).seal(&k, &head(79, 9))).unwrap();
+        assert_eq!((m.kind, m.head.aux), (Kind::Hello, 9));
+    }
+
+    /// `d` with its body changed by `f` and signed again with `k`: what a peer holding the
+    /// key (compromised or buggy) can send.
+    fn resigned(k: &Key, d: &[u8], f: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+        let mut body = d[..d.len() - TAG].to_vec();
+        f(&mut body);
+        let tag = hmac::sign(&k.0, &body);
+        body.extend_from_slice(tag.as_ref());
+        body
     }
 
     #[test]
@@ -399,9 +570,9 @@ mod tests {
         let k = key(1);
         let mut w = Writer::new(Kind::Flows);
         w.flow(&record(1));
-        let d = w.seal(&k, 1, 0);
+        let d = w.seal(&k, &head(1, 0));
         assert_eq!(open(&key(2), &d), Err(Refused::Auth), "another key");
-        for i in [0, 5, 9, 30, d.len() - 1] {
+        for i in [0, 5, 9, 30, 50, 70, 100, d.len() - 1] {
             let mut bad = d.clone();
             bad[i] ^= 0x40;
             let r = open(&k, &bad);
@@ -411,15 +582,54 @@ mod tests {
             );
         }
         assert_eq!(open(&k, &d[..20]), Err(Refused::Malformed));
+        assert_eq!(open(&k, b"XVS"), Err(Refused::Malformed));
         // A tag that verifies over a lie about the record count is still refused.
+        assert_eq!(
+            open(&k, &resigned(&k, &d, |b| b[6] = 2)),
+            Err(Refused::Malformed)
+        );
+        // ... and so are node ids that are no address.
+        assert_eq!(
+            open(&k, &resigned(&k, &d, |b| b[48] = 5)),
+            Err(Refused::Malformed)
+        );
+        assert_eq!(
+            open(&k, &resigned(&k, &d, |b| b[48 + 19] = 1)),
+            Err(Refused::Malformed),
+            "an IPv4 id with bits above 32"
+        );
+        // A record that does not decode is counted, the others still read.
         let mut w = Writer::new(Kind::Flows);
         w.flow(&record(1));
-        let mut body = w.seal(&k, 2, 0);
-        body.truncate(body.len() - TAG);
-        body[6] = 2;
-        let tag = hmac::sign(&k.0, &body);
-        body.extend_from_slice(tag.as_ref());
-        assert_eq!(open(&k, &body), Err(Refused::Malformed));
+        w.flow(&record(2));
+        let d = w.seal(&k, &head(3, 0));
+        let m = open(&k, &resigned(&k, &d, |b| b[HEADER] = 200)).unwrap();
+        assert_eq!((m.flows.len(), m.invalid), (1, 1));
+        assert_eq!(m.flows[0], record(2));
+    }
+
+    #[test]
+    fn every_reason_has_its_own_counter_and_label() {
+        let mut names = std::collections::HashSet::new();
+        for (i, r) in Refused::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i, "{r:?}: ALL is in discriminant order");
+            assert!(names.insert(r.name()), "{} twice", r.name());
+        }
+    }
+
+    #[test]
+    fn a_datagram_of_another_version_is_refused_as_such() {
+        let k = key(1);
+        let d = Writer::new(Kind::Hello).seal(&k, &head(1, 0));
+        for v in [1u8, 3, 255] {
+            // Signed right (a peer of another version holds the key too): still refused.
+            let other = resigned(&k, &d, |b| b[4] = v);
+            assert_eq!(open(&k, &other), Err(Refused::Version), "version {v}");
+        }
+        // A version 1 datagram is shorter than this version's header: still "version".
+        let mut v1 = b"XVSY\x01\x05\x00\x00".to_vec();
+        v1.resize(24 + TAG, 0);
+        assert_eq!(open(&k, &v1), Err(Refused::Version));
     }
 
     #[test]

@@ -232,7 +232,34 @@ impl AdminSource for Fake {
                 flows_resteered: 4,
                 flows_ended: 6,
             },
-            peer_sync: None,
+            peer_sync: Some(admin::PeerSyncView {
+                ready: true,
+                peers_up: 1,
+                messages_sent: 10,
+                bytes_sent: 1000,
+                flows_sent: 20,
+                ends_sent: 5,
+                messages_received: 9,
+                flows_installed: 7,
+                flows_updated: 3,
+                flows_removed: 2,
+                flows_refused: [("unknown", 1), ("conflict", 2), ("malformed", 0)]
+                    .into_iter()
+                    .map(|(k, v)| (k.to_owned(), v))
+                    .collect(),
+                messages_rejected: slowpath::flowsync::wire::Refused::ALL
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| (r.name().to_owned(), i as u64))
+                    .collect(),
+                queue_dropped: 0,
+                send_errors: 0,
+                queued: 0,
+                log_dropped: 0,
+                dumps_sent: 1,
+                dumps_received: 1,
+                lag_us: 1500,
+            }),
             bgp: Some(admin::BgpView {
                 live: true,
                 in_sync: true,
