@@ -311,6 +311,14 @@ impl HealthChecker {
         self.shared.status().clone()
     }
 
+    /// A cheap handle that reads the judgements (for the admin API).
+    pub fn reader(&self) -> HealthReader {
+        HealthReader {
+            shared: Arc::clone(&self.shared),
+            probing: self.probe != ProbeKind::None,
+        }
+    }
+
     /// Whether `addr` takes new flows (unknown or up); targets the checker does not know do.
     pub fn is_up(&self, addr: SocketAddr) -> bool {
         self.shared.status().get(&addr).is_none_or(|s| s.tracker.up)
@@ -326,6 +334,36 @@ impl HealthChecker {
         {
             std::panic::resume_unwind(e.into_panic());
         }
+    }
+}
+
+/// Reads the checker's judgements from anywhere (see [`HealthChecker::reader`]).
+#[derive(Clone)]
+pub struct HealthReader {
+    shared: Arc<Shared>,
+    probing: bool,
+}
+
+impl std::fmt::Debug for HealthReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HealthReader")
+            .field("probing", &self.probing)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HealthReader {
+    /// The judgement of every target, as of the last event the scheduler handled; empty
+    /// when nothing is probed (`probe = "none"`).
+    pub fn judgements(&self) -> HashMap<SocketAddr, Judgement> {
+        if !self.probing {
+            return HashMap::new();
+        }
+        self.shared
+            .status()
+            .iter()
+            .map(|(a, s)| (*a, s.tracker.judgement()))
+            .collect()
     }
 }
 

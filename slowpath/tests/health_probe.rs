@@ -210,6 +210,7 @@ fn tcp_backend_falls_and_rises_with_exact_counts() {
         .expect("the first probe's change");
     assert_eq!(states, HashMap::from([(addr, Judgement::Up)]));
     assert_eq!(status[&addr].checks, 1);
+    assert_eq!(hc.reader().judgements(), states, "what the admin API reads");
     wait_until("a few successful probes", || {
         hc.status().get(&addr).is_some_and(|s| s.checks >= 3)
     });
@@ -521,5 +522,9 @@ fn probe_none_keeps_everyone_up() {
     assert!(hc.is_up(addr));
     assert_eq!(hc.status()[&addr].checks, 0);
     assert!(changes.try_recv().is_err());
+    assert!(
+        hc.reader().judgements().is_empty(),
+        "nothing probed, nothing judged"
+    );
     hc.stop();
 }

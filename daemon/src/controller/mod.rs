@@ -379,6 +379,13 @@ impl Controller {
         self.actions.pop_front()
     }
 
+    /// Whether a change waits for the next tick to be published (one an action brought in,
+    /// such as the config an [`Action::LoadConfig`] read): the driver ticks again at once
+    /// instead of sleeping, so a reload takes effect within milliseconds.
+    pub fn publish_due(&self) -> bool {
+        self.dirty_since.is_some() && self.awaiting.is_none() && !self.stopping
+    }
+
     /// The snapshot last built.
     pub fn snapshot(&self) -> Option<&Arc<Snapshot>> {
         self.current.as_ref()

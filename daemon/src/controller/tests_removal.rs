@@ -70,8 +70,10 @@ fn a_static_reload_removing_a_backend_resteers_its_flows_at_the_next_tick() {
         h.status.pending_since.is_some(),
         "the change waits for a tick"
     );
+    assert!(h.ctl.publish_due(), "which the driver runs at once");
     assert_eq!(acted(&h), (0, 0));
     h.step(TICK);
+    assert!(!h.ctl.publish_due());
     // No grace: the pass after the publish re-steered its UDP flow and ended its TCP flow.
     assert_eq!(acted(&h), (1, 1));
     assert_eq!(
