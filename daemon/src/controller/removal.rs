@@ -365,4 +365,24 @@ mod grace_tests {
         );
         assert_eq!(r.len(), 2);
     }
+
+    #[test]
+    fn expedited_ids_are_due_at_once() {
+        let t0 = Instant::now();
+        let grace = Duration::from_secs(3);
+        let mut r = Retirees::default();
+        r.update([BackendId(1), BackendId(2)].into_iter(), t0);
+        // Only tracked ids can be expedited; the others are unknown here.
+        r.expedite(&HashSet::from([BackendId(2), BackendId(9)]));
+        assert!(!r.tracks(BackendId(9)));
+        assert_eq!(r.due(t0, grace), HashSet::from([BackendId(2)]));
+        assert!(r.newly_due(t0, grace));
+        r.passed(t0, grace);
+        assert!(!r.newly_due(t0, grace), "its pass ran");
+        // .1 keeps its grace.
+        assert_eq!(
+            r.due(t0 + grace, grace),
+            HashSet::from([BackendId(1), BackendId(2)])
+        );
+    }
 }
