@@ -659,10 +659,11 @@ pub struct Health {
     /// A probe that takes longer fails.
     #[serde(default = "default_health_timeout")]
     pub timeout: Dur,
-    /// Consecutive successes before a down backend is up.
+    /// Consecutive successes before a down backend is up (one not judged yet is up, and
+    /// verified for BGP, after its first success).
     #[serde(default = "default_rise")]
     pub rise: u32,
-    /// Consecutive failures before an up backend is down.
+    /// Consecutive failures before an up (or not yet judged) backend is down.
     #[serde(default = "default_fall")]
     pub fall: u32,
     /// Path for HTTP probes.
