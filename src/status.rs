@@ -720,6 +720,7 @@ mod tests {
                     addr: "198.18.1.1:8080".parse().unwrap(),
                     weight: 4,
                     usable: true,
+                    health: None,
                     active: 12,
                     inactive: 3,
                     stats: TrafficView {

@@ -160,9 +160,18 @@ fn the_bird_beside_xvs_reads_what_xvs_writes() {
     let edge =
         config::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("config/examples/edge-node.toml"))
             .unwrap();
+    // Sessions xvs writes, BFD tuned through [bgp] (and neighbours with and without BFD).
+    let tuned = config::parse(
+        "[bgp]\nenable = true\nlocal_as = 65001\nneighbors = [{ address = \"198.18.20.254\", as = 65000 }, { address = \"2001:2:0:20::fe\", as = 65000, bfd = false }]\nbfd_interval = \"30ms\"\nbfd_idle_tx_interval = \"2s\"\nbfd_multiplier = 3\n",
+        "tuned.toml",
+    )
+    .unwrap();
+    let text = slowpath::bgp::render(&tuned.bgp, &announcement());
+    assert!(text.contains("multiplier 3;"), "{text}");
     let cases = [
         ("deploy/configmap.yaml bird.conf", &conf, b),
         ("config/examples/bird.conf", &example, &edge.bgp),
+        ("config/examples/bird.conf, tuned BFD", &example, &tuned.bgp),
     ];
     for (what, conf, bgp) in cases {
         for a in [announcement(), slowpath::bgp::Announcement::default()] {

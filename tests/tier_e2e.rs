@@ -136,6 +136,57 @@ fn a_vip_whose_backends_are_gone_is_withdrawn() {
     assert_eq!(t.next_hops(WEB), both());
     let bodies = requests(&t, &format!("http://{WEB}/"), 6);
     assert!(bodies.iter().all(|b| b != "backend-3"), "{bodies:?}");
+
+    // n1 restarts (kill -9: it adopts its flow table) while SOLO's backend is still dead. No
+    // probe has passed, so at no moment does it announce SOLO: the router never gets a route
+    // to it (before, every start announced it until `fall` probes had failed: 2 s here).
+    let watch = t.watch_route(SOLO, Duration::from_secs(60));
+    t.kill(1);
+    let started = std::time::Instant::now();
+    t.start(1);
+    let ready = started.elapsed();
+    let back = expect_hops(&t, WEB, &both(), SETTLE);
+    std::thread::sleep(Duration::from_secs(3));
+    let (polls, seen) = watch.stop();
+    assert!(
+        seen.is_empty(),
+        "the router had a route to SOLO during n1's restart, in {} of {polls} polls: first {:?}, last {:?}",
+        seen.len(),
+        seen.first(),
+        seen.last()
+    );
+    println!(
+        "restart of n1 with SOLO's only backend dead: ready after {:.2} s, {WEB} in ECMP again \
+         {:.2} s after the start (its first probes passed), no route to SOLO in {polls} polls",
+        ready.as_secs_f64(),
+        ready.as_secs_f64() + back.as_secs_f64()
+    );
+    // What n1 shows of it: probed, judged down; WEB's .1 verified.
+    let (code, body) = t.admin(1, "GET", "/v1/services");
+    assert_eq!(code, "200", "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let health = |svc: &str, addr: &str| {
+        v["services"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == svc)
+            .and_then(|s| {
+                s["backends"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|b| b["addr"] == addr)
+            })
+            .map(|b| b["health"].clone())
+    };
+    assert_eq!(
+        health("solo", "198.18.1.3:8080"),
+        Some("down".into()),
+        "{v}"
+    );
+    assert_eq!(health("web", "198.18.1.1:8080"), Some("up".into()), "{v}");
+
     // It comes back with its backend.
     t.start_backend(3);
     let took = expect_hops(&t, SOLO, &both(), SETTLE);
@@ -247,10 +298,26 @@ fn bfd_removes_a_node_whose_link_died() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut t = Tier::up();
     t.start_all();
+    // The router's BFD sessions with n1 time out after n1's multiplier ([bgp]
+    // bfd_multiplier = 3) × 100 ms (BIRD's default multiplier would be 5).
+    let bfd = t.birdc("r", "show bfd sessions");
+    let n1: Vec<&str> = bfd
+        .lines()
+        .filter(|l| l.starts_with(&uplink(1).to_string()) || l.starts_with(&uplink6(1).to_string()))
+        .collect();
+    assert_eq!(n1.len(), 2, "{bfd}");
+    for l in &n1 {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        assert_eq!(
+            f[f.len() - 2..],
+            ["0.100", "0.300"],
+            "interval, timeout: {bfd}"
+        );
+    }
     let down = t.set_link(1, false);
     expect_hops(&t, WEB, &[uplink(2)], WITHDRAW_MAX);
     println!(
-        "uplink of n1 down: BFD, and the router's route to {WEB} is n2's alone {:.1} ms later",
+        "uplink of n1 down: BFD (3 x 100 ms), and the router's route to {WEB} is n2's alone {:.1} ms later",
         down.elapsed().as_secs_f64() * 1e3
     );
     expect_hops(&t, WEB6, &[uplink6(2)], WITHDRAW_MAX);
@@ -298,11 +365,17 @@ fn a_node_without_bird_forwards_and_announces_once_bird_is_back() {
     assert_eq!(b["in_sync"], false, "{b}");
     let e = b["last_error"].as_str().unwrap_or_default();
     assert!(e.contains("cannot connect to BIRD's control socket"), "{b}");
-    let inc = std::fs::read_to_string(t.node_dir(1).join("bird-xvs.conf")).unwrap();
-    assert!(
-        inc.contains(&format!("route {WEB}/32 via \"xvs-live\"; # vip")),
-        "{inc}"
-    );
+    // The VIPs are in the file once n1's first probes have passed (within a probe interval).
+    let want = format!("route {WEB}/32 via \"xvs-live\"; # vip");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let inc = loop {
+        let inc = std::fs::read_to_string(t.node_dir(1).join("bird-xvs.conf")).unwrap();
+        if inc.contains(&want) || std::time::Instant::now() > deadline {
+            break inc;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(inc.contains(&want), "{inc}");
     // BIRD comes back: it reads the file, the routes return, and xvs's retry reconfigures it.
     let started = std::time::Instant::now();
     t.start_bird("n1");

@@ -23,8 +23,8 @@ pub use schema::*;
 pub use span::KeyPath;
 pub use types::{Dur, Mac, PortRange};
 pub use validate::{
-    BACKENDS_MAX, BGP_BACKUP_PREPEND_MAX, FLOW_BYTES, FLOWS_MAX, IDLE_BACKOFF_MAX,
-    MH_TABLE_SIZE_MAX, UMEM_FRAMES_MAX, WRR_SEQUENCE_MAX,
+    BACKENDS_MAX, BFD_INTERVAL_MAX, BFD_INTERVAL_MIN, BFD_MULTIPLIER_MAX, BGP_BACKUP_PREPEND_MAX,
+    FLOW_BYTES, FLOWS_MAX, IDLE_BACKOFF_MAX, MH_TABLE_SIZE_MAX, UMEM_FRAMES_MAX, WRR_SEQUENCE_MAX,
 };
 pub use vocab::{Cidr, Mode, Protocol, SchedulerKind, XdpMode, ZeroCopy};
 
@@ -151,3 +151,5 @@ impl Config {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_bfd;

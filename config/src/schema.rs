@@ -659,10 +659,11 @@ pub struct Health {
     /// A probe that takes longer fails.
     #[serde(default = "default_health_timeout")]
     pub timeout: Dur,
-    /// Consecutive successes before a down backend is up.
+    /// Consecutive successes before a down backend is up (one not judged yet is up, and
+    /// verified for BGP, after its first success).
     #[serde(default = "default_rise")]
     pub rise: u32,
-    /// Consecutive failures before an up backend is down.
+    /// Consecutive failures before an up (or not yet judged) backend is down.
     #[serde(default = "default_fall")]
     pub fall: u32,
     /// Path for HTTP probes.
@@ -891,6 +892,20 @@ pub struct Bgp {
     /// deletes when xvs exits. Default `xvs-live`.
     #[serde(default = "default_liveness_device")]
     pub liveness_device: String,
+    /// The BFD sessions' interval (BIRD's `interval`: both the minimum receive and the
+    /// desired transmit interval this node asks for) of the `neighbors` with `bfd`. Default
+    /// 100ms (BIRD's transmit default).
+    #[serde(default = "default_bfd_interval")]
+    pub bfd_interval: Dur,
+    /// How often BFD packets go out while a session is not up (BIRD's `idle tx interval`).
+    /// Default 1s (BIRD's).
+    #[serde(default = "default_bfd_idle_tx_interval")]
+    pub bfd_idle_tx_interval: Dur,
+    /// BFD packets missed in a row before a session is declared down (BIRD's `multiplier`);
+    /// the router sees this node gone after this many of the agreed intervals. Default 5
+    /// (BIRD's).
+    #[serde(default = "default_bfd_multiplier")]
+    pub bfd_multiplier: u32,
 }
 
 /// One of `[bgp] neighbors`.
@@ -903,13 +918,19 @@ pub struct BgpNeighbor {
     #[serde(rename = "as")]
     pub asn: u32,
     /// BFD on the session: the router notices a dead link or node in well under a second
-    /// (BIRD's BFD defaults) instead of the BGP hold time. Default true.
+    /// (`[bgp] bfd_interval` × `bfd_multiplier`) instead of the BGP hold time. Default true.
     #[serde(default = "yes")]
     pub bfd: bool,
 }
 
 /// `[bgp] backup_prepend`'s default.
 pub const BGP_BACKUP_PREPEND: u32 = 3;
+/// `[bgp] bfd_interval`'s default (BIRD's `min tx interval` default).
+pub const BFD_INTERVAL: Dur = Dur::from_millis(100);
+/// `[bgp] bfd_idle_tx_interval`'s default (BIRD's).
+pub const BFD_IDLE_TX_INTERVAL: Dur = Dur::from_secs(1);
+/// `[bgp] bfd_multiplier`'s default (BIRD's).
+pub const BFD_MULTIPLIER: u32 = 5;
 
 fn default_bird_socket() -> PathBuf {
     PathBuf::from("/run/bird/bird.ctl")
@@ -923,6 +944,15 @@ fn default_backup_prepend() -> u32 {
 fn default_liveness_device() -> String {
     "xvs-live".to_owned()
 }
+fn default_bfd_interval() -> Dur {
+    BFD_INTERVAL
+}
+fn default_bfd_idle_tx_interval() -> Dur {
+    BFD_IDLE_TX_INTERVAL
+}
+fn default_bfd_multiplier() -> u32 {
+    BFD_MULTIPLIER
+}
 
 impl Default for Bgp {
     fn default() -> Bgp {
@@ -935,6 +965,9 @@ impl Default for Bgp {
             neighbors: Vec::new(),
             backup_prepend: default_backup_prepend(),
             liveness_device: default_liveness_device(),
+            bfd_interval: BFD_INTERVAL,
+            bfd_idle_tx_interval: BFD_IDLE_TX_INTERVAL,
+            bfd_multiplier: BFD_MULTIPLIER,
         }
     }
 }

@@ -63,6 +63,13 @@ pub fn validate(c: &Config) -> Found {
 pub const BGP_BACKUP_PREPEND_MAX: u32 = 16;
 /// AS_TRANS (RFC 6793): a placeholder in 2-byte AS fields, never a real AS.
 const AS_TRANS: u32 = 23456;
+/// Shortest BFD interval: BIRD runs BFD in userspace, and its documentation puts the
+/// practical minimum in the tens of milliseconds.
+pub const BFD_INTERVAL_MIN: Duration = Duration::from_millis(10);
+/// Longest BFD interval: slower than this, BGP's own hold timer does the job.
+pub const BFD_INTERVAL_MAX: Duration = Duration::from_secs(60);
+/// Largest BFD multiplier: the Detect Mult field is one byte (RFC 5880).
+pub const BFD_MULTIPLIER_MAX: u32 = 255;
 
 fn bgp(c: &Config, out: &mut Found) {
     let b = &c.bgp;
@@ -123,6 +130,7 @@ fn bgp(c: &Config, out: &mut Found) {
             format!("{name:?} is an interface of dataplane.interfaces: xvs creates this device"),
         );
     }
+    bfd(c, out);
     let mut seen = std::collections::BTreeSet::new();
     for (i, n) in b.neighbors.iter().enumerate() {
         let here = KeyPath::of(&["bgp", "neighbors"]).index(i);
@@ -150,6 +158,39 @@ fn bgp(c: &Config, out: &mut Found) {
                 ),
             );
         }
+    }
+}
+
+/// `[bgp] bfd_*`: what BIRD's `protocol bfd` can take.
+fn bfd(c: &Config, out: &mut Found) {
+    let b = &c.bgp;
+    let at = |k: &str| KeyPath::of(&["bgp", k]);
+    for (key, d) in [
+        ("bfd_interval", b.bfd_interval),
+        ("bfd_idle_tx_interval", b.bfd_idle_tx_interval),
+    ] {
+        let v = d.get();
+        if v < BFD_INTERVAL_MIN || v > BFD_INTERVAL_MAX {
+            err(
+                out,
+                at(key),
+                format!(
+                    "{d} is outside {}..={} (BIRD's practical minimum is tens of milliseconds; beyond a minute BGP's hold timer is as quick)",
+                    crate::Dur(BFD_INTERVAL_MIN),
+                    crate::Dur(BFD_INTERVAL_MAX)
+                ),
+            );
+        }
+    }
+    if !(1..=BFD_MULTIPLIER_MAX).contains(&b.bfd_multiplier) {
+        err(
+            out,
+            at("bfd_multiplier"),
+            format!(
+                "{} is outside 1..={BFD_MULTIPLIER_MAX} (BFD's Detect Mult is one byte, and 0 is invalid)",
+                b.bfd_multiplier
+            ),
+        );
     }
 }
 

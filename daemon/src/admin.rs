@@ -136,6 +136,8 @@ pub struct DaemonState {
     /// Per-service and per-backend traffic, sampled by the driver every
     /// [`slowpath::traffic::SAMPLE_PERIOD`].
     pub traffic: Mutex<slowpath::traffic::TrafficMeter>,
+    /// The health checker's judgements (`health` of `/v1/services`).
+    pub health: Option<slowpath::health::HealthReader>,
 }
 
 /// The controller's command for an admin action; `Err` when it does not apply.
@@ -157,10 +159,21 @@ pub fn command(action: ControlAction, service: Option<String>) -> Result<Command
 impl AdminSource for DaemonState {
     fn services(&self) -> Vec<ServiceView> {
         let snap = self.snapshot.load();
-        match self.traffic.lock() {
+        let mut views = match self.traffic.lock() {
             Ok(m) => ServiceView::from_snapshot_with(&snap, &*self.flows, Some(&m)),
             Err(_) => ServiceView::from_snapshot(&snap, &*self.flows),
+        };
+        let judged = self
+            .health
+            .as_ref()
+            .map(|h| h.judgements())
+            .unwrap_or_default();
+        if !judged.is_empty() {
+            for v in &mut views {
+                v.set_health(&judged);
+            }
         }
+        views
     }
 
     fn flows(&self, filter: &FlowFilter, limit: usize) -> FlowsPage {

@@ -14,7 +14,8 @@
 //!   the admin servers come last, so `/healthz` never answers before there is something to
 //!   be healthy about.
 //! - **The loop** wakes on an event (a model, a health or neighbour change, a signal, an
-//!   admin command) or every [`TICK`], hands everything queued to the controller, ticks it
+//!   admin command), every [`TICK`], or at once when a change waits to be published (the
+//!   config a reload read), hands everything queued to the controller, ticks it
 //!   with the workers' counters, and performs its actions. Every tick it stats the config
 //!   file: a change reloads it like SIGHUP once the file has been stable for
 //!   [`crate::watch::SETTLE`]. Once a second it refreshes the steering counters and the
@@ -415,6 +416,7 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
         peer_sync,
         bgp: bgp_stats,
         traffic: Mutex::new(TrafficMeter::new(traffic)),
+        health: Some(health.reader()),
     });
     let admin_cfg = AdminConfig {
         listen: cfg.admin.listen,
@@ -562,12 +564,18 @@ impl Io<'_> {
         let mut next_second = Instant::now();
         let mut next_traffic = Instant::now();
         loop {
+            // A change an action brought in (a reloaded config) is published at once.
+            let wait = if ctl.publish_due() {
+                Duration::ZERO
+            } else {
+                TICK
+            };
             tokio::select! {
                 Some(ev) = events.recv() => ctl.handle(Instant::now(), ev),
                 Some((cmd, reply)) = commands.recv() => {
                     let _ = reply.send(ctl.command(Instant::now(), cmd));
                 }
-                () = tokio::time::sleep(TICK) => {}
+                () = tokio::time::sleep(wait) => {}
             }
             // Everything else that is queued goes into the same tick.
             while let Ok(ev) = events.try_recv() {

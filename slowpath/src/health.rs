@@ -2,10 +2,14 @@
 //!
 //! # Semantics
 //!
-//! - **Start up.** A backend the checker has not judged yet is *up*, as IPVS and kube-proxy
-//!   treat every endpoint without a health check: a restart of xvs must not take every
-//!   backend out of service until probes finish. A backend that is really down is taken out
-//!   after `fall` failed probes (`fall × interval`).
+//! - **Start up.** A backend the checker has not judged yet is [`Judgement::Unknown`]:
+//!   *usable*, as IPVS and kube-proxy treat every endpoint without a health check (a restart
+//!   of xvs must not take every backend out of service until probes finish), but not
+//!   *verified*: the daemon announces a VIP over BGP only once one of its backends has passed
+//!   a probe ([`Judgement::Up`]), so a node never draws a router's traffic on a backend it
+//!   has not seen alive. The first passing probe makes it up; `fall` failed probes before
+//!   one passes make it down (`fall × interval`). Nothing carries over a restart: the first
+//!   probe of each process judges anew.
 //! - **Rise and fall.** An up backend goes down after `fall` *consecutive* failures; a down
 //!   backend comes back after `rise` consecutive successes. A success resets the failure
 //!   run and a failure resets the success run, so a flapping backend stays where it is
@@ -24,11 +28,12 @@
 //!   a probe, so a pool saturated by timeouts delays probes (earliest due first), it never
 //!   spawns more. At most [`PASSIVE_PENDING_MAX`] passive reports wait for the scheduler;
 //!   more are dropped (the active probes still judge the backend).
-//! - **Callback.** `on_change` runs on the scheduler task whenever a backend flips, with the
-//!   state of *every* current target (`true` = up); the daemon maps it onto
-//!   `BackendSpec::usable` and publishes a snapshot. Adding or removing targets does not call
-//!   it (new targets start up; removed ones are simply gone). It must not block for long: it
-//!   runs on a runtime worker.
+//! - **Callback.** `on_change` runs on the scheduler task whenever a backend's judgement
+//!   changes (a flip between up and down, and the first passing probe: unknown → up), with
+//!   the judgement of *every* current target; the daemon maps down onto
+//!   `BackendSpec::usable` (and publishes a snapshot) and up onto what BGP may announce.
+//!   Adding or removing targets does not call it (new targets start unknown; removed ones
+//!   are simply gone). It must not block for long: it runs on a runtime worker.
 //! - **Shutdown.** The tasks end when the `shutdown` token is cancelled (or the checker is
 //!   dropped); probes in flight are aborted, not waited for. Once
 //!   [`HealthChecker::join`] returns, `on_change` has been dropped: it is never called again.
@@ -59,11 +64,47 @@ const STATUS_LINE_MAX: usize = 1024;
 
 const _: () = assert!(PROBES_MAX > 0 && PROBES_MAX <= Semaphore::MAX_PERMITS);
 
+/// What the checker says of one backend (see the module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Judgement {
+    /// Not judged yet: no probe has passed since it became a target, and it has not failed
+    /// `fall` in a row either. Usable (it takes new flows), not verified (it announces
+    /// nothing).
+    Unknown,
+    /// A probe passed, and it has not been judged down since.
+    Up,
+    /// `fall` consecutive failures, and not `rise` consecutive successes since.
+    Down,
+}
+
+impl Judgement {
+    /// Whether it may take new flows: anything but down.
+    pub fn usable(self) -> bool {
+        self != Judgement::Down
+    }
+
+    /// Whether a probe has shown it alive: up.
+    pub fn verified(self) -> bool {
+        self == Judgement::Up
+    }
+
+    /// `unknown`, `up` or `down`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Judgement::Unknown => "unknown",
+            Judgement::Up => "up",
+            Judgement::Down => "down",
+        }
+    }
+}
+
 /// The rise/fall state of one backend; pure, no clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tracker {
-    /// Current judgement.
+    /// Current judgement for forwarding: not down (unknown or up).
     pub up: bool,
+    /// A probe has passed since it became a target (what makes an `up` backend verified).
+    pub passed: bool,
     /// Consecutive successes (reset by a failure).
     pub successes: u32,
     /// Consecutive failures (reset by a success).
@@ -77,33 +118,44 @@ impl Default for Tracker {
 }
 
 impl Tracker {
-    /// A backend not judged yet: up.
+    /// A backend not judged yet: unknown (usable, not verified).
     pub const fn new() -> Tracker {
         Tracker {
             up: true,
+            passed: false,
             successes: 0,
             failures: 0,
         }
     }
 
-    /// Records one probe outcome; returns true when `up` flipped.
+    /// The judgement: down, up once a probe has passed, else unknown.
+    pub fn judgement(&self) -> Judgement {
+        match (self.up, self.passed) {
+            (false, _) => Judgement::Down,
+            (true, true) => Judgement::Up,
+            (true, false) => Judgement::Unknown,
+        }
+    }
+
+    /// Records one probe outcome; returns true when the judgement changed (`up` flipped, or
+    /// the first success made an unknown backend up).
     pub fn record(&mut self, ok: bool, rise: u32, fall: u32) -> bool {
+        let before = self.judgement();
         if ok {
             self.failures = 0;
             self.successes = self.successes.saturating_add(1);
+            self.passed = true;
             if !self.up && self.successes >= rise {
                 self.up = true;
-                return true;
             }
         } else {
             self.successes = 0;
             self.failures = self.failures.saturating_add(1);
             if self.up && self.failures >= fall {
                 self.up = false;
-                return true;
             }
         }
-        false
+        self.judgement() != before
     }
 }
 
@@ -181,13 +233,13 @@ impl std::fmt::Debug for HealthChecker {
 
 impl HealthChecker {
     /// Starts checking with `cfg` on `rt` (the slowpath runtime; no targets yet: see
-    /// [`HealthChecker::set_targets`]). `on_change` gets every target's state whenever one
-    /// flips. The tasks end when `shutdown` is cancelled. With `probe = "none"` no task
+    /// [`HealthChecker::set_targets`]). `on_change` gets every target's judgement whenever
+    /// one changes. The tasks end when `shutdown` is cancelled. With `probe = "none"` no task
     /// starts and `on_change` is dropped at once, never called.
     pub fn spawn(
         rt: &tokio::runtime::Handle,
         cfg: &config::Health,
-        on_change: impl FnMut(HashMap<SocketAddr, bool>) + Send + 'static,
+        on_change: impl FnMut(HashMap<SocketAddr, Judgement>) + Send + 'static,
         shutdown: CancellationToken,
     ) -> HealthChecker {
         let settings = Settings {
@@ -222,7 +274,7 @@ impl HealthChecker {
         }
     }
 
-    /// Sets the backends to check. Known ones keep their state; new ones start up. Never
+    /// Sets the backends to check. Known ones keep their state; new ones start unknown. Never
     /// blocks; callable from any thread.
     pub fn set_targets(&self, targets: Vec<SocketAddr>) {
         if self.probe == ProbeKind::None {
@@ -259,7 +311,15 @@ impl HealthChecker {
         self.shared.status().clone()
     }
 
-    /// Whether `addr` is up; targets the checker does not know are up.
+    /// A cheap handle that reads the judgements (for the admin API).
+    pub fn reader(&self) -> HealthReader {
+        HealthReader {
+            shared: Arc::clone(&self.shared),
+            probing: self.probe != ProbeKind::None,
+        }
+    }
+
+    /// Whether `addr` takes new flows (unknown or up); targets the checker does not know do.
     pub fn is_up(&self, addr: SocketAddr) -> bool {
         self.shared.status().get(&addr).is_none_or(|s| s.tracker.up)
     }
@@ -274,6 +334,36 @@ impl HealthChecker {
         {
             std::panic::resume_unwind(e.into_panic());
         }
+    }
+}
+
+/// Reads the checker's judgements from anywhere (see [`HealthChecker::reader`]).
+#[derive(Clone)]
+pub struct HealthReader {
+    shared: Arc<Shared>,
+    probing: bool,
+}
+
+impl std::fmt::Debug for HealthReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HealthReader")
+            .field("probing", &self.probing)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HealthReader {
+    /// The judgement of every target, as of the last event the scheduler handled; empty
+    /// when nothing is probed (`probe = "none"`).
+    pub fn judgements(&self) -> HashMap<SocketAddr, Judgement> {
+        if !self.probing {
+            return HashMap::new();
+        }
+        self.shared
+            .status()
+            .iter()
+            .map(|(a, s)| (*a, s.tracker.judgement()))
+            .collect()
     }
 }
 
@@ -314,28 +404,28 @@ impl Scheduler {
     async fn run(
         mut self,
         mut inbox: mpsc::UnboundedReceiver<Inbound>,
-        mut on_change: impl FnMut(HashMap<SocketAddr, bool>),
+        mut on_change: impl FnMut(HashMap<SocketAddr, Judgement>),
         stop: CancellationToken,
     ) {
         loop {
             let wake = self.start_due_probes(Instant::now());
-            let mut flipped = false;
+            let mut changed = false;
             tokio::select! {
                 biased;
                 () = stop.cancelled() => break,
                 msg = inbox.recv() => {
                     // `None`: every handle is gone, and dropping the last one cancels `stop`.
                     let Some(msg) = msg else { break };
-                    flipped |= self.handle(msg);
+                    changed |= self.handle(msg);
                     // Handle everything queued, then publish once.
                     while let Ok(msg) = inbox.try_recv() {
-                        flipped |= self.handle(msg);
+                        changed |= self.handle(msg);
                     }
                 }
                 Some(done) = self.probes.join_next(), if !self.probes.is_empty() => {
-                    flipped |= self.finished(done);
+                    changed |= self.finished(done);
                     while let Some(done) = self.probes.try_join_next() {
-                        flipped |= self.finished(done);
+                        changed |= self.finished(done);
                     }
                 }
                 // The next idle target falls due. Without one (all in flight, or due and
@@ -344,11 +434,11 @@ impl Scheduler {
                     if wake.is_some() => continue,
             }
             self.publish();
-            if flipped {
+            if changed {
                 on_change(
                     self.targets
                         .iter()
-                        .map(|(a, t)| (*a, t.status.tracker.up))
+                        .map(|(a, t)| (*a, t.status.tracker.judgement()))
                         .collect(),
                 );
             }
@@ -393,7 +483,7 @@ impl Scheduler {
         wake
     }
 
-    /// Applies one message; returns true when a backend flipped.
+    /// Applies one message; returns true when a backend's judgement changed.
     fn handle(&mut self, msg: Inbound) -> bool {
         match msg {
             Inbound::Targets(list) => {
@@ -411,7 +501,7 @@ impl Scheduler {
         }
     }
 
-    /// Applies one finished probe; returns true when a backend flipped.
+    /// Applies one finished probe; returns true when a backend's judgement changed.
     fn finished(&mut self, done: Result<Probed, tokio::task::JoinError>) -> bool {
         let Probed { addr, outcome } = match done {
             Ok(p) => p,
@@ -475,7 +565,7 @@ impl Scheduler {
     }
 }
 
-/// Records one outcome for `t`; returns true when it flipped.
+/// Records one outcome for `t`; returns true when its judgement changed.
 fn record(
     addr: SocketAddr,
     t: &mut Target,
@@ -486,17 +576,21 @@ fn record(
     t.status.checks += 1;
     let ok = outcome.is_ok();
     t.status.last_error = outcome.err();
-    let flipped = t.status.tracker.record(ok, rise, fall);
+    let before = t.status.tracker.judgement();
+    let changed = t.status.tracker.record(ok, rise, fall);
     let error = t.status.last_error.as_deref().unwrap_or_default();
-    match (flipped, t.status.tracker.up) {
-        (true, true) => tracing::info!(backend = %addr, checks = t.status.checks, "backend up"),
-        (true, false) => {
-            tracing::warn!(backend = %addr, checks = t.status.checks, error, "backend down");
+    let checks = t.status.checks;
+    match (changed, before, t.status.tracker.judgement()) {
+        // Every backend passes its first probe after a start: not worth a line each.
+        (true, Judgement::Unknown, Judgement::Up) => {
+            tracing::debug!(backend = %addr, checks, "backend verified: its first probe passed");
         }
-        (false, _) if !ok => tracing::debug!(backend = %addr, error, "health check failed"),
-        (false, _) => {}
+        (true, _, Judgement::Up) => tracing::info!(backend = %addr, checks, "backend up"),
+        (true, _, _) => tracing::warn!(backend = %addr, checks, error, "backend down"),
+        (false, _, _) if !ok => tracing::debug!(backend = %addr, error, "health check failed"),
+        (false, _, _) => {}
     }
-    flipped
+    changed
 }
 
 async fn probe(addr: SocketAddr, s: &Settings) -> Result<(), String> {
@@ -580,15 +674,41 @@ mod tests {
     use super::*;
 
     #[test]
-    fn starts_up_falls_after_exactly_fall_failures() {
+    fn starts_unknown_falls_after_exactly_fall_failures() {
         let mut t = Tracker::new();
-        assert!(t.up);
+        assert_eq!(t.judgement(), Judgement::Unknown);
+        assert!(t.up, "unknown is usable");
         assert!(!t.record(false, 2, 3));
         assert!(!t.record(false, 2, 3));
-        assert!(t.up);
+        assert_eq!(t.judgement(), Judgement::Unknown);
         assert!(t.record(false, 2, 3));
+        assert_eq!(t.judgement(), Judgement::Down);
         assert!(!t.up);
-        assert!(!t.record(false, 2, 3), "already down: no flip");
+        assert!(!t.record(false, 2, 3), "already down: no change");
+    }
+
+    #[test]
+    fn the_first_passing_probe_verifies_an_unknown_backend() {
+        let mut t = Tracker::new();
+        // One failure (fall 3) leaves it unknown; the first success makes it up at once,
+        // whatever `rise` (which is how many a down backend needs to come back).
+        assert!(!t.record(false, 5, 3));
+        assert!(t.record(true, 5, 3), "unknown -> up is a change");
+        assert_eq!(t.judgement(), Judgement::Up);
+        assert!(t.judgement().verified() && t.judgement().usable());
+        assert!(!t.record(true, 5, 3));
+        // Down, then back up: `rise` successes, and verified again.
+        for _ in 0..2 {
+            assert!(!t.record(false, 5, 3));
+        }
+        assert!(t.record(false, 5, 3));
+        assert!(!t.judgement().usable() && !t.judgement().verified());
+        for _ in 0..4 {
+            assert!(!t.record(true, 5, 3));
+        }
+        assert!(t.record(true, 5, 3));
+        assert_eq!(t.judgement(), Judgement::Up);
+        assert!(!Judgement::Unknown.verified() && Judgement::Unknown.usable());
     }
 
     #[test]
@@ -604,6 +724,7 @@ mod tests {
     #[test]
     fn interleaved_outcomes_reset_the_runs() {
         let mut t = Tracker::new();
+        assert!(t.record(true, 3, 3), "verified by its first probe");
         for _ in 0..10 {
             assert!(!t.record(false, 3, 3));
             assert!(!t.record(false, 3, 3));

@@ -93,6 +93,9 @@ fn json_endpoints_have_their_shapes() {
     assert_eq!(j["services"][0]["frontends"][0]["vip"], "198.18.100.1");
     assert_eq!(j["services"][0]["backends"][0]["addr"], "198.18.1.1:8080");
     assert_eq!(j["services"][0]["backends"][0]["active"], 7);
+    // A probed backend says what the checks judged; an unprobed one says nothing.
+    assert_eq!(j["services"][0]["backends"][0]["health"], "up");
+    assert!(j["services"][0]["backends"][1].get("health").is_none());
 
     let r = get(addr, "/v1/flows");
     assert_eq!(r.status, 200);

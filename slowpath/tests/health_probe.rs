@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use config::{Dur, Health, ProbeKind};
-use slowpath::health::{HealthChecker, PROBES_MAX, TargetStatus};
+use slowpath::health::{HealthChecker, Judgement, PROBES_MAX, TargetStatus};
 use tokio::runtime::Runtime;
 use tokio_util::sync::CancellationToken;
 
@@ -37,7 +37,10 @@ fn runtime() -> Runtime {
         .unwrap()
 }
 
-type Change = (HashMap<SocketAddr, bool>, HashMap<SocketAddr, TargetStatus>);
+type Change = (
+    HashMap<SocketAddr, Judgement>,
+    HashMap<SocketAddr, TargetStatus>,
+);
 
 /// A checker on its own runtime, with its shutdown token.
 struct Checker {
@@ -200,17 +203,24 @@ fn tcp_backend_falls_and_rises_with_exact_counts() {
     let addr = server.addr;
     let (hc, changes) = checker(&cfg(ProbeKind::Tcp, 20, 20, 2, 3));
     hc.set_targets(vec![addr]);
-    assert!(hc.is_up(addr), "a new backend starts up");
+    assert!(hc.is_up(addr), "a new backend starts usable");
+    // Its first probe passes: unknown -> up, said at once (rise is for a comeback).
+    let (states, status) = changes
+        .recv_timeout(WAIT)
+        .expect("the first probe's change");
+    assert_eq!(states, HashMap::from([(addr, Judgement::Up)]));
+    assert_eq!(status[&addr].checks, 1);
+    assert_eq!(hc.reader().judgements(), states, "what the admin API reads");
     wait_until("a few successful probes", || {
         hc.status().get(&addr).is_some_and(|s| s.checks >= 3)
     });
     assert!(hc.is_up(addr));
-    assert!(changes.try_recv().is_err(), "no flip while healthy");
+    assert!(changes.try_recv().is_err(), "no change while healthy");
 
     // The backend goes away: connection refused.
     drop(server);
     let (states, status) = changes.recv_timeout(WAIT).expect("a down flip");
-    assert_eq!(states, HashMap::from([(addr, false)]));
+    assert_eq!(states, HashMap::from([(addr, Judgement::Down)]));
     let s = &status[&addr];
     assert_eq!(s.tracker.failures, 3, "down after exactly `fall` failures");
     assert!(!s.tracker.up);
@@ -223,7 +233,7 @@ fn tcp_backend_falls_and_rises_with_exact_counts() {
     // It comes back on the same port.
     let _server = TcpServer::bind(addr);
     let (states, status) = changes.recv_timeout(WAIT).expect("an up flip");
-    assert_eq!(states, HashMap::from([(addr, true)]));
+    assert_eq!(states, HashMap::from([(addr, Judgement::Up)]));
     assert_eq!(
         status[&addr].tracker.successes, 2,
         "up after exactly `rise`"
@@ -239,6 +249,8 @@ fn http_probe_judges_the_status_code() {
     let (hc, changes) = checker(&cfg(ProbeKind::Http, 20, 20, 2, 2));
     hc.set_targets(vec![addr]);
     wait_until("three 200s", || server.requests.load(Ordering::SeqCst) >= 3);
+    let (states, _) = changes.recv_timeout(WAIT).expect("verified");
+    assert_eq!(states[&addr], Judgement::Up);
     assert!(changes.try_recv().is_err(), "200 is healthy");
     assert!(hc.is_up(addr));
 
@@ -251,7 +263,7 @@ fn http_probe_judges_the_status_code() {
 
     server.code.store(500, Ordering::SeqCst);
     let (states, status) = changes.recv_timeout(WAIT).expect("a down flip");
-    assert!(!states[&addr]);
+    assert_eq!(states[&addr], Judgement::Down);
     assert_eq!(status[&addr].tracker.failures, 2);
     assert!(
         status[&addr]
@@ -263,7 +275,7 @@ fn http_probe_judges_the_status_code() {
 
     server.code.store(204, Ordering::SeqCst);
     let (states, status) = changes.recv_timeout(WAIT).expect("an up flip");
-    assert!(states[&addr]);
+    assert_eq!(states[&addr], Judgement::Up);
     assert_eq!(status[&addr].tracker.successes, 2);
     hc.stop();
 }
@@ -277,7 +289,7 @@ fn a_backend_that_never_answers_times_out() {
     let t0 = Instant::now();
     hc.set_targets(vec![addr]);
     let (states, status) = changes.recv_timeout(WAIT).expect("a down flip");
-    assert!(!states[&addr]);
+    assert_eq!(states[&addr], Judgement::Down, "unknown, then down");
     let s = &status[&addr];
     assert_eq!(s.tracker.failures, 2);
     assert!(
@@ -300,6 +312,8 @@ fn passive_failures_count_like_failed_probes() {
     wait_until("the first probe", || {
         hc.status().get(&addr).is_some_and(|s| s.checks == 1)
     });
+    let (states, _) = changes.recv_timeout(WAIT).expect("verified");
+    assert_eq!(states[&addr], Judgement::Up);
     hc.report_failure("127.0.0.1:1".parse().unwrap()); // not a target: ignored
     hc.report_failure(addr);
     wait_until("the report", || hc.status()[&addr].checks == 2);
@@ -307,7 +321,7 @@ fn passive_failures_count_like_failed_probes() {
     assert!(changes.try_recv().is_err());
     hc.report_failure(addr);
     let (states, status) = changes.recv_timeout(WAIT).expect("a down flip");
-    assert!(!states[&addr]);
+    assert_eq!(states[&addr], Judgement::Down);
     assert_eq!(status[&addr].tracker.failures, 2);
     assert_eq!(status.len(), 1);
     hc.stop();
@@ -340,7 +354,10 @@ fn many_backends_share_the_bounded_pool() {
     hc.set_targets(addrs[..2].to_vec());
     wait_until("the smaller set", || hc.status().len() == 2);
     assert!(!hc.is_up(addrs[0]));
-    assert!(hc.is_up(addrs[5]), "unknown targets count as up");
+    assert!(
+        hc.is_up(addrs[5]),
+        "addresses it does not check count as usable"
+    );
     hc.stop();
 }
 
@@ -478,7 +495,7 @@ fn cancelling_ends_the_checker_and_drops_its_callback() {
     };
     hc.set_targets(vec![addr]);
     let states = changes.recv_timeout(WAIT).expect("a down flip");
-    assert_eq!(states, HashMap::from([(addr, false)]));
+    assert_eq!(states, HashMap::from([(addr, Judgement::Down)]));
     // Probes keep running until the token is cancelled.
     wait_until("more probes", || {
         hc.status().get(&addr).is_some_and(|s| s.checks >= 3)
@@ -505,5 +522,9 @@ fn probe_none_keeps_everyone_up() {
     assert!(hc.is_up(addr));
     assert_eq!(hc.status()[&addr].checks, 0);
     assert!(changes.try_recv().is_err());
+    assert!(
+        hc.reader().judgements().is_empty(),
+        "nothing probed, nothing judged"
+    );
     hc.stop();
 }

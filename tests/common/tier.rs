@@ -31,6 +31,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -139,8 +140,8 @@ impl Tier {
     }
 
     /// Node `n`'s xvs config: the services above, `[bgp]` with the router as neighbour (IPv4
-    /// and IPv6 sessions, BFD), `[sync]` with the other node as peer, TCP health probes
-    /// every second.
+    /// and IPv6 sessions, BFD: 3 × 100 ms, the router's own), `[sync]` with the other node
+    /// as peer, TCP health probes every second.
     pub fn config(&self, n: usize) -> String {
         assert!(n == 1 || n == 2, "nodes are 1 and 2");
         let m = 3 - n;
@@ -207,6 +208,8 @@ socket = "{dir}/bird.ctl"
 include = "{dir}/bird-xvs.conf"
 local_as = 65001
 neighbors = [{{ address = "198.18.2.1", as = 65000 }}, {{ address = "2001:2:0:2::1", as = 65000 }}]
+bfd_interval = "100ms"
+bfd_multiplier = 3
 
 [[services]]
 name = "web"
@@ -429,39 +432,32 @@ backends = [{solo}]
         t
     }
 
+    /// Watches the router's kernel route to host `addr` from another thread (every few
+    /// milliseconds, for at most `limit`) until [`RouteWatch::stop`].
+    pub fn watch_route(&self, addr: &str, limit: Duration) -> RouteWatch {
+        let (ns, addr) = (self.ns("r"), addr.to_owned());
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let (mut polls, mut seen) = (0, Vec::new());
+            let t0 = Instant::now();
+            while !flag.load(Ordering::SeqCst) && t0.elapsed() < limit {
+                let hops = next_hops_in(&ns, &addr);
+                polls += 1;
+                if !hops.is_empty() {
+                    seen.push((t0.elapsed(), hops));
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            (polls, seen)
+        });
+        RouteWatch { stop, thread }
+    }
+
     /// The next hops of the router's kernel route to host `addr` (`/32` or `/128`), sorted;
     /// empty when it has none.
     pub fn next_hops(&self, addr: &str) -> Vec<IpAddr> {
-        let ip: IpAddr = addr.parse().unwrap();
-        let (fam, plen) = if ip.is_ipv6() {
-            ("-6", 128)
-        } else {
-            ("-4", 32)
-        };
-        let o = run(Command::new("ip").args([
-            "-n",
-            &self.ns("r"),
-            fam,
-            "-j",
-            "route",
-            "show",
-            &format!("{addr}/{plen}"),
-        ]));
-        let routes: serde_json::Value =
-            serde_json::from_slice(&o.stdout).unwrap_or(serde_json::Value::Null);
-        let mut hops: Vec<IpAddr> = Vec::new();
-        for r in routes.as_array().into_iter().flatten() {
-            if let Some(g) = r["gateway"].as_str() {
-                hops.push(g.parse().unwrap());
-            }
-            for h in r["nexthops"].as_array().into_iter().flatten() {
-                if let Some(g) = h["gateway"].as_str() {
-                    hops.push(g.parse().unwrap());
-                }
-            }
-        }
-        hops.sort();
-        hops
+        next_hops_in(&self.ns("r"), addr)
     }
 
     /// Waits (polling every 2 ms, at most `timeout`) until the router's next hops for `addr`
@@ -658,6 +654,58 @@ backends = [{solo}]
             std::thread::sleep(Duration::from_millis(100));
         }
         panic!("backend {b} does not answer");
+    }
+}
+
+/// The next hops of the kernel route to host `addr` in namespace `ns`, sorted.
+fn next_hops_in(ns: &str, addr: &str) -> Vec<IpAddr> {
+    let ip: IpAddr = addr.parse().unwrap();
+    let (fam, plen) = if ip.is_ipv6() {
+        ("-6", 128)
+    } else {
+        ("-4", 32)
+    };
+    let o = run(Command::new("ip").args([
+        "-n",
+        ns,
+        fam,
+        "-j",
+        "route",
+        "show",
+        &format!("{addr}/{plen}"),
+    ]));
+    let routes: serde_json::Value =
+        serde_json::from_slice(&o.stdout).unwrap_or(serde_json::Value::Null);
+    let mut hops: Vec<IpAddr> = Vec::new();
+    for r in routes.as_array().into_iter().flatten() {
+        if let Some(g) = r["gateway"].as_str() {
+            hops.push(g.parse().unwrap());
+        }
+        for h in r["nexthops"].as_array().into_iter().flatten() {
+            if let Some(g) = h["gateway"].as_str() {
+                hops.push(g.parse().unwrap());
+            }
+        }
+    }
+    hops.sort();
+    hops
+}
+
+/// What a [`RouteWatch`] saw: how many times it looked, and when (since the watch began)
+/// it saw which next hops.
+pub type Sightings = (usize, Vec<(Duration, Vec<IpAddr>)>);
+
+/// A route watch of [`Tier::watch_route`].
+pub struct RouteWatch {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Sightings>,
+}
+
+impl RouteWatch {
+    /// Ends the watch.
+    pub fn stop(self) -> Sightings {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.join().unwrap()
     }
 }
 

@@ -5,10 +5,12 @@
 //!   configured source is published. That method is the one place where readiness
 //!   conditions go (a tier will add: the peers' full dump of their flows arrived).
 //! - **What.** [`slowpath::bgp::announcement`] of the published snapshot: VIPs with a usable
-//!   backend, this node's SNAT addresses, the peers' as backups; nothing while draining (an
-//!   admin drain, until `undrain`; the drain after a stop signal). The include file
+//!   backend that is verified ([`super::health`]: with active probes, one has passed; at a
+//!   start nothing is, so a VIP whose backends are all dead is never announced), this
+//!   node's SNAT addresses, the peers' as backups; nothing while draining (an admin drain,
+//!   until `undrain`; the drain after a stop signal). The include file
 //!   ([`slowpath::bgp::render`]) is emitted whenever its text changes, including after a
-//!   reload that changed `[bgp]` or the peers.
+//!   first passing probe and after a reload that changed `[bgp]` or the peers.
 //! - **Stop.** Before [`Action::Stop`], an include file announcing nothing; the driver also
 //!   closes the liveness device at the stop, which withdraws everything at once.
 
@@ -57,6 +59,7 @@ impl Controller {
                 snat_addresses: &self.cfg.dataplane.snat_addresses,
                 backups: &backups,
                 node_addresses: &node,
+                unverified: self.health.unverified(),
                 draining: withdraw || self.admin_drain || self.drain.is_some(),
             },
         );
@@ -79,11 +82,12 @@ impl Controller {
             return;
         }
         // Rendering costs a line per VIP: only when an input changed (the published
-        // snapshot, the drain, the config).
+        // snapshot, the drain, the config, the backends verified).
         let inputs = (
             self.current.as_ref().map_or(0, |s| s.generation),
             self.admin_drain || self.drain.is_some(),
             self.counters.reloads_ok,
+            self.health.epoch(),
         );
         if self.announce_inputs == Some(inputs) {
             return;

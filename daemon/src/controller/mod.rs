@@ -20,9 +20,11 @@
 //!   [`Action::Publish`]. The driver stores it, steers for it and answers
 //!   [`Event::Published`]; only then is the publish a sync, and the first removal pass runs.
 //!   A build that fails keeps the old snapshot (counted, logged).
-//! - **Endpoint removal** ([`removal`]): a backend absent from the model acts as removed only
-//!   once it has been absent for `[flowtable] removal_grace` (control-plane churn must not end
-//!   flows); then its flows are handled at once and by a second pass [`SECOND_PASS`] later
+//! - **Endpoint removal** ([`removal`]): a backend that vanished from the Kubernetes source
+//!   acts as removed only once it has been absent for `[flowtable] removal_grace`
+//!   (control-plane churn must not end flows); one the operator removed (a static reload) or
+//!   that health checks judged down is removed at the publish that drops it, with no grace.
+//!   Then its flows are handled at once and by a second pass [`SECOND_PASS`] later
 //!   (catching flows a worker inserted with the previous snapshot meanwhile); only after the
 //!   second pass are its id handed back to the builder, if no flow holds it. Passes also run
 //!   after every publish, for the ids already past their grace.
@@ -62,6 +64,7 @@
 
 mod bgp;
 mod drain;
+mod health;
 pub mod passive;
 pub mod removal;
 mod steer;
@@ -71,6 +74,8 @@ mod testlab;
 mod tests;
 #[cfg(test)]
 mod tests_bgp;
+#[cfg(test)]
+mod tests_removal;
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, SocketAddr};
@@ -101,8 +106,8 @@ pub const DEFAULT_SYNC_PERIOD: Duration = Duration::from_secs(30);
 pub enum Event {
     /// A new model from the Kubernetes source.
     Model(Box<K8sModel>),
-    /// The health checker's view changed: every target, up or not.
-    Health(HashMap<SocketAddr, bool>),
+    /// The health checker's judgements changed: every target's ([`health`]).
+    Health(HashMap<SocketAddr, slowpath::health::Judgement>),
     /// Routes and neighbours changed.
     L2(L2Table),
     /// The config file, as the driver read it after [`Action::LoadConfig`].
@@ -242,8 +247,8 @@ pub struct Controller {
     builder: SnapshotBuilder,
     /// Services as the source describes them, before health and freezes are applied.
     specs: Vec<ServiceSpec>,
-    /// Backends the health checker has marked down.
-    down: HashSet<SocketAddr>,
+    /// The health checker's judgements ([`health`]).
+    health: health::HealthState,
     l2: L2Table,
     /// The last snapshot built (and, once acknowledged, published).
     current: Option<Arc<Snapshot>>,
@@ -266,6 +271,9 @@ pub struct Controller {
     second_pass: Option<Instant>,
     /// Retired backend ids in or past their removal grace.
     retirees: Retirees,
+    /// Ids the snapshot awaiting its acknowledgement removed explicitly: no grace
+    /// ([`removal`]).
+    expedite: HashSet<lb_algos::BackendId>,
     /// `[flowtable] removal_grace`.
     grace: Duration,
     last_sync: Option<Instant>,
@@ -284,8 +292,9 @@ pub struct Controller {
     node_addresses: Vec<IpAddr>,
     /// The include file last emitted ([`bgp`]).
     announced: Option<slowpath::bgp::Include>,
-    /// What it was rendered from: snapshot generation, draining, reloads applied.
-    announce_inputs: Option<(u64, bool, u64)>,
+    /// What it was rendered from: snapshot generation, draining, reloads applied, the
+    /// health epoch.
+    announce_inputs: Option<(u64, bool, u64, u64)>,
     actions: VecDeque<Action>,
 }
 
@@ -328,7 +337,7 @@ impl Controller {
         let mut c = Controller {
             builder,
             specs,
-            down: HashSet::new(),
+            health: health::HealthState::new(cfg.health.probe != ProbeKind::None),
             l2,
             current: None,
             flows,
@@ -345,6 +354,7 @@ impl Controller {
             awaiting: None,
             second_pass: None,
             retirees: Retirees::default(),
+            expedite: HashSet::new(),
             grace: cfg.removal_grace(),
             last_sync: None,
             next_housekeeping: now,
@@ -360,14 +370,20 @@ impl Controller {
             actions: VecDeque::new(),
             cfg,
         };
-        c.actions
-            .push_back(Action::HealthTargets(health_targets(&c.specs)));
+        c.send_health_targets();
         c
     }
 
     /// The next action to perform, in order.
     pub fn poll_action(&mut self) -> Option<Action> {
         self.actions.pop_front()
+    }
+
+    /// Whether a change waits for the next tick to be published (one an action brought in,
+    /// such as the config an [`Action::LoadConfig`] read): the driver ticks again at once
+    /// instead of sleeping, so a reload takes effect within milliseconds.
+    pub fn publish_due(&self) -> bool {
+        self.dirty_since.is_some() && self.awaiting.is_none() && !self.stopping
     }
 
     /// The snapshot last built.
@@ -430,12 +446,10 @@ impl Controller {
                 self.mark_dirty(now);
             }
             Event::Health(states) => {
-                self.down = states
-                    .into_iter()
-                    .filter(|(_, up)| !up)
-                    .map(|(a, _)| a)
-                    .collect();
-                self.mark_dirty(now);
+                // A first passing probe changes only what is announced (emitted below).
+                if self.health.judged(states) {
+                    self.mark_dirty(now);
+                }
             }
             Event::L2(l2) => {
                 self.l2 = l2;
@@ -544,14 +558,15 @@ impl Controller {
         // Health and per-service freezes are applied to a copy, made only when there is
         // something to apply (10,000 Services: the copy alone would cost milliseconds).
         let adjusted;
-        let specs: &[ServiceSpec] = if self.down.is_empty() && self.frozen_services.is_empty() {
+        let down = self.health.down();
+        let specs: &[ServiceSpec] = if down.is_empty() && self.frozen_services.is_empty() {
             &self.specs
         } else {
             let mut v = self.specs.clone();
             for s in &mut v {
                 // Health applies to what the source says is usable (readiness stays).
                 for b in &mut s.backends {
-                    b.usable &= !self.down.contains(&b.addr);
+                    b.usable &= !down.contains(&b.addr);
                 }
                 s.frozen |= self.frozen_services.iter().any(|f| names(f, &s.name));
             }
@@ -563,6 +578,7 @@ impl Controller {
         match self.builder.build(specs, &l2) {
             Ok(snap) => {
                 let snap = Arc::new(snap);
+                self.note_explicit_removals();
                 self.awaiting = Some((snap.generation, since));
                 self.current = Some(Arc::clone(&snap));
                 let mut steering = SteerSet::of(&snap, &self.cfg.dataplane);
@@ -611,6 +627,7 @@ impl Controller {
         }
         self.last_sync = Some(now);
         self.retirees.update(self.builder.retired(), now);
+        self.retirees.expedite(&std::mem::take(&mut self.expedite));
         self.end_removed_flows(now);
         self.second_pass = Some(now + SECOND_PASS);
     }
@@ -772,8 +789,7 @@ impl Controller {
             self.cfg.kubernetes = kubernetes;
         } else {
             self.specs = ServiceSpec::from_config(&self.cfg);
-            self.actions
-                .push_back(Action::HealthTargets(health_targets(&self.specs)));
+            self.send_health_targets();
         }
         self.grace = self.cfg.removal_grace();
         self.counters.reloads_ok += 1;
@@ -788,6 +804,13 @@ impl Controller {
             self.actions.push_back(Action::Status(s));
         }
         self.emit_announcement();
+    }
+
+    /// Tells the health checker its targets: every backend of the static source.
+    fn send_health_targets(&mut self) {
+        let targets = health_targets(&self.specs);
+        self.health.set_targets(&targets);
+        self.actions.push_back(Action::HealthTargets(targets));
     }
 
     /// The policy the removal passes apply.

@@ -15,16 +15,27 @@
 //!   when the service has a backend that takes new flows (otherwise re-steering could only
 //!   drop them). Weight 0 is a drain (IPVS's quiescent server): every flow continues.
 //!
-//! A backend acts as removed only once it has been absent for `[flowtable] removal_grace`
-//! ([`Retirees`]): control-plane churn (an endpoint moving between EndpointSlices, whose
-//! removal arrives one `min_sync_period` before its addition) must not end flows, and a
-//! backend that comes back within the grace keeps its id and its flows.
+//! # When a removal takes effect
+//!
+//! The cause decides ([`Controller::note_explicit_removals`]):
+//! - **Vanished from the Kubernetes source** (and not judged down): it acts as removed only
+//!   once it has been absent for `[flowtable] removal_grace` ([`Retirees`]): control-plane
+//!   churn (an endpoint moving between EndpointSlices, whose removal arrives one
+//!   `min_sync_period` before its addition) must not end flows, and a backend that comes
+//!   back within the grace keeps its id and its flows.
+//! - **Removed explicitly**: by the operator (every removal of the static source is a
+//!   reload's), or a backend health checks already judged down when it left. Nothing is
+//!   churn there: it is removed by the pass right after the publish that drops it, so a UDP
+//!   flow's next datagram goes to a live backend at once (within milliseconds of the
+//!   reload; the grace would blackhole it for seconds).
+//! - **Adopted ids nothing claimed** after a restart: like a vanished endpoint (the grace).
 //!
 //! The second pass, a second after the first, catches a flow a worker inserted with the
 //! previous snapshot while the first pass ran. Only after it are retired ids whose grace is
 //! over and whose counts reached zero handed back to the builder for reuse.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use config::RemovedBackendPolicy;
@@ -52,6 +63,14 @@ struct Retiree {
     since: Instant,
     /// Removal passes run on it since its grace ended (two: first and second).
     passes: u8,
+    /// Removed explicitly: no grace.
+    explicit: bool,
+}
+
+impl Retiree {
+    fn due(&self, now: Instant, grace: Duration) -> bool {
+        self.explicit || now >= self.since + grace
+    }
 }
 
 impl Retirees {
@@ -64,30 +83,45 @@ impl Retirees {
             self.since.entry(id).or_insert(Retiree {
                 since: now,
                 passes: 0,
+                explicit: false,
             });
         }
     }
 
-    /// The ids absent for at least `grace` at `now`.
+    /// Ends the grace of the tracked ids among `ids`: they were removed explicitly.
+    pub fn expedite(&mut self, ids: &HashSet<BackendId>) {
+        for id in ids {
+            if let Some(r) = self.since.get_mut(id) {
+                r.explicit = true;
+            }
+        }
+    }
+
+    /// Whether `id` is tracked (in its grace or past it).
+    pub fn tracks(&self, id: BackendId) -> bool {
+        self.since.contains_key(&id)
+    }
+
+    /// The ids removed explicitly or absent for at least `grace` at `now`.
     pub fn due(&self, now: Instant, grace: Duration) -> HashSet<BackendId> {
         self.since
             .iter()
-            .filter(|(_, r)| now >= r.since + grace)
+            .filter(|(_, r)| r.due(now, grace))
             .map(|(id, _)| *id)
             .collect()
     }
 
-    /// Whether an id's grace ended at or before `now` and no pass has run on it since.
+    /// Whether an id fell due at or before `now` and no pass has run on it since.
     pub fn newly_due(&self, now: Instant, grace: Duration) -> bool {
         self.since
             .values()
-            .any(|r| r.passes == 0 && now >= r.since + grace)
+            .any(|r| r.passes == 0 && r.due(now, grace))
     }
 
     /// Records a pass over the ids due at `now`.
     pub fn passed(&mut self, now: Instant, grace: Duration) {
         for r in self.since.values_mut() {
-            if now >= r.since + grace {
+            if r.due(now, grace) {
                 r.passes = r.passes.saturating_add(1);
             }
         }
@@ -101,6 +135,33 @@ impl Retirees {
     /// Whether none is tracked.
     pub fn is_empty(&self) -> bool {
         self.since.is_empty()
+    }
+}
+
+impl super::Controller {
+    /// After a build that retired ids, before its snapshot replaces the current one: notes
+    /// which of the ids it retired were removed explicitly (see the module doc), so that
+    /// the pass after its publish handles them without a grace.
+    pub(super) fn note_explicit_removals(&mut self) {
+        let fresh: HashSet<BackendId> = self
+            .builder
+            .retired()
+            .filter(|id| !self.retirees.tracks(*id))
+            .collect();
+        let Some(old) = self.current.as_ref().map(Arc::clone) else {
+            return;
+        };
+        if fresh.is_empty() {
+            return;
+        }
+        // Every change of the static source's services is a reload's: the operator's.
+        let operator = self.cfg.kubernetes.is_none();
+        let down = self.health.down();
+        for b in old.services.iter().flat_map(|s| s.backends.iter()) {
+            if fresh.contains(&b.id) && (operator || down.contains(&b.addr)) {
+                self.expedite.insert(b.id);
+            }
+        }
     }
 }
 
@@ -303,5 +364,25 @@ mod grace_tests {
             ".3's turn"
         );
         assert_eq!(r.len(), 2);
+    }
+
+    #[test]
+    fn expedited_ids_are_due_at_once() {
+        let t0 = Instant::now();
+        let grace = Duration::from_secs(3);
+        let mut r = Retirees::default();
+        r.update([BackendId(1), BackendId(2)].into_iter(), t0);
+        // Only tracked ids can be expedited; the others are unknown here.
+        r.expedite(&HashSet::from([BackendId(2), BackendId(9)]));
+        assert!(!r.tracks(BackendId(9)));
+        assert_eq!(r.due(t0, grace), HashSet::from([BackendId(2)]));
+        assert!(r.newly_due(t0, grace));
+        r.passed(t0, grace);
+        assert!(!r.newly_due(t0, grace), "its pass ran");
+        // .1 keeps its grace.
+        assert_eq!(
+            r.due(t0 + grace, grace),
+            HashSet::from([BackendId(1), BackendId(2)])
+        );
     }
 }

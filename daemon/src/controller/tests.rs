@@ -12,6 +12,8 @@ use fastpath::settings::flow_table_config;
 use fastpath::snapshot::{L2Table, Neighbour, Snapshot};
 use lb_algos::AffinityTable;
 
+use slowpath::health::Judgement;
+
 use super::testlab::{CFG, dst_of, frame, ip};
 use super::*;
 
@@ -73,6 +75,36 @@ impl Harness {
             syn,
             flows,
             now,
+            tx: 0,
+            log: Vec::new(),
+            status: Status::default(),
+            stopped: None,
+            workers_running: true,
+            triggers: Vec::new(),
+        };
+        h.status = h.ctl.status();
+        h
+    }
+
+    /// The next process after `first` on config `text`: it adopts `first`'s flow table,
+    /// whose flows hold `adopted`.
+    pub(super) fn adopting(text: &str, first: &Harness, adopted: &AdoptedIds) -> Harness {
+        let cfg = config::parse(text, "t.toml").unwrap();
+        let syn = Arc::new(SynWatch::new(cfg.flowtable.backends_max as usize));
+        let ctl = Controller::adopting(
+            cfg,
+            Arc::clone(&first.flows),
+            Arc::clone(&syn),
+            lab_l2(),
+            first.now,
+            Some(adopted),
+        );
+        let mut h = Harness {
+            ctl,
+            pipeline: None,
+            syn,
+            flows: Arc::clone(&first.flows),
+            now: first.now,
             tx: 0,
             log: Vec::new(),
             status: Status::default(),
@@ -181,7 +213,7 @@ impl Harness {
     }
 
     /// Backend ids of service `name` in the last snapshot, by address.
-    fn ids(&self, name: &str) -> HashMap<SocketAddr, u32> {
+    pub(super) fn ids(&self, name: &str) -> HashMap<SocketAddr, u32> {
         let snap = self.ctl.snapshot().unwrap();
         let s = snap.services.iter().find(|s| s.name == name).unwrap();
         s.backends.iter().map(|b| (b.addr, b.id.0)).collect()
@@ -195,12 +227,12 @@ pub(super) fn steps(h: &mut Harness, n: usize) {
         h.step(TICK);
     }
 }
-const DNS: [u8; 4] = [198, 18, 100, 53];
-const WEB: [u8; 4] = [198, 18, 100, 80];
-const SYN: u8 = 0x02;
-const ACK: u8 = 0x10;
+pub(super) const DNS: [u8; 4] = [198, 18, 100, 53];
+pub(super) const WEB: [u8; 4] = [198, 18, 100, 80];
+pub(super) const SYN: u8 = 0x02;
+pub(super) const ACK: u8 = 0x10;
 
-fn without_backend_1(text: &str) -> String {
+pub(super) fn without_backend_1(text: &str) -> String {
     text.replace("{ addr = \"198.18.1.1:53\" }, ", "")
         .replace("{ addr = \"198.18.1.1:80\" }, ", "")
 }
@@ -241,7 +273,7 @@ fn static_source_is_ready_once_its_first_snapshot_is_published() {
     assert_eq!(h.log.last(), Some(&Seen::Synced));
 }
 
-const K8S_CFG: &str = r#"
+pub(super) const K8S_CFG: &str = r#"
 [dataplane]
 mode = "nat"
 [kubernetes]
@@ -308,123 +340,6 @@ fn kubernetes_source_is_not_ready_until_its_first_model_is_published() {
     h.step(TICK);
     assert_eq!(h.status.not_ready, None);
     assert_eq!(h.ctl.snapshot().unwrap().services.len(), 2);
-}
-
-#[test]
-fn removed_backend_flows_end_and_ids_come_back_only_after_the_second_pass() {
-    let mut h = Harness::new(CFG);
-    h.step(TICK);
-    // rr: client ports 1000/1001 (UDP) and 2000/2001 (TCP) go to .1 and .2.
-    assert_eq!(
-        h.send(&frame(true, 1000, DNS, 53, 0)),
-        Some(ip("198.18.1.1"))
-    );
-    assert_eq!(
-        h.send(&frame(true, 1001, DNS, 53, 0)),
-        Some(ip("198.18.1.2"))
-    );
-    assert_eq!(
-        h.send(&frame(false, 2000, WEB, 80, SYN)),
-        Some(ip("198.18.1.1"))
-    );
-    assert_eq!(
-        h.send(&frame(false, 2001, WEB, 80, SYN)),
-        Some(ip("198.18.1.2"))
-    );
-    let old = h.ids("web")[&"198.18.1.1:80".parse().unwrap()];
-    let old_dns = h.ids("dns")[&"198.18.1.1:53".parse().unwrap()];
-    // Backend .1 leaves both services (a reload of the static source).
-    h.reload(&without_backend_1(CFG));
-    assert_eq!(h.status.reloads_ok, 1);
-    assert!(
-        h.status.pending_since.is_some(),
-        "the change waits for a tick"
-    );
-    h.step(TICK);
-    // Within the removal grace (3 s) nothing happens to its flows.
-    assert_eq!((h.status.flows_resteered, h.status.flows_ended), (0, 0));
-    assert_eq!(
-        h.send(&frame(false, 2000, WEB, 80, ACK)),
-        Some(ip("198.18.1.1"))
-    );
-    steps(&mut h, 25);
-    assert_eq!((h.status.flows_resteered, h.status.flows_ended), (0, 0));
-    steps(&mut h, 10);
-    assert_eq!((h.status.flows_resteered, h.status.flows_ended), (1, 1));
-    // The UDP flow is scheduled again; the TCP flow of .1 has no flow any more.
-    assert_eq!(
-        h.send(&frame(true, 1000, DNS, 53, 0)),
-        Some(ip("198.18.1.2"))
-    );
-    assert_eq!(h.send(&frame(false, 2000, WEB, 80, ACK)), None);
-    assert_eq!(
-        h.send(&frame(false, 2001, WEB, 80, ACK)),
-        Some(ip("198.18.1.2"))
-    );
-    // A new backend before the second pass: the retired id is not reused yet.
-    let with_3 = |t: &str| {
-        t.replace(
-            "198.18.1.2:80\" }]",
-            "198.18.1.2:80\" }, { addr = \"198.18.1.3:80\" }]",
-        )
-    };
-    h.reload(&with_3(&without_backend_1(CFG)));
-    h.step(TICK);
-    let early = h.ids("web")[&"198.18.1.3:80".parse().unwrap()];
-    assert!(
-        ![old, old_dns].contains(&early),
-        "retired ids ({old}, {old_dns}) reused before the second pass: {early}"
-    );
-    // Take .3 out again, let the second pass run (1 s after the last publish), then add a
-    // fourth address: it gets a reclaimed id, .1's among them.
-    h.reload(&without_backend_1(CFG));
-    for _ in 0..11 {
-        h.step(TICK);
-    }
-    let with_4 = |t: &str| {
-        t.replace(
-            "198.18.1.2:80\" }]",
-            "198.18.1.2:80\" }, { addr = \"198.18.1.4:80\" }]",
-        )
-    };
-    h.reload(&with_4(&without_backend_1(CFG)));
-    h.step(TICK);
-    let late = h.ids("web")[&"198.18.1.4:80".parse().unwrap()];
-    assert!(
-        [old, old_dns, early].contains(&late),
-        "a reclaimed id ({old}, {old_dns} or {early}) is reused, got {late}"
-    );
-}
-
-#[test]
-fn a_flow_inserted_with_the_previous_snapshot_is_caught_by_the_second_pass() {
-    let mut h = Harness::new(CFG);
-    h.step(TICK);
-    // A second pipeline stands for a worker that has not loaded the new snapshot yet.
-    let old_snap = Arc::clone(h.ctl.snapshot().unwrap());
-    let cfg = h.ctl.config().clone();
-    let mut laggard = Pipeline::new(
-        PipelineConfig::from_config(&cfg, 0, 1),
-        Arc::clone(&h.flows),
-        Arc::new(AffinityTable::new(64, h.now)),
-        old_snap,
-    );
-    h.reload(&without_backend_1(CFG));
-    // The grace (3 s from the publish) ends, and the first pass finds nothing.
-    steps(&mut h, 32);
-    assert_eq!((h.status.flows_resteered, h.status.flows_ended), (0, 0));
-    // The laggard inserts a UDP flow to .1 after the first pass.
-    let mut f = frame(true, 1000, DNS, 53, 0);
-    assert!(matches!(laggard.process(&mut f, h.now), Verdict::Tx(_)));
-    assert_eq!(dst_of(&f), ip("198.18.1.1"));
-    steps(&mut h, 8);
-    assert_eq!(h.status.flows_resteered, 0, "second pass not due yet");
-    steps(&mut h, 2);
-    assert_eq!(h.status.flows_resteered, 1);
-    assert_eq!(
-        h.send(&frame(true, 1000, DNS, 53, 0)),
-        Some(ip("198.18.1.2"))
-    );
 }
 
 #[test]
@@ -662,7 +577,7 @@ fn health_changes_and_passive_failures() {
     h.step(TICK);
     // The checker marks .1:80 down: the next snapshot takes no new flows to it.
     let down: SocketAddr = "198.18.1.1:80".parse().unwrap();
-    h.event(Event::Health(HashMap::from([(down, false)])));
+    h.event(Event::Health(HashMap::from([(down, Judgement::Down)])));
     h.step(TICK);
     for p in 0..4 {
         assert_eq!(
@@ -711,41 +626,6 @@ fn unresolved_next_hops_are_solicited() {
 }
 
 #[test]
-fn a_backend_back_within_the_grace_keeps_its_flows() {
-    // An endpoint moving between EndpointSlices: the removal arrives first, the addition one
-    // min_sync_period later.
-    let mut h = Harness::new(CFG);
-    h.step(TICK);
-    assert_eq!(
-        h.send(&frame(true, 1000, DNS, 53, 0)),
-        Some(ip("198.18.1.1"))
-    );
-    assert_eq!(
-        h.send(&frame(false, 2000, WEB, 80, SYN)),
-        Some(ip("198.18.1.1"))
-    );
-    let id = h.ids("web")[&"198.18.1.1:80".parse().unwrap()];
-    h.reload(&without_backend_1(CFG));
-    steps(&mut h, 10);
-    h.reload(CFG);
-    steps(&mut h, 60);
-    assert_eq!((h.status.flows_resteered, h.status.flows_ended), (0, 0));
-    assert_eq!(
-        h.ids("web")[&"198.18.1.1:80".parse().unwrap()],
-        id,
-        "same id"
-    );
-    assert_eq!(
-        h.send(&frame(false, 2000, WEB, 80, ACK)),
-        Some(ip("198.18.1.1"))
-    );
-    assert_eq!(
-        h.send(&frame(true, 1000, DNS, 53, 0)),
-        Some(ip("198.18.1.1"))
-    );
-}
-
-#[test]
 fn an_adopted_table_keeps_its_flows_and_ends_those_of_backends_gone() {
     // The first process: flows to both backends of both services.
     let mut first = Harness::new(CFG);
@@ -758,29 +638,7 @@ fn an_adopted_table_keeps_its_flows_and_ends_those_of_backends_gone() {
     let old_web = first.ids("web");
     let adopted = AdoptedIds::from_flows(&first.flows);
     // The next process adopts the table; its config lost backend .1.
-    let cfg = config::parse(&without_backend_1(CFG), "t.toml").unwrap();
-    let syn = Arc::new(SynWatch::new(cfg.flowtable.backends_max as usize));
-    let ctl = Controller::adopting(
-        cfg,
-        Arc::clone(&first.flows),
-        Arc::clone(&syn),
-        lab_l2(),
-        first.now,
-        Some(&adopted),
-    );
-    let mut h = Harness {
-        ctl,
-        pipeline: None,
-        syn,
-        flows: Arc::clone(&first.flows),
-        now: first.now,
-        tx: 0,
-        log: Vec::new(),
-        status: Status::default(),
-        stopped: None,
-        workers_running: true,
-        triggers: Vec::new(),
-    };
+    let mut h = Harness::adopting(&without_backend_1(CFG), &first, &adopted);
     h.step(TICK);
     // .2 keeps its id, so its flows' counts and the schedulers agree.
     let two: SocketAddr = "198.18.1.2:80".parse().unwrap();

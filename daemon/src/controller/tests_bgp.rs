@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 
 use slowpath::bgp::Include;
+use slowpath::health::Judgement;
 
 use super::testlab::{CFG, ip};
 use super::tests::{Harness, Seen, TICK, steps};
@@ -58,10 +59,13 @@ fn announces_once_ready_withdraws_on_drain_and_before_the_stop() {
     }
 
     // Every backend of web down: its VIP goes.
-    let down: HashMap<SocketAddr, bool> = [("198.18.1.1:80", false), ("198.18.1.2:80", false)]
-        .into_iter()
-        .map(|(a, up)| (a.parse().unwrap(), up))
-        .collect();
+    let down: HashMap<SocketAddr, Judgement> = [
+        ("198.18.1.1:80", Judgement::Down),
+        ("198.18.1.2:80", Judgement::Down),
+    ]
+    .into_iter()
+    .map(|(a, j)| (a.parse().unwrap(), j))
+    .collect();
     h.event(Event::Health(down));
     steps(&mut h, 2);
     let a = announced(&h);
@@ -163,4 +167,135 @@ fn a_reload_cannot_change_sync_and_the_node_announces_only_once_the_peers_flows_
     h.reload(&bgp_cfg("").replace("198.18.2.12:7946", "198.18.2.13:7946"));
     steps(&mut h, 1);
     assert_eq!(h.status.reloads_failed, 1, "[sync] changes need a restart");
+}
+
+fn judged(list: &[(&str, Judgement)]) -> Event {
+    Event::Health(list.iter().map(|(a, j)| (a.parse().unwrap(), *j)).collect())
+}
+
+#[test]
+fn with_probes_a_vip_is_announced_only_once_one_of_its_backends_passed_one() {
+    let mut h = Harness::new(&(bgp_cfg("") + "[health]\nprobe = \"tcp\"\n"));
+    h.ctl.set_peers_ready(true);
+    steps(&mut h, 3);
+    // At start no backend has passed a probe: the node announces its SNAT address and the
+    // peer's backup, no VIP...
+    let a = announced(&h);
+    assert_eq!(a.len(), 1);
+    assert_eq!(counts(a[0]), (0, 1, 1));
+    // ...but forwards to them: a backend not judged yet takes flows (kube-proxy's trust).
+    assert_eq!(
+        h.send(&super::testlab::frame(
+            true,
+            1000,
+            [198, 18, 100, 53],
+            53,
+            0
+        )),
+        Some(ip("198.18.1.1"))
+    );
+    // web's .1 passes its first probe: web is announced, with no snapshot to publish.
+    let published = h.published();
+    h.event(judged(&[("198.18.1.1:80", Judgement::Up)]));
+    let a = announced(&h);
+    assert_eq!(a.len(), 2);
+    assert_eq!(counts(a[1]), (1, 1, 1));
+    assert!(
+        a[1].text.contains("route 198.18.100.80/32"),
+        "{}",
+        a[1].text
+    );
+    steps(&mut h, 2);
+    assert_eq!(h.published(), published, "forwarding had nothing to change");
+    // A down backend is no better than an unknown one: .1:80 down, .2:80 unknown; .2:53
+    // down, .1:53 unknown. Nothing is announced.
+    h.event(judged(&[
+        ("198.18.1.1:80", Judgement::Down),
+        ("198.18.1.2:53", Judgement::Down),
+    ]));
+    steps(&mut h, 2);
+    assert_eq!(counts(announced(&h).last().unwrap()), (0, 1, 1));
+    // dns's .1 passes: dns is announced.
+    h.event(judged(&[
+        ("198.18.1.1:80", Judgement::Down),
+        ("198.18.1.2:53", Judgement::Down),
+        ("198.18.1.1:53", Judgement::Up),
+    ]));
+    steps(&mut h, 2);
+    let last = announced(&h).pop().unwrap();
+    assert_eq!(counts(last), (1, 1, 1));
+    assert!(
+        last.text.contains("route 198.18.100.53/32"),
+        "{}",
+        last.text
+    );
+}
+
+#[test]
+fn a_restart_that_adopts_the_flow_table_verifies_no_backend() {
+    let cfg = bgp_cfg("") + "[health]\nprobe = \"tcp\"\n";
+    // The first process: its backends were verified, and it has flows.
+    let mut first = Harness::new(&cfg);
+    first.ctl.set_peers_ready(true);
+    first.step(TICK);
+    first.event(judged(&[
+        ("198.18.1.1:53", Judgement::Up),
+        ("198.18.1.1:80", Judgement::Up),
+    ]));
+    assert_eq!(counts(announced(&first).pop().unwrap()), (2, 1, 1));
+    let web = [198, 18, 100, 80];
+    assert!(
+        first
+            .send(&super::testlab::frame(false, 2000, web, 80, 0x02))
+            .is_some()
+    );
+    // The next one adopts its table: the same backends, the same flows, nothing verified.
+    let adopted = AdoptedIds::from_flows(&first.flows);
+    let mut h = Harness::adopting(&cfg, &first, &adopted);
+    h.ctl.set_peers_ready(true);
+    steps(&mut h, 3);
+    assert_eq!(
+        h.send(&super::testlab::frame(false, 2000, web, 80, 0x10)),
+        Some(ip("198.18.1.1")),
+        "the adopted flow goes on"
+    );
+    assert_eq!(counts(announced(&h)[0]), (0, 1, 1));
+    // Its own first probe does.
+    h.event(judged(&[("198.18.1.2:80", Judgement::Up)]));
+    assert_eq!(counts(announced(&h).pop().unwrap()), (1, 1, 1));
+}
+
+#[test]
+fn unprobed_backends_count_when_ready_per_their_source() {
+    // Kubernetes endpoints are not probed (their readiness is the EndpointSlice's), even
+    // with [health] probe set: ready ones make a VIP announced at once.
+    let text = format!(
+        "{}[bgp]\nenable = true\ninclude = \"/x/bird-xvs.conf\"\n[health]\nprobe = \"tcp\"\n",
+        super::tests::K8S_CFG
+    );
+    let mut h = Harness::new(&text);
+    h.step(TICK);
+    let cfg = config::parse(CFG, "t.toml").unwrap();
+    let mut specs = ServiceSpec::from_config(&cfg);
+    // dns: every endpoint not ready.
+    for b in &mut specs[0].backends {
+        b.usable = false;
+    }
+    h.event(Event::Model(Box::new(slowpath::k8s::K8sModel {
+        specs,
+        ..slowpath::k8s::K8sModel::default()
+    })));
+    steps(&mut h, 2);
+    let last = announced(&h).pop().unwrap();
+    assert_eq!(counts(last), (1, 0, 0));
+    assert!(
+        last.text.contains("route 198.18.100.80/32"),
+        "{}",
+        last.text
+    );
+    // Without probes, a static backend is verified by being listed.
+    let mut h = Harness::new(&bgp_cfg(""));
+    h.ctl.set_peers_ready(true);
+    steps(&mut h, 2);
+    assert_eq!(counts(announced(&h)[0]), (2, 1, 1));
 }

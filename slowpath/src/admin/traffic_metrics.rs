@@ -105,6 +105,7 @@ mod tests {
                 .unwrap(),
             weight: 1,
             usable: true,
+            health: None,
             active: 0,
             inactive: 0,
             stats: TrafficView {

@@ -5,7 +5,7 @@
 //! The `from_*` helpers build views from the daemon's own types, so the daemon's
 //! [`AdminSource`](super::AdminSource) is a few lines of glue.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -143,8 +143,12 @@ pub struct BackendView {
     pub addr: SocketAddr,
     /// Configured weight (0: draining).
     pub weight: u32,
-    /// Whether it takes new flows: ready and passing health checks.
+    /// Whether it takes new flows: ready and not judged down by health checks.
     pub usable: bool,
+    /// What active health checks judged, when they probe it: `unknown` (no probe has passed
+    /// yet: it takes new flows, but does not make its VIP announced), `up` or `down`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<String>,
     /// TCP connections in ESTABLISHED.
     pub active: u32,
     /// Every other live flow (handshake, closing, UDP, SCTP...).
@@ -187,6 +191,7 @@ impl ServiceView {
                     addr: b.addr,
                     weight: b.weight,
                     usable: b.usable,
+                    health: None,
                     active: counts.active(b.id),
                     inactive: counts.inactive(b.id),
                     stats: TrafficView::default(),
@@ -195,6 +200,13 @@ impl ServiceView {
                 .collect(),
             stats: TrafficView::default(),
             rate: RateView::default(),
+        }
+    }
+
+    /// Fills in each backend's health-check judgement from `judged` (the probed ones).
+    pub fn set_health(&mut self, judged: &HashMap<SocketAddr, crate::health::Judgement>) {
+        for b in &mut self.backends {
+            b.health = judged.get(&b.addr).map(|j| j.name().to_owned());
         }
     }
 

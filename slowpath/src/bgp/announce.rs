@@ -1,8 +1,12 @@
 //! What a node announces: a pure function of the published snapshot and the config.
 //!
 //! - Every frontend address (ClusterIP, externalIP, load-balancer ingress IP, a static
-//!   service's VIP) of a service with at least one usable backend (usable as the snapshot
-//!   says: ready or serving as the source decided, healthy, weight above 0), as a host route.
+//!   service's VIP) of a service with at least one usable and verified backend, as a host
+//!   route. Usable as the snapshot says: ready or serving as the source decided, not judged
+//!   down, weight above 0. Verified: not among `unverified`, the backends health checks
+//!   probe that no probe has passed yet (a backend the checker has not judged takes flows,
+//!   as kube-proxy trusts a ready endpoint, but a node announces a VIP only on a backend it
+//!   has seen alive; one that is not probed is verified by its source's readiness).
 //!   An address shared by several services is announced while any of them has one.
 //!   NodePort frontends sit on the node's own addresses, which the network already reaches:
 //!   those (`node_addresses`) are never announced.
@@ -17,7 +21,7 @@
 //! whose packets must keep arriving.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use fastpath::snapshot::Snapshot;
 
@@ -85,6 +89,9 @@ pub struct Inputs<'a> {
     pub backups: &'a [IpAddr],
     /// This node's own addresses (NodePort frontends listen on them): never announced.
     pub node_addresses: &'a [IpAddr],
+    /// Backends health checks probe that no probe has passed yet, sorted: they do not make
+    /// their services' VIPs announced.
+    pub unverified: &'a [SocketAddr],
     /// The node drains: nothing is announced.
     pub draining: bool,
 }
@@ -96,7 +103,12 @@ pub fn announcement(snap: &Snapshot, i: &Inputs<'_>) -> Announcement {
         return a;
     }
     for s in snap.services.iter() {
-        if !s.backends.iter().any(|b| b.usable && b.weight > 0) {
+        let verified = |b: &SocketAddr| i.unverified.binary_search(b).is_err();
+        if !s
+            .backends
+            .iter()
+            .any(|b| b.usable && b.weight > 0 && verified(&b.addr))
+        {
             continue;
         }
         for f in &s.frontends {
@@ -214,6 +226,7 @@ mod tests {
             snat_addresses: &snat,
             backups: &backups,
             node_addresses: &node,
+            unverified: &[],
             draining: false,
         };
         let a = announcement(&snap, &i);
@@ -228,6 +241,42 @@ mod tests {
             (ip("2001:2:0:100::1"), RouteKind::Vip),
         ];
         assert_eq!(a.routes.into_iter().collect::<Vec<_>>(), want);
+    }
+
+    #[test]
+    fn a_vip_needs_a_verified_backend() {
+        let snap = snapshot(&[
+            spec(
+                "web",
+                &["198.18.100.1"],
+                &[("198.18.1.1:80", 1, true), ("198.18.1.2:80", 1, true)],
+            ),
+            // Its only verified backend is down, its usable one not verified yet.
+            spec(
+                "api",
+                &["198.18.100.2"],
+                &[("198.18.1.1:81", 1, true), ("198.18.1.2:81", 1, false)],
+            ),
+        ]);
+        let vips = |unverified: &[&str]| {
+            let mut u: Vec<SocketAddr> = unverified.iter().map(|a| a.parse().unwrap()).collect();
+            u.sort_unstable();
+            let a = announcement(
+                &snap,
+                &Inputs {
+                    unverified: &u,
+                    ..Inputs::default()
+                },
+            );
+            a.routes.keys().map(|ip| ip.to_string()).collect::<Vec<_>>()
+        };
+        assert_eq!(vips(&[]), ["198.18.100.1", "198.18.100.2"]);
+        assert_eq!(
+            vips(&["198.18.1.1:80", "198.18.1.1:81"]),
+            ["198.18.100.1"],
+            "web's .2 is verified; api's .1 is not, and its .2 is down"
+        );
+        assert!(vips(&["198.18.1.1:80", "198.18.1.2:80", "198.18.1.1:81"]).is_empty());
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //!
 //! xvs does not speak BGP itself: the node's BIRD does, and xvs tells it what to announce.
 //! - [`announce`]: what a node announces, a pure function of the published snapshot and the
-//!   config (VIPs with a usable backend, this node's SNAT addresses, the peers' as backups;
-//!   nothing while draining).
+//!   config (VIPs with a usable backend that health checks have verified, this node's SNAT
+//!   addresses, the peers' as backups; nothing while draining).
 //! - [`render`]: the include file for bird.conf (static protocols `xvs4`/`xvs6`, the export
 //!   filter `xvs_export`, and the BGP sessions when `[bgp] neighbors` lists them).
 //! - [`control`]: BIRD's control socket protocol (`configure`), spoken directly.

@@ -7,9 +7,11 @@
 //!   announced, so bird.conf can name them.
 //! - `filter xvs_export`: accepts the routes of `xvs4` and `xvs6`, rejects everything else;
 //!   backups (peers' SNAT addresses) get the local AS prepended `backup_prepend` times.
-//! - With `[bgp] neighbors`: `protocol bfd xvs_bfd` (when a neighbour wants BFD) and one
-//!   `protocol bgp xvs_<address>` per neighbour, exporting with `xvs_export`, importing
-//!   nothing; an IPv4 neighbour carries the IPv4 routes, an IPv6 one the IPv6 routes.
+//! - With `[bgp] neighbors`: `protocol bfd xvs_bfd` (when a neighbour wants BFD), whose
+//!   sessions, direct (`interface "*"`) or multihop, take `[bgp] bfd_interval`,
+//!   `bfd_idle_tx_interval` and `bfd_multiplier`; and one `protocol bgp xvs_<address>` per
+//!   neighbour, exporting with `xvs_export`, importing nothing; an IPv4 neighbour carries the
+//!   IPv4 routes, an IPv6 one the IPv6 routes.
 //! - `router id`, when `[bgp] router_id` is set (the last one BIRD reads wins).
 //!
 //! It needs `protocol device` in bird.conf (BIRD learns the liveness device through it).
@@ -112,7 +114,7 @@ fn neighbors(s: &mut String, bgp: &config::Bgp) {
         return;
     };
     if bgp.neighbors.iter().any(|n| n.bfd) {
-        s.push_str("\nprotocol bfd xvs_bfd {\n}\n");
+        bfd(s, bgp);
     }
     for n in &bgp.neighbors {
         let channel = if n.address.is_ipv6() { "ipv6" } else { "ipv4" };
@@ -135,6 +137,22 @@ fn neighbors(s: &mut String, bgp: &config::Bgp) {
             "  {channel} {{\n    import none;\n    export filter xvs_export;\n    next hop self;\n  }};\n}}"
         );
     }
+}
+
+/// `protocol bfd xvs_bfd`: the same session options for direct and multihop sessions.
+fn bfd(s: &mut String, bgp: &config::Bgp) {
+    let ms = |d: config::Dur| d.get().as_millis();
+    let options = format!(
+        "interval {} ms;\n    idle tx interval {} ms;\n    multiplier {};",
+        ms(bgp.bfd_interval),
+        ms(bgp.bfd_idle_tx_interval),
+        bgp.bfd_multiplier
+    );
+    let _ = writeln!(
+        s,
+        "\n# BFD for the sessions below: detection after {} x {} without a packet.\nprotocol bfd xvs_bfd {{\n  interface \"*\" {{\n    {options}\n  }};\n  multihop {{\n    {options}\n  }};\n}}",
+        bgp.bfd_multiplier, bgp.bfd_interval
+    );
 }
 
 /// `ip` as a host prefix.
@@ -236,6 +254,16 @@ filter xvs_export {
 }
 
 protocol bfd xvs_bfd {
+  interface "*" {
+    interval 100 ms;
+    idle tx interval 1000 ms;
+    multiplier 5;
+  };
+  multihop {
+    interval 100 ms;
+    idle tx interval 1000 ms;
+    multiplier 5;
+  };
 }
 
 protocol bgp xvs_198_18_2_1 {
@@ -268,6 +296,36 @@ protocol bgp xvs_2001_2_0_2__1 {
 }
 "#;
         assert_eq!(body, want);
+    }
+
+    #[test]
+    fn bfd_keys_set_every_session_of_the_bfd_protocol() {
+        let neighbor = |bfd| config::BgpNeighbor {
+            address: ip("198.18.2.1"),
+            asn: 65000,
+            bfd,
+        };
+        let bgp = config::Bgp {
+            enable: true,
+            local_as: Some(65001),
+            neighbors: vec![neighbor(true)],
+            bfd_interval: config::Dur::from_millis(50),
+            bfd_idle_tx_interval: config::Dur::from_millis(2500),
+            bfd_multiplier: 3,
+            ..config::Bgp::default()
+        };
+        let text = render(&bgp, &Announcement::default());
+        let want = "protocol bfd xvs_bfd {\n  interface \"*\" {\n    interval 50 ms;\n    idle tx interval 2500 ms;\n    multiplier 3;\n  };\n  multihop {\n    interval 50 ms;\n    idle tx interval 2500 ms;\n    multiplier 3;\n  };\n}\n";
+        assert!(text.contains(want), "{text}");
+        assert!(text.contains("detection after 3 x 50ms"), "{text}");
+        assert!(text.contains("  bfd on;\n"), "{text}");
+        // No neighbour wants BFD: no BFD protocol, whatever the keys say.
+        let bgp = config::Bgp {
+            neighbors: vec![neighbor(false)],
+            ..bgp
+        };
+        let text = render(&bgp, &Announcement::default());
+        assert!(!text.contains("bfd"), "{text}");
     }
 
     #[test]

@@ -112,6 +112,7 @@ impl AdminSource for Fake {
                     addr: SocketAddr::from(([198, 18, 1, 1], 8080)),
                     weight: 4,
                     usable: true,
+                    health: Some("up".into()),
                     active: 7,
                     inactive: 2,
                     stats: admin::TrafficView {
@@ -133,6 +134,7 @@ impl AdminSource for Fake {
                     addr: SocketAddr::from(([198, 18, 1, 2], 8080)),
                     weight: 0,
                     usable: false,
+                    health: None,
                     active: 0,
                     inactive: 1,
                     stats: admin::TrafficView::default(),
