@@ -16,11 +16,12 @@ use flowtable::FlowTable;
 use slowpath::admin::histogram::{Histogram, NETWORK_PROGRAMMING_BUCKETS, SYNC_DURATION_BUCKETS};
 use slowpath::admin::{
     AdminSource, BgpView, ControlAction, ControlFuture, FlowFilter, FlowTableView, FlowViewJson,
-    FlowsPage, GovernanceView, HealthView, ServiceView, StatsView, SteerView, SyncView, WorkerView,
+    FlowsPage, GovernanceView, HealthView, RefusedStats, RefusedView, ServiceView, StatsView,
+    SteerView, SyncView, WorkerView,
 };
 use tokio::sync::{mpsc, oneshot};
 
-use crate::controller::{Command, Status};
+use crate::controller::{Command, Status, refused};
 
 /// Sync bookkeeping the driver updates and the admin API reads.
 #[derive(Debug)]
@@ -99,6 +100,59 @@ impl StatusView {
     }
 }
 
+/// `/v1/services`' `refused`: the refusals `status` lists.
+pub fn refused_views(status: &Status) -> Vec<RefusedView> {
+    status
+        .refused
+        .iter()
+        .map(|r| RefusedView {
+            object: r.object.clone(),
+            kind: r.kind.to_owned(),
+            reason: r.reason.clone(),
+        })
+        .collect()
+}
+
+/// `/v1/stats`' `refused` (and the `xvs_refused` metrics): every kind, zero included.
+pub fn refused_stats(status: &Status) -> RefusedStats {
+    let mut out = RefusedStats::default();
+    for kind in refused::kinds() {
+        out.current.insert(kind.to_owned(), 0);
+        let total = status.refused_total.get(kind).copied().unwrap_or(0);
+        out.total.insert(kind.to_owned(), total);
+    }
+    for r in status.refused.iter() {
+        *out.current.entry(r.kind.to_owned()).or_default() += 1;
+    }
+    out
+}
+
+/// What `/healthz` decides from: the controller's status and last sync, the Kubernetes
+/// source's queue (`k8s`), as of `status`.
+pub fn health_view(
+    status: &StatusView,
+    last_sync_unix_ms: u64,
+    k8s: Option<&slowpath::k8s::SourceStats>,
+    timeout: Duration,
+    fastpath_running: bool,
+) -> HealthView {
+    let view = HealthView {
+        last_updated: (last_sync_unix_ms != 0)
+            .then(|| SystemTime::UNIX_EPOCH + Duration::from_millis(last_sync_unix_ms)),
+        oldest_pending: status.pending_since,
+        timeout,
+        fastpath_running,
+        // A draining node answers 503 on /healthz (like a node being deleted) so
+        // upstream load balancers stop sending; /livez ignores it.
+        node_eligible: !status.status.draining,
+        not_ready: status.status.not_ready.clone(),
+    };
+    match k8s {
+        Some(k) => view.with_source(k),
+        None => view,
+    }
+}
+
 /// A command from the admin API with the channel its answer goes back on.
 pub type CommandMsg = (Command, oneshot::Sender<Result<(), String>>);
 
@@ -163,6 +217,10 @@ impl AdminSource for DaemonState {
         }
     }
 
+    fn refused(&self) -> Vec<RefusedView> {
+        refused_views(&self.status.load().status)
+    }
+
     fn flows(&self, filter: &FlowFilter, limit: usize) -> FlowsPage {
         FlowViewJson::collect(
             &self.flows,
@@ -224,22 +282,18 @@ impl AdminSource for DaemonState {
             },
             peer_sync: self.peer_sync.as_ref().map(|(fs, logs)| fs.view(logs)),
             bgp: self.bgp.as_deref().map(BgpView::from_stats),
+            refused: refused_stats(s),
         }
     }
 
     fn health(&self) -> HealthView {
-        let last = self.sync.last_unix_ms.load(Ordering::Relaxed);
-        let st = self.status.load();
-        HealthView {
-            last_updated: (last != 0).then(|| SystemTime::UNIX_EPOCH + Duration::from_millis(last)),
-            oldest_pending: st.pending_since,
-            timeout: self.healthz_timeout,
-            fastpath_running: self.fastpath_running.load(Ordering::Relaxed),
-            // A draining node answers 503 on /healthz (like a node being deleted) so
-            // upstream load balancers stop sending; /livez ignores it.
-            node_eligible: !st.status.draining,
-            not_ready: st.status.not_ready.clone(),
-        }
+        health_view(
+            &self.status.load(),
+            self.sync.last_unix_ms.load(Ordering::Relaxed),
+            self.k8s.as_deref(),
+            self.healthz_timeout,
+            self.fastpath_running.load(Ordering::Relaxed),
+        )
     }
 
     fn control(&self, action: ControlAction, service: Option<String>) -> ControlFuture {
