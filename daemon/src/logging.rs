@@ -194,6 +194,58 @@ mod tests {
         assert_eq!(lines[1]["fields"]["error"], "refused");
     }
 
+    /// Object names and annotation values with newlines (a fake or hostile API server's)
+    /// make one line each in the text format, however they are logged: the Kubernetes
+    /// source's problem lines (`Problem::log`), `%` Display and `?` Debug fields, the
+    /// message itself.
+    #[test]
+    fn a_newline_from_an_object_never_reaches_the_log() {
+        let forged =
+            "web\n2026-01-01T00:00:00.000000Z  INFO xvs: ready services=0\r\u{2028}\u{1b}[2J";
+        let svc: k8s_openapi::api::core::v1::Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": "ns", "name": forged,
+                "annotations": {"xvs.io/scheduler": forged}},
+            "spec": {"clusterIP": "198.18.100.1", "ports": [{"name": "http", "port": 80}]},
+        }))
+        .unwrap();
+        let cfg = config::parse("[kubernetes]\n", "t.toml").unwrap();
+        let node = slowpath::k8s::NodeInfo::default();
+        let mut ok = svc.clone();
+        ok.metadata.name = Some("ok".to_owned());
+        let m = slowpath::k8s::build_model(&[svc, ok], &[], &node, &cfg);
+        assert_eq!(m.problems.len(), 2, "{:?}", m.problems);
+        let log = Log {
+            level: "info".into(),
+            format: LogFormat::Text,
+        };
+        let buf = Buf::default();
+        let sub = subscriber(&log, None, buf.clone(), false).unwrap();
+        tracing::subscriber::with_default(sub, || {
+            for p in &m.problems {
+                p.log();
+            }
+            tracing::warn!(object = %forged, error = ?forged, "refused {forged}");
+        });
+        let out = buf.text();
+        assert_eq!(
+            out.split('\n').count(),
+            4,
+            "three lines and the last newline: {out}"
+        );
+        assert!(out.ends_with('\n'));
+        for bad in ['\r', '\u{2028}', '\u{1b}'] {
+            assert!(!out.contains(bad), "{bad:?} in {out}");
+        }
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines.iter().all(|l| l.contains(" WARN ")), "{out}");
+        // The name (escaped, in quotes) and the annotation value are there to read.
+        let has = |s: &str| lines.iter().any(|l| l.contains(s));
+        assert!(has(r#"object="Service ns/web\n2026"#), "{out}");
+        assert!(has("unknown scheduler"), "{out}");
+        assert!(lines[2].contains(r"refused web\n2026"), "{}", lines[2]);
+        assert!(lines[2].contains(r"\u{1b}[2J"), "{}", lines[2]);
+    }
+
     #[test]
     fn text_lines_and_filters() {
         let log = Log {

@@ -75,6 +75,8 @@ mod testlab;
 mod tests;
 #[cfg(test)]
 mod tests_bgp;
+#[cfg(test)]
+mod tests_refused;
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, SocketAddr};

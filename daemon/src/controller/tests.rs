@@ -241,7 +241,7 @@ fn static_source_is_ready_once_its_first_snapshot_is_published() {
     assert_eq!(h.log.last(), Some(&Seen::Synced));
 }
 
-const K8S_CFG: &str = r#"
+pub(super) const K8S_CFG: &str = r#"
 [dataplane]
 mode = "nat"
 [kubernetes]
