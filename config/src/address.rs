@@ -45,7 +45,13 @@ mod tests {
         ] {
             assert!(why(s).is_some(), "{s}");
         }
-        for s in ["198.18.1.1", "10.0.0.1", "2001:2::1", "fd00::1", "192.0.2.255"] {
+        for s in [
+            "198.18.1.1",
+            "10.0.0.1",
+            "2001:2::1",
+            "fd00::1",
+            "192.0.2.255",
+        ] {
             assert_eq!(why(s), None, "{s}");
         }
         assert_eq!(why("::1"), Some("a loopback address"));

@@ -546,7 +546,11 @@ fn service_addresses_that_are_no_services_to_take_are_refused() {
             "{addr}: {}",
             p.message
         );
-        assert!(p.message.contains("cannot be a backend"), "{addr}: {}", p.message);
+        assert!(
+            p.message.contains("cannot be a backend"),
+            "{addr}: {}",
+            p.message
+        );
         assert!(p.message.contains(word), "{addr}: {}", p.message);
     }
     for (vip, word) in [
@@ -556,14 +560,28 @@ fn service_addresses_that_are_no_services_to_take_are_refused() {
     ] {
         let text = two.replace("vip = \"198.18.100.53\"", &format!("vip = \"{vip}\""));
         let p = problem(&text);
-        assert_eq!((p.key.as_str(), p.line), ("services[1].vip", 20), "{}", p.message);
+        assert_eq!(
+            (p.key.as_str(), p.line),
+            ("services[1].vip", 20),
+            "{}",
+            p.message
+        );
         assert!(p.message.contains(word), "{vip}: {}", p.message);
     }
     // IPv6: the node's address and fe80::/10.
-    let v6 = format!("{node}[dataplane]\nmode = \"nat\"\n[[services]]\nname = \"w6\"\nvip = \"2001:2::100\"\nport = 80\nprotocol = \"tcp\"\nbackends = [{{ addr = \"[2001:2::1]:80\" }}, {{ addr = \"[fe80::1]:80\" }}]\n");
+    let v6 = format!(
+        "{node}[dataplane]\nmode = \"nat\"\n[[services]]\nname = \"w6\"\nvip = \"2001:2::100\"\nport = 80\nprotocol = \"tcp\"\nbackends = [{{ addr = \"[2001:2::1]:80\" }}, {{ addr = \"[fe80::1]:80\" }}]\n"
+    );
     let e = parse(&v6, "t.toml").unwrap_err();
     let keys: Vec<&str> = e.problems().iter().map(|p| p.key.as_str()).collect();
-    assert_eq!(keys, ["services[0].backends[0].addr", "services[0].backends[1].addr"], "{e}");
+    assert_eq!(
+        keys,
+        [
+            "services[0].backends[0].addr",
+            "services[0].backends[1].addr"
+        ],
+        "{e}"
+    );
 }
 
 #[test]

@@ -118,3 +118,27 @@ fn a_spec_the_builder_refuses_blocks_only_itself() {
     );
     assert_eq!(h.status.refused_total["snapshot_build"], 2);
 }
+
+/// A reload whose `[[services]]` take addresses no service may (a loopback backend, a
+/// backend on another service's VIP, a VIP on the node's own address) is refused as
+/// invalid: the running services stay.
+#[test]
+fn a_reload_with_addresses_no_service_may_take_is_refused() {
+    let mut h = Harness::new(CFG);
+    h.step(TICK);
+    let node = "[node]\naddresses = [\"198.18.0.1\"]\n";
+    for bad in [
+        CFG.replace("198.18.1.2:80", "127.0.0.1:80"),
+        CFG.replace("198.18.1.2:80", "198.18.100.53:80"),
+        format!("{node}{}", CFG.replace("198.18.100.80", "198.18.0.1")),
+    ] {
+        h.reload(&bad);
+    }
+    assert_eq!((h.status.reloads_ok, h.status.reloads_failed), (0, 3));
+    h.step(TICK);
+    assert_eq!(h.published(), 1, "nothing to publish");
+    let snap = h.ctl.snapshot().unwrap();
+    let web = snap.services.iter().find(|s| s.name == "web").unwrap();
+    let addrs: Vec<String> = web.backends.iter().map(|b| b.addr.to_string()).collect();
+    assert_eq!(addrs, ["198.18.1.1:80", "198.18.1.2:80"]);
+}
