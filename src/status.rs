@@ -752,6 +752,7 @@ mod tests {
                 },
                 rate: RateView::default(),
             }],
+            refused: Vec::new(),
         }
     }
 

@@ -7,6 +7,9 @@
 //!   twice) is replaced by its previous version, the last one this builder built under
 //!   that name, when there is one and that one still fits; otherwise it is left out. Each
 //!   refusal is returned as a [`Refused`] with the builder's reason.
+//! - A previous version keeps only the frontends no other spec of the list has: a spec the
+//!   source describes as it is never loses a frontend to the old version of a refused one
+//!   (a frontend that moved from the refused service to another goes to the other).
 //! - Of two specs with one name, or two claiming one frontend, the later in the list is
 //!   refused: the one the list already had keeps what it has.
 //! - Without refusals it costs what [`SnapshotBuilder::build`] costs. Each round of
@@ -15,7 +18,7 @@
 
 use std::collections::HashSet;
 
-use super::{BuildError, L2Table, ServiceSpec, Snapshot, SnapshotBuilder};
+use super::{BuildError, Frontend, L2Table, ServiceSpec, Snapshot, SnapshotBuilder};
 
 /// A spec [`SnapshotBuilder::build_isolated`] did not build, and why.
 #[derive(Debug)]
@@ -61,7 +64,7 @@ impl SnapshotBuilder {
             };
             let v = list.get_or_insert_with(|| services.to_vec());
             // From the back, so that removing one keeps the positions of the others.
-            errors.sort_by(|a, b| b.0.cmp(&a.0));
+            errors.sort_by_key(|e| std::cmp::Reverse(e.0));
             errors.dedup_by_key(|e| e.0);
             for (p, error) in errors {
                 let name = v[p].name.clone();
@@ -71,6 +74,17 @@ impl SnapshotBuilder {
                     _ if substituted.contains(&name) => None,
                     _ => self.previous(&name).filter(|old| **old != v[p]).cloned(),
                 };
+                let previous = previous.map(|mut old| {
+                    let others: HashSet<Frontend> = v
+                        .iter()
+                        .enumerate()
+                        .filter(|(q, _)| *q != p)
+                        .flat_map(|(_, s)| s.frontends.iter().copied())
+                        .collect();
+                    old.frontends.retain(|f| !others.contains(f));
+                    old
+                });
+                let previous = previous.filter(|old| !old.frontends.is_empty());
                 let kept_previous = previous.is_some();
                 match previous {
                     Some(old) => {

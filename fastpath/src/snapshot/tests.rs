@@ -531,3 +531,35 @@ fn running_out_of_backend_ids_refuses_one_spec() {
         .collect();
     assert_eq!(ids, [0, 1]);
 }
+
+/// The previous version of a refused spec never takes a frontend from a spec of the list:
+/// a frontend that moved from the refused service to another goes to the other, and the
+/// previous version keeps the rest.
+#[test]
+fn a_previous_version_keeps_only_frontends_nobody_else_has() {
+    let mut b = SnapshotBuilder::new(64, 251);
+    let l2 = L2Table::default();
+    let fe = |vip: u8| Frontend {
+        vip: IpAddr::from([198, 18, 100, vip]),
+        protocol: Protocol::Tcp,
+        port: 80,
+    };
+    let mut a = spec("a", 1, &[1]);
+    a.frontends.push(fe(3));
+    let (_, refused) = b.build_isolated(&[a, spec("c", 4, &[4])], &l2);
+    assert!(refused.is_empty());
+    // `a` moves to .2 with weights wrr refuses; `b` takes .1, which `a` had.
+    let (s, refused) = b.build_isolated(&[wrr_too_wide("a", 2), spec("b", 1, &[2])], &l2);
+    assert_eq!(refusals(&refused), [("a", true)]);
+    assert_eq!(s.service_for(&fe(1)).map(|x| x.name.as_str()), Some("b"));
+    assert_eq!(s.service_for(&fe(3)).map(|x| x.name.as_str()), Some("a"));
+    assert!(s.service_for(&fe(2)).is_none());
+    assert!(s.service_for(&fe(4)).is_none(), "c is gone");
+    // With nothing left of it, the previous version is not kept.
+    let (s, refused) = b.build_isolated(
+        &[wrr_too_wide("a", 2), spec("b", 1, &[2]), spec("d", 3, &[5])],
+        &l2,
+    );
+    assert_eq!(refusals(&refused), [("a", false)]);
+    assert!(s.services.iter().all(|x| x.name != "a"));
+}

@@ -807,11 +807,10 @@ impl HealthView {
     /// source's and the controller's is `last_updated`). A change is pending from when the
     /// source received it to the publish of its snapshot, in whichever stage it waits.
     pub fn with_source(mut self, source: &crate::k8s::SourceStats) -> HealthView {
-        let older = |a: Option<SystemTime>, b: Option<SystemTime>| match (a, b) {
+        self.oldest_pending = match (self.oldest_pending, source.pending_since()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        self.oldest_pending = older(self.oldest_pending, source.pending_since());
         if let (Some(ours), Some(theirs)) = (self.last_updated, source.last_model()) {
             self.last_updated = Some(ours.min(theirs));
         }

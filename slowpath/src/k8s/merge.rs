@@ -177,8 +177,9 @@ pub(crate) struct Merge {
     vips: HashMap<IpAddr, u32>,
     /// Addresses that became or stopped being VIPs since the last commit.
     touched_vips: Vec<IpAddr>,
-    /// Slots listing an endpoint at each address (once per slot).
-    endpoint_slots: HashMap<IpAddr, Vec<u32>>,
+    /// Slots listing an endpoint at each address (a set: many Services may share the pods
+    /// of one Deployment, and a change must not cost a pass over all of them).
+    endpoint_slots: HashMap<IpAddr, HashSet<u32>>,
     model: K8sModel,
 }
 
@@ -232,7 +233,7 @@ impl Merge {
         }
         for ip in endpoint_ips(&slot.out) {
             if let Some(v) = self.endpoint_slots.get_mut(&ip) {
-                v.retain(|s| *s != i);
+                v.remove(&i);
                 if v.is_empty() {
                     self.endpoint_slots.remove(&ip);
                 }
@@ -246,7 +247,7 @@ impl Merge {
             }
         }
         for ip in endpoint_ips(&out) {
-            self.endpoint_slots.entry(ip).or_default().push(i);
+            self.endpoint_slots.entry(ip).or_default().insert(i);
         }
         slot.out = out;
         slot.order = order;

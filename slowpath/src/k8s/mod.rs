@@ -93,8 +93,17 @@ pub struct Problem {
 }
 
 impl fmt::Display for Problem {
+    /// `object: reason`, with control characters of the object's name escaped (`xvs sim`
+    /// prints it: a name must not break the line).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.object, self.reason)
+        for c in self.object.chars() {
+            if c.is_control() {
+                write!(f, "{}", c.escape_default())?;
+            } else {
+                write!(f, "{c}")?;
+            }
+        }
+        write!(f, ": {}", self.reason)
     }
 }
 

@@ -107,6 +107,9 @@ fn a_service_the_api_server_would_refuse_is_skipped_alone() {
     let forged = reason("Service ns/web\n2026-01-01T00:00:00Z  INFO xvs: forged");
     assert!(forged.contains(r#"name "web\n2026"#), "{forged}");
     assert!(!forged.contains('\n'));
+    let p = refused.iter().find(|p| p.object.contains('\n')).unwrap();
+    assert!(p.to_string().starts_with(r"Service ns/web\n2026"), "{p}");
+    assert!(!p.to_string().contains('\n'));
 }
 
 /// The incremental model keeps the last translation of a Service whose change is refused
