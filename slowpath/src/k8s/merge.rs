@@ -174,12 +174,12 @@ pub(crate) struct Merge {
     /// Slots with problems.
     with_problems: HashSet<u32>,
     /// Claims of every address that is a frontend (a VIP): an endpoint may not be on one.
-    vips: HashMap<IpAddr, u32>,
+    vips: Counts,
     /// Addresses that became or stopped being VIPs since the last commit.
     touched_vips: Vec<IpAddr>,
-    /// Slots listing an endpoint at each address (a set: many Services may share the pods
-    /// of one Deployment, and a change must not cost a pass over all of them).
-    endpoint_slots: HashMap<IpAddr, HashSet<u32>>,
+    /// How many Services list an endpoint at each address.
+    endpoints: Counts,
+
     model: K8sModel,
 }
 
@@ -228,26 +228,35 @@ impl Merge {
             for f in &r.spec.frontends {
                 unclaim(&mut self.claims, f, (i, j as u32));
                 self.touched.push(*f);
-                count_vip(&mut self.vips, &mut self.touched_vips, f.vip, false);
-            }
-        }
-        for ip in endpoint_ips(&slot.out) {
-            if let Some(v) = self.endpoint_slots.get_mut(&ip) {
-                v.remove(&i);
-                if v.is_empty() {
-                    self.endpoint_slots.remove(&ip);
-                }
             }
         }
         for (j, r) in out.specs.iter().enumerate() {
             for f in &r.spec.frontends {
                 claim(&mut self.claims, f, (i, j as u32));
                 self.touched.push(*f);
-                count_vip(&mut self.vips, &mut self.touched_vips, f.vip, true);
             }
         }
-        for ip in endpoint_ips(&out) {
-            self.endpoint_slots.entry(ip).or_default().insert(i);
+        // New claims counted before old ones are dropped: an address the Service keeps
+        // never drops to no claim, which would look like a VIP going and coming.
+        let (vips, touched) = (&mut self.vips, &mut self.touched_vips);
+        for f in out.specs.iter().flat_map(|r| &r.spec.frontends) {
+            if count(vips, f.vip, true) {
+                touched.push(f.vip);
+            }
+        }
+        for f in slot.out.specs.iter().flat_map(|r| &r.spec.frontends) {
+            if count(vips, f.vip, false) {
+                touched.push(f.vip);
+            }
+        }
+        let (old, new) = (endpoint_ips(&slot.out), endpoint_ips(&out));
+        if old != new {
+            for ip in &old {
+                count(&mut self.endpoints, *ip, false);
+            }
+            for ip in &new {
+                count(&mut self.endpoints, *ip, true);
+            }
         }
         slot.out = out;
         slot.order = order;
@@ -282,10 +291,24 @@ impl Merge {
                 }
             }
         }
-        // Services with an endpoint on an address that became or stopped being a VIP.
-        for ip in std::mem::take(&mut self.touched_vips) {
-            for &s in self.endpoint_slots.get(&ip).into_iter().flatten() {
-                queue(&mut self.slots, s);
+        // Services with an endpoint on an address that became or stopped being a VIP (rare:
+        // a pass over every endpoint then, rather than an index of which Service lists
+        // which address, kept always).
+        let touched_vips: HashSet<IpAddr> = std::mem::take(&mut self.touched_vips)
+            .into_iter()
+            .filter(|ip| self.endpoints.contains_key(ip))
+            .collect();
+        if !touched_vips.is_empty() {
+            for s in 0..self.slots.len() {
+                let on_touched = self.slots[s].out.specs.iter().any(|r| {
+                    r.spec
+                        .backends
+                        .iter()
+                        .any(|b| touched_vips.contains(&b.addr.ip()))
+                });
+                if on_touched {
+                    queue(&mut self.slots, s as u32);
+                }
             }
         }
         if affected.is_empty() {
@@ -511,25 +534,28 @@ impl Merge {
     }
 }
 
-/// Counts one claim more (`add`) or less of `ip` as a VIP; an address that becomes or stops
-/// being a VIP goes to `touched`.
-fn count_vip(vips: &mut HashMap<IpAddr, u32>, touched: &mut Vec<IpAddr>, ip: IpAddr, add: bool) {
+/// A count per address (ahash: every endpoint of the cluster is counted).
+type Counts = HashMap<IpAddr, u32, ahash::RandomState>;
+
+/// Counts `ip` once more (`add`) or once less in `counts`; true when it came or went.
+fn count(counts: &mut Counts, ip: IpAddr, add: bool) -> bool {
     if add {
-        let n = vips.entry(ip).or_insert(0);
+        let n = counts.entry(ip).or_insert(0);
         *n += 1;
-        if *n == 1 {
-            touched.push(ip);
-        }
-    } else if let Some(n) = vips.get_mut(&ip) {
+        *n == 1
+    } else if let Some(n) = counts.get_mut(&ip) {
         *n -= 1;
         if *n == 0 {
-            vips.remove(&ip);
-            touched.push(ip);
+            counts.remove(&ip);
+            return true;
         }
+        false
+    } else {
+        false
     }
 }
 
-/// The distinct endpoint addresses of a translation.
+/// The distinct endpoint addresses of a translation, sorted.
 fn endpoint_ips(t: &Translated) -> Vec<IpAddr> {
     let mut v: Vec<IpAddr> = t
         .specs

@@ -18,7 +18,7 @@
 
 use std::net::IpAddr;
 
-use k8s_openapi::api::core::v1::ServiceSpec as K8sServiceSpec;
+use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec as K8sServiceSpec};
 
 use super::{NodeInfo, ProblemKind};
 
@@ -41,23 +41,34 @@ pub(crate) fn refuse_service(ns: &str, name: &str, spec: &K8sServiceSpec) -> Opt
         return Some(format!("name {name:?} is not a DNS label"));
     }
     let ports = spec.ports.as_deref().unwrap_or(&[]);
-    let mut labels: Vec<(String, usize)> = Vec::with_capacity(ports.len());
     for (i, p) in ports.iter().enumerate() {
-        let label = match p.name.as_deref().filter(|n| !n.is_empty()) {
-            Some(n) if !dns_label(n) => {
-                return Some(format!("ports[{i}]: name {n:?} is not a DNS label"));
-            }
-            Some(n) => n.to_owned(),
-            None => p.port.to_string(),
-        };
-        if let Some((_, first)) = labels.iter().find(|(l, _)| *l == label) {
+        if let Some(n) = name_of(p)
+            && !dns_label(n)
+        {
+            return Some(format!("ports[{i}]: name {n:?} is not a DNS label"));
+        }
+        if let Some(first) = ports[..i].iter().position(|q| same_label(p, q)) {
+            let label = name_of(p).map_or_else(|| p.port.to_string(), str::to_owned);
             return Some(format!(
                 "ports[{i}] and ports[{first}] are both named {label:?} (a port's name, or its number when it has none)"
             ));
         }
-        labels.push((label, i));
     }
     None
+}
+
+fn name_of(p: &ServicePort) -> Option<&str> {
+    p.name.as_deref().filter(|n| !n.is_empty())
+}
+
+/// Whether two ports get one spec name: their names, or their numbers when unnamed.
+fn same_label(a: &ServicePort, b: &ServicePort) -> bool {
+    match (name_of(a), name_of(b)) {
+        (Some(x), Some(y)) => x == y,
+        (None, None) => a.port == b.port,
+        (Some(n), None) => n == b.port.to_string(),
+        (None, Some(n)) => n == a.port.to_string(),
+    }
 }
 
 /// Why `ip` cannot be a frontend of a Service on this node (other than a NodePort), if it
