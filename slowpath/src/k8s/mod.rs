@@ -29,6 +29,7 @@ mod endpoints;
 pub mod hcnp;
 mod incremental;
 mod merge;
+mod settings;
 mod source;
 mod translate;
 mod validate;

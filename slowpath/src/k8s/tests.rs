@@ -10,8 +10,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::k8s::settings::parse_weights;
 use crate::k8s::source::label_selector;
-use crate::k8s::translate::parse_weights;
 
 pub(super) fn cfg() -> Config {
     Config {
