@@ -284,13 +284,12 @@ pub fn main(args: Args) -> ExitCode {
             return ExitCode::from(crate::EXIT_BAD_CONFIG);
         }
     }
-    let snap = match SnapshotBuilder::from_config(&cfg).build(&specs, &L2Table::from_config(&cfg)) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("xvs sim: {e}");
-            return ExitCode::from(crate::EXIT_BAD_CONFIG);
-        }
-    };
+    // As the daemon builds: a service the builder refuses is left out, the others run.
+    let (snap, refused) =
+        SnapshotBuilder::from_config(&cfg).build_isolated(&specs, &L2Table::from_config(&cfg));
+    for r in &refused {
+        eprintln!("xvs sim: service {}: refused: {r}", r.name);
+    }
     let flows = args.flows.as_path();
     let json = args.json;
     let input: Box<dyn BufRead> = if flows == Path::new("-") {

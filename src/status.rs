@@ -753,6 +753,7 @@ mod tests {
                 },
                 rate: RateView::default(),
             }],
+            refused: Vec::new(),
         }
     }
 

@@ -246,6 +246,28 @@ fn check_refuses_what_run_would() {
             word,
         ));
     }
+    // Addresses no service may take (the Kubernetes source's rules, issue #27).
+    for (addr, word) in [
+        ("127.0.0.1", "it is a loopback address"),
+        ("169.254.1.1", "link-local"),
+        ("198.18.0.1", "this node's own address"),
+        ("198.18.100.1", "the VIP of services[0] (web)"),
+    ] {
+        cases.push((
+            "198.18.1.2:8080",
+            format!("{addr}:8080"),
+            "services[0].backends[1].addr",
+            line_of("198.18.1.2:8080"),
+            word,
+        ));
+    }
+    cases.push((
+        "vip = \"198.18.100.1\"",
+        "vip = \"198.18.0.1\"".into(),
+        "services[0].vip",
+        line_of("vip = \"198.18.100.1\""),
+        "this node's own address",
+    ));
     for (from, to, key, line, word) in &cases {
         let text = good.replacen(from, to, 1);
         assert_ne!(text, good, "{to}");

@@ -190,3 +190,82 @@ fn bad_input_is_named() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("--config"), "{}", stderr(&o));
 }
+
+/// Issue #27: one address both an externalIP and a load-balancer IP of a Service with
+/// loadBalancerSourceRanges is served with the ranges (a client outside them is refused as
+/// `source_range`), and a Service whose weights the wrr builder refuses is left out with a
+/// note while the others are simulated.
+#[test]
+fn source_ranges_apply_to_a_shared_address_and_a_poisoned_service_is_left_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let objects = dir.path().join("objects.json");
+    let svc = |name: &str, vip: &str, extra: serde_json::Value| {
+        let mut v = serde_json::json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"namespace": "ns", "name": name},
+            "spec": {"type": "ClusterIP", "clusterIP": vip, "clusterIPs": [vip],
+                "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}});
+        for (k, x) in extra.as_object().unwrap() {
+            match v[k.as_str()].as_object_mut() {
+                Some(o) => o.extend(x.as_object().unwrap().clone()),
+                None => v[k.as_str()] = x.clone(),
+            }
+        }
+        v
+    };
+    let slice = |svc: &str, ips: &[&str]| {
+        serde_json::json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"namespace": "ns", "name": format!("{svc}-1"),
+                "labels": {"kubernetes.io/service-name": svc}},
+            "addressType": "IPv4",
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+            "endpoints": ips.iter().map(|ip| serde_json::json!({"addresses": [ip]}))
+                .collect::<Vec<_>>()})
+    };
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "edge-1"},
+         "status": {"addresses": [{"type": "InternalIP", "address": "198.18.0.10"}]}},
+        svc("shared", "198.18.100.1", serde_json::json!({
+            "spec": {"type": "LoadBalancer", "externalIPs": ["198.18.200.7"],
+                     "loadBalancerSourceRanges": ["198.18.50.0/24"]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "198.18.200.7"}]}}})),
+        slice("shared", &["198.19.1.1"]),
+        svc("poison", "198.18.100.2", serde_json::json!({
+            "metadata": {"annotations": {"xvs.io/scheduler": "wrr",
+                "xvs.io/weights": "198.19.2.1=1048576,198.19.2.2=1"}}})),
+        slice("poison", &["198.19.2.1", "198.19.2.2"]),
+    ]});
+    std::fs::write(&objects, list.to_string()).unwrap();
+    let config = dir.path().join("xvs.toml");
+    std::fs::write(
+        &config,
+        "[dataplane]\nmode = \"nat\"\n[kubernetes]\nexternal_ip_cidrs = [\"198.18.200.0/24\"]\n",
+    )
+    .unwrap();
+    let input = [
+        "tcp,198.18.60.1,40000,198.18.200.7,80\n", // outside the ranges
+        "tcp,198.18.50.7,40001,198.18.200.7,80\n", // inside
+        "tcp,198.18.60.1,40002,198.18.100.1,80\n", // the ClusterIP: no ranges
+        "tcp,198.18.60.1,40003,198.18.100.2,80\n", // the poisoned one
+    ]
+    .concat();
+    let o = sim(
+        &objects,
+        &input,
+        &["--node", "edge-1", "--config", config.to_str().unwrap()],
+    );
+    assert_eq!(
+        targets(&o),
+        [
+            "none (source_range)",
+            "198.19.1.1:8080",
+            "198.19.1.1:8080",
+            "none (no service)"
+        ]
+    );
+    let err = stderr(&o);
+    assert!(
+        err.contains("service ns/poison:http: refused: service ns/poison:http: wrr sequence"),
+        "{err}"
+    );
+    assert!(!err.contains("already used"), "{err}");
+}

@@ -7,6 +7,7 @@
 //! silently falls back to a default. The library reads no environment and touches no network:
 //! checks that need the machine (interfaces exist, root) belong to `xvs run`.
 
+mod address;
 mod cores;
 mod reload;
 mod schema;
@@ -17,6 +18,7 @@ mod validate;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+pub use address::special_address;
 pub use cores::{CoreError, CorePlan, Cores, cpu_list};
 pub use reload::{Written, load_written, parse_written};
 pub use schema::*;

@@ -518,6 +518,72 @@ fn snat_addresses_backends_cannot_answer_are_refused() {
     }
 }
 
+/// The addresses a Kubernetes Service may not take are config errors for `[[services]]`:
+/// special addresses, the node's own addresses and other services' VIPs, for backends; the
+/// special and the node's own addresses for VIPs. Each names the key, line and column.
+#[test]
+fn service_addresses_that_are_no_services_to_take_are_refused() {
+    let node = "[node]\naddresses = [\"198.18.0.1\", \"2001:2::1\"]\n";
+    let two = format!(
+        "{node}{MINIMAL}\n[[services]]\nname = \"dns\"\nvip = \"198.18.100.53\"\nport = 53\nprotocol = \"udp\"\nbackends = [{{ addr = \"198.18.1.3:53\" }}]\n"
+    );
+    parse(&two, "t.toml").unwrap();
+    for (addr, word) in [
+        ("127.0.0.1", "a loopback address"),
+        ("0.0.0.0", "the unspecified address"),
+        ("224.0.0.1", "a multicast address"),
+        ("255.255.255.255", "the broadcast address"),
+        ("169.254.3.3", "link-local"),
+        ("198.18.0.1", "this node's own address"),
+        ("198.18.100.53", "the VIP of services[1] (dns)"),
+        ("198.18.100.1", "the VIP of services[0] (web)"),
+    ] {
+        let text = two.replace("198.18.1.2:8080", &format!("{addr}:8080"));
+        let p = problem(&text);
+        assert_eq!(
+            (p.key.as_str(), p.line, p.column),
+            ("services[0].backends[1].addr", 15, 12),
+            "{addr}: {}",
+            p.message
+        );
+        assert!(
+            p.message.contains("cannot be a backend"),
+            "{addr}: {}",
+            p.message
+        );
+        assert!(p.message.contains(word), "{addr}: {}", p.message);
+    }
+    for (vip, word) in [
+        ("198.18.0.1", "this node's own address (node.addresses)"),
+        ("127.0.0.1", "a loopback address"),
+        ("255.255.255.255", "the broadcast address"),
+    ] {
+        let text = two.replace("vip = \"198.18.100.53\"", &format!("vip = \"{vip}\""));
+        let p = problem(&text);
+        assert_eq!(
+            (p.key.as_str(), p.line),
+            ("services[1].vip", 20),
+            "{}",
+            p.message
+        );
+        assert!(p.message.contains(word), "{vip}: {}", p.message);
+    }
+    // IPv6: the node's address and fe80::/10.
+    let v6 = format!(
+        "{node}[dataplane]\nmode = \"nat\"\n[[services]]\nname = \"w6\"\nvip = \"2001:2::100\"\nport = 80\nprotocol = \"tcp\"\nbackends = [{{ addr = \"[2001:2::1]:80\" }}, {{ addr = \"[fe80::1]:80\" }}]\n"
+    );
+    let e = parse(&v6, "t.toml").unwrap_err();
+    let keys: Vec<&str> = e.problems().iter().map(|p| p.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            "services[0].backends[0].addr",
+            "services[0].backends[1].addr"
+        ],
+        "{e}"
+    );
+}
+
 #[test]
 fn interface_names_follow_the_kernel() {
     // `name` as a TOML basic string's contents.

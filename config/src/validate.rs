@@ -711,11 +711,20 @@ fn services(c: &Config, out: &mut Found) {
         if s.port == 0 {
             err(out, p.key("port"), "port 0 is not a valid frontend port");
         }
-        if s.vip.is_unspecified() || s.vip.is_multicast() {
+        if let Some(why) = crate::special_address(s.vip) {
             err(
                 out,
                 p.key("vip"),
-                format!("{} cannot be a virtual IP", s.vip),
+                format!("{} cannot be a virtual IP: it is {why}", s.vip),
+            );
+        } else if c.node.addresses.contains(&s.vip) {
+            err(
+                out,
+                p.key("vip"),
+                format!(
+                    "{} is this node's own address (node.addresses): a service may not take it",
+                    s.vip
+                ),
             );
         }
         for (j, f) in s.flags.iter().enumerate() {
@@ -788,11 +797,11 @@ fn services(c: &Config, out: &mut Found) {
                     bp.key("addr"),
                     format!("{}: port 0 is not a valid backend port", b.addr),
                 );
-            } else if b.addr.ip().is_unspecified() || b.addr.ip().is_multicast() {
+            } else if let Some(why) = bad_backend(c, b.addr.ip()) {
                 err(
                     out,
                     bp.key("addr"),
-                    format!("{} cannot be a backend", b.addr),
+                    format!("{} cannot be a backend: {why}", b.addr),
                 );
             } else if !backends.insert(b.addr) {
                 err(out, bp.key("addr"), format!("{} is listed twice", b.addr));
@@ -809,6 +818,19 @@ fn services(c: &Config, out: &mut Found) {
             err(out, p.key("backends"), msg);
         }
     }
+}
+
+/// Why `ip` cannot be a backend's address: a special address, the node's own, or a VIP (the
+/// rules the Kubernetes source applies to endpoints).
+fn bad_backend(c: &Config, ip: IpAddr) -> Option<String> {
+    if let Some(why) = crate::special_address(ip) {
+        return Some(format!("it is {why}"));
+    }
+    if c.node.addresses.contains(&ip) {
+        return Some("it is this node's own address (node.addresses)".to_owned());
+    }
+    let (i, s) = c.services.iter().enumerate().find(|(_, s)| s.vip == ip)?;
+    Some(format!("it is the VIP of services[{i}] ({})", s.name))
 }
 
 /// What the snapshot builder (lb-algos) would refuse in a scheduler for these weights: a

@@ -16,11 +16,12 @@ use flowtable::FlowTable;
 use slowpath::admin::histogram::{Histogram, NETWORK_PROGRAMMING_BUCKETS, SYNC_DURATION_BUCKETS};
 use slowpath::admin::{
     AdminSource, BgpView, ControlAction, ControlFuture, FlowFilter, FlowTableView, FlowViewJson,
-    FlowsPage, GovernanceView, HealthView, ServiceView, StatsView, SteerView, SyncView, WorkerView,
+    FlowsPage, GovernanceView, HealthView, RefusedStats, RefusedView, ServiceView, StatsView,
+    SteerView, SyncView, WorkerView,
 };
 use tokio::sync::{mpsc, oneshot};
 
-use crate::controller::{Command, Status};
+use crate::controller::{Command, Status, refused};
 
 /// Sync bookkeeping the driver updates and the admin API reads.
 #[derive(Debug)]
@@ -96,6 +97,59 @@ impl StatusView {
             status,
             pending_since,
         }
+    }
+}
+
+/// `/v1/services`' `refused`: the refusals `status` lists.
+pub fn refused_views(status: &Status) -> Vec<RefusedView> {
+    status
+        .refused
+        .iter()
+        .map(|r| RefusedView {
+            object: r.object.clone(),
+            kind: r.kind.to_owned(),
+            reason: r.reason.clone(),
+        })
+        .collect()
+}
+
+/// `/v1/stats`' `refused` (and the `xvs_refused` metrics): every kind, zero included.
+pub fn refused_stats(status: &Status) -> RefusedStats {
+    let mut out = RefusedStats::default();
+    for kind in refused::kinds() {
+        out.current.insert(kind.to_owned(), 0);
+        let total = status.refused_total.get(kind).copied().unwrap_or(0);
+        out.total.insert(kind.to_owned(), total);
+    }
+    for r in status.refused.iter() {
+        *out.current.entry(r.kind.to_owned()).or_default() += 1;
+    }
+    out
+}
+
+/// What `/healthz` decides from: the controller's status and last sync, the Kubernetes
+/// source's queue (`k8s`), as of `status`.
+pub fn health_view(
+    status: &StatusView,
+    last_sync_unix_ms: u64,
+    k8s: Option<&slowpath::k8s::SourceStats>,
+    timeout: Duration,
+    fastpath_running: bool,
+) -> HealthView {
+    let view = HealthView {
+        last_updated: (last_sync_unix_ms != 0)
+            .then(|| SystemTime::UNIX_EPOCH + Duration::from_millis(last_sync_unix_ms)),
+        oldest_pending: status.pending_since,
+        timeout,
+        fastpath_running,
+        // A draining node answers 503 on /healthz (like a node being deleted) so
+        // upstream load balancers stop sending; /livez ignores it.
+        node_eligible: !status.status.draining,
+        not_ready: status.status.not_ready.clone(),
+    };
+    match k8s {
+        Some(k) => view.with_source(k),
+        None => view,
     }
 }
 
@@ -176,6 +230,10 @@ impl AdminSource for DaemonState {
         views
     }
 
+    fn refused(&self) -> Vec<RefusedView> {
+        refused_views(&self.status.load().status)
+    }
+
     fn flows(&self, filter: &FlowFilter, limit: usize) -> FlowsPage {
         FlowViewJson::collect(
             &self.flows,
@@ -237,22 +295,18 @@ impl AdminSource for DaemonState {
             },
             peer_sync: self.peer_sync.as_ref().map(|(fs, logs)| fs.view(logs)),
             bgp: self.bgp.as_deref().map(BgpView::from_stats),
+            refused: refused_stats(s),
         }
     }
 
     fn health(&self) -> HealthView {
-        let last = self.sync.last_unix_ms.load(Ordering::Relaxed);
-        let st = self.status.load();
-        HealthView {
-            last_updated: (last != 0).then(|| SystemTime::UNIX_EPOCH + Duration::from_millis(last)),
-            oldest_pending: st.pending_since,
-            timeout: self.healthz_timeout,
-            fastpath_running: self.fastpath_running.load(Ordering::Relaxed),
-            // A draining node answers 503 on /healthz (like a node being deleted) so
-            // upstream load balancers stop sending; /livez ignores it.
-            node_eligible: !st.status.draining,
-            not_ready: st.status.not_ready.clone(),
-        }
+        health_view(
+            &self.status.load(),
+            self.sync.last_unix_ms.load(Ordering::Relaxed),
+            self.k8s.as_deref(),
+            self.healthz_timeout,
+            self.fastpath_running.load(Ordering::Relaxed),
+        )
     }
 
     fn control(&self, action: ControlAction, service: Option<String>) -> ControlFuture {
@@ -270,7 +324,121 @@ impl AdminSource for DaemonState {
 
 #[cfg(test)]
 mod tests {
+    use slowpath::admin::evaluate;
+    use slowpath::k8s::SourceStats;
+
     use super::*;
+
+    const TIMEOUT: Duration = Duration::from_secs(60);
+
+    fn at(s: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000 + s)
+    }
+
+    fn ms(t: SystemTime) -> u64 {
+        t.duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    }
+
+    /// A change the Kubernetes source received and has not handed to the controller (its
+    /// loop stuck) turns `/healthz` 503 once the health timeout has passed, though the
+    /// controller itself syncs every period and has nothing pending; once the source hands a
+    /// model over again, 200 (fake clock: every time is given).
+    #[test]
+    fn a_change_stuck_in_the_source_turns_healthz_503_until_a_sync() {
+        let status = StatusView::default();
+        let source = SourceStats::default();
+        // The source handed its last model at 0.
+        source.last_sync_unix_ms.store(ms(at(0)), Ordering::Relaxed);
+        let view = |source: &SourceStats, last_sync: SystemTime| {
+            health_view(&status, ms(last_sync), Some(source), TIMEOUT, true)
+        };
+        assert_eq!(evaluate(&view(&source, at(0)), at(1), true), Ok(()));
+        // A change arrives at 10 and stays in the source, while the controller's periodic
+        // syncs keep its own last sync fresh.
+        source.queued(at(10));
+        source.queued(at(20)); // not the oldest
+        assert_eq!(source.pending_since(), Some(at(10)));
+        let v = view(&source, at(50));
+        assert_eq!(v.oldest_pending, Some(at(10)));
+        assert_eq!(v.last_updated, Some(at(0)), "the older of the two stages");
+        assert_eq!(evaluate(&v, at(59), true), Ok(()));
+        assert!(evaluate(&v, at(60), true).is_err());
+        assert!(evaluate(&v, at(60), false).is_err(), "livez too");
+        // The rule on a waiting change holds on its own too (kube-proxy's): with the
+        // source's last model fresh, the change waiting since 10 fails it at 70.
+        source
+            .last_sync_unix_ms
+            .store(ms(at(65)), Ordering::Relaxed);
+        let v = view(&source, at(65));
+        assert_eq!(evaluate(&v, at(69), true), Ok(()));
+        let e = evaluate(&v, at(70), true).unwrap_err();
+        assert!(e.contains("a change has waited 60.0s"), "{e}");
+        // A model carries it: 200 again.
+        source
+            .last_sync_unix_ms
+            .store(ms(at(71)), Ordering::Relaxed);
+        source.handed_over();
+        assert_eq!(evaluate(&view(&source, at(71)), at(72), true), Ok(()));
+        // The static source has no such stage.
+        source.queued(at(80));
+        let static_view = health_view(&status, ms(at(150)), None, TIMEOUT, true);
+        assert_eq!(evaluate(&static_view, at(150), true), Ok(()));
+        assert!(evaluate(&view(&source, at(150)), at(150), true).is_err());
+    }
+
+    /// A source that hands over no model at all (its loop stuck: it hands one every
+    /// `sync_period` otherwise) is a stale sync, whatever the controller's own syncs say.
+    #[test]
+    fn a_silent_source_is_a_stale_sync() {
+        let status = StatusView::default();
+        let source = SourceStats::default();
+        source.last_sync_unix_ms.store(ms(at(0)), Ordering::Relaxed);
+        let v = health_view(&status, ms(at(100)), Some(&source), TIMEOUT, true);
+        assert_eq!(v.last_updated, Some(at(0)));
+        let e = evaluate(&v, at(100), true).unwrap_err();
+        assert!(e.contains("last sync 100.0s ago"), "{e}");
+        // A change the controller has waited on counts as well (the driver never
+        // acknowledged its publish, say).
+        let pending = StatusView {
+            pending_since: Some(at(30)),
+            ..StatusView::default()
+        };
+        let v = health_view(&pending, ms(at(95)), None, TIMEOUT, true);
+        assert_eq!(v.oldest_pending, Some(at(30)));
+        assert!(evaluate(&v, at(95), true).is_err());
+    }
+
+    #[test]
+    fn refusals_by_kind_list_every_kind() {
+        let status = Status {
+            refused: Arc::new(vec![
+                crate::controller::Refusal {
+                    object: "Service ns/a".to_owned(),
+                    kind: "service_refused",
+                    reason: "x".to_owned(),
+                },
+                crate::controller::Refusal {
+                    object: "service ns/b:http".to_owned(),
+                    kind: refused::KIND_SNAPSHOT_BUILD,
+                    reason: "y".to_owned(),
+                },
+            ]),
+            refused_total: [("service_refused", 3)].into(),
+            ..Status::default()
+        };
+        let r = refused_stats(&status);
+        assert_eq!(r.current["service_refused"], 1);
+        assert_eq!(r.current["snapshot_build"], 1);
+        assert_eq!(r.current["endpoint_special"], 0);
+        assert_eq!(r.total["service_refused"], 3);
+        assert_eq!(r.total["snapshot_build"], 0);
+        assert_eq!(r.current.len(), 10);
+        let v = refused_views(&status);
+        assert_eq!(v[1].object, "service ns/b:http");
+        assert_eq!(v[1].kind, "snapshot_build");
+    }
 
     #[test]
     fn publishes_and_trigger_times_are_observed() {

@@ -10,12 +10,24 @@
 //! everything else the module path. Libraries that log through `log` (aya, xsk-rs) are
 //! bridged by `tracing-log`; kube and hyper use `tracing` already. Nothing on the per-packet
 //! path logs.
+//!
+//! One event is one line, whatever it carries: the text format escapes every control
+//! character (`\n`, `\r`, `\t`, others as `\u{..}`) and the Unicode line and paragraph
+//! separators in the message and in every field, however the field was recorded (`%`
+//! Display, `?` Debug, a string). Names and annotations of Kubernetes objects, config
+//! values and peers' data reach the log, and a raw newline in one would forge a whole log
+//! line. String fields are quoted (`object="Service ns/web"`). The JSON format escapes them
+//! as JSON does.
 
+use std::fmt;
 use std::io::IsTerminal;
 
 use config::{Log, LogFormat};
+use tracing::field::Field;
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::field::MakeExt;
 use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::fmt::format::{Writer, debug_fn};
 
 /// The filter of `log`, or of `rust_log` when given (the `RUST_LOG` environment variable).
 /// `Err` names what is wrong with `RUST_LOG` (the config's own filter was validated at load).
@@ -42,7 +54,12 @@ where
         .with_writer(writer)
         .with_target(true);
     Ok(match log.format {
-        LogFormat::Text => Box::new(builder.with_ansi(ansi).finish()),
+        LogFormat::Text => Box::new(
+            builder
+                .with_ansi(ansi)
+                .fmt_fields(debug_fn(escaped_field).delimited(" "))
+                .finish(),
+        ),
         LogFormat::Json => Box::new(
             builder
                 .json()
@@ -51,6 +68,40 @@ where
                 .finish(),
         ),
     })
+}
+
+/// One field of the text format, `name=value` (the message: its text alone), with the
+/// characters that could end or forge a line escaped.
+fn escaped_field(w: &mut Writer<'_>, field: &Field, value: &dyn fmt::Debug) -> fmt::Result {
+    if field.name() != "message" {
+        write!(w, "{}=", field.name())?;
+    }
+    fmt::write(&mut Escaped(w), format_args!("{value:?}"))
+}
+
+/// A writer that escapes control characters and line separators on their way through.
+struct Escaped<'a, W: fmt::Write>(&'a mut W);
+
+impl<W: fmt::Write> fmt::Write for Escaped<'_, W> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let mut rest = s;
+        while let Some(at) = rest.find(needs_escape) {
+            self.0.write_str(&rest[..at])?;
+            let c = rest[at..].chars().next().unwrap_or_default();
+            match c {
+                '\n' => self.0.write_str("\\n")?,
+                '\r' => self.0.write_str("\\r")?,
+                '\t' => self.0.write_str("\\t")?,
+                c => write!(self.0, "\\u{{{:x}}}", u32::from(c))?,
+            }
+            rest = &rest[at + c.len_utf8()..];
+        }
+        self.0.write_str(rest)
+    }
+}
+
+fn needs_escape(c: char) -> bool {
+    c.is_control() || c == '\u{2028}' || c == '\u{2029}'
 }
 
 /// Installs the process's logger on stderr (once; later calls keep the first). Also routes
@@ -141,6 +192,58 @@ mod tests {
         );
         assert_eq!(lines[1]["level"], "WARN");
         assert_eq!(lines[1]["fields"]["error"], "refused");
+    }
+
+    /// Object names and annotation values with newlines (a fake or hostile API server's)
+    /// make one line each in the text format, however they are logged: the Kubernetes
+    /// source's problem lines (`Problem::log`), `%` Display and `?` Debug fields, the
+    /// message itself.
+    #[test]
+    fn a_newline_from_an_object_never_reaches_the_log() {
+        let forged =
+            "web\n2026-01-01T00:00:00.000000Z  INFO xvs: ready services=0\r\u{2028}\u{1b}[2J";
+        let svc: k8s_openapi::api::core::v1::Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": "ns", "name": forged,
+                "annotations": {"xvs.io/scheduler": forged}},
+            "spec": {"clusterIP": "198.18.100.1", "ports": [{"name": "http", "port": 80}]},
+        }))
+        .unwrap();
+        let cfg = config::parse("[kubernetes]\n", "t.toml").unwrap();
+        let node = slowpath::k8s::NodeInfo::default();
+        let mut ok = svc.clone();
+        ok.metadata.name = Some("ok".to_owned());
+        let m = slowpath::k8s::build_model(&[svc, ok], &[], &node, &cfg);
+        assert_eq!(m.problems.len(), 2, "{:?}", m.problems);
+        let log = Log {
+            level: "info".into(),
+            format: LogFormat::Text,
+        };
+        let buf = Buf::default();
+        let sub = subscriber(&log, None, buf.clone(), false).unwrap();
+        tracing::subscriber::with_default(sub, || {
+            for p in &m.problems {
+                p.log();
+            }
+            tracing::warn!(object = %forged, error = ?forged, "refused {forged}");
+        });
+        let out = buf.text();
+        assert_eq!(
+            out.split('\n').count(),
+            4,
+            "three lines and the last newline: {out}"
+        );
+        assert!(out.ends_with('\n'));
+        for bad in ['\r', '\u{2028}', '\u{1b}'] {
+            assert!(!out.contains(bad), "{bad:?} in {out}");
+        }
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines.iter().all(|l| l.contains(" WARN ")), "{out}");
+        // The name (escaped, in quotes) and the annotation value are there to read.
+        let has = |s: &str| lines.iter().any(|l| l.contains(s));
+        assert!(has(r#"object="Service ns/web\n2026"#), "{out}");
+        assert!(has("unknown scheduler"), "{out}");
+        assert!(lines[2].contains(r"refused web\n2026"), "{}", lines[2]);
+        assert!(lines[2].contains(r"\u{1b}[2J"), "{}", lines[2]);
     }
 
     #[test]

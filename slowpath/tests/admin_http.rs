@@ -96,6 +96,11 @@ fn json_endpoints_have_their_shapes() {
     // A probed backend says what the checks judged; an unprobed one says nothing.
     assert_eq!(j["services"][0]["backends"][0]["health"], "up");
     assert!(j["services"][0]["backends"][1].get("health").is_none());
+    // What the sources and the builder refuse, with the reason.
+    assert_eq!(parsed.refused, fake.refused());
+    assert_eq!(j["refused"][0]["object"], "Service ns/web\nINFO forged");
+    assert_eq!(j["refused"][0]["kind"], "service_refused");
+    assert!(!r.body.contains("web\nINFO"), "a raw newline in the body");
 
     let r = get(addr, "/v1/flows");
     assert_eq!(r.status, 200);
@@ -230,6 +235,10 @@ fn metrics_are_valid_prometheus_text() {
     has("xvs_bgp_routes{kind=\"vip\"} 2\n");
     has("xvs_bgp_routes{kind=\"backup\"} 1\n");
     has("xvs_bgp_errors_total 1\n");
+    has("xvs_refused{kind=\"service_refused\"} 1\n");
+    has("xvs_refused{kind=\"snapshot_build\"} 0\n");
+    has("xvs_refused_total{kind=\"service_refused\"} 2\n");
+    has("xvs_refused_total{kind=\"snapshot_build\"} 1\n");
     // The admin server's own families, one sample per listener.
     has("xvs_admin_connections_rejected_total{listener=\"listen\"} 0\n");
     has("xvs_admin_connections_rejected_total{listener=\"healthz\"} 0\n");

@@ -78,6 +78,7 @@ fn main() {
         name: "node-0".to_owned(),
         zone: Some("zone-a".to_owned()),
         addresses: vec![IpAddr::V4(Ipv4Addr::new(198, 18, 0, 10))],
+        own: Vec::new(),
     };
     let services: Vec<Arc<Service>> = (0..args.services).map(|i| Arc::new(service(i))).collect();
     let slices: Vec<Arc<EndpointSlice>> = (0..args.services)

@@ -19,7 +19,10 @@
 //!   dirty; the next `tick` builds one snapshot of everything and emits
 //!   [`Action::Publish`]. The driver stores it, steers for it and answers
 //!   [`Event::Published`]; only then is the publish a sync, and the first removal pass runs.
-//!   A build that fails keeps the old snapshot (counted, logged).
+//!   The build leaves out each spec the builder cannot build (keeping its previous version
+//!   when it had one: `SnapshotBuilder::build_isolated`), so one bad service never holds
+//!   back the others; what was refused, by the builder or by the source, is in
+//!   [`Status::refused`] ([`refused`]).
 //! - **Endpoint removal** ([`removal`]): a backend that vanished from the Kubernetes source
 //!   acts as removed only once it has been absent for `[flowtable] removal_grace`
 //!   (control-plane churn must not end flows); one the operator removed (a static reload) or
@@ -66,6 +69,7 @@ mod bgp;
 mod drain;
 mod health;
 pub mod passive;
+pub mod refused;
 pub mod removal;
 mod steer;
 #[cfg(test)]
@@ -76,6 +80,8 @@ mod tests;
 mod tests_bgp;
 #[cfg(test)]
 mod tests_removal;
+#[cfg(test)]
+mod tests_refused;
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, SocketAddr};
@@ -91,6 +97,7 @@ use slowpath::k8s::{HealthCheckNodePort, K8sModel};
 
 pub use drain::{Drain, QUIET};
 pub use passive::{PASSIVE_MIN_SYNS, PassiveHealth};
+pub use refused::{Refusal, Refusals};
 pub use removal::{Removal, Retirees, end_removed_flows, reclaim_ids};
 pub use steer::{SteerKey, SteerSet};
 
@@ -237,8 +244,12 @@ pub struct Status {
     pub reloads_ok: u64,
     /// Reloads refused (the running config stayed).
     pub reloads_failed: u64,
-    /// Snapshot builds that failed (the old snapshot stayed).
+    /// Publishes whose steering failed.
     pub publish_failures: u64,
+    /// What is not programmed as the source describes it, and why (see [`refused`]).
+    pub refused: Arc<Vec<Refusal>>,
+    /// Refusals reported since the start, by kind.
+    pub refused_total: std::collections::BTreeMap<&'static str, u64>,
 }
 
 /// The daemon's decisions (see the module doc).
@@ -286,6 +297,7 @@ pub struct Controller {
     /// Flow sync's start-up dumps are in (always, without `[sync]`).
     peers_ready: bool,
     counters: Status,
+    refusals: Refusals,
     /// The status last emitted.
     emitted: Option<Status>,
     /// This node's interface addresses (never announced: NodePort frontends).
@@ -363,6 +375,7 @@ impl Controller {
             synced_once: false,
             peers_ready: !cfg.sync.enable,
             counters: Status::default(),
+            refusals: Refusals::default(),
             emitted: None,
             node_addresses: Vec::new(),
             announced: None,
@@ -409,6 +422,8 @@ impl Controller {
         s.draining = self.admin_drain || self.drain.is_some();
         s.frozen = self.frozen;
         s.frozen_services = self.frozen_services.iter().cloned().collect();
+        s.refused = self.refusals.list();
+        s.refused_total = self.refusals.total();
         s.pending_since = match (self.dirty_since, self.awaiting) {
             (Some(d), Some((_, a))) => Some(d.min(a)),
             (d, a) => d.or(a.map(|(_, since)| since)),
@@ -441,6 +456,7 @@ impl Controller {
                 self.trigger_times.extend(model.trigger_times);
                 self.actions
                     .push_back(Action::HealthCheckNodePorts(model.health_check_node_ports));
+                self.refusals.set_source(&model.problems);
                 self.specs = model.specs;
                 self.source_ready = true;
                 self.mark_dirty(now);
@@ -575,29 +591,22 @@ impl Controller {
         };
         self.builder.set_frozen(self.frozen);
         let l2 = merge_pins(self.l2.clone(), &self.cfg);
-        match self.builder.build(specs, &l2) {
-            Ok(snap) => {
-                let snap = Arc::new(snap);
-                self.note_explicit_removals();
-                self.awaiting = Some((snap.generation, since));
-                self.current = Some(Arc::clone(&snap));
-                let mut steering = SteerSet::of(&snap, &self.cfg.dataplane);
-                // Replies to the peers' SNAT addresses: their flows, once served here.
-                steering
-                    .snat_addresses
-                    .extend(self.cfg.sync.peer_snat_addresses());
-                self.actions.push_back(Action::Publish {
-                    snapshot: snap,
-                    steering,
-                    // A failed build keeps them for the next one, which carries the change.
-                    trigger_times: std::mem::take(&mut self.trigger_times),
-                });
-            }
-            Err(e) => {
-                self.counters.publish_failures += 1;
-                tracing::error!(error = %e, "building a snapshot failed; the old one stays");
-            }
-        }
+        let (snap, refused) = self.builder.build_isolated(specs, &l2);
+        self.refusals.set_built(&refused);
+        let snap = Arc::new(snap);
+        self.note_explicit_removals();
+        self.awaiting = Some((snap.generation, since));
+        self.current = Some(Arc::clone(&snap));
+        let mut steering = SteerSet::of(&snap, &self.cfg.dataplane);
+        // Replies to the peers' SNAT addresses: their flows, once served here.
+        steering
+            .snat_addresses
+            .extend(self.cfg.sync.peer_snat_addresses());
+        self.actions.push_back(Action::Publish {
+            snapshot: snap,
+            steering,
+            trigger_times: std::mem::take(&mut self.trigger_times),
+        });
     }
 
     fn published(&mut self, now: Instant, generation: u64, steer_error: Option<String>) {

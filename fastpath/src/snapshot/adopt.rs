@@ -82,6 +82,21 @@ pub(super) struct AdoptedUndo {
     backends: Vec<((u32, SocketAddr), BackendId)>,
 }
 
+impl AdoptedUndo {
+    /// How many backend ids were claimed so far.
+    pub(super) fn backends_taken(&self) -> usize {
+        self.backends.len()
+    }
+
+    /// The backend ids claimed after the first `taken`, taken out of this undo.
+    pub(super) fn backends_since(&mut self, taken: usize) -> AdoptedUndo {
+        AdoptedUndo {
+            services: Vec::new(),
+            backends: self.backends.split_off(taken),
+        }
+    }
+}
+
 impl SnapshotBuilder {
     /// Reserves the ids of an adopted flow table (see the module doc). Call before the first
     /// build; ids at or above `backends_max` are ignored (their flows cannot be counted).

@@ -2,6 +2,12 @@
 //! [`L2Table`], keeping service and backend ids stable across builds ([`BuildError`] when it
 //! cannot; a failed build is undone).
 //!
+//! Two ways to build: [`SnapshotBuilder::build`] refuses the whole list when one spec cannot
+//! be built (`xvs check`, tests, tools that want to know); [`SnapshotBuilder::build_isolated`]
+//! (the daemon's) leaves out each spec it cannot build, keeping that spec's previous version
+//! when there is one, and says which and why ([`Refused`]): one bad service never stops the
+//! others from being programmed.
+//!
 //! The builder stays in the fastpath crate, not the slowpath's: it fills the snapshot's
 //! private fields, and fastpath's own tests and benches, `xvs sim` and the pcap replay build
 //! snapshots too, so moving it to slowpath (which depends on fastpath) would need a
@@ -41,9 +47,11 @@ pub enum BuildError {
         /// The service that claimed it again.
         second: String,
     },
-    /// More backends than `[flowtable] backends_max`.
-    #[error("more than {max} backends (flowtable.backends_max)")]
+    /// More backends than `[flowtable] backends_max`, all services together.
+    #[error("service {service}: more than {max} backends in all (flowtable.backends_max)")]
     TooManyBackends {
+        /// The service whose backends did not fit.
+        service: String,
         /// The limit.
         max: u32,
     },
@@ -140,6 +148,19 @@ impl SnapshotBuilder {
         services: &[ServiceSpec],
         l2: &L2Table,
     ) -> Result<Snapshot, BuildError> {
+        self.try_build(services, l2)
+            .map_err(|mut e| e.swap_remove(0).1)
+    }
+
+    /// [`build`](Self::build), or the position in `services` and the error of every spec
+    /// that failed in the first stage that had failures (names, then frontends, then
+    /// entries: a later stage needs the earlier ones settled). On error the builder is left
+    /// as it was.
+    pub(super) fn try_build(
+        &mut self,
+        services: &[ServiceSpec],
+        l2: &L2Table,
+    ) -> Result<Snapshot, Vec<(usize, BuildError)>> {
         self.attempts += 1;
         let stamp = self.attempts;
         // Which id each spec has (by name), and which specs changed. Specs mostly come in
@@ -147,6 +168,7 @@ impl SnapshotBuilder {
         let mut ids: Vec<u32> = Vec::with_capacity(services.len());
         let mut changed: Vec<usize> = Vec::new();
         let mut hint = 0usize;
+        let mut errors = Vec::new();
         for (p, s) in services.iter().enumerate() {
             let id = match self.order.get(hint) {
                 Some(&id) if self.slot(id).is_some_and(|x| x.spec.name == s.name) => Some(id),
@@ -156,9 +178,14 @@ impl SnapshotBuilder {
                 Some(id) => {
                     let i = id as usize;
                     if self.seen[i] == stamp {
-                        return Err(BuildError::DuplicateName {
-                            name: s.name.clone(),
-                        });
+                        errors.push((
+                            p,
+                            BuildError::DuplicateName {
+                                name: s.name.clone(),
+                            },
+                        ));
+                        ids.push(NO_ID);
+                        continue;
                     }
                     self.seen[i] = stamp;
                     hint = self.pos[i] as usize + 1;
@@ -172,6 +199,10 @@ impl SnapshotBuilder {
                     ids.push(NO_ID);
                 }
             }
+        }
+        if !errors.is_empty() {
+            // Only stamps were taken: nothing to give back.
+            return Err(errors);
         }
         let removed: Vec<u32> = self
             .order
@@ -265,6 +296,12 @@ impl SnapshotBuilder {
         self.slots.get(id as usize).and_then(Option::as_ref)
     }
 
+    /// The spec last built under `name`, if it is in the last snapshot.
+    pub(super) fn previous(&self, name: &str) -> Option<&ServiceSpec> {
+        let id = *self.names.get(name)?;
+        self.slot(id).map(|x| &x.spec)
+    }
+
     /// The fallible part of a build: ids for new services, the new frontend map, and entries
     /// for the changed specs (with the backend ids to retire). Everything it takes from the
     /// builder is recorded in `undo`.
@@ -282,18 +319,23 @@ impl SnapshotBuilder {
             Vec<(usize, Arc<ServiceEntry>)>,
             Vec<((String, SocketAddr), BackendId)>,
         ),
-        BuildError,
+        Vec<(usize, BuildError)>,
     > {
         // Ids for new services (never one freed by this build).
         let mut new_names: std::collections::HashSet<&str> = std::collections::HashSet::new();
+        let mut errors = Vec::new();
         for &p in changed {
             if ids[p] != NO_ID {
                 continue;
             }
             if !new_names.insert(services[p].name.as_str()) {
-                return Err(BuildError::DuplicateName {
-                    name: services[p].name.clone(),
-                });
+                errors.push((
+                    p,
+                    BuildError::DuplicateName {
+                        name: services[p].name.clone(),
+                    },
+                ));
+                continue;
             }
             let adopted = self.claim_adopted_service(&services[p].frontends, undo);
             let id = match adopted.or_else(|| self.free_ids.pop()) {
@@ -310,6 +352,9 @@ impl SnapshotBuilder {
             };
             self.seen[id as usize] = self.attempts;
             ids[p] = id;
+        }
+        if !errors.is_empty() {
+            return Err(errors);
         }
 
         // The frontend map: the last one, shared when no frontend changed (the common case:
@@ -338,9 +383,9 @@ impl SnapshotBuilder {
                 }
             }
         }
-        for &p in changed {
+        'specs: for &p in changed {
             let s = &services[p];
-            for f in &s.frontends {
+            for (k, f) in s.frontends.iter().enumerate() {
                 if let Some(&holder) = frontends.get(f) {
                     let first = match self.slot(holder) {
                         Some(x) if holder != ids[p] => x.spec.name.clone(),
@@ -350,14 +395,25 @@ impl SnapshotBuilder {
                             .map(|&q| services[q].name.clone())
                             .unwrap_or_default(),
                     };
-                    return Err(BuildError::DuplicateFrontend {
-                        frontend: *f,
-                        first,
-                        second: s.name.clone(),
-                    });
+                    errors.push((
+                        p,
+                        BuildError::DuplicateFrontend {
+                            frontend: *f,
+                            first,
+                            second: s.name.clone(),
+                        },
+                    ));
+                    // The specs after it are still checked, against the ones that stay.
+                    for g in &s.frontends[..k] {
+                        frontends.remove(g);
+                    }
+                    continue 'specs;
                 }
                 frontends.insert(*f, ids[p]);
             }
+        }
+        if !errors.is_empty() {
+            return Err(errors);
         }
         let (built, retire) = self.build_entries(services, ids, changed, undo)?;
         Ok((Arc::new(frontends), built, retire))
@@ -376,101 +432,121 @@ impl SnapshotBuilder {
             Vec<(usize, Arc<ServiceEntry>)>,
             Vec<((String, SocketAddr), BackendId)>,
         ),
-        BuildError,
+        Vec<(usize, BuildError)>,
     > {
         let mut built = Vec::with_capacity(changed.len());
         let mut retire = Vec::new();
+        let mut errors = Vec::new();
         for &p in changed {
-            let s = &services[p];
-            let id = ids[p];
-            let old_entry = self.slot(id).map(|x| Arc::clone(&x.entry));
-            let old: &[BackendEntry] = old_entry.as_deref().map_or(&[], |e| &e.backends);
-            let old_ids: HashMap<SocketAddr, BackendId, ahash::RandomState> =
-                old.iter().map(|b| (b.addr, b.id)).collect();
-            let mut backends: Vec<BackendEntry> = Vec::with_capacity(s.backends.len());
-            // Address → position in `backends`.
-            let mut listed: HashMap<SocketAddr, usize, ahash::RandomState> = HashMap::default();
-            let mut fresh: Vec<(usize, SocketAddr)> = Vec::new();
-            for b in &s.backends {
-                // A source may list an endpoint twice (two EndpointSlices, two sources);
-                // schedulers refuse duplicates, so the listings merge into the most usable
-                // one (usable, then the larger weight): whichever comes first, every node
-                // and every restart builds the same tables (mh across a tier).
-                if let Some(&i) = listed.get(&b.addr) {
-                    let e = &mut backends[i];
-                    if (b.usable, b.weight) > (e.usable, e.weight) {
-                        (e.usable, e.weight) = (b.usable, b.weight);
-                    }
-                    continue;
-                }
-                listed.insert(b.addr, backends.len());
-                let bid = match old_ids.get(&b.addr) {
-                    Some(id) => *id,
-                    None => {
-                        fresh.push((backends.len(), b.addr));
-                        BackendId(u32::MAX)
-                    }
-                };
-                backends.push(BackendEntry {
-                    id: bid,
-                    addr: b.addr,
-                    weight: b.weight,
-                    usable: b.usable,
-                });
-            }
-            for (i, addr) in fresh {
-                backends[i].id = match self.claim_adopted_backend(id, addr, undo) {
-                    Some(adopted) => adopted,
-                    None => self.take_backend_id(&s.name, addr, undo)?,
-                };
-            }
-            for b in old {
-                if !listed.contains_key(&b.addr) {
-                    retire.push(((s.name.clone(), b.addr), b.id));
+            let mark = undo.mark(self.next);
+            match self.build_entry(&services[p], ids[p], undo, &mut retire) {
+                Ok(entry) => built.push((p, entry)),
+                Err(e) => {
+                    // The specs after it may have the backend ids it took.
+                    self.give_back(undo, mark);
+                    errors.push((p, e));
                 }
             }
-            let sched_backends: Vec<Backend> = backends
-                .iter()
-                .map(|b| Backend {
-                    id: b.id,
-                    addr: b.addr,
-                    weight: if b.usable { b.weight } else { 0 },
-                })
-                .collect();
-            let params = SchedParams {
-                flags: SchedFlags {
-                    mh_port: s.flags.contains(&SchedFlag::MhPort),
-                    mh_fallback: s.flags.contains(&SchedFlag::MhFallback),
-                },
-                mh_table_size: self.mh_table_size,
-                ..SchedParams::default()
-            };
-            let scheduler =
-                Scheduler::build(s.scheduler, &sched_backends, &params).map_err(|source| {
-                    BuildError::Scheduler {
-                        service: s.name.clone(),
-                        source,
-                    }
-                })?;
-            built.push((
-                p,
-                Arc::new(ServiceEntry {
-                    id,
-                    name: s.name.clone(),
-                    frontends: s.frontends.clone(),
-                    mode: s.mode,
-                    affinity_timeout: s.affinity_timeout,
-                    backends,
-                    scheduler,
-                    source_ranges: s.source_ranges.clone(),
-                    limiter: s.rate_limit.map(|l| TokenBucket::new(l, self.epoch)),
-                    frozen: s.frozen,
-                    rate_limited: AtomicU64::new(0),
-                    synproxy: s.synproxy,
-                }),
-            ));
         }
-        Ok((built, retire))
+        if errors.is_empty() {
+            Ok((built, retire))
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// The entry of the changed spec `s` (service `id`); the backend ids it no longer lists
+    /// go to `retire`.
+    fn build_entry(
+        &mut self,
+        s: &ServiceSpec,
+        id: u32,
+        undo: &mut Undo,
+        retire: &mut Vec<((String, SocketAddr), BackendId)>,
+    ) -> Result<Arc<ServiceEntry>, BuildError> {
+        let old_entry = self.slot(id).map(|x| Arc::clone(&x.entry));
+        let old: &[BackendEntry] = old_entry.as_deref().map_or(&[], |e| &e.backends);
+        let old_ids: HashMap<SocketAddr, BackendId, ahash::RandomState> =
+            old.iter().map(|b| (b.addr, b.id)).collect();
+        let mut backends: Vec<BackendEntry> = Vec::with_capacity(s.backends.len());
+        // Address → position in `backends`.
+        let mut listed: HashMap<SocketAddr, usize, ahash::RandomState> = HashMap::default();
+        let mut fresh: Vec<(usize, SocketAddr)> = Vec::new();
+        for b in &s.backends {
+            // A source may list an endpoint twice (two EndpointSlices, two sources);
+            // schedulers refuse duplicates, so the listings merge into the most usable
+            // one (usable, then the larger weight): whichever comes first, every node
+            // and every restart builds the same tables (mh across a tier).
+            if let Some(&i) = listed.get(&b.addr) {
+                let e = &mut backends[i];
+                if (b.usable, b.weight) > (e.usable, e.weight) {
+                    (e.usable, e.weight) = (b.usable, b.weight);
+                }
+                continue;
+            }
+            listed.insert(b.addr, backends.len());
+            let bid = match old_ids.get(&b.addr) {
+                Some(id) => *id,
+                None => {
+                    fresh.push((backends.len(), b.addr));
+                    BackendId(u32::MAX)
+                }
+            };
+            backends.push(BackendEntry {
+                id: bid,
+                addr: b.addr,
+                weight: b.weight,
+                usable: b.usable,
+            });
+        }
+        for (i, addr) in fresh {
+            backends[i].id = match self.claim_adopted_backend(id, addr, undo) {
+                Some(adopted) => adopted,
+                None => self.take_backend_id(&s.name, addr, undo)?,
+            };
+        }
+        for b in old {
+            if !listed.contains_key(&b.addr) {
+                retire.push(((s.name.clone(), b.addr), b.id));
+            }
+        }
+        let sched_backends: Vec<Backend> = backends
+            .iter()
+            .map(|b| Backend {
+                id: b.id,
+                addr: b.addr,
+                weight: if b.usable { b.weight } else { 0 },
+            })
+            .collect();
+        let params = SchedParams {
+            flags: SchedFlags {
+                mh_port: s.flags.contains(&SchedFlag::MhPort),
+                mh_fallback: s.flags.contains(&SchedFlag::MhFallback),
+            },
+            mh_table_size: self.mh_table_size,
+            ..SchedParams::default()
+        };
+        let scheduler =
+            Scheduler::build(s.scheduler, &sched_backends, &params).map_err(|source| {
+                BuildError::Scheduler {
+                    service: s.name.clone(),
+                    source,
+                }
+            })?;
+        Ok(Arc::new(ServiceEntry {
+            id,
+            name: s.name.clone(),
+            frontends: s.frontends.clone(),
+            mode: s.mode,
+            affinity_timeout: s.affinity_timeout,
+            backends,
+            scheduler,
+            source_ranges: s.source_ranges.clone(),
+            limiter: s.rate_limit.map(|l| TokenBucket::new(l, self.epoch)),
+            frozen: s.frozen,
+            rate_limited: AtomicU64::new(0),
+            synproxy: s.synproxy,
+        }))
     }
 
     /// An id for a backend new to its service: its retired id when it left recently, else a
@@ -497,8 +573,18 @@ impl SnapshotBuilder {
             return Ok(BackendId(self.next - 1));
         }
         Err(BuildError::TooManyBackends {
+            service: service.to_owned(),
             max: self.backends_max,
         })
+    }
+
+    /// Gives back the backend ids taken since `mark` (one spec's, when its entry failed).
+    fn give_back(&mut self, undo: &mut Undo, mark: Mark) {
+        self.free.extend(undo.free.drain(mark.free..).rev());
+        self.retired.extend(undo.retired.drain(mark.retired..));
+        let adopted = undo.adopted.backends_since(mark.adopted);
+        self.unclaim_adopted(adopted);
+        self.next = mark.next;
     }
 
     /// Gives back what a failed build took.
@@ -564,4 +650,24 @@ pub(super) struct Undo {
     next: u32,
     retired: Vec<((String, SocketAddr), BackendId)>,
     pub(super) adopted: adopt::AdoptedUndo,
+}
+
+/// How much of an [`Undo`] was taken at some point of a build.
+#[derive(Clone, Copy)]
+struct Mark {
+    free: usize,
+    retired: usize,
+    adopted: usize,
+    next: u32,
+}
+
+impl Undo {
+    fn mark(&self, next: u32) -> Mark {
+        Mark {
+            free: self.free.len(),
+            retired: self.retired.len(),
+            adopted: self.adopted.backends_taken(),
+            next,
+        }
+    }
 }

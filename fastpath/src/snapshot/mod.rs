@@ -23,8 +23,9 @@
 //!
 //! This file holds [`Snapshot`], the read side the pipeline sees; the rest is one subject per
 //! file: `l2` (routes, neighbours, next hops), `spec` (the builder's input), `service` (the
-//! services' entries and scheduling), `builder` (the [`SnapshotBuilder`]), `adopt` (ids
-//! taken over from an adopted flow table).
+//! services' entries and scheduling), `builder` (the [`SnapshotBuilder`]), `isolate` (a build
+//! that leaves out the specs it cannot build), `adopt` (ids taken over from an adopted flow
+//! table).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -32,6 +33,7 @@ use std::sync::Arc;
 
 mod adopt;
 mod builder;
+mod isolate;
 mod l2;
 #[cfg(test)]
 mod mh_order;
@@ -43,6 +45,7 @@ mod tests;
 pub use crate::limit::RateLimit;
 pub use adopt::{AdoptedIds, AdoptedService};
 pub use builder::{BuildError, SnapshotBuilder};
+pub use isolate::Refused;
 pub use l2::{L2Table, Neighbour, NextHop, Route};
 pub use service::{BackendEntry, NoBackend, ServiceEntry, ServiceTable};
 pub use spec::{BackendSpec, Frontend, ServiceSpec, SynproxySetting};

@@ -388,3 +388,178 @@ fn a_failed_build_changes_nothing() {
     );
     assert_eq!(s2.generation, s1.generation + 1);
 }
+
+/// `spec` with wrr over two backends weighing 2^20 and 1: a sequence of 2^20 + 1 entries,
+/// which the wrr builder refuses.
+fn wrr_too_wide(name: &str, vip: u8) -> ServiceSpec {
+    let mut s = spec(name, vip, &[7, 8]);
+    s.scheduler = SchedulerKind::Wrr;
+    s.backends[0].weight = 1 << 20;
+    s
+}
+
+fn refusals(r: &[Refused]) -> Vec<(&str, bool)> {
+    r.iter()
+        .map(|x| (x.name.as_str(), x.kept_previous))
+        .collect()
+}
+
+/// One spec the builder cannot build (wrr weights it refuses, a name or a frontend taken
+/// twice) is left out with its reason; every other spec, the ones after it included, is
+/// in the snapshot.
+#[test]
+fn an_isolated_build_leaves_out_only_what_it_cannot_build() {
+    let mut b = SnapshotBuilder::new(64, 251);
+    let l2 = L2Table::default();
+    let (s1, refused) = b.build_isolated(&[spec("a", 1, &[1]), spec("b", 2, &[2])], &l2);
+    assert!(refused.is_empty());
+    let list = vec![
+        spec("a", 1, &[1]),
+        wrr_too_wide("poison", 3),
+        spec("a", 4, &[4]),
+        spec("d", 1, &[5]),
+        spec("b", 2, &[2]),
+        spec("canary", 6, &[6]),
+    ];
+    let (s2, refused) = b.build_isolated(&list, &l2);
+    let names: Vec<&str> = s2.services.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["a", "b", "canary"]);
+    assert_eq!(s2.generation, s1.generation + 1);
+    let mut got = refusals(&refused);
+    got.sort_unstable();
+    assert_eq!(got, [("a", false), ("d", false), ("poison", false)]);
+    let why = |name: &str| {
+        refused
+            .iter()
+            .find(|r| r.name == name)
+            .map(|r| r.to_string())
+            .unwrap()
+    };
+    assert!(
+        why("poison").contains("wrr sequence of 1048577 entries"),
+        "{}",
+        why("poison")
+    );
+    assert!(
+        why("poison").ends_with("not programmed"),
+        "{}",
+        why("poison")
+    );
+    assert!(why("d").contains("claimed by both a and d"), "{}", why("d"));
+    // The unchanged specs kept their entries.
+    assert!(Arc::ptr_eq(&s1.services[0], &s2.services[0]));
+    assert_eq!(
+        s2.service_for(&Frontend {
+            vip: ip("198.18.100.1"),
+            protocol: Protocol::Tcp,
+            port: 80
+        })
+        .map(|s| s.name.as_str()),
+        Some("a")
+    );
+    // Fixed, it is built like any other.
+    let mut fixed = list.clone();
+    fixed[1].backends[0].weight = 3;
+    fixed.retain(|s| s.name != "d" && s.frontends[0].vip != ip("198.18.100.4"));
+    let (s3, refused) = b.build_isolated(&fixed, &l2);
+    assert!(refused.is_empty(), "{refused:?}");
+    assert!(s3.services.iter().any(|s| s.name == "poison"));
+}
+
+/// A change the builder refuses keeps the spec's previous version, entry and ids
+/// included; the next good change replaces it.
+#[test]
+fn a_refused_change_keeps_the_previous_version() {
+    let mut b = SnapshotBuilder::new(64, 251);
+    let l2 = L2Table::default();
+    let mut w = wrr_too_wide("w", 1);
+    w.backends[0].weight = 2;
+    let (s1, _) = b.build_isolated(&[w.clone(), spec("b", 2, &[2])], &l2);
+    let (s2, refused) = b.build_isolated(&[wrr_too_wide("w", 1), spec("b", 2, &[2, 3])], &l2);
+    assert_eq!(refusals(&refused), [("w", true)]);
+    assert!(
+        refused[0]
+            .to_string()
+            .ends_with("its previous version stays")
+    );
+    assert!(Arc::ptr_eq(&s1.services[0], &s2.services[0]));
+    assert_eq!(
+        s2.services[1].backends.len(),
+        2,
+        "the other change is programmed"
+    );
+    let mut w3 = w.clone();
+    w3.backends[0].weight = 5;
+    let (s3, refused) = b.build_isolated(&[w3, spec("b", 2, &[2, 3])], &l2);
+    assert!(refused.is_empty());
+    assert_eq!(s3.services[0].backends[0].weight, 5);
+    assert_eq!(
+        s3.services[0]
+            .backends
+            .iter()
+            .map(|x| x.id)
+            .collect::<Vec<_>>(),
+        s1.services[0]
+            .backends
+            .iter()
+            .map(|x| x.id)
+            .collect::<Vec<_>>()
+    );
+}
+
+/// A spec whose backends find no id left (`backends_max`) is refused alone, and the ids a
+/// refused attempt took are given back.
+#[test]
+fn running_out_of_backend_ids_refuses_one_spec() {
+    let mut b = SnapshotBuilder::new(4, 251);
+    let l2 = L2Table::default();
+    let list = vec![
+        spec("a", 1, &[1]),
+        spec("big", 3, &[3, 4, 5, 6]),
+        spec("c", 4, &[7]),
+    ];
+    let (s, refused) = b.build_isolated(&list, &l2);
+    assert_eq!(refusals(&refused), [("big", false)]);
+    assert!(matches!(
+        &refused[0].error,
+        BuildError::TooManyBackends { service, max: 4 } if service == "big"
+    ));
+    let ids: Vec<u32> = s
+        .services
+        .iter()
+        .flat_map(|x| x.backends.iter().map(|b| b.id.0))
+        .collect();
+    assert_eq!(ids, [0, 1]);
+}
+
+/// The previous version of a refused spec never takes a frontend from a spec of the list:
+/// a frontend that moved from the refused service to another goes to the other, and the
+/// previous version keeps the rest.
+#[test]
+fn a_previous_version_keeps_only_frontends_nobody_else_has() {
+    let mut b = SnapshotBuilder::new(64, 251);
+    let l2 = L2Table::default();
+    let fe = |vip: u8| Frontend {
+        vip: IpAddr::from([198, 18, 100, vip]),
+        protocol: Protocol::Tcp,
+        port: 80,
+    };
+    let mut a = spec("a", 1, &[1]);
+    a.frontends.push(fe(3));
+    let (_, refused) = b.build_isolated(&[a, spec("c", 4, &[4])], &l2);
+    assert!(refused.is_empty());
+    // `a` moves to .2 with weights wrr refuses; `b` takes .1, which `a` had.
+    let (s, refused) = b.build_isolated(&[wrr_too_wide("a", 2), spec("b", 1, &[2])], &l2);
+    assert_eq!(refusals(&refused), [("a", true)]);
+    assert_eq!(s.service_for(&fe(1)).map(|x| x.name.as_str()), Some("b"));
+    assert_eq!(s.service_for(&fe(3)).map(|x| x.name.as_str()), Some("a"));
+    assert!(s.service_for(&fe(2)).is_none());
+    assert!(s.service_for(&fe(4)).is_none(), "c is gone");
+    // With nothing left of it, the previous version is not kept.
+    let (s, refused) = b.build_isolated(
+        &[wrr_too_wide("a", 2), spec("b", 1, &[2]), spec("d", 3, &[5])],
+        &l2,
+    );
+    assert_eq!(refusals(&refused), [("a", false)]);
+    assert!(s.services.iter().all(|x| x.name != "a"));
+}

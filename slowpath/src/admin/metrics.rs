@@ -690,6 +690,23 @@ pub fn render(stats: &StatsView, services: &[ServiceView], probes: &ProbeCounts)
         f(stats.sync.reloads_failed),
     );
 
+    o.family(
+        "xvs_refused",
+        "gauge",
+        "Objects or parts of objects refused now (not programmed, or only as they were before), by kind: the Kubernetes source's problems and the snapshot builder's refusals (snapshot_build).",
+    );
+    for (kind, n) in &stats.refused.current {
+        o.sample("xvs_refused", &[("kind", kind)], f(*n));
+    }
+    o.family(
+        "xvs_refused_total",
+        "counter",
+        "Refusals reported, by kind: each counted once, when the change that brings it is first seen.",
+    );
+    for (kind, n) in &stats.refused.total {
+        o.sample("xvs_refused_total", &[("kind", kind)], f(*n));
+    }
+
     if let Some(b) = &stats.bgp {
         o.single(
             "xvs_bgp_live",

@@ -171,6 +171,10 @@ pub type ControlFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>
 pub trait AdminSource: Send + Sync + 'static {
     /// Services of the published snapshot, with backend connection counts.
     fn services(&self) -> Vec<ServiceView>;
+    /// What the sources and the snapshot builder refuse now (`/v1/services`' `refused`).
+    fn refused(&self) -> Vec<RefusedView> {
+        Vec::new()
+    }
     /// Up to `limit` flows of the flow table that match `filter`, and how many matched in
     /// all (see [`FlowViewJson::collect`]).
     fn flows(&self, filter: &FlowFilter, limit: usize) -> FlowsPage;

@@ -134,6 +134,7 @@ async fn services(State(api): Shared) -> Response {
                 StatusCode::OK,
                 &ServicesResponse {
                     services: api.source.services(),
+                    refused: api.source.refused(),
                 },
             )
         })

@@ -19,11 +19,38 @@ use serde::{Deserialize, Serialize};
 
 pub use super::histogram::HistogramView;
 
-/// `GET /v1/services`: `{"services": [ServiceView...]}`.
+/// `GET /v1/services`: `{"services": [ServiceView...], "refused": [RefusedView...]}`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ServicesResponse {
     /// Every service of the current snapshot, in snapshot order.
     pub services: Vec<ServiceView>,
+    /// What the source or the snapshot builder refused, now: objects or parts of objects
+    /// that are not programmed (or only as they were before), each with its reason.
+    #[serde(default)]
+    pub refused: Vec<RefusedView>,
+}
+
+/// One refusal in effect: an object (or part of one) a source or the snapshot builder did
+/// not program as it says.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusedView {
+    /// What: `Service ns/name`, `EndpointSlice ns/name`, or `service NAME` (a service of
+    /// the snapshot the builder refused).
+    pub object: String,
+    /// The kind of refusal, as the `kind` label of `xvs_refused` (`service_refused`,
+    /// `endpoint_special`, `snapshot_build`...).
+    pub kind: String,
+    /// What was wrong and what was done instead.
+    pub reason: String,
+}
+
+/// Refusals by kind (`/v1/stats`' `refused`, the `xvs_refused` metrics).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusedStats {
+    /// Refusals in effect now, by kind.
+    pub current: BTreeMap<String, u64>,
+    /// Refusals reported since the start, by kind: each counted once, when it appeared.
+    pub total: BTreeMap<String, u64>,
 }
 
 /// One service of the current snapshot.
@@ -393,6 +420,9 @@ pub struct StatsView {
     /// VIP announcement through BIRD (`[bgp]`), when enabled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bgp: Option<BgpView>,
+    /// What the sources and the snapshot builder refused.
+    #[serde(default)]
+    pub refused: RefusedStats,
 }
 
 /// Flow sync's counters (see `slowpath::flowsync`), totals since start-up.
@@ -793,6 +823,23 @@ pub struct HealthView {
     /// `Some(reason)` while the daemon is not ready to serve at all (e.g. "waiting for the
     /// first sync of the Kubernetes source"): `/healthz` and `/livez` both fail with it.
     pub not_ready: Option<String>,
+}
+
+impl HealthView {
+    /// This view with the Kubernetes source's own queue: its oldest change not yet handed to
+    /// the controller counts as pending, and its last model as a sync (the older of the
+    /// source's and the controller's is `last_updated`). A change is pending from when the
+    /// source received it to the publish of its snapshot, in whichever stage it waits.
+    pub fn with_source(mut self, source: &crate::k8s::SourceStats) -> HealthView {
+        self.oldest_pending = match (self.oldest_pending, source.pending_since()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let (Some(ours), Some(theirs)) = (self.last_updated, source.last_model()) {
+            self.last_updated = Some(ours.min(theirs));
+        }
+        self
+    }
 }
 
 /// The body of `/healthz` and `/livez`, as kube-proxy answers (same field names).

@@ -31,7 +31,9 @@ fn key_of(ns: &str, name: &str) -> Key {
 /// then call [`model`](Self::model): only the Services whose Service object or
 /// EndpointSlices changed since the last call are translated again. The result always equals
 /// [`build_model`](super::build_model) of the same objects (a property the tests check after
-/// random edits).
+/// random edits), except for a Service refused as a whole
+/// ([`ProblemKind::ServiceRefused`](super::ProblemKind)): this model keeps its previous
+/// translation, as the API server would have kept the previous object.
 ///
 /// Objects are held as `Arc`s; re-applying an unchanged object costs one comparison.
 #[derive(Debug)]

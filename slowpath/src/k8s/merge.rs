@@ -2,14 +2,19 @@
 //! whole-cluster translation built on it.
 //!
 //! Each Service is translated on its own ([`translate_service`]); [`Merge`] then settles
-//! frontends claimed by several Services (the older Service wins) and keeps the specs sorted
-//! by name. A full translation ([`build_model`]) is "every Service set, then one commit", and
-//! the incremental model ([`IncrementalModel`](super::IncrementalModel)) sets only the
-//! Services that changed before committing, so the two cannot drift apart.
+//! what needs every Service: frontends claimed by several Services (ClusterIPs first, then
+//! load-balancer IPs with source ranges, then the older Service), endpoints on a Service's
+//! VIP (refused), and Services refused as a whole (their previous translation stays); and it
+//! keeps the specs sorted by name. A full translation ([`build_model`]) is "every Service set,
+//! then one commit", and the incremental model
+//! ([`IncrementalModel`](super::IncrementalModel)) sets only the Services that changed before
+//! committing, so the two cannot drift apart (except that a full translation has no previous
+//! translation to keep for a refused Service).
 //!
 //! Layering (no cycles): `translate` (one Service) ← `merge` (this module) ← `incremental`.
 
 use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
 
 use config::Config;
 use fastpath::snapshot::{Frontend, ServiceSpec};
@@ -20,7 +25,7 @@ use super::translate::{
     NodeInfo, OrderKey, Translated, fmt_ip_port, order_key, service_key, slice_service,
     translate_service,
 };
-use super::{K8sModel, Problem};
+use super::{K8sModel, Problem, ProblemKind};
 
 /// (namespace, name) of a Service.
 pub(crate) type Key = (String, String);
@@ -59,8 +64,19 @@ pub fn build_specs(
 /// - Annotations: `xvs.io/scheduler`, `xvs.io/scheduler-flags`, `xvs.io/mode`,
 ///   `xvs.io/weights` (`IP=WEIGHT,...`); an invalid one falls back to the default with a
 ///   [`Problem`].
-/// - A frontend claimed by two Services goes to the older one (creation time, then name);
-///   the other loses that frontend, with a [`Problem`].
+/// - Refused (each a [`Problem`], the rest of the Service translated): frontends (but
+///   NodePorts) on special addresses (loopback, multicast, broadcast, unspecified,
+///   link-local) or on this node's own addresses; endpoints on special addresses, on the
+///   node's own addresses, or on any Service's VIP (a ClusterIP, externalIP or
+///   load-balancer IP).
+/// - A Service the API server would refuse (names that are no DNS labels, two ports with
+///   one name) is not translated, with a [`Problem`]; the incremental model keeps its
+///   previous translation.
+/// - A frontend claimed by two Services goes to a ClusterIP over any other claim, then to a
+///   load-balancer IP with source ranges over the rest (so the ranges always apply), then to
+///   the older Service (creation time, then name); the other loses that frontend, with a
+///   [`Problem`]. In one Service, an address that is both an externalIP and a
+///   load-balancer IP with source ranges is served with the ranges.
 /// - Determinism: a Service's slices are read in name order; specs are sorted by name;
 ///   problems come Service by Service, oldest first (lost frontends after the others).
 /// - `healthCheckNodePort` of `externalTrafficPolicy: Local` Services is listed with its
@@ -157,6 +173,13 @@ pub(crate) struct Merge {
     touched: Vec<Frontend>,
     /// Slots with problems.
     with_problems: HashSet<u32>,
+    /// Claims of every address that is a frontend (a VIP): an endpoint may not be on one.
+    vips: Counts,
+    /// Addresses that became or stopped being VIPs since the last commit.
+    touched_vips: Vec<IpAddr>,
+    /// How many Services list an endpoint at each address.
+    endpoints: Counts,
+
     model: K8sModel,
 }
 
@@ -165,8 +188,16 @@ pub(crate) struct Merge {
 const SPLICE_MAX: usize = 8;
 
 impl Merge {
-    /// Sets the translation of one Service.
-    pub(crate) fn set(&mut self, key: Key, order: OrderKey, out: Translated) {
+    /// Sets the translation of one Service. A Service refused as a whole keeps the specs it
+    /// had, with its new problems.
+    pub(crate) fn set(&mut self, key: Key, order: OrderKey, mut out: Translated) {
+        if out.refused
+            && let Some(&i) = self.index.get(&key)
+        {
+            let prev = &self.slots[i as usize].out;
+            out.specs = prev.specs.clone();
+            out.hcnp = prev.hcnp.clone();
+        }
         let i = match self.index.get(&key) {
             Some(i) => *i,
             None if out == Translated::default() => return,
@@ -205,6 +236,28 @@ impl Merge {
                 self.touched.push(*f);
             }
         }
+        // New claims counted before old ones are dropped: an address the Service keeps
+        // never drops to no claim, which would look like a VIP going and coming.
+        let (vips, touched) = (&mut self.vips, &mut self.touched_vips);
+        for f in out.specs.iter().flat_map(|r| &r.spec.frontends) {
+            if count(vips, f.vip, true) {
+                touched.push(f.vip);
+            }
+        }
+        for f in slot.out.specs.iter().flat_map(|r| &r.spec.frontends) {
+            if count(vips, f.vip, false) {
+                touched.push(f.vip);
+            }
+        }
+        let (old, new) = (endpoint_ips(&slot.out), endpoint_ips(&out));
+        if old != new {
+            for ip in &old {
+                count(&mut self.endpoints, *ip, false);
+            }
+            for ip in &new {
+                count(&mut self.endpoints, *ip, true);
+            }
+        }
         slot.out = out;
         slot.order = order;
         if !slot.queued {
@@ -224,14 +277,37 @@ impl Merge {
     pub(crate) fn commit(&mut self) {
         let mut affected = std::mem::take(&mut self.changed);
         // Other claimants of the frontends that changed hands may win or lose them now.
+        let mut queue = |slots: &mut Vec<Slot>, s: u32| {
+            let slot = &mut slots[s as usize];
+            if !slot.queued {
+                slot.queued = true;
+                affected.push(s);
+            }
+        };
         for f in std::mem::take(&mut self.touched) {
             if let Some(c) = self.claims.get(&f) {
                 for s in c.slots() {
-                    let slot = &mut self.slots[s as usize];
-                    if !slot.queued {
-                        slot.queued = true;
-                        affected.push(s);
-                    }
+                    queue(&mut self.slots, s);
+                }
+            }
+        }
+        // Services with an endpoint on an address that became or stopped being a VIP (rare:
+        // a pass over every endpoint then, rather than an index of which Service lists
+        // which address, kept always).
+        let touched_vips: HashSet<IpAddr> = std::mem::take(&mut self.touched_vips)
+            .into_iter()
+            .filter(|ip| self.endpoints.contains_key(ip))
+            .collect();
+        if !touched_vips.is_empty() {
+            for s in 0..self.slots.len() {
+                let on_touched = self.slots[s].out.specs.iter().any(|r| {
+                    r.spec
+                        .backends
+                        .iter()
+                        .any(|b| touched_vips.contains(&b.addr.ip()))
+                });
+                if on_touched {
+                    queue(&mut self.slots, s as u32);
                 }
             }
         }
@@ -371,17 +447,21 @@ impl Merge {
         let mut specs = Vec::with_capacity(slot.out.specs.len());
         let mut problems = slot.out.problems.clone();
         let mut lb = Vec::new();
+        let object = || format!("Service {}/{}", slot.key.0, slot.key.1);
+        let mut vip_endpoints: Vec<std::net::SocketAddr> = Vec::new();
         for (j, r) in slot.out.specs.iter().enumerate() {
             let me = (i, j as u32);
             let lost = |f: &Frontend| self.winner(f).is_some_and(|w| w != me);
-            let spec = if r.spec.frontends.iter().any(lost) {
+            let on_vip = |b: &fastpath::snapshot::BackendSpec| self.vips.contains_key(&b.addr.ip());
+            let mut spec = if r.spec.frontends.iter().any(lost) {
                 let mut spec = r.spec.clone();
                 spec.frontends.retain(|f| match self.winner(f) {
                     Some(w) if w != me => {
                         let (ws, wj) = (w.0 as usize, w.1 as usize);
                         let owner = &self.slots[ws].out.specs[wj].spec.name;
                         problems.push(Problem {
-                            object: format!("Service {}/{}", slot.key.0, slot.key.1),
+                            object: object(),
+                            kind: ProblemKind::FrontendInUse,
                             reason: format!(
                                 "frontend {} {}/{} is already used by {owner}; ignored",
                                 fmt_ip_port(f.vip, f.port),
@@ -400,16 +480,33 @@ impl Merge {
             } else {
                 r.spec.clone()
             };
+            if spec.backends.iter().any(on_vip) {
+                spec.backends.retain(|b| {
+                    let vip = on_vip(b);
+                    if vip && !vip_endpoints.contains(&b.addr) {
+                        vip_endpoints.push(b.addr);
+                    }
+                    !vip
+                });
+            }
             if r.lb {
                 lb.push((spec.name.clone(), spec.source_ranges.clone()));
             }
             specs.push(spec);
         }
+        for addr in vip_endpoints {
+            problems.push(Problem {
+                object: object(),
+                kind: ProblemKind::EndpointVip,
+                reason: format!("endpoint {addr}: it is a Service's VIP; endpoint ignored"),
+            });
+        }
         specs.sort_by(|a, b| a.name.cmp(&b.name));
         (specs, problems, lb)
     }
 
-    /// Who owns a frontend: its oldest claimant.
+    /// Who owns a frontend: its claimant of the lowest rank (a ClusterIP, then a
+    /// load-balancer IP with source ranges), then the oldest.
     fn winner(&self, f: &Frontend) -> Option<Claimant> {
         match self.claims.get(f)? {
             Claim::One(c) => Some(*c),
@@ -417,7 +514,11 @@ impl Merge {
                 .iter()
                 .min_by(|a, b| {
                     let (x, y) = (&self.slots[a.0 as usize], &self.slots[b.0 as usize]);
-                    (&x.order, a.0, a.1).cmp(&(&y.order, b.0, b.1))
+                    let (xr, yr) = (
+                        x.out.specs[a.1 as usize].rank,
+                        y.out.specs[b.1 as usize].rank,
+                    );
+                    (xr, &x.order, a.0, a.1).cmp(&(yr, &y.order, b.0, b.1))
                 })
                 .copied(),
         }
@@ -431,6 +532,39 @@ impl Merge {
     pub(crate) fn into_model(self) -> K8sModel {
         self.model
     }
+}
+
+/// A count per address (ahash: every endpoint of the cluster is counted).
+type Counts = HashMap<IpAddr, u32, ahash::RandomState>;
+
+/// Counts `ip` once more (`add`) or once less in `counts`; true when it came or went.
+fn count(counts: &mut Counts, ip: IpAddr, add: bool) -> bool {
+    if add {
+        let n = counts.entry(ip).or_insert(0);
+        *n += 1;
+        *n == 1
+    } else if let Some(n) = counts.get_mut(&ip) {
+        *n -= 1;
+        if *n == 0 {
+            counts.remove(&ip);
+            return true;
+        }
+        false
+    } else {
+        false
+    }
+}
+
+/// The distinct endpoint addresses of a translation, sorted.
+fn endpoint_ips(t: &Translated) -> Vec<IpAddr> {
+    let mut v: Vec<IpAddr> = t
+        .specs
+        .iter()
+        .flat_map(|r| r.spec.backends.iter().map(|b| b.addr.ip()))
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
 }
 
 fn claim(claims: &mut HashMap<Frontend, Claim>, f: &Frontend, c: Claimant) {

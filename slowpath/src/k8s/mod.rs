@@ -4,12 +4,16 @@
 //!
 //! Three parts:
 //! - [`build_model`] / [`build_specs`]: a pure function from API objects to a [`K8sModel`]. It
-//!   does no I/O and reads no clock. Objects it cannot use are skipped and reported as a
-//!   [`Problem`], never fatal: one bad Service must not take the others down.
+//!   does no I/O and reads no clock. Objects it cannot use (or parts of them: an address no
+//!   Service may take, a frontend another Service has) are skipped and reported as a
+//!   [`Problem`] of a [`ProblemKind`], never fatal: one bad Service must not take the others
+//!   down. What it checks before use is in `validate`.
 //! - [`IncrementalModel`]: the same translation kept up to date object by object: a changed
 //!   EndpointSlice retranslates its Service only and patches the sorted spec list (10k
 //!   Services: tens of microseconds; see `benches/src/bin/scale.rs`). Its result always
-//!   equals [`build_model`] of the same objects.
+//!   equals [`build_model`] of the same objects, except that a Service refused as a whole
+//!   (one the API server would refuse) keeps its previous translation, which a full
+//!   translation does not have.
 //! - [`connect`] and [`watch`]: kube-rs watchers (on the daemon's slowpath runtime; [`spawn`]
 //!   runs them on a thread of their own for tests) that feed an [`IncrementalModel`], batching changes by `[kubernetes] min_sync_period`, retranslating
 //!   everything every `sync_period`, and handing each whole model to a callback. Nothing is
@@ -25,9 +29,13 @@ mod endpoints;
 pub mod hcnp;
 mod incremental;
 mod merge;
+mod settings;
 mod source;
 mod translate;
+mod validate;
 
+#[cfg(test)]
+mod refusal_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -79,13 +87,91 @@ pub const ANN_LB_SOURCE_RANGES: &str = "service.beta.kubernetes.io/load-balancer
 pub struct Problem {
     /// The object: `Service ns/name` or `EndpointSlice ns/name`.
     pub object: String,
+    /// What kind of refusal: the `kind` label of its metric.
+    pub kind: ProblemKind,
     /// What was wrong and what was done about it, as a phrase.
     pub reason: String,
 }
 
 impl fmt::Display for Problem {
+    /// `object: reason`, with control characters of the object's name escaped (`xvs sim`
+    /// prints it: a name must not break the line).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.object, self.reason)
+        for c in self.object.chars() {
+            if c.is_control() {
+                write!(f, "{}", c.escape_default())?;
+            } else {
+                write!(f, "{c}")?;
+            }
+        }
+        write!(f, ": {}", self.reason)
+    }
+}
+
+impl Problem {
+    /// Logs the problem as the source does, one line (the object's strings quoted).
+    pub fn log(&self) {
+        tracing::warn!(
+            object = self.object.as_str(),
+            kind = self.kind.label(),
+            reason = self.reason.as_str(),
+            "ignored"
+        );
+    }
+}
+
+/// What kind of thing a [`Problem`] refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ProblemKind {
+    /// A field that cannot be used: ignored, or replaced by its default.
+    Invalid,
+    /// A whole Service the API server would have refused (names that are no DNS labels, two
+    /// ports with one name...): not translated; its previous translation, if any, stays.
+    ServiceRefused,
+    /// A frontend another Service has.
+    FrontendInUse,
+    /// An externalIP outside `[kubernetes] external_ip_cidrs`.
+    FrontendNotAllowed,
+    /// A frontend on a special address (loopback, multicast, broadcast, unspecified,
+    /// link-local).
+    FrontendSpecial,
+    /// A frontend (other than a NodePort) on one of this node's own addresses.
+    FrontendNodeAddress,
+    /// An endpoint on a special address.
+    EndpointSpecial,
+    /// An endpoint on one of this node's own addresses.
+    EndpointNodeAddress,
+    /// An endpoint on a Service's VIP.
+    EndpointVip,
+}
+
+impl ProblemKind {
+    /// Every kind.
+    pub const ALL: [ProblemKind; 9] = [
+        ProblemKind::Invalid,
+        ProblemKind::ServiceRefused,
+        ProblemKind::FrontendInUse,
+        ProblemKind::FrontendNotAllowed,
+        ProblemKind::FrontendSpecial,
+        ProblemKind::FrontendNodeAddress,
+        ProblemKind::EndpointSpecial,
+        ProblemKind::EndpointNodeAddress,
+        ProblemKind::EndpointVip,
+    ];
+
+    /// The label: `invalid`, `service_refused`, `frontend_in_use`...
+    pub fn label(self) -> &'static str {
+        match self {
+            ProblemKind::Invalid => "invalid",
+            ProblemKind::ServiceRefused => "service_refused",
+            ProblemKind::FrontendInUse => "frontend_in_use",
+            ProblemKind::FrontendNotAllowed => "frontend_not_allowed",
+            ProblemKind::FrontendSpecial => "frontend_special",
+            ProblemKind::FrontendNodeAddress => "frontend_node_address",
+            ProblemKind::EndpointSpecial => "endpoint_special",
+            ProblemKind::EndpointNodeAddress => "endpoint_node_address",
+            ProblemKind::EndpointVip => "endpoint_vip",
+        }
     }
 }
 

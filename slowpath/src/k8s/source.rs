@@ -14,6 +14,11 @@
 //!   of them are (a safety net; unchanged results cost no further work).
 //! - Problems are logged the first time they appear, not at every sync; a failing watch is
 //!   logged with backoff and a count ([`RepeatLog`]), and once more when it recovers.
+//! - [`SourceStats::pending_since`] is when the oldest change not yet handed over in a model
+//!   arrived (kube-proxy's `QueuedUpdate`), and [`SourceStats::last_model`] when the last
+//!   model was handed over: `/healthz` fails when either is older than its timeout, so a
+//!   source that stops handing over changes, whatever the cause, is seen
+//!   ([`crate::admin::HealthView::with_source`]).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -71,9 +76,48 @@ pub struct SourceStats {
     pub service_changes: AtomicU64,
     /// EndpointSlice changes since the start (`..._endpoint_changes_total`).
     pub endpoint_changes: AtomicU64,
+    /// Wall-clock time, milliseconds since the Unix epoch, of the oldest change received and
+    /// not yet in a model handed over (0: none).
+    pub pending_since_unix_ms: AtomicU64,
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+        .max(1)
+}
+
+fn from_unix_ms(ms: u64) -> Option<SystemTime> {
+    (ms != 0).then(|| UNIX_EPOCH + Duration::from_millis(ms))
 }
 
 impl SourceStats {
+    /// When the oldest change not yet handed over in a model arrived.
+    pub fn pending_since(&self) -> Option<SystemTime> {
+        from_unix_ms(self.pending_since_unix_ms.load(Ordering::Relaxed))
+    }
+
+    /// When the last model was handed over (None: no model yet).
+    pub fn last_model(&self) -> Option<SystemTime> {
+        from_unix_ms(self.last_sync_unix_ms.load(Ordering::Relaxed))
+    }
+
+    /// A change arrived at `now`: the oldest pending one, unless one is pending already.
+    pub fn queued(&self, now: SystemTime) {
+        let _ = self.pending_since_unix_ms.compare_exchange(
+            0,
+            unix_ms(now),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Every change received so far is in a model handed over.
+    pub fn handed_over(&self) {
+        self.pending_since_unix_ms.store(0, Ordering::Relaxed);
+    }
+
     /// Stores `model`'s change counts.
     fn changes(&self, model: &IncrementalModel) {
         let n = |x: usize| u64::try_from(x).unwrap_or(u64::MAX);
@@ -349,6 +393,7 @@ pub async fn watch(
                 publish_stats(&stats, &m, model.services(), model.endpoint_slices(), t0.elapsed());
                 log_problems(&m.problems, &mut logged);
                 on_model(m);
+                stats.handed_over();
                 last_build = Some(Instant::now());
                 continue;
             }
@@ -418,6 +463,9 @@ pub async fn watch(
             }
         }
         stats.changes(&model);
+        if model.is_dirty() {
+            stats.queued(SystemTime::now());
+        }
         if init_done {
             synced[i] = true;
             if synced.iter().all(|s| *s) {
@@ -436,10 +484,7 @@ fn publish_stats(
 ) {
     let n = |x: usize| u64::try_from(x).unwrap_or(u64::MAX);
     let backends: usize = model.specs.iter().map(|s| s.backends.len()).sum();
-    let now_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0);
+    let now_ms = unix_ms(SystemTime::now());
     stats.services.store(n(services), Ordering::Relaxed);
     stats.endpoint_slices.store(n(slices), Ordering::Relaxed);
     stats.specs.store(n(model.specs.len()), Ordering::Relaxed);
@@ -457,10 +502,8 @@ fn publish_stats(
 
 fn log_problems(problems: &[Problem], logged: &mut HashSet<Problem>) {
     let now: HashSet<Problem> = problems.iter().cloned().collect();
-    for p in problems {
-        if !logged.contains(p) {
-            tracing::warn!(object = %p.object, reason = %p.reason, "ignored");
-        }
+    for p in problems.iter().filter(|p| !logged.contains(*p)) {
+        p.log();
     }
     *logged = now;
 }

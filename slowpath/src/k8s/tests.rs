@@ -10,10 +10,10 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::k8s::settings::parse_weights;
 use crate::k8s::source::label_selector;
-use crate::k8s::translate::parse_weights;
 
-fn cfg() -> Config {
+pub(super) fn cfg() -> Config {
     Config {
         kubernetes: Some(Kubernetes {
             kubeconfig: None,
@@ -27,24 +27,25 @@ fn cfg() -> Config {
     }
 }
 
-fn node() -> NodeInfo {
+pub(super) fn node() -> NodeInfo {
     NodeInfo {
         name: "node-a".to_owned(),
         zone: Some("zone-a".to_owned()),
         addresses: vec![ip("198.18.0.10"), ip("2001:2::10")],
+        own: vec![ip("198.18.0.11")],
     }
 }
 
-fn ip(s: &str) -> IpAddr {
+pub(super) fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
-fn sa(s: &str) -> SocketAddr {
+pub(super) fn sa(s: &str) -> SocketAddr {
     s.parse().unwrap()
 }
 
 /// A ClusterIP Service `ns/web` on 198.18.100.1, port "http" 80 → named target port.
-fn web(extra_spec: Value) -> Service {
+pub(super) fn web(extra_spec: Value) -> Service {
     let mut v = json!({
         "metadata": {"namespace": "ns", "name": "web"},
         "spec": {
@@ -58,7 +59,7 @@ fn web(extra_spec: Value) -> Service {
     serde_json::from_value(v).unwrap()
 }
 
-fn service(v: Value) -> Service {
+pub(super) fn service(v: Value) -> Service {
     serde_json::from_value(v).unwrap()
 }
 
@@ -71,15 +72,15 @@ fn merge(into: &mut Value, from: Value) {
 }
 
 /// An endpoint: (address, node, zone hint) ready unless `conditions` say otherwise.
-fn ep(addr: &str, node: &str, conditions: Value) -> Value {
+pub(super) fn ep(addr: &str, node: &str, conditions: Value) -> Value {
     json!({"addresses": [addr], "nodeName": node, "conditions": conditions})
 }
 
-fn ready() -> Value {
+pub(super) fn ready() -> Value {
     json!({"ready": true, "serving": true, "terminating": false})
 }
 
-fn slice(name: &str, family: &str, port: u16, endpoints: Vec<Value>) -> EndpointSlice {
+pub(super) fn slice(name: &str, family: &str, port: u16, endpoints: Vec<Value>) -> EndpointSlice {
     serde_json::from_value(json!({
         "metadata": {"namespace": "ns", "name": name,
                      "labels": {"kubernetes.io/service-name": "web"}},
@@ -90,18 +91,18 @@ fn slice(name: &str, family: &str, port: u16, endpoints: Vec<Value>) -> Endpoint
     .unwrap()
 }
 
-fn spec<'m>(m: &'m K8sModel, name: &str) -> &'m ServiceSpec {
+pub(super) fn spec<'m>(m: &'m K8sModel, name: &str) -> &'m ServiceSpec {
     m.specs
         .iter()
         .find(|s| s.name == name)
         .unwrap_or_else(|| panic!("no spec {name} in {:?}", names(m)))
 }
 
-fn names(m: &K8sModel) -> Vec<&str> {
+pub(super) fn names(m: &K8sModel) -> Vec<&str> {
     m.specs.iter().map(|s| s.name.as_str()).collect()
 }
 
-fn usable(s: &ServiceSpec) -> Vec<SocketAddr> {
+pub(super) fn usable(s: &ServiceSpec) -> Vec<SocketAddr> {
     s.backends
         .iter()
         .filter(|b| b.usable)
@@ -109,7 +110,7 @@ fn usable(s: &ServiceSpec) -> Vec<SocketAddr> {
         .collect()
 }
 
-fn fe(vip: &str, port: u16) -> Frontend {
+pub(super) fn fe(vip: &str, port: u16) -> Frontend {
     Frontend {
         vip: ip(vip),
         protocol: Protocol::Tcp,
@@ -117,7 +118,7 @@ fn fe(vip: &str, port: u16) -> Frontend {
     }
 }
 
-fn model(services: &[Service], slices: &[EndpointSlice]) -> K8sModel {
+pub(super) fn model(services: &[Service], slices: &[EndpointSlice]) -> K8sModel {
     build_model(services, slices, &node(), &cfg())
 }
 
@@ -1041,8 +1042,8 @@ fn random_service(r: &mut Rng, i: usize) -> Service {
     if r.coin(3) {
         spec["externalIPs"] = json!([format!(
             "198.18.{}.{}",
-            [200, 201][r.below(2)],
-            1 + r.below(3)
+            [200, 201, 0][r.below(3)],
+            [1 + r.below(3), 10][usize::from(r.coin(6))]
         )]);
     }
     if r.coin(3) {
@@ -1072,8 +1073,10 @@ fn random_service(r: &mut Rng, i: usize) -> Service {
     }
     let mut v = json!({"metadata": meta, "spec": spec});
     if kind == "LoadBalancer" && r.coin(2) {
+        // Sometimes an address other Services have as an externalIP.
+        let net = [210, 200][usize::from(r.coin(3))];
         v["status"] = json!({"loadBalancer": {"ingress": [
-            {"ip": format!("198.18.210.{}", 1 + r.below(3))}]}});
+            {"ip": format!("198.18.{net}.{}", 1 + r.below(3))}]}});
     }
     service(v)
 }
@@ -1083,10 +1086,22 @@ fn random_slice(r: &mut Rng, j: usize, services: usize) -> EndpointSlice {
     let v6 = r.coin(4);
     let eps: Vec<Value> = (0..r.below(5))
         .map(|_| {
-            let addr = if v6 {
+            let addr = if v6 && r.coin(8) {
+                // A VIP: refused while a Service has it.
+                format!("2001:2::{}", 1 + r.below(3))
+            } else if v6 {
                 format!("fd00::{}", 1 + r.below(6))
             } else if r.coin(20) {
                 "bogus".to_owned()
+            } else if r.coin(8) {
+                [
+                    "198.18.100.1",
+                    "198.18.200.1",
+                    "198.18.210.2",
+                    "198.18.0.10",
+                    "127.0.0.1",
+                ][r.below(5)]
+                .to_owned()
             } else {
                 format!("10.0.0.{}", 1 + r.below(6))
             };

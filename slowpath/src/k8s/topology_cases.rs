@@ -463,6 +463,7 @@ fn node_info(c: &Case) -> NodeInfo {
         name: c.node.to_owned(),
         zone: c.zone.map(str::to_owned),
         addresses: vec!["198.18.0.10".parse().unwrap()],
+        own: Vec::new(),
     }
 }
 
@@ -725,6 +726,7 @@ fn external_and_lb_ips_of_a_family_without_cluster_ip_are_not_frontends() {
             "198.18.0.10".parse().unwrap(),
             "2001:2::10".parse().unwrap(),
         ],
+        own: Vec::new(),
     };
     let m = build_model(&[svc], &[], &node, &cfg);
     let names: Vec<&str> = m.specs.iter().map(|s| s.name.as_str()).collect();

@@ -2,24 +2,21 @@
 //! [`translate_service`]. Merging the Services of a cluster into one model is
 //! [`merge`](super::merge)'s job; the rules are listed on [`build_model`](super::build_model).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
-use std::time::Duration;
 
-use config::{Cidr, Config, Mode, Protocol, SchedFlag, SchedulerKind, SynproxyMode};
-use fastpath::snapshot::{BackendSpec, Frontend, RateLimit, ServiceSpec, SynproxySetting};
-use k8s_openapi::api::core::v1::{Node, Service, ServicePort, ServiceSpec as K8sServiceSpec};
+use config::{Cidr, Config, Protocol};
+use fastpath::snapshot::{BackendSpec, Frontend, ServiceSpec};
+use k8s_openapi::api::core::v1::{Node, Service, ServicePort};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::endpoints::{self, Ep, Uses};
+use super::settings::{common, source_ranges};
+use super::validate::{endpoint_refusal, frontend_refusal, refuse_service};
 use super::{
-    ANN_LB_SOURCE_RANGES, ANN_MODE, ANN_NEW_CONN_BURST, ANN_NEW_CONN_RATE, ANN_SCHEDULER,
-    ANN_SCHEDULER_FLAGS, ANN_SYNPROXY, ANN_WEIGHTS, HealthCheckNodePort, LABEL_SERVICE_NAME,
-    LABEL_SERVICE_PROXY_NAME, LABEL_ZONE, Problem,
+    HealthCheckNodePort, LABEL_SERVICE_NAME, LABEL_SERVICE_PROXY_NAME, LABEL_ZONE, Problem,
+    ProblemKind,
 };
-
-/// The session affinity timeout when a ClientIP Service does not set one (3 hours).
-pub const DEFAULT_AFFINITY_TIMEOUT_S: u64 = 10800;
 
 /// This node, as the translation needs it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -30,12 +27,17 @@ pub struct NodeInfo {
     pub zone: Option<String>,
     /// Addresses NodePort frontends listen on.
     pub addresses: Vec<IpAddr>,
+    /// The node's other addresses: no frontend and no endpoint may be on them, nor on
+    /// `addresses` (except NodePorts there).
+    pub own: Vec<IpAddr>,
 }
 
 impl NodeInfo {
     /// Resolves this node from the configuration and, when it exists, the Node object:
     /// `[node] zone` else the Node's `topology.kubernetes.io/zone` label; `[node] addresses`
-    /// else the Node's InternalIP and ExternalIP addresses.
+    /// else the Node's InternalIP and ExternalIP addresses (for NodePorts); its own
+    /// addresses are all of those, every address of the Node, and `[dataplane]
+    /// snat_addresses`.
     pub fn resolve(cfg: &Config, name: &str, node: Option<&Node>) -> NodeInfo {
         let zone = cfg.node.zone.clone().or_else(|| {
             node.and_then(|n| n.metadata.labels.as_ref())
@@ -58,11 +60,36 @@ impl NodeInfo {
                 }
             }
         }
+        let node_ips = node
+            .and_then(|n| n.status.as_ref())
+            .and_then(|s| s.addresses.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(|a| a.address.parse::<IpAddr>().ok());
+        let mut own: Vec<IpAddr> = Vec::new();
+        for ip in cfg
+            .node
+            .addresses
+            .iter()
+            .copied()
+            .chain(node_ips)
+            .chain(cfg.dataplane.snat_addresses.iter().copied())
+        {
+            if !addresses.contains(&ip) && !own.contains(&ip) {
+                own.push(ip);
+            }
+        }
         NodeInfo {
             name: name.to_owned(),
             zone,
             addresses,
+            own,
         }
+    }
+
+    /// Whether `ip` is one of this node's own addresses.
+    pub fn is_own(&self, ip: IpAddr) -> bool {
+        self.addresses.contains(&ip) || self.own.contains(&ip)
     }
 }
 
@@ -110,7 +137,19 @@ pub(crate) struct RawSpec {
     pub spec: ServiceSpec,
     /// The `/lb` spec of a Service with source ranges (listed in `K8sModel::source_ranges`).
     pub lb: bool,
+    /// Its claim on a frontend several Services list (the lowest wins, then the older
+    /// Service): [`RANK_CLUSTER_IP`], [`RANK_LB_RANGES`] or [`RANK_EXTERNAL`].
+    pub rank: u8,
 }
+
+/// A ClusterIP frontend: allocated to its Service by the API server, so no externalIP or
+/// load-balancer IP of another Service takes it.
+pub(crate) const RANK_CLUSTER_IP: u8 = 0;
+/// A load-balancer IP of a Service with source ranges: a frontend without them would let
+/// through the traffic kube-proxy drops.
+pub(crate) const RANK_LB_RANGES: u8 = 1;
+/// Every other frontend: externalIPs, NodePorts, load-balancer IPs without source ranges.
+pub(crate) const RANK_EXTERNAL: u8 = 2;
 
 /// Everything one Service translates to, on its own.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -121,43 +160,36 @@ pub(crate) struct Translated {
     pub problems: Vec<Problem>,
     /// Its health-check node port.
     pub hcnp: Option<HealthCheckNodePort>,
+    /// The Service was refused as a whole (no specs, one [`ProblemKind::ServiceRefused`]):
+    /// the merge keeps its previous translation.
+    pub refused: bool,
 }
 
-struct Out {
+pub(super) struct Out {
     t: Translated,
 }
 
 impl Out {
-    fn problem(&mut self, object: &str, reason: String) {
+    pub(super) fn problem(&mut self, object: &str, kind: ProblemKind, reason: String) {
         self.t.problems.push(Problem {
             object: object.to_owned(),
+            kind,
             reason,
         });
     }
 
     /// Adds a spec (frontends sorted and deduplicated); one without frontends is dropped.
-    fn push(&mut self, mut spec: ServiceSpec, lb: bool) {
+    fn push(&mut self, mut spec: ServiceSpec, lb: bool, rank: u8) {
         spec.frontends.sort_unstable();
         spec.frontends.dedup();
         if !spec.frontends.is_empty() {
-            self.t.specs.push(RawSpec { spec, lb });
+            self.t.specs.push(RawSpec { spec, lb, rank });
         }
     }
 }
 
 pub(crate) fn fmt_ip_port(ip: IpAddr, port: u16) -> String {
     SocketAddr::new(ip, port).to_string()
-}
-
-/// Settings shared by every spec of one Service.
-struct Common {
-    scheduler: SchedulerKind,
-    flags: Vec<SchedFlag>,
-    mode: Mode,
-    affinity_timeout: Option<Duration>,
-    weights: HashMap<IpAddr, u32>,
-    rate_limit: Option<RateLimit>,
-    synproxy: SynproxySetting,
 }
 
 /// Translates one Service with its EndpointSlices (sorted by name). Pure.
@@ -171,6 +203,9 @@ pub(crate) fn translate_service(
         t: Translated::default(),
     };
     translate_into(svc, slices, node, cfg, &mut out);
+    // One problem once: an endpoint is read once per port of its slice.
+    let mut seen = HashSet::new();
+    out.t.problems.retain(|p| seen.insert(p.clone()));
     out.t
 }
 
@@ -183,7 +218,11 @@ fn translate_into(
 ) {
     let ns = svc.metadata.namespace.as_deref().unwrap_or("default");
     let Some(name) = svc.metadata.name.as_deref() else {
-        out.problem("Service ?", "no metadata.name; ignored".to_owned());
+        out.problem(
+            "Service ?",
+            ProblemKind::Invalid,
+            "no metadata.name; ignored".to_owned(),
+        );
         return;
     };
     let id = format!("{ns}/{name}");
@@ -198,10 +237,19 @@ fn translate_into(
         return;
     }
     let Some(spec) = svc.spec.as_ref() else {
-        out.problem(&object, "no spec; ignored".to_owned());
+        out.problem(&object, ProblemKind::Invalid, "no spec; ignored".to_owned());
         return;
     };
     if spec.type_.as_deref() == Some("ExternalName") || spec.cluster_ip.as_deref() == Some("None") {
+        return;
+    }
+    if let Some(why) = refuse_service(ns, name, spec) {
+        out.t.refused = true;
+        out.problem(
+            &object,
+            ProblemKind::ServiceRefused,
+            format!("{why}: the API server refuses such a Service; ignored (its previous translation, if any, stays)"),
+        );
         return;
     }
     let common = common(svc, spec, cfg, &object, out);
@@ -213,9 +261,18 @@ fn translate_into(
     };
     for s in ips {
         match s.parse::<IpAddr>() {
-            Ok(ip) => cluster_ips.push(ip),
+            Ok(ip) => match frontend_refusal(ip, node) {
+                None => cluster_ips.push(ip),
+                Some((kind, why)) => {
+                    out.problem(&object, kind, format!("clusterIP {ip}: {why}; ignored"));
+                }
+            },
             Err(_) if s.is_empty() => {}
-            Err(_) => out.problem(&object, format!("clusterIP {s:?} is not an IP; ignored")),
+            Err(_) => out.problem(
+                &object,
+                ProblemKind::Invalid,
+                format!("clusterIP {s:?} is not an IP; ignored"),
+            ),
         }
     }
     let mut families: Vec<bool> = cluster_ips.iter().map(IpAddr::is_ipv6).collect();
@@ -235,9 +292,17 @@ fn translate_into(
             continue;
         }
         match ing.ip.as_deref().map(str::parse::<IpAddr>) {
-            Some(Ok(ip)) => lb_ips.push(ip),
+            Some(Ok(ip)) => match frontend_refusal(ip, node) {
+                None => lb_ips.push(ip),
+                Some((kind, why)) => out.problem(
+                    &object,
+                    kind,
+                    format!("load-balancer ingress IP {ip}: {why}; ignored"),
+                ),
+            },
             Some(Err(_)) => out.problem(
                 &object,
+                ProblemKind::Invalid,
                 "a load-balancer ingress ip is not an IP; ignored".to_owned(),
             ),
             None => {}
@@ -247,12 +312,22 @@ fn translate_into(
     let mut external_ips = Vec::new();
     for s in spec.external_ips.iter().flatten() {
         match s.parse::<IpAddr>() {
-            Ok(ip) if allowed.iter().any(|c| c.contains(ip)) => external_ips.push(ip),
-            Ok(_) => out.problem(
+            Ok(ip) => match frontend_refusal(ip, node) {
+                Some((kind, why)) => {
+                    out.problem(&object, kind, format!("externalIP {ip}: {why}; ignored"));
+                }
+                None if allowed.iter().any(|c| c.contains(ip)) => external_ips.push(ip),
+                None => out.problem(
+                    &object,
+                    ProblemKind::FrontendNotAllowed,
+                    format!("externalIP {s} is outside [kubernetes] external_ip_cidrs; ignored"),
+                ),
+            },
+            Err(_) => out.problem(
                 &object,
-                format!("externalIP {s} is outside [kubernetes] external_ip_cidrs; ignored"),
+                ProblemKind::Invalid,
+                format!("externalIP {s:?} is not an IP; ignored"),
             ),
-            Err(_) => out.problem(&object, format!("externalIP {s:?} is not an IP; ignored")),
         }
     }
     let source_ranges = source_ranges(svc, spec, &object, out);
@@ -268,7 +343,7 @@ fn translate_into(
             continue;
         };
         let port_name = port.name.as_deref().unwrap_or("");
-        let mut eps = collect_endpoints(slices, port_name, protocol, ns, out);
+        let mut eps = collect_endpoints(slices, port_name, protocol, ns, node, out);
         endpoints::dedup(&mut eps);
         for e in &eps {
             if e.ready && e.node == Some(node.name.as_str()) {
@@ -340,7 +415,8 @@ fn translate_into(
                              frontends: Vec<Frontend>,
                              chosen: &[&Ep<'_>],
                              ranges: Vec<Cidr>,
-                             lb| {
+                             lb,
+                             rank| {
                 if frontends.is_empty() {
                     return;
                 }
@@ -365,27 +441,30 @@ fn translate_into(
                     frozen: false,
                     synproxy: common.synproxy,
                 };
-                out.push(spec, lb);
+                out.push(spec, lb, rank);
             };
-            group(format!("{base}{suffix}"), internal, itp, Vec::new(), false);
+            let (cluster_ip, ext) = (RANK_CLUSTER_IP, RANK_EXTERNAL);
+            group(
+                format!("{base}{suffix}"),
+                internal,
+                itp,
+                Vec::new(),
+                false,
+                cluster_ip,
+            );
             if source_ranges.is_empty() {
                 external.extend(lb);
-                group(
-                    format!("{base}/ext{suffix}"),
-                    external,
-                    etp,
-                    Vec::new(),
-                    false,
-                );
+                let name = format!("{base}/ext{suffix}");
+                group(name, external, etp, Vec::new(), false, ext);
             } else {
-                group(
-                    format!("{base}/ext{suffix}"),
-                    external,
-                    etp,
-                    Vec::new(),
-                    false,
-                );
-                group(format!("{base}/lb{suffix}"), lb, etp, ranges, true);
+                // An address that is both an externalIP and a load-balancer IP is served with
+                // the source ranges (kube-proxy checks them for the load-balancer IP, whatever
+                // else the address is).
+                external.retain(|f| !lb.contains(f));
+                let name = format!("{base}/ext{suffix}");
+                group(name, external, etp, Vec::new(), false, ext);
+                let name = format!("{base}/lb{suffix}");
+                group(name, lb, etp, ranges, true, RANK_LB_RANGES);
             }
         }
     }
@@ -401,6 +480,7 @@ fn translate_into(
             }
             _ => out.problem(
                 &object,
+                ProblemKind::Invalid,
                 format!("healthCheckNodePort {hc} is not a port; ignored"),
             ),
         }
@@ -419,6 +499,7 @@ fn check_port(
         None => {
             out.problem(
                 object,
+                ProblemKind::Invalid,
                 format!(
                     "port {name:?}: unsupported protocol {:?}; port ignored",
                     p.protocol.as_deref().unwrap_or("")
@@ -430,6 +511,7 @@ fn check_port(
     let Some(port) = u16::try_from(p.port).ok().filter(|p| *p != 0) else {
         out.problem(
             object,
+            ProblemKind::Invalid,
             format!(
                 "port {name:?}: {} is not a port number; port ignored",
                 p.port
@@ -444,6 +526,7 @@ fn check_port(
             Err(_) => {
                 out.problem(
                     object,
+                    ProblemKind::Invalid,
                     format!("port {name:?}: nodePort {n} is not a port number; port ignored"),
                 );
                 return None;
@@ -469,6 +552,7 @@ fn collect_endpoints<'a>(
     port_name: &str,
     protocol: Protocol,
     ns: &str,
+    node: &NodeInfo,
     out: &mut Out,
 ) -> Vec<Ep<'a>> {
     let mut eps = Vec::new();
@@ -487,6 +571,7 @@ fn collect_endpoints<'a>(
             let sname = s.metadata.name.as_deref().unwrap_or("?");
             out.problem(
                 &format!("EndpointSlice {ns}/{sname}"),
+                ProblemKind::Invalid,
                 format!("port {port_name:?} has no valid number; slice ignored for it"),
             );
             continue;
@@ -498,6 +583,7 @@ fn collect_endpoints<'a>(
                 let sname = s.metadata.name.as_deref().unwrap_or("?");
                 out.problem(
                     &format!("EndpointSlice {ns}/{sname}"),
+                    ProblemKind::Invalid,
                     format!(
                         "endpoint address {:?} is not an IP; endpoint ignored",
                         e.addresses.first()
@@ -506,6 +592,15 @@ fn collect_endpoints<'a>(
                 continue;
             };
             if ip.is_ipv6() != v6 {
+                continue;
+            }
+            if let Some((kind, why)) = endpoint_refusal(ip, node) {
+                let sname = s.metadata.name.as_deref().unwrap_or("?");
+                out.problem(
+                    &format!("EndpointSlice {ns}/{sname}"),
+                    kind,
+                    format!("endpoint {ip}: {why}; endpoint ignored"),
+                );
                 continue;
             }
             let c = e.conditions.as_ref();
@@ -522,197 +617,4 @@ fn collect_endpoints<'a>(
         }
     }
     eps
-}
-
-fn common(
-    svc: &Service,
-    spec: &K8sServiceSpec,
-    cfg: &Config,
-    object: &str,
-    out: &mut Out,
-) -> Common {
-    let k8s = cfg.kubernetes.as_ref();
-    let ann = |k: &str| {
-        svc.metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(k))
-            .map(|v| v.trim())
-    };
-    let default_scheduler = k8s.map(|k| k.default_scheduler).unwrap_or_default();
-    let scheduler = match ann(ANN_SCHEDULER) {
-        None => default_scheduler,
-        Some(v) => match v.parse::<SchedulerKind>() {
-            Ok(s) => s,
-            Err(_) => {
-                out.problem(
-                    object,
-                    format!(
-                        "{ANN_SCHEDULER}: unknown scheduler {v:?}; using {}",
-                        default_scheduler.name()
-                    ),
-                );
-                default_scheduler
-            }
-        },
-    };
-    let mut flags = Vec::new();
-    for f in ann(ANN_SCHEDULER_FLAGS)
-        .into_iter()
-        .flat_map(|v| v.split(','))
-    {
-        match f.trim() {
-            "" => {}
-            "mh-port" => flags.push(SchedFlag::MhPort),
-            "mh-fallback" => flags.push(SchedFlag::MhFallback),
-            other => out.problem(
-                object,
-                format!("{ANN_SCHEDULER_FLAGS}: unknown flag {other:?}; ignored"),
-            ),
-        }
-    }
-    let mode = match ann(ANN_MODE) {
-        None => cfg.dataplane.mode,
-        Some("nat") => Mode::Nat,
-        Some("fullnat") => Mode::Fullnat,
-        Some(v) => {
-            out.problem(
-                object,
-                format!(
-                    "{ANN_MODE}: unknown mode {v:?}; using {}",
-                    cfg.dataplane.mode.name()
-                ),
-            );
-            cfg.dataplane.mode
-        }
-    };
-    let affinity_timeout = (spec.session_affinity.as_deref() == Some("ClientIP")).then(|| {
-        let t = spec
-            .session_affinity_config
-            .as_ref()
-            .and_then(|c| c.client_ip.as_ref())
-            .and_then(|c| c.timeout_seconds)
-            .and_then(|t| u64::try_from(t).ok())
-            .filter(|t| *t > 0)
-            .unwrap_or(DEFAULT_AFFINITY_TIMEOUT_S);
-        Duration::from_secs(t)
-    });
-    let mut weights = HashMap::new();
-    if let Some(v) = ann(ANN_WEIGHTS) {
-        match parse_weights(v) {
-            Ok(w) => weights = w,
-            Err(e) => out.problem(
-                object,
-                format!("{ANN_WEIGHTS}: {e}; every endpoint weighs 1"),
-            ),
-        }
-    }
-    let mut positive = |key: &str, v: &str| match v.trim().parse::<u32>() {
-        Ok(n) if n > 0 => Some(n),
-        _ => {
-            out.problem(
-                object,
-                format!("{key}: {v:?} is not a positive integer; ignored"),
-            );
-            None
-        }
-    };
-    let rate = ann(ANN_NEW_CONN_RATE).and_then(|v| positive(ANN_NEW_CONN_RATE, v));
-    let burst = ann(ANN_NEW_CONN_BURST).and_then(|v| positive(ANN_NEW_CONN_BURST, v));
-    let rate_limit = rate.map(|rate| RateLimit {
-        rate,
-        burst: burst.unwrap_or(rate),
-    });
-    let synproxy_mode = match ann(ANN_SYNPROXY) {
-        None => cfg.synproxy.mode,
-        Some(v) => SynproxyMode::from_name(v).unwrap_or_else(|| {
-            out.problem(
-                object,
-                format!(
-                    "{ANN_SYNPROXY}: unknown mode {v:?} (off, on or auto); using {}",
-                    cfg.synproxy.mode.name()
-                ),
-            );
-            cfg.synproxy.mode
-        }),
-    };
-    Common {
-        synproxy: SynproxySetting::of(synproxy_mode, cfg),
-        scheduler,
-        flags,
-        mode,
-        affinity_timeout,
-        weights,
-        rate_limit,
-    }
-}
-
-/// Parses `IP=WEIGHT,IP=WEIGHT` (whitespace allowed around items).
-pub(crate) fn parse_weights(v: &str) -> Result<HashMap<IpAddr, u32>, String> {
-    let mut out = HashMap::new();
-    for item in v.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-        let (ip, w) = item
-            .rsplit_once('=')
-            .ok_or_else(|| format!("{item:?} is not IP=WEIGHT"))?;
-        let ip: IpAddr = ip
-            .trim()
-            .parse()
-            .map_err(|_| format!("{item:?}: not an IP"))?;
-        let w: u32 = w
-            .trim()
-            .parse()
-            .map_err(|_| format!("{item:?}: weight is not a number"))?;
-        out.insert(ip, w);
-    }
-    Ok(out)
-}
-
-/// `loadBalancerSourceRanges` (or the legacy annotation when the field is empty), with host
-/// bits cleared as kube-proxy's sloppy parser does.
-fn source_ranges(svc: &Service, spec: &K8sServiceSpec, object: &str, out: &mut Out) -> Vec<Cidr> {
-    let from_field: Vec<&str> = spec
-        .load_balancer_source_ranges
-        .iter()
-        .flatten()
-        .map(String::as_str)
-        .collect();
-    let items: Vec<&str> = if from_field.is_empty() {
-        svc.metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(ANN_LB_SOURCE_RANGES))
-            .map(|v| v.split(',').collect())
-            .unwrap_or_default()
-    } else {
-        from_field
-    };
-    let mut ranges = Vec::new();
-    for item in items.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
-        match parse_cidr_sloppy(item) {
-            Some(c) => ranges.push(c),
-            None => out.problem(
-                object,
-                format!("loadBalancerSourceRange {item:?} is not a CIDR; ignored"),
-            ),
-        }
-    }
-    ranges
-}
-
-fn parse_cidr_sloppy(s: &str) -> Option<Cidr> {
-    let (a, p) = s.split_once('/')?;
-    let addr: IpAddr = a.parse().ok()?;
-    let prefix: u8 = p.parse().ok()?;
-    let addr = match addr {
-        IpAddr::V4(v4) if prefix <= 32 => {
-            let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
-            IpAddr::from((u32::from(v4) & mask).to_be_bytes())
-        }
-        IpAddr::V6(v6) if prefix <= 128 => {
-            let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
-            IpAddr::from((u128::from(v6) & mask).to_be_bytes())
-        }
-        _ => return None,
-    };
-    Some(Cidr { addr, prefix })
 }

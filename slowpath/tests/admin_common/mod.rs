@@ -164,6 +164,15 @@ impl AdminSource for Fake {
         }]
     }
 
+    fn refused(&self) -> Vec<admin::RefusedView> {
+        vec![admin::RefusedView {
+            // A name from a hostile API server: JSON escapes it.
+            object: "Service ns/web\nINFO forged".into(),
+            kind: "service_refused".into(),
+            reason: "ports[1] and ports[0] are both named \"http\"".into(),
+        }]
+    }
+
     fn flows(&self, filter: &FlowFilter, limit: usize) -> FlowsPage {
         self.pass_gate();
         let mut flows: Vec<FlowViewJson> = (0..250)
@@ -273,6 +282,18 @@ impl AdminSource for Fake {
                 errors: 1,
                 last_error: None,
             }),
+            refused: admin::RefusedStats {
+                current: [
+                    ("service_refused".to_owned(), 1),
+                    ("snapshot_build".to_owned(), 0),
+                ]
+                .into(),
+                total: [
+                    ("service_refused".to_owned(), 2),
+                    ("snapshot_build".to_owned(), 1),
+                ]
+                .into(),
+            },
         }
     }
 

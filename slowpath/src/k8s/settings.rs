@@ -1,0 +1,236 @@
+//! What a Service's annotations and fields say for all of its specs: scheduler, flags,
+//! mode, session affinity, weights, rate limit, SYN proxy ([`common`]), and its source ranges
+//! ([`source_ranges`]). An invalid value falls back to the default with a [`Problem`](super::Problem).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use config::{Cidr, Config, Mode, SchedFlag, SchedulerKind, SynproxyMode};
+use fastpath::snapshot::{RateLimit, SynproxySetting};
+use k8s_openapi::api::core::v1::{Service, ServiceSpec as K8sServiceSpec};
+
+use super::translate::Out;
+use super::{
+    ANN_LB_SOURCE_RANGES, ANN_MODE, ANN_NEW_CONN_BURST, ANN_NEW_CONN_RATE, ANN_SCHEDULER,
+    ANN_SCHEDULER_FLAGS, ANN_SYNPROXY, ANN_WEIGHTS, ProblemKind,
+};
+
+/// The session affinity timeout when a ClientIP Service does not set one (3 hours).
+pub const DEFAULT_AFFINITY_TIMEOUT_S: u64 = 10800;
+
+/// Settings shared by every spec of one Service.
+pub(super) struct Common {
+    pub(super) scheduler: SchedulerKind,
+    pub(super) flags: Vec<SchedFlag>,
+    pub(super) mode: Mode,
+    pub(super) affinity_timeout: Option<Duration>,
+    pub(super) weights: HashMap<IpAddr, u32>,
+    pub(super) rate_limit: Option<RateLimit>,
+    pub(super) synproxy: SynproxySetting,
+}
+
+pub(super) fn common(
+    svc: &Service,
+    spec: &K8sServiceSpec,
+    cfg: &Config,
+    object: &str,
+    out: &mut Out,
+) -> Common {
+    let k8s = cfg.kubernetes.as_ref();
+    let ann = |k: &str| {
+        svc.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(k))
+            .map(|v| v.trim())
+    };
+    let default_scheduler = k8s.map(|k| k.default_scheduler).unwrap_or_default();
+    let scheduler = match ann(ANN_SCHEDULER) {
+        None => default_scheduler,
+        Some(v) => match v.parse::<SchedulerKind>() {
+            Ok(s) => s,
+            Err(_) => {
+                out.problem(
+                    object,
+                    ProblemKind::Invalid,
+                    format!(
+                        "{ANN_SCHEDULER}: unknown scheduler {v:?}; using {}",
+                        default_scheduler.name()
+                    ),
+                );
+                default_scheduler
+            }
+        },
+    };
+    let mut flags = Vec::new();
+    for f in ann(ANN_SCHEDULER_FLAGS)
+        .into_iter()
+        .flat_map(|v| v.split(','))
+    {
+        match f.trim() {
+            "" => {}
+            "mh-port" => flags.push(SchedFlag::MhPort),
+            "mh-fallback" => flags.push(SchedFlag::MhFallback),
+            other => out.problem(
+                object,
+                ProblemKind::Invalid,
+                format!("{ANN_SCHEDULER_FLAGS}: unknown flag {other:?}; ignored"),
+            ),
+        }
+    }
+    let mode = match ann(ANN_MODE) {
+        None => cfg.dataplane.mode,
+        Some("nat") => Mode::Nat,
+        Some("fullnat") => Mode::Fullnat,
+        Some(v) => {
+            out.problem(
+                object,
+                ProblemKind::Invalid,
+                format!(
+                    "{ANN_MODE}: unknown mode {v:?}; using {}",
+                    cfg.dataplane.mode.name()
+                ),
+            );
+            cfg.dataplane.mode
+        }
+    };
+    let affinity_timeout = (spec.session_affinity.as_deref() == Some("ClientIP")).then(|| {
+        let t = spec
+            .session_affinity_config
+            .as_ref()
+            .and_then(|c| c.client_ip.as_ref())
+            .and_then(|c| c.timeout_seconds)
+            .and_then(|t| u64::try_from(t).ok())
+            .filter(|t| *t > 0)
+            .unwrap_or(DEFAULT_AFFINITY_TIMEOUT_S);
+        Duration::from_secs(t)
+    });
+    let mut weights = HashMap::new();
+    if let Some(v) = ann(ANN_WEIGHTS) {
+        match parse_weights(v) {
+            Ok(w) => weights = w,
+            Err(e) => out.problem(
+                object,
+                ProblemKind::Invalid,
+                format!("{ANN_WEIGHTS}: {e}; every endpoint weighs 1"),
+            ),
+        }
+    }
+    let mut positive = |key: &str, v: &str| match v.trim().parse::<u32>() {
+        Ok(n) if n > 0 => Some(n),
+        _ => {
+            out.problem(
+                object,
+                ProblemKind::Invalid,
+                format!("{key}: {v:?} is not a positive integer; ignored"),
+            );
+            None
+        }
+    };
+    let rate = ann(ANN_NEW_CONN_RATE).and_then(|v| positive(ANN_NEW_CONN_RATE, v));
+    let burst = ann(ANN_NEW_CONN_BURST).and_then(|v| positive(ANN_NEW_CONN_BURST, v));
+    let rate_limit = rate.map(|rate| RateLimit {
+        rate,
+        burst: burst.unwrap_or(rate),
+    });
+    let synproxy_mode = match ann(ANN_SYNPROXY) {
+        None => cfg.synproxy.mode,
+        Some(v) => SynproxyMode::from_name(v).unwrap_or_else(|| {
+            out.problem(
+                object,
+                ProblemKind::Invalid,
+                format!(
+                    "{ANN_SYNPROXY}: unknown mode {v:?} (off, on or auto); using {}",
+                    cfg.synproxy.mode.name()
+                ),
+            );
+            cfg.synproxy.mode
+        }),
+    };
+    Common {
+        synproxy: SynproxySetting::of(synproxy_mode, cfg),
+        scheduler,
+        flags,
+        mode,
+        affinity_timeout,
+        weights,
+        rate_limit,
+    }
+}
+
+/// Parses `IP=WEIGHT,IP=WEIGHT` (whitespace allowed around items).
+pub(crate) fn parse_weights(v: &str) -> Result<HashMap<IpAddr, u32>, String> {
+    let mut out = HashMap::new();
+    for item in v.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (ip, w) = item
+            .rsplit_once('=')
+            .ok_or_else(|| format!("{item:?} is not IP=WEIGHT"))?;
+        let ip: IpAddr = ip
+            .trim()
+            .parse()
+            .map_err(|_| format!("{item:?}: not an IP"))?;
+        let w: u32 = w
+            .trim()
+            .parse()
+            .map_err(|_| format!("{item:?}: weight is not a number"))?;
+        out.insert(ip, w);
+    }
+    Ok(out)
+}
+
+/// `loadBalancerSourceRanges` (or the legacy annotation when the field is empty), with host
+/// bits cleared as kube-proxy's sloppy parser does.
+pub(super) fn source_ranges(
+    svc: &Service,
+    spec: &K8sServiceSpec,
+    object: &str,
+    out: &mut Out,
+) -> Vec<Cidr> {
+    let from_field: Vec<&str> = spec
+        .load_balancer_source_ranges
+        .iter()
+        .flatten()
+        .map(String::as_str)
+        .collect();
+    let items: Vec<&str> = if from_field.is_empty() {
+        svc.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANN_LB_SOURCE_RANGES))
+            .map(|v| v.split(',').collect())
+            .unwrap_or_default()
+    } else {
+        from_field
+    };
+    let mut ranges = Vec::new();
+    for item in items.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        match parse_cidr_sloppy(item) {
+            Some(c) => ranges.push(c),
+            None => out.problem(
+                object,
+                ProblemKind::Invalid,
+                format!("loadBalancerSourceRange {item:?} is not a CIDR; ignored"),
+            ),
+        }
+    }
+    ranges
+}
+
+fn parse_cidr_sloppy(s: &str) -> Option<Cidr> {
+    let (a, p) = s.split_once('/')?;
+    let addr: IpAddr = a.parse().ok()?;
+    let prefix: u8 = p.parse().ok()?;
+    let addr = match addr {
+        IpAddr::V4(v4) if prefix <= 32 => {
+            let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+            IpAddr::from((u32::from(v4) & mask).to_be_bytes())
+        }
+        IpAddr::V6(v6) if prefix <= 128 => {
+            let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+            IpAddr::from((u128::from(v6) & mask).to_be_bytes())
+        }
+        _ => return None,
+    };
+    Some(Cidr { addr, prefix })
+}
