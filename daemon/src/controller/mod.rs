@@ -79,9 +79,9 @@ mod tests;
 #[cfg(test)]
 mod tests_bgp;
 #[cfg(test)]
-mod tests_removal;
-#[cfg(test)]
 mod tests_refused;
+#[cfg(test)]
+mod tests_removal;
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, SocketAddr};
