@@ -20,7 +20,7 @@ use flowtable::FlowTable;
 use lb_algos::BackendId;
 
 use super::builder::Undo;
-use super::{Frontend, SnapshotBuilder};
+use super::{Frontend, SERVICE_IDS_MAX, SnapshotBuilder};
 
 /// The ids an adopted flow table's flows hold.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -84,8 +84,24 @@ pub(super) struct AdoptedUndo {
 
 impl SnapshotBuilder {
     /// Reserves the ids of an adopted flow table (see the module doc). Call before the first
-    /// build; ids at or above `backends_max` are ignored (their flows cannot be counted).
+    /// build; backend ids at or above `backends_max` are ignored (their flows cannot be
+    /// counted), and so are service ids at or above [`SERVICE_IDS_MAX`] (a slot is kept for
+    /// every id below the highest: a damaged table must not make that unbounded). Their
+    /// flows' ids then match no service: the removal pass deals with them.
     pub fn adopt(&mut self, ids: &AdoptedIds) {
+        let bounded;
+        let ids = if ids.services.range(SERVICE_IDS_MAX..).next().is_some() {
+            bounded = AdoptedIds {
+                services: ids
+                    .services
+                    .range(..SERVICE_IDS_MAX)
+                    .map(|(k, v)| (*k, v.clone()))
+                    .collect(),
+            };
+            &bounded
+        } else {
+            ids
+        };
         let max_sid = ids.services.keys().copied().max();
         if let Some(max) = max_sid {
             let n = max as usize + 1;
@@ -251,6 +267,39 @@ backends = [{ addr = "198.18.1.3:53" }, { addr = "198.18.1.4:53" }, { addr = "19
             }
         }
         t
+    }
+
+    #[test]
+    fn ids_no_service_has_are_bounded_and_retired() {
+        // A damaged (or foreign) table: a service id far past any real one, one no config
+        // has, backend ids nothing claims.
+        let cfg = config::parse(CFG, "t.toml").unwrap();
+        let mut ids = AdoptedIds::default();
+        let front = |port| Frontend {
+            vip: "198.18.100.9".parse().unwrap(),
+            protocol: flowtable::Protocol::Tcp,
+            port,
+        };
+        for (sid, bid, port) in [
+            (SERVICE_IDS_MAX + 7, 3, 1),
+            (SERVICE_IDS_MAX, 4, 2),
+            (40, 5, 3),
+        ] {
+            let s = ids.services.entry(sid).or_default();
+            s.frontends.insert(front(port));
+            let addr = SocketAddr::new("198.18.9.9".parse().unwrap(), port);
+            s.backends.insert(addr, BackendId(bid));
+        }
+        let mut b = SnapshotBuilder::from_config(&cfg);
+        b.adopt(&ids);
+        // Slots for ids up to 40 only, not for the ids past the bound.
+        assert_eq!(b.slots.len(), 41);
+        let snap = b.build_config(&cfg).unwrap();
+        assert!(snap.services.iter().all(|s| s.id < 40), "40 stays reserved");
+        assert_eq!(b.settle_adopted(), 1, "backend 5 of service 40 retired");
+        assert_eq!(b.retired().collect::<Vec<_>>(), vec![BackendId(5)]);
+        // After the settle, 40 is free again and the builder keeps working.
+        b.build_config(&cfg).unwrap();
     }
 
     #[test]

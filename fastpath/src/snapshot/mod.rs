@@ -24,12 +24,14 @@
 //! This file holds [`Snapshot`], the read side the pipeline sees; the rest is one subject per
 //! file: `l2` (routes, neighbours, next hops), `spec` (the builder's input), `service` (the
 //! services' entries and scheduling), `builder` (the [`SnapshotBuilder`]), `adopt` (ids
-//! taken over from an adopted flow table).
+//! taken over from an adopted flow table), `admit` (which flows read from a state file the
+//! config can own: [`StateCheck`]).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
+mod admit;
 mod adopt;
 mod builder;
 mod l2;
@@ -41,6 +43,7 @@ mod spec;
 mod tests;
 
 pub use crate::limit::RateLimit;
+pub use admit::{SERVICE_IDS_MAX, StateCheck};
 pub use adopt::{AdoptedIds, AdoptedService};
 pub use builder::{BuildError, SnapshotBuilder};
 pub use l2::{L2Table, Neighbour, NextHop, Route};

@@ -1,0 +1,488 @@
+//! The recovery pass of an adoption, and the reading of a state file's entries (adoption and
+//! [`FlowTable::import_state`]): single-threaded, before any worker uses the table.
+//!
+//! 1. **Entries.** A LIVE entry is kept only when [`FlowTable::entry_flow`] finds it valid
+//!    (its protocol, state and meta bits, [`flow_refusal`], its stored checksum adjustment
+//!    against its addresses, a last-seen time not in the future) and the caller's
+//!    [`FlowCheck`] takes it; then one address per backend id across the kept flows
+//!    ([`BackendAddrs`]). Everything else is freed: INSERTING or DYING entries a dead worker
+//!    left are torn down, invalid LIVE ones counted as refused.
+//! 2. **Index.** Words of freed entries become tombstones, frozen slots empty. Then the
+//!    index must agree with the entries under the header's seed: every kept flow found
+//!    through both its tuples, and no other live word. If it does not (a changed seed, a
+//!    zeroed or scribbled index, two flows with one tuple) it is rebuilt from the kept
+//!    entries and the fault is reported ([`Recovery::index`]); a flow that cannot be indexed
+//!    (a duplicate tuple) is refused.
+//! 3. **Derived state.** The free list, the per-backend counts, the size and the counters
+//!    are rebuilt from the kept entries; none of the file's values for them is read.
+
+use std::net::Ipv4Addr;
+use std::time::Instant;
+
+use lb_algos::BackendId;
+use shm::Refusal;
+
+use super::super::entry::{
+    GEN_MASK, ST_FREE, ST_LIVE, W_ADDR, W_CTL, W_IDS, W_META, W_PORTS, W_V4_CSUM, ctl, ctl_gen,
+    ctl_ls, ctl_state, ctl_status,
+};
+use super::super::v4::v4_csum_delta;
+use super::super::{FlowHandle, FlowTable};
+use super::Recovery;
+use super::valid::{BackendAddrs, FlowCheck, flow_refusal, state_of};
+use crate::index::{self, Claim, EMPTY, FROZEN, TOMB, word_entry};
+use crate::key::{Direction, FlowData, FlowKey};
+use crate::state::FlowState;
+use crate::sync::Ordering;
+
+/// How far in the future a stored last-seen time may be (ticks: 60 s): the clocks of two
+/// processes of one boot agree, so more is a damaged entry (a flow that would never expire).
+const FUTURE_TICKS: u32 = 600;
+
+impl FlowTable {
+    /// Entry `e`'s flow and state, if it is a flow any table may take and `check` takes it
+    /// (see the module doc); `c` is its control word, `now` the time in this table's ticks,
+    /// `backends_max` the taker's.
+    pub(super) fn entry_flow(
+        &self,
+        e: u32,
+        c: u64,
+        now: u32,
+        backends_max: usize,
+        check: &dyn FlowCheck,
+    ) -> Result<(FlowData, FlowState), Refusal> {
+        let meta = self.word(e, W_META);
+        // gen:32 | proto:8 | v6:1 | (7 unused) | flags:8 | (8 unused)
+        if meta & 0xff00_fe00_0000_0000 != 0 {
+            return Err(Refusal::new(
+                "meta",
+                format!("{meta:#018x} (unused bits set)"),
+            ));
+        }
+        let d = self.read_data(e).ok_or_else(|| {
+            Refusal::new(
+                "protocol",
+                format!("{} (no such protocol)", (meta >> 32) as u8),
+            )
+        })?;
+        let state = state_of(ctl_state(c), d.proto)?;
+        if let Some(r) = flow_refusal(&d, backends_max) {
+            return Err(r);
+        }
+        if !d.client.is_ipv6() {
+            let stored = self.word(e, W_V4_CSUM);
+            let want = v4_csum_word(
+                self.word(e, W_ADDR),
+                self.word(e, W_ADDR + 1),
+                self.word(e, W_PORTS),
+            );
+            if stored != want {
+                return Err(Refusal::new(
+                    "checksum",
+                    format!("{stored:#018x} (its addresses and ports make {want:#018x})"),
+                ));
+            }
+        }
+        if ctl_ls(c) > now.saturating_add(FUTURE_TICKS) {
+            return Err(Refusal::new(
+                "last_seen",
+                format!("tick {} (now {now}: in the future)", ctl_ls(c)),
+            ));
+        }
+        check.check(&d, state)?;
+        Ok((d, state))
+    }
+
+    /// The recovery pass of an adoption (see the module doc), at `now`.
+    pub(crate) fn recover(
+        &self,
+        clean: bool,
+        previous_pid: u32,
+        now: Instant,
+        check: &dyn FlowCheck,
+    ) -> Recovery {
+        let t0 = Instant::now();
+        let cap = self.entries.len();
+        let now_ticks = self.ticks(now);
+        let mut keep = vec![false; cap];
+        let mut out = Recovery {
+            clean,
+            previous_pid,
+            ..Recovery::default()
+        };
+        let mut addrs = BackendAddrs::default();
+        for (e, entry) in self.entries.iter().enumerate() {
+            let c = entry.w[W_CTL].load(Ordering::Relaxed);
+            match ctl_status(c) {
+                ST_FREE => {}
+                ST_LIVE => {
+                    let limit = self.backends.len();
+                    match self.entry_flow(e as u32, c, now_ticks, limit, check) {
+                        Ok((d, _)) => {
+                            keep[e] = true;
+                            addrs.note(d.backend_id.0, d.backend);
+                        }
+                        Err(r) => out.refuse(r),
+                    }
+                }
+                _ => out.torn_down += 1,
+            }
+        }
+        if addrs.any() {
+            for (e, k) in keep.iter_mut().enumerate() {
+                let id = (self.word(e as u32, W_IDS) >> 32) as u32;
+                if let Some(r) = addrs.conflict(id).filter(|_| *k) {
+                    *k = false;
+                    out.refuse(r);
+                }
+            }
+        }
+        for (e, entry) in self.entries.iter().enumerate() {
+            let c = entry.w[W_CTL].load(Ordering::Relaxed);
+            if !keep[e] && ctl_status(c) != ST_FREE {
+                let gen_ = (ctl_gen(c) + 1) & GEN_MASK;
+                entry.w[W_CTL].store(ctl(gen_, ST_FREE, 0, ctl_ls(c)), Ordering::Relaxed);
+            }
+        }
+        let words = self.clear_index_words(&keep, &mut out);
+        if let Some(fault) = self.index_fault(&keep, words) {
+            out.index = Some(fault);
+            self.rebuild_index(&mut keep, &mut out);
+        }
+        self.rebuild_derived(&keep, &mut out);
+        crate::sync::fence(Ordering::SeqCst);
+        out.took = t0.elapsed();
+        out
+    }
+
+    /// Tombstones the words of entries not kept (and words that are no word at all),
+    /// empties frozen slots; returns the live words left.
+    fn clear_index_words(&self, keep: &[bool], out: &mut Recovery) -> Words {
+        let mut words = Words {
+            live: 0,
+            one_each: true,
+        };
+        // Words per (entry, direction), to tell a changed seed (the words still name each
+        // flow's two tuples once) from a damaged index.
+        let mut per = vec![0u8; 2 * keep.len()];
+        for slot in self.index.slots.iter() {
+            let w = slot.load(Ordering::Relaxed);
+            let reset = match w {
+                EMPTY | TOMB => None,
+                FROZEN => Some(EMPTY),
+                w => {
+                    let (e, reply) = word_entry(w);
+                    let kept = index::is_live(w) && keep.get(e as usize).copied().unwrap_or(false);
+                    if kept {
+                        words.live += 1;
+                        let n = &mut per[2 * e as usize + usize::from(reply)];
+                        *n = n.saturating_add(1);
+                    }
+                    (!kept).then_some(TOMB)
+                }
+            };
+            if let Some(v) = reset {
+                slot.store(v, Ordering::Relaxed);
+                out.words_reset += 1;
+            }
+        }
+        for (e, k) in keep.iter().enumerate() {
+            if *k && (per[2 * e] != 1 || per[2 * e + 1] != 1) {
+                words.one_each = false;
+                break;
+            }
+        }
+        words
+    }
+
+    /// What is wrong with the index, if anything: every kept flow must be found through
+    /// both its tuples (with this table's seed), and the index must hold no other live
+    /// word.
+    fn index_fault(&self, keep: &[bool], words: Words) -> Option<Refusal> {
+        let live_words = words.live;
+        const CHUNK: usize = 16;
+        let kept: Vec<u32> = (0..keep.len() as u32)
+            .filter(|&e| keep[e as usize])
+            .collect();
+        let mut found = 0usize;
+        let blank = FlowKey::v4(
+            crate::Protocol::Tcp,
+            Ipv4Addr::UNSPECIFIED,
+            0,
+            Ipv4Addr::UNSPECIFIED,
+            0,
+        );
+        let mut keys = [blank; 2 * CHUNK];
+        let mut hits = [None; 2 * CHUNK];
+        for chunk in kept.chunks(CHUNK) {
+            for (i, &e) in chunk.iter().enumerate() {
+                let d = self.read_data(e).expect("a kept entry was read before");
+                keys[2 * i] = d.original_key();
+                keys[2 * i + 1] = d.reply_key();
+            }
+            let n = 2 * chunk.len();
+            self.lookup_batch(&keys[..n], &mut hits[..n]);
+            for (i, &e) in chunk.iter().enumerate() {
+                let is = |h: Option<(FlowHandle, Direction)>, dir| {
+                    h.is_some_and(|(h, d)| h.entry() == e && d == dir)
+                };
+                found += usize::from(is(hits[2 * i], Direction::Original));
+                found += usize::from(is(hits[2 * i + 1], Direction::Reply));
+            }
+        }
+        let tuples = 2 * kept.len();
+        if found == tuples && live_words == tuples {
+            return None;
+        }
+        Some(if live_words == 0 {
+            Refusal::new("index", format!("empty, for {} flows", kept.len()))
+        } else if found == 0 && words.one_each && live_words == tuples {
+            Refusal::new(
+                "seed",
+                format!(
+                    "{:#018x}: none of the {tuples} tuples of {} flows is found through it ({live_words} index words)",
+                    self.seeds_origin(),
+                    kept.len()
+                ),
+            )
+        } else {
+            Refusal::new(
+                "index",
+                format!(
+                    "{found} of the {tuples} tuples of {} flows found, {live_words} index words",
+                    kept.len()
+                ),
+            )
+        })
+    }
+
+    /// Empties the index and indexes every kept flow again; a flow that cannot be indexed
+    /// (its tuple is another kept flow's, or its probe window is full) is freed, refused.
+    fn rebuild_index(&self, keep: &mut [bool], out: &mut Recovery) {
+        for slot in self.index.slots.iter() {
+            slot.store(EMPTY, Ordering::Relaxed);
+        }
+        for e in 0..keep.len() as u32 {
+            if !keep[e as usize] {
+                continue;
+            }
+            let d = self.read_data(e).expect("a kept entry was read before");
+            let (okey, rkey) = (d.original_key(), d.reply_key());
+            let (oh, rh) = (self.hash(&okey), self.hash(&rkey));
+            let oword = index::make_word(oh, false, e);
+            let claim = match self.index.insert(oh, oword, |w| self.same_key(w, &okey)) {
+                Claim::Done => {
+                    let c = self.index.insert(rh, index::make_word(rh, true, e), |w| {
+                        self.same_key(w, &rkey)
+                    });
+                    if !matches!(c, Claim::Done) {
+                        self.index.remove(oh, oword);
+                    }
+                    c
+                }
+                c => c,
+            };
+            let why = match claim {
+                Claim::Done => continue,
+                Claim::Conflict(..) => {
+                    Refusal::new("tuple", format!("{} -> {} of two flows", d.client, d.vip))
+                }
+                Claim::Full => Refusal::new(
+                    "index",
+                    format!("{} -> {}: probe window full", d.client, d.vip),
+                ),
+            };
+            keep[e as usize] = false;
+            out.refuse(why);
+            let entry = &self.entries[e as usize];
+            let c = entry.w[W_CTL].load(Ordering::Relaxed);
+            let gen_ = (ctl_gen(c) + 1) & GEN_MASK;
+            entry.w[W_CTL].store(ctl(gen_, ST_FREE, 0, ctl_ls(c)), Ordering::Relaxed);
+        }
+    }
+
+    /// The free list, the per-backend counts, the size and the counters, from the kept
+    /// entries.
+    fn rebuild_derived(&self, keep: &[bool], out: &mut Recovery) {
+        for b in self.backends.iter() {
+            b.0.store(0, Ordering::Relaxed);
+        }
+        self.counters.0.embryonic.store(0, Ordering::Relaxed);
+        for (e, _) in keep.iter().enumerate().filter(|(_, k)| **k) {
+            let c = self.entries[e].w[W_CTL].load(Ordering::Relaxed);
+            let backend = BackendId((self.word(e as u32, W_IDS) >> 32) as u32);
+            out.flows += 1;
+            self.saw_flags((self.word(e as u32, W_META) >> 48) as u8);
+            self.count(backend.0, FlowState::from_u8(ctl_state(c)), 1);
+        }
+        // The free list: every entry not kept, in order.
+        let mut head = 0u64;
+        for e in (0..keep.len()).rev() {
+            if !keep[e] {
+                self.entries[e].w[W_IDS].store(head, Ordering::Relaxed);
+                head = e as u64 + 1;
+            }
+        }
+        self.free.0.store(head, Ordering::Relaxed);
+        self.departed.0.store(0, Ordering::Relaxed);
+        self.sweep_cursor.0.store(0, Ordering::Relaxed);
+        let c = &self.counters.0;
+        for a in [
+            &c.full,
+            &c.exists,
+            &c.reply_in_use,
+            &c.index_full,
+            &c.recycled,
+            &c.expired,
+            &c.removed,
+        ] {
+            a.store(0, Ordering::Relaxed);
+        }
+        c.inserted.store(out.flows as u64, Ordering::Relaxed);
+    }
+
+    /// The header's seed (a file-backed table), for a log line.
+    fn seeds_origin(&self) -> u64 {
+        self.header
+            .as_ref()
+            .map_or(0, |h| h.seed.load(Ordering::Relaxed))
+    }
+}
+
+/// The live words of kept entries the index holds, and whether each kept flow has exactly
+/// one per direction.
+#[derive(Clone, Copy)]
+struct Words {
+    live: usize,
+    one_each: bool,
+}
+
+impl Recovery {
+    /// Counts a refused flow (keeping the first reason).
+    fn refuse(&mut self, r: Refusal) {
+        self.refused += 1;
+        self.refusal.get_or_insert(r);
+    }
+}
+
+/// The checksum-adjustment word an IPv4 entry stores for address words `cv` (client | vip)
+/// and `bs` (backend | snat) and port word `ports` (as `write_entry` computes it).
+fn v4_csum_word(cv: u64, bs: u64, ports: u64) -> u64 {
+    let (p_cv, p_bs) = (ports as u32, (ports >> 32) as u32);
+    let original = v4_csum_delta((cv, p_cv), (bs.rotate_left(32), p_bs.rotate_left(16)));
+    let reply = v4_csum_delta((bs, p_bs), (cv.rotate_left(32), p_cv.rotate_left(16)));
+    u64::from(original) | u64::from(reply) << 32
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+
+    use super::super::AnyFlow;
+    use super::*;
+    use crate::key::Protocol;
+    use crate::state::TcpFlags;
+    use crate::{ConnCounts, FlowTableConfig};
+
+    fn flow(i: u16) -> FlowData {
+        let sa = |s: &str| s.parse::<SocketAddr>().unwrap();
+        FlowData {
+            proto: Protocol::Tcp,
+            client: SocketAddr::new(sa("198.18.0.1:0").ip(), 1000 + i),
+            vip: sa("198.18.100.1:80"),
+            backend: sa("198.18.1.1:8080"),
+            snat: SocketAddr::new(sa("198.18.0.254:0").ip(), 2000 + i),
+            service_id: 1,
+            backend_id: BackendId(u32::from(i % 2)),
+            snapshot_gen: 1,
+            flags: 0,
+        }
+    }
+
+    /// Every torn state a dead owner can leave, made by hand: an entry INSERTING with its
+    /// words published, one DYING halfway through its tombstones, a FROZEN slot, counts that
+    /// missed a decrement, a free list through a live entry.
+    #[test]
+    fn recovery_tears_down_what_a_dead_owner_left_half_done() {
+        let now = Instant::now();
+        // A fixed hash seed: which flow the last insert recycles depends on where the hash
+        // puts it (with a random seed, about one run in fifty it recycles flow 0).
+        let mut cfg = FlowTableConfig::new(64, 4);
+        cfg.hash_seed = 0x0123_4567_89ab_cdef;
+        let t = FlowTable::new(cfg, now).unwrap();
+        let handles: Vec<_> = (0..10)
+            .map(|i| t.insert(&flow(i), TcpFlags::SYN, t.tick(now)).unwrap())
+            .collect();
+        let set_status = |h: crate::FlowHandle, st: u64| {
+            let w = &t.entries[h.entry() as usize].w[W_CTL];
+            let c = w.load(Ordering::Relaxed);
+            w.store(
+                ctl(ctl_gen(c), st, ctl_state(c), ctl_ls(c)),
+                Ordering::Relaxed,
+            );
+        };
+        // Flow 3: its inserter died after publishing both words, before LIVE.
+        set_status(handles[3], crate::table::entry::ST_INSERTING);
+        // Flow 5: its remover won the CAS to DYING and tombed one word, then died.
+        set_status(handles[5], crate::table::entry::ST_DYING);
+        let reply = t.index.window(t.hash(&flow(5).reply_key()));
+        let slot = reply
+            .iter()
+            .find(|s| {
+                let w = s.load(Ordering::Relaxed);
+                w != EMPTY && w != TOMB && w != FROZEN && word_entry(w).0 == handles[5].entry()
+            })
+            .expect("flow 5's reply word");
+        slot.store(TOMB, Ordering::Relaxed);
+        // A cleanup died with a slot frozen.
+        let frozen = t
+            .index
+            .slots
+            .iter()
+            .position(|s| s.load(Ordering::Relaxed) == EMPTY)
+            .unwrap();
+        t.index.slots[frozen].store(FROZEN, Ordering::Relaxed);
+        // Counts a dead remover half-updated, and a free list that points at live entries.
+        t.backends[0].0.fetch_add(5, Ordering::Relaxed);
+        t.free.0.store(1, Ordering::Relaxed);
+
+        let r = t.recover(false, 42, now, &AnyFlow);
+        assert_eq!(r.flows, 8);
+        assert_eq!(r.torn_down, 2);
+        // Flow 3's two words and flow 5's remaining one are tombed; the frozen slot emptied.
+        assert_eq!(r.words_reset, 4);
+        assert_eq!(t.index.slots[frozen].load(Ordering::Relaxed), EMPTY);
+        for (i, h) in handles.iter().enumerate() {
+            let d = flow(i as u16);
+            let found = t.lookup(&d.original_key()).map(|(h, _)| h);
+            if i == 3 || i == 5 {
+                assert_eq!(found, None, "flow {i} was torn down");
+                assert_eq!(t.lookup(&d.reply_key()), None);
+                assert_eq!(t.get(*h), None, "its old handle is stale");
+            } else {
+                assert_eq!(found, Some(*h), "flow {i}");
+                assert_eq!(t.lookup(&d.reply_key()), Some((*h, Direction::Reply)));
+            }
+        }
+        // Recounted: four flows per backend left (0,2,4,6,8 minus nothing on 0; 1,7,9 on 1...).
+        let on = |b: u32| {
+            (0..10u32)
+                .filter(|i| i % 2 == b && *i != 3 && *i != 5)
+                .count() as u32
+        };
+        assert_eq!(t.inactive(BackendId(0)), on(0));
+        assert_eq!(t.inactive(BackendId(1)), on(1));
+        assert_eq!(t.len(), 8);
+        // The free list holds exactly the other 56 entries: 56 more inserts take free
+        // entries, the next one has to recycle an embryonic flow.
+        for i in 100..156 {
+            t.insert(&flow(i), TcpFlags::SYN, t.tick(now)).unwrap();
+        }
+        assert_eq!((t.len(), t.stats().recycled), (64, 0));
+        t.insert(&flow(200), TcpFlags::SYN, t.tick(now)).unwrap();
+        assert_eq!(t.stats().recycled, 1);
+        // Torn-down flows insert again.
+        assert!(t.remove(handles[0]).is_some());
+        t.insert(&flow(3), TcpFlags::SYN, t.tick(now)).unwrap();
+    }
+}
