@@ -136,6 +136,8 @@ pub struct DaemonState {
     /// Per-service and per-backend traffic, sampled by the driver every
     /// [`slowpath::traffic::SAMPLE_PERIOD`].
     pub traffic: Mutex<slowpath::traffic::TrafficMeter>,
+    /// What the start-up refused of the state files (`crate::state::Refusals`).
+    pub state_refused: slowpath::admin::StateView,
 }
 
 /// The controller's command for an admin action; `Err` when it does not apply.
@@ -224,6 +226,7 @@ impl AdminSource for DaemonState {
             },
             peer_sync: self.peer_sync.as_ref().map(|(fs, logs)| fs.view(logs)),
             bgp: self.bgp.as_deref().map(BgpView::from_stats),
+            state: self.state_refused.clone(),
         }
     }
 

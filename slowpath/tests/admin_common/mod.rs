@@ -244,6 +244,7 @@ impl AdminSource for Fake {
                 errors: 1,
                 last_error: None,
             }),
+            state: admin::StateView::default(),
         }
     }
 
