@@ -56,7 +56,6 @@ mod records;
 mod recover;
 mod valid;
 
-use header::read_header;
 pub use records::{FlowRecord, RECORD_BYTES, RECORD_VERSION};
 pub use valid::{AnyFlow, FlowCheck};
 
@@ -230,38 +229,26 @@ impl FlowTable {
     ) -> Result<Result<(FlowTable, Opened), NotAdopted>, Error> {
         let path = state.path.clone();
         let len = state.size().map_err(|e| state_err(&path, e))?;
-        let (seen, file_lay) = if len < crate::mem::PAGE {
-            (
-                None,
-                Err(Refusal::new(
-                    "size",
-                    format!("{len} bytes (a header needs 4096)"),
-                )),
-            )
-        } else {
-            let mem = Mapping::shared(&state.file, len).map_err(|e| state_err(&path, e))?;
-            let seen = read_header(&mem);
-            let checked = seen.check(boot, len, monotonic_ns());
-            (Some(seen), checked)
+        let refuse = |state: StateFile, refusal: Refusal, flows: Option<u64>| {
+            drop(state);
+            let set_aside = shm::set_aside(&path, &refusal).map_err(|e| state_err(&path, e))?;
+            Ok(Err(NotAdopted {
+                refusal,
+                previous: None,
+                set_aside: Some(set_aside),
+                flows,
+            }))
         };
-        let flows = seen
-            .as_ref()
-            .filter(|s| s.magic == super::store::MAGIC)
-            .map(header::Seen::flows);
-        let file_lay = match file_lay {
-            Ok(l) => l,
-            Err(refusal) => {
-                drop(state);
-                let set_aside = shm::set_aside(&path, &refusal).map_err(|e| state_err(&path, e))?;
-                return Ok(Err(NotAdopted {
-                    refusal,
-                    previous: None,
-                    set_aside: Some(set_aside),
-                    flows,
-                }));
-            }
+        let Some(seen) = header::read_file(&state.file, len).map_err(|e| state_err(&path, e))?
+        else {
+            let why = Refusal::new("size", format!("{len} bytes (a header needs 4096)"));
+            return refuse(state, why, None);
         };
-        let seen = seen.expect("a checked header was read");
+        let flows = (seen.magic == super::store::MAGIC).then(|| seen.flows());
+        let (file_lay, epoch) = match seen.check(boot, len, monotonic_ns()) {
+            Ok(x) => x,
+            Err(refusal) => return refuse(state, refusal, flows),
+        };
         if file_lay.capacity != lay.capacity || file_lay.backends_max != lay.backends_max {
             drop(state);
             let p = previous_path(&path);
@@ -289,7 +276,6 @@ impl FlowTable {
             )
         })?;
         let mem = Mapping::shared(&state.file, len).map_err(|e| state_err(&path, e))?;
-        let epoch = instant_of(seen.epoch_ns).expect("a checked epoch");
         let table = FlowTable::carve(mem, lay, config, seen.seed, epoch, true);
         let recovery = table.recover(seen.status == STATUS_CLEAN, seen.pid as u32, now, check);
         let h = table.header.as_ref().expect("a file-backed table");
@@ -374,17 +360,16 @@ impl FlowTable {
             Existing::Refused(r) => return Err(refused(previous, r)),
         };
         let len = state.size().map_err(|e| state_err(previous, e))?;
-        if len < crate::mem::PAGE {
+        let Some(seen) = header::read_file(&state.file, len).map_err(|e| state_err(previous, e))?
+        else {
             let why = Refusal::new("size", format!("{len} bytes (a header needs 4096)"));
             return Err(refused(previous, why));
-        }
-        let mem = Mapping::shared_read(&state.file, len).map_err(|e| state_err(previous, e))?;
-        let seen = read_header(&mem);
+        };
         let boot = boot_id().map_err(|e| state_err(previous, e))?;
-        let lay = seen
+        let (lay, epoch) = seen
             .check(&boot, len, monotonic_ns())
             .map_err(|r| refused(previous, r))?;
-        let epoch = instant_of(seen.epoch_ns).expect("a checked epoch");
+        let mem = Mapping::shared_read(&state.file, len).map_err(|e| state_err(previous, e))?;
         let cfg = FlowTableConfig {
             timeouts: self.timeouts,
             ..FlowTableConfig::new(lay.capacity, lay.backends_max)

@@ -4,6 +4,9 @@
 //! with the field and the value. The shared scalars after the header (free list, counts,
 //! counters, sweep cursor) are not trusted at all: the recovery pass rebuilds them.
 
+use std::fs::File;
+use std::time::Instant;
+
 use shm::{Mapping, Refusal};
 
 use super::super::store::{
@@ -28,8 +31,19 @@ pub(super) struct Seen {
     departed: u64,
 }
 
+/// The header of a state file of `len` bytes, read through a mapping of its first page
+/// only (the file's size is checked against its header before all of it is mapped); `None`
+/// for a file shorter than a page.
+pub(super) fn read_file(file: &File, len: usize) -> std::io::Result<Option<Seen>> {
+    if len < crate::mem::PAGE {
+        return Ok(None);
+    }
+    let mem = Mapping::shared_read(file, crate::mem::PAGE)?;
+    Ok(Some(read_header(&mem)))
+}
+
 /// Reads the header of `mem` (at least a page).
-pub(super) fn read_header(mem: &Mapping) -> Seen {
+fn read_header(mem: &Mapping) -> Seen {
     let hb = mem.one::<HeaderBlock>(0);
     let h = &hb.header;
     let r = |a: &AtomicU64| a.load(Ordering::Acquire);
@@ -51,15 +65,15 @@ pub(super) fn read_header(mem: &Mapping) -> Seen {
 }
 
 impl Seen {
-    /// The layout of a state with this header, if it can be read as layout
-    /// `LAYOUT_VERSION` of this boot (whatever its geometry) in a file of `file_len` bytes
-    /// at CLOCK_MONOTONIC `now_ns`; else the first field that fails, with its value.
+    /// The layout and the clock epoch of a state with this header, if it can be read as
+    /// layout `LAYOUT_VERSION` of this boot (whatever its geometry) in a file of `file_len`
+    /// bytes at CLOCK_MONOTONIC `now_ns`; else the first field that fails, with its value.
     pub(super) fn check(
         &self,
         boot: &[u64; 2],
         file_len: usize,
         now_ns: u64,
-    ) -> Result<Layout, Refusal> {
+    ) -> Result<(Layout, Instant), Refusal> {
         if self.magic != MAGIC {
             return Err(Refusal::new(
                 "magic",
@@ -130,7 +144,8 @@ impl Seen {
                 ),
             ));
         }
-        if shm::instant_of(self.epoch_ns).is_none() || self.epoch_ns > now_ns {
+        let epoch = shm::instant_of(self.epoch_ns).filter(|_| self.epoch_ns <= now_ns);
+        let Some(epoch) = epoch else {
             return Err(Refusal::new(
                 "epoch",
                 format!(
@@ -138,7 +153,7 @@ impl Seen {
                     self.epoch_ns
                 ),
             ));
-        }
+        };
         if self.status != STATUS_RUNNING && self.status != STATUS_CLEAN {
             return Err(Refusal::new(
                 "status",
@@ -151,7 +166,7 @@ impl Seen {
         if self.pid > u64::from(u32::MAX) {
             return Err(Refusal::new("owner_pid", self.pid));
         }
-        Ok(lay)
+        Ok((lay, epoch))
     }
 
     /// Live flows the header's counters claim (for a log line only: never trusted).

@@ -216,9 +216,12 @@ impl FlowTable {
         let mut hits = [None; 2 * CHUNK];
         for chunk in kept.chunks(CHUNK) {
             for (i, &e) in chunk.iter().enumerate() {
-                let d = self.read_data(e).expect("a kept entry was read before");
-                keys[2 * i] = d.original_key();
-                keys[2 * i + 1] = d.reply_key();
+                // Read (and valid) before: only this thread writes the entries now. Should
+                // it not read (another process writing the file against its lock), the blank
+                // key is not found and the index is rebuilt, which reads it again.
+                let d = self.read_data(e);
+                keys[2 * i] = d.map_or(blank, |d| d.original_key());
+                keys[2 * i + 1] = d.map_or(blank, |d| d.reply_key());
             }
             let n = 2 * chunk.len();
             self.lookup_batch(&keys[..n], &mut hits[..n]);
@@ -266,7 +269,11 @@ impl FlowTable {
             if !keep[e as usize] {
                 continue;
             }
-            let d = self.read_data(e).expect("a kept entry was read before");
+            let Some(d) = self.read_data(e) else {
+                // Valid before, not now: someone writes the file against its lock.
+                self.free_refused(e, keep, out, Refusal::new("entry", "changed meanwhile"));
+                continue;
+            };
             let (okey, rkey) = (d.original_key(), d.reply_key());
             let (oh, rh) = (self.hash(&okey), self.hash(&rkey));
             let oword = index::make_word(oh, false, e);
@@ -292,13 +299,18 @@ impl FlowTable {
                     format!("{} -> {}: probe window full", d.client, d.vip),
                 ),
             };
-            keep[e as usize] = false;
-            out.refuse(why);
-            let entry = &self.entries[e as usize];
-            let c = entry.w[W_CTL].load(Ordering::Relaxed);
-            let gen_ = (ctl_gen(c) + 1) & GEN_MASK;
-            entry.w[W_CTL].store(ctl(gen_, ST_FREE, 0, ctl_ls(c)), Ordering::Relaxed);
+            self.free_refused(e, keep, out, why);
         }
+    }
+
+    /// Frees kept entry `e`, refused for `why`.
+    fn free_refused(&self, e: u32, keep: &mut [bool], out: &mut Recovery, why: Refusal) {
+        keep[e as usize] = false;
+        out.refuse(why);
+        let entry = &self.entries[e as usize];
+        let c = entry.w[W_CTL].load(Ordering::Relaxed);
+        let gen_ = (ctl_gen(c) + 1) & GEN_MASK;
+        entry.w[W_CTL].store(ctl(gen_, ST_FREE, 0, ctl_ls(c)), Ordering::Relaxed);
     }
 
     /// The free list, the per-backend counts, the size and the counters, from the kept
