@@ -70,6 +70,8 @@ mod testlab;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_adopt;
+#[cfg(test)]
 mod tests_bgp;
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};

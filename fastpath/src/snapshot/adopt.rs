@@ -85,25 +85,13 @@ pub(super) struct AdoptedUndo {
 impl SnapshotBuilder {
     /// Reserves the ids of an adopted flow table (see the module doc). Call before the first
     /// build; backend ids at or above `backends_max` are ignored (their flows cannot be
-    /// counted), and so are service ids at or above [`SERVICE_IDS_MAX`] (a slot is kept for
-    /// every id below the highest: a damaged table must not make that unbounded). Their
-    /// flows' ids then match no service: the removal pass deals with them.
+    /// counted). A service id at or above [`SERVICE_IDS_MAX`] is not reserved (a slot is
+    /// kept for every id below the highest: a damaged table must not make that unbounded)
+    /// and no service takes it; its backend ids are reserved, then retired at the settle,
+    /// so the removal pass ends or re-steers its flows.
     pub fn adopt(&mut self, ids: &AdoptedIds) {
-        let bounded;
-        let ids = if ids.services.range(SERVICE_IDS_MAX..).next().is_some() {
-            bounded = AdoptedIds {
-                services: ids
-                    .services
-                    .range(..SERVICE_IDS_MAX)
-                    .map(|(k, v)| (*k, v.clone()))
-                    .collect(),
-            };
-            &bounded
-        } else {
-            ids
-        };
-        let max_sid = ids.services.keys().copied().max();
-        if let Some(max) = max_sid {
+        let max_sid = ids.services.range(..SERVICE_IDS_MAX).next_back();
+        if let Some((&max, _)) = max_sid {
             let n = max as usize + 1;
             while self.slots.len() < n {
                 self.slots.push(None);
@@ -128,10 +116,12 @@ impl SnapshotBuilder {
                 .collect();
         }
         for (&sid, s) in &ids.services {
-            for f in &s.frontends {
-                self.adopted.by_frontend.entry(*f).or_insert(sid);
+            if sid < SERVICE_IDS_MAX {
+                for f in &s.frontends {
+                    self.adopted.by_frontend.entry(*f).or_insert(sid);
+                }
+                self.adopted.unclaimed.insert(sid, s.frontends.clone());
             }
-            self.adopted.unclaimed.insert(sid, s.frontends.clone());
             for (&addr, &id) in &s.backends {
                 if id.0 < self.backends_max {
                     self.adopted.backends.insert((sid, addr), id);
@@ -296,8 +286,17 @@ backends = [{ addr = "198.18.1.3:53" }, { addr = "198.18.1.4:53" }, { addr = "19
         assert_eq!(b.slots.len(), 41);
         let snap = b.build_config(&cfg).unwrap();
         assert!(snap.services.iter().all(|s| s.id < 40), "40 stays reserved");
-        assert_eq!(b.settle_adopted(), 1, "backend 5 of service 40 retired");
-        assert_eq!(b.retired().collect::<Vec<_>>(), vec![BackendId(5)]);
+        let taken: Vec<u32> = snap
+            .services
+            .iter()
+            .flat_map(|s| s.backends.iter().map(|b| b.id.0))
+            .collect();
+        assert!(taken.iter().all(|id| !(3..=5).contains(id)), "{taken:?}");
+        // Every backend id retired: the removal pass ends their flows, then frees them.
+        assert_eq!(b.settle_adopted(), 3);
+        let mut retired: Vec<BackendId> = b.retired().collect();
+        retired.sort();
+        assert_eq!(retired, vec![BackendId(3), BackendId(4), BackendId(5)]);
         // After the settle, 40 is free again and the builder keeps working.
         b.build_config(&cfg).unwrap();
     }
