@@ -274,3 +274,28 @@ fn a_damaged_or_exposed_cookie_key_is_replaced() {
     let victim = p.synproxy_key.with_file_name("victim-key");
     assert_eq!(std::fs::read(victim).unwrap(), [7u8; 32]);
 }
+
+#[test]
+fn cleanup_removes_refused_files_and_temporaries_never_a_links_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    left_with(&cfg, &[flow(1000, 0)]);
+    let p = Paths::of(&cfg.dataplane.state_dir);
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, b"do not touch").unwrap();
+    // A refused directory, a refused file, a planted and a stale temporary.
+    std::fs::remove_file(&p.affinity).unwrap();
+    std::fs::create_dir(&p.affinity).unwrap();
+    std::fs::write(p.affinity.join("inside"), b"x").unwrap();
+    drop(open(&cfg, Instant::now()).unwrap());
+    symlink(&victim, p.export.with_extension("tmp")).unwrap();
+    std::fs::write(p.flows.with_extension("new"), b"stale").unwrap();
+    assert_eq!(refused_names(&cfg).len(), 1);
+    let cleaned = crate::hold::cleanup(&dir.path().join("pins"), &cfg.dataplane.state_dir).unwrap();
+    let left: Vec<_> = std::fs::read_dir(&cfg.dataplane.state_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?} left after {:?}", cleaned.files);
+    assert_eq!(std::fs::read(&victim).unwrap(), b"do not touch");
+}
