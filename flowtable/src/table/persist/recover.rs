@@ -8,11 +8,12 @@
 //!    ([`BackendAddrs`]). Everything else is freed: INSERTING or DYING entries a dead worker
 //!    left are torn down, invalid LIVE ones counted as refused.
 //! 2. **Index.** Words of freed entries become tombstones, frozen slots empty. Then the
-//!    index must agree with the entries under the header's seed: every kept flow found
-//!    through both its tuples, and no other live word. If it does not (a changed seed, a
-//!    zeroed or scribbled index, two flows with one tuple) it is rebuilt from the kept
-//!    entries and the fault is reported ([`Recovery::index`]); a flow that cannot be indexed
-//!    (a duplicate tuple) is refused.
+//!    index must agree with the entries under the header's seed: every kept flow's two
+//!    words where a lookup of its tuples reaches them (probed during the entries pass,
+//!    pipelined), and no other live word. If it does not (a
+//!    changed seed, a zeroed or scribbled index, two flows with one tuple) it is rebuilt
+//!    from the kept entries and the fault is reported ([`Recovery::index`]); a flow that
+//!    cannot be indexed (a duplicate tuple) is refused.
 //! 3. **Derived state.** The free list, the per-backend counts, the size and the counters
 //!    are rebuilt from the kept entries; none of the file's values for them is read.
 
@@ -22,16 +23,16 @@ use std::time::Instant;
 use lb_algos::BackendId;
 use shm::Refusal;
 
+use super::super::FlowTable;
 use super::super::entry::{
     GEN_MASK, ST_FREE, ST_LIVE, W_ADDR, W_CTL, W_IDS, W_META, W_PORTS, W_V4_CSUM, ctl, ctl_gen,
     ctl_ls, ctl_state, ctl_status,
 };
 use super::super::v4::v4_csum_delta;
-use super::super::{FlowHandle, FlowTable};
 use super::Recovery;
 use super::valid::{BackendAddrs, FlowCheck, flow_refusal, state_of};
 use crate::index::{self, Claim, EMPTY, FROZEN, TOMB, word_entry};
-use crate::key::{Direction, FlowData, FlowKey};
+use crate::key::{FlowData, FlowKey};
 use crate::state::FlowState;
 use crate::sync::Ordering;
 
@@ -102,50 +103,48 @@ impl FlowTable {
         check: &dyn FlowCheck,
     ) -> Recovery {
         let t0 = Instant::now();
-        let cap = self.entries.len();
         let now_ticks = self.ticks(now);
-        let mut keep = vec![false; cap];
+        let mut keep = vec![false; self.entries.len()];
         let mut out = Recovery {
             clean,
             previous_pid,
             ..Recovery::default()
         };
         let mut addrs = BackendAddrs::default();
+        let mut probes = Probes::new();
+        let limit = self.backends.len();
         for (e, entry) in self.entries.iter().enumerate() {
             let c = entry.w[W_CTL].load(Ordering::Relaxed);
             match ctl_status(c) {
-                ST_FREE => {}
-                ST_LIVE => {
-                    let limit = self.backends.len();
-                    match self.entry_flow(e as u32, c, now_ticks, limit, check) {
-                        Ok((d, _)) => {
-                            keep[e] = true;
-                            addrs.note(d.backend_id.0, d.backend);
-                        }
-                        Err(r) => out.refuse(r),
+                ST_FREE => continue,
+                ST_LIVE => match self.entry_flow(e as u32, c, now_ticks, limit, check) {
+                    Ok((d, _)) => {
+                        keep[e] = true;
+                        addrs.note(d.backend_id.0, d.backend);
+                        probes.push(self, e as u32, false, d.original_key());
+                        probes.push(self, e as u32, true, d.reply_key());
+                        continue;
                     }
-                }
+                    Err(r) => out.refuse(r),
+                },
                 _ => out.torn_down += 1,
             }
+            let gen_ = (ctl_gen(c) + 1) & GEN_MASK;
+            entry.w[W_CTL].store(ctl(gen_, ST_FREE, 0, ctl_ls(c)), Ordering::Relaxed);
         }
+        let found = probes.finish(self);
         if addrs.any() {
-            for (e, k) in keep.iter_mut().enumerate() {
-                let id = (self.word(e as u32, W_IDS) >> 32) as u32;
-                if let Some(r) = addrs.conflict(id).filter(|_| *k) {
-                    *k = false;
-                    out.refuse(r);
+            for e in 0..keep.len() as u32 {
+                let id = (self.word(e, W_IDS) >> 32) as u32;
+                if let Some(r) = addrs.conflict(id).filter(|_| keep[e as usize]) {
+                    self.free_refused(e, &mut keep, &mut out, r);
                 }
             }
         }
-        for (e, entry) in self.entries.iter().enumerate() {
-            let c = entry.w[W_CTL].load(Ordering::Relaxed);
-            if !keep[e] && ctl_status(c) != ST_FREE {
-                let gen_ = (ctl_gen(c) + 1) & GEN_MASK;
-                entry.w[W_CTL].store(ctl(gen_, ST_FREE, 0, ctl_ls(c)), Ordering::Relaxed);
-            }
-        }
-        let words = self.clear_index_words(&keep, &mut out);
-        if let Some(fault) = self.index_fault(&keep, words) {
+        let live = self.clear_index_words(&keep, &mut out);
+        // Flows dropped for a backend id conflict were probed: count again then.
+        let kept = keep.iter().filter(|k| **k).count();
+        if let Some(fault) = self.index_fault(kept, live, found, addrs.any()) {
             out.index = Some(fault);
             self.rebuild_index(&mut keep, &mut out);
         }
@@ -157,27 +156,17 @@ impl FlowTable {
 
     /// Tombstones the words of entries not kept (and words that are no word at all),
     /// empties frozen slots; returns the live words left.
-    fn clear_index_words(&self, keep: &[bool], out: &mut Recovery) -> Words {
-        let mut words = Words {
-            live: 0,
-            one_each: true,
-        };
-        // Words per (entry, direction), to tell a changed seed (the words still name each
-        // flow's two tuples once) from a damaged index.
-        let mut per = vec![0u8; 2 * keep.len()];
+    fn clear_index_words(&self, keep: &[bool], out: &mut Recovery) -> usize {
+        let mut live = 0;
         for slot in self.index.slots.iter() {
             let w = slot.load(Ordering::Relaxed);
             let reset = match w {
                 EMPTY | TOMB => None,
                 FROZEN => Some(EMPTY),
                 w => {
-                    let (e, reply) = word_entry(w);
+                    let (e, _) = word_entry(w);
                     let kept = index::is_live(w) && keep.get(e as usize).copied().unwrap_or(false);
-                    if kept {
-                        words.live += 1;
-                        let n = &mut per[2 * e as usize + usize::from(reply)];
-                        *n = n.saturating_add(1);
-                    }
+                    live += usize::from(kept);
                     (!kept).then_some(TOMB)
                 }
             };
@@ -186,77 +175,69 @@ impl FlowTable {
                 out.words_reset += 1;
             }
         }
-        for (e, k) in keep.iter().enumerate() {
-            if *k && (per[2 * e] != 1 || per[2 * e + 1] != 1) {
-                words.one_each = false;
-                break;
-            }
-        }
-        words
+        live
     }
 
-    /// What is wrong with the index, if anything: every kept flow must be found through
-    /// both its tuples (with this table's seed), and the index must hold no other live
-    /// word.
-    fn index_fault(&self, keep: &[bool], words: Words) -> Option<Refusal> {
-        let live_words = words.live;
-        const CHUNK: usize = 16;
-        let kept: Vec<u32> = (0..keep.len() as u32)
-            .filter(|&e| keep[e as usize])
-            .collect();
-        let mut found = 0usize;
-        let blank = FlowKey::v4(
-            crate::Protocol::Tcp,
-            Ipv4Addr::UNSPECIFIED,
-            0,
-            Ipv4Addr::UNSPECIFIED,
-            0,
-        );
-        let mut keys = [blank; 2 * CHUNK];
-        let mut hits = [None; 2 * CHUNK];
-        for chunk in kept.chunks(CHUNK) {
-            for (i, &e) in chunk.iter().enumerate() {
-                // Read (and valid) before: only this thread writes the entries now. Should
-                // it not read (another process writing the file against its lock), the blank
-                // key is not found and the index is rebuilt, which reads it again.
-                let d = self.read_data(e);
-                keys[2 * i] = d.map_or(blank, |d| d.original_key());
-                keys[2 * i + 1] = d.map_or(blank, |d| d.reply_key());
-            }
-            let n = 2 * chunk.len();
-            self.lookup_batch(&keys[..n], &mut hits[..n]);
-            for (i, &e) in chunk.iter().enumerate() {
-                let is = |h: Option<(FlowHandle, Direction)>, dir| {
-                    h.is_some_and(|(h, d)| h.entry() == e && d == dir)
-                };
-                found += usize::from(is(hits[2 * i], Direction::Original));
-                found += usize::from(is(hits[2 * i + 1], Direction::Reply));
-            }
-        }
-        let tuples = 2 * kept.len();
-        if found == tuples && live_words == tuples {
+    /// What is wrong with the index, if anything: `found` of the `kept` flows' tuples have
+    /// their word where a lookup reaches it ([`Probes`]), and the index holds `live` words
+    /// of kept flows, which must be exactly those. After a backend-id conflict dropped flows
+    /// the counts are not comparable: the index is rebuilt.
+    fn index_fault(
+        &self,
+        kept: usize,
+        live: usize,
+        found: usize,
+        dropped: bool,
+    ) -> Option<Refusal> {
+        let tuples = 2 * kept;
+        if !dropped && found == tuples && live == tuples {
             return None;
         }
-        Some(if live_words == 0 {
-            Refusal::new("index", format!("empty, for {} flows", kept.len()))
-        } else if found == 0 && words.one_each && live_words == tuples {
+        Some(if live == 0 && kept > 0 {
+            Refusal::new("index", format!("empty, for {kept} flows"))
+        } else if found == 0 && live == tuples {
             Refusal::new(
                 "seed",
                 format!(
-                    "{:#018x}: none of the {tuples} tuples of {} flows is found through it ({live_words} index words)",
+                    "{:#018x}: none of the {tuples} tuples of {kept} flows is found through it ({live} index words)",
                     self.seeds_origin(),
-                    kept.len()
                 ),
             )
         } else {
             Refusal::new(
                 "index",
-                format!(
-                    "{found} of the {tuples} tuples of {} flows found, {live_words} index words",
-                    kept.len()
-                ),
+                format!("{found} of the {tuples} tuples of {kept} flows found, {live} index words"),
             )
         })
+    }
+
+    /// Whether the index holds the word of entry `e`'s tuple `key` (direction `reply`,
+    /// hash `h`) where a lookup of `key` reaches it: in its probe window, before any empty
+    /// slot, and after no word of another flow of the same tuple.
+    fn word_found(&self, e: u32, reply: bool, h: u64, key: &FlowKey) -> bool {
+        let want = index::make_word(h, reply, e);
+        for slot in self.index.window(h) {
+            let w = slot.load(Ordering::Relaxed);
+            if w == want {
+                return true;
+            }
+            if w == EMPTY || w == FROZEN {
+                return false;
+            }
+            if index::is_live(w) && index::tag_matches(w, h) {
+                // A LIVE flow of the same tuple before ours shadows it (an INSERTING one a
+                // dead worker left is torn down: it shadows nothing).
+                let (oe, oreply) = word_entry(w);
+                let live = self
+                    .entries
+                    .get(oe as usize)
+                    .is_some_and(|x| ctl_status(x.w[W_CTL].load(Ordering::Relaxed)) == ST_LIVE);
+                if live && self.matches(oe, oreply, key).is_some() {
+                    return false;
+                }
+            }
+        }
+        false
     }
 
     /// Empties the index and indexes every kept flow again; a flow that cannot be indexed
@@ -361,12 +342,56 @@ impl FlowTable {
     }
 }
 
-/// The live words of kept entries the index holds, and whether each kept flow has exactly
-/// one per direction.
-#[derive(Clone, Copy)]
-struct Words {
-    live: usize,
-    one_each: bool,
+/// The index checks of the entries pass, pipelined: a tuple's index line is prefetched
+/// when it is queued and probed [`PROBES_AHEAD`] tuples later, so the random reads overlap
+/// (as in `lookup_batch`) instead of stalling one after the other.
+struct Probes {
+    ring: [(u32, bool, u64, FlowKey); PROBES_AHEAD],
+    queued: usize,
+    found: usize,
+}
+
+/// Tuples queued before the first is probed.
+const PROBES_AHEAD: usize = 32;
+
+impl Probes {
+    fn new() -> Probes {
+        let blank = FlowKey::v4(
+            crate::Protocol::Tcp,
+            Ipv4Addr::UNSPECIFIED,
+            0,
+            Ipv4Addr::UNSPECIFIED,
+            0,
+        );
+        Probes {
+            ring: [(0, false, 0, blank); PROBES_AHEAD],
+            queued: 0,
+            found: 0,
+        }
+    }
+
+    /// Queues entry `e`'s tuple `key` (direction `reply`), probing the oldest queued one.
+    fn push(&mut self, t: &FlowTable, e: u32, reply: bool, key: FlowKey) {
+        let h = t.hash(&key);
+        t.index.prefetch(h);
+        let at = self.queued % PROBES_AHEAD;
+        if self.queued >= PROBES_AHEAD {
+            let (oe, oreply, oh, okey) = self.ring[at];
+            self.found += usize::from(t.word_found(oe, oreply, oh, &okey));
+        }
+        self.ring[at] = (e, reply, h, key);
+        self.queued += 1;
+    }
+
+    /// Probes what is still queued; returns how many tuples were found.
+    fn finish(mut self, t: &FlowTable) -> usize {
+        let first = self.queued.saturating_sub(PROBES_AHEAD);
+        for i in first..self.queued {
+            let (e, reply, h, key) = self.ring[i % PROBES_AHEAD];
+            self.found += usize::from(t.word_found(e, reply, h, &key));
+        }
+        self.found
+    }
 }
 
 impl Recovery {
@@ -394,7 +419,7 @@ mod tests {
     use super::*;
     use crate::key::Protocol;
     use crate::state::TcpFlags;
-    use crate::{ConnCounts, FlowTableConfig};
+    use crate::{ConnCounts, Direction, FlowTableConfig};
 
     fn flow(i: u16) -> FlowData {
         let sa = |s: &str| s.parse::<SocketAddr>().unwrap();

@@ -6,6 +6,7 @@
 //! [`BackendAddrs`]); the caller's [`FlowCheck`] checks the flow against its config.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::net::{IpAddr, SocketAddr};
 
 use shm::Refusal;
@@ -118,8 +119,30 @@ fn unicast(ip: IpAddr) -> bool {
 /// it). An id seen at two addresses makes every flow with it suspect: all are dropped.
 #[derive(Debug, Default)]
 pub(crate) struct BackendAddrs {
-    seen: HashMap<u32, (SocketAddr, Option<SocketAddr>)>,
+    seen: HashMap<u32, (SocketAddr, Option<SocketAddr>), BuildHasherDefault<IdHasher>>,
     conflicts: usize,
+}
+
+/// A hasher for backend ids (one per adopted flow: SipHash would cost as much as the rest
+/// of the check). Fibonacci hashing; ids are not chosen by anyone who could flood it (a
+/// file's writer could only slow its own adoption).
+#[derive(Default)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.0 = u64::from(n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
 }
 
 impl BackendAddrs {
