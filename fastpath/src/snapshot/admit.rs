@@ -17,7 +17,6 @@
 //!   opened: the builder and the removal pass deal with ids the first snapshot lacks
 //!   (`adopt.rs`).
 
-use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 
 use config::{Config, RemovedBackendPolicy};
@@ -26,6 +25,10 @@ use flowtable::{FlowCheck, FlowData, FlowState, Protocol, Refusal};
 use super::Frontend;
 use super::spec::ServiceSpec;
 use crate::pipeline::{FLAG_FULLNAT, FLAG_PEER, FLAG_SYNPROXY};
+
+// One lookup or three per adopted flow: SipHash would cost more than the rest of the check.
+type HashMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
+type HashSet<K> = std::collections::HashSet<K, ahash::RandomState>;
 
 /// Service ids a flow may hold: the builder hands out ids from 0, one per service at a
 /// time, so a real table stays far below; adopting an id makes the builder keep a slot for
@@ -52,9 +55,9 @@ impl StateCheck {
     pub fn from_config(cfg: &Config) -> StateCheck {
         let mut snat: HashSet<IpAddr> = cfg.dataplane.snat_addresses.iter().copied().collect();
         snat.extend(cfg.sync.peer_snat_addresses());
-        let mut vips: HashMap<IpAddr, HashSet<IpAddr>> = HashMap::new();
+        let mut vips: HashMap<IpAddr, HashSet<IpAddr>> = HashMap::default();
         let frontends = cfg.kubernetes.is_none().then(|| {
-            let mut map: HashMap<Frontend, HashSet<SocketAddr>> = HashMap::new();
+            let mut map: HashMap<Frontend, HashSet<SocketAddr>> = HashMap::default();
             for s in ServiceSpec::from_config(cfg) {
                 let backends: HashSet<SocketAddr> = s.backends.iter().map(|b| b.addr).collect();
                 for f in &s.frontends {
