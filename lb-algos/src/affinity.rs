@@ -233,8 +233,9 @@ impl AffinityTable {
                 format!("{size} bytes (a header needs {header})"),
             )));
         }
-        let mem = Mapping::shared(&state.file, size)?;
-        let h = mem.one::<Header>(0);
+        // The header alone first: the file's size is checked before all of it is mapped.
+        let head = Mapping::shared_read(&state.file, header)?;
+        let h = head.one::<Header>(0);
         let r = |a: &AtomicU64| a.load(Ordering::Acquire);
         let epoch_ns = r(&h.epoch_mono_ns);
         let why = if r(&h.magic) != MAGIC {
@@ -258,6 +259,7 @@ impl AffinityTable {
         } else if let Some(epoch) = shm::instant_of(epoch_ns) {
             // Every page backed before anything is written through the mapping.
             shm::reserve(&state.file, total as u64)?;
+            let mem = Mapping::shared(&state.file, total)?;
             let t = AffinityTable {
                 slots: mem.slab(header, n),
                 bucket_mask: n / WAYS - 1,
@@ -572,6 +574,14 @@ mod tests {
             .open(&path)
             .unwrap()
             .set_len(len - 40)
+            .unwrap();
+        assert_eq!(fresh(&path).field, "size");
+        // A sparse terabyte: refused by its size, never mapped whole.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(1 << 40)
             .unwrap();
         assert_eq!(fresh(&path).field, "size");
         // Slots that hold no entry: an unknown family, a last use far in the future.
