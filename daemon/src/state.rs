@@ -230,6 +230,16 @@ fn clear_temporaries(paths: &Paths, refused: &mut Refusals) {
             }
         }
     }
+    // Files that are renamed onto (a graceful stop's export, a resized table kept for
+    // import): anything there that is no file of ours (a directory would fail the rename)
+    // is set aside first.
+    for f in [flowtable::previous_path(&paths.flows), paths.export.clone()] {
+        if let Ok(m) = std::fs::symlink_metadata(&f)
+            && let Some(r) = shm::untrusted_at(&f, &m)
+        {
+            set_aside(refused, &f, &r, "not used");
+        }
+    }
 }
 
 /// The flow table; with no room for it, the refused flow states are removed (logged) and

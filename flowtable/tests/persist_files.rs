@@ -322,3 +322,18 @@ fn a_full_filesystem_is_a_refusal_with_exact_sizes_never_a_sigbus() {
     assert!(msg.contains("reserving") && msg.contains("free"), "{msg}");
     assert!(path.exists(), "the state is kept for a start with room");
 }
+
+#[test]
+fn a_directory_where_a_resized_state_goes_costs_its_flows_not_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let flows = dir.path().join("flows");
+    let (t, _) = FlowTable::open(&flows, config(64), Instant::now(), &AnyFlow).unwrap();
+    t.insert(&flow(0), TcpFlags::SYN, t.tick(Instant::now()))
+        .unwrap();
+    drop(t);
+    std::fs::create_dir(previous_path(&flows)).unwrap();
+    let (t, opened) = FlowTable::open(&flows, config(128), Instant::now(), &AnyFlow).unwrap();
+    assert_eq!(refused_field(&opened), "capacity");
+    assert_eq!((t.capacity(), t.len()), (128, 0));
+    assert!(previous_path(&flows).is_dir(), "left alone");
+}

@@ -299,3 +299,16 @@ fn cleanup_removes_refused_files_and_temporaries_never_a_links_target() {
     assert!(left.is_empty(), "{left:?} left after {:?}", cleaned.files);
     assert_eq!(std::fs::read(&victim).unwrap(), b"do not touch");
 }
+
+#[test]
+fn a_directory_in_the_way_of_a_resize_is_set_aside_and_the_flows_imported() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    left_with(&cfg, &[flow(1000, 0), flow(1001, 1)]);
+    let p = Paths::of(&cfg.dataplane.state_dir);
+    std::fs::create_dir(flowtable::previous_path(&p.flows)).unwrap();
+    cfg.flowtable.capacity = 2048;
+    let t = open(&cfg, Instant::now()).unwrap();
+    assert_eq!((t.flows.capacity(), t.flows.len()), (2048, 2));
+    assert_eq!(count(&t, "flows.previous", "file"), 1);
+}

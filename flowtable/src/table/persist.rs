@@ -252,16 +252,24 @@ impl FlowTable {
         if file_lay.capacity != lay.capacity || file_lay.backends_max != lay.backends_max {
             drop(state);
             let p = previous_path(&path);
-            std::fs::rename(&path, &p).map_err(|e| state_err(&path, e))?;
-            let refusal = Refusal::new(
-                "capacity",
-                format!(
-                    "{} and backends_max {} (configured: {} and {}): imported",
-                    seen.capacity, seen.backends_max, lay.capacity, lay.backends_max
-                ),
+            let geometry = format!(
+                "{} and backends_max {} (configured: {} and {})",
+                seen.capacity, seen.backends_max, lay.capacity, lay.backends_max
             );
+            if let Err(e) = std::fs::rename(&path, &p) {
+                // Something that is no file is in the way (a directory): the start goes on
+                // without these flows rather than not at all.
+                let why = Refusal::new("capacity", format!("{geometry}: not kept ({e})"));
+                let set_aside = shm::set_aside(&path, &why).map_err(|e| state_err(&path, e))?;
+                return Ok(Err(NotAdopted {
+                    refusal: why,
+                    previous: None,
+                    set_aside: Some(set_aside),
+                    flows,
+                }));
+            }
             return Ok(Err(NotAdopted {
-                refusal,
+                refusal: Refusal::new("capacity", format!("{geometry}: imported")),
                 previous: Some(p),
                 set_aside: None,
                 flows,
