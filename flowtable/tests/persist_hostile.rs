@@ -382,6 +382,8 @@ fn a_backend_id_at_two_addresses_drops_its_flows_and_two_flows_of_one_tuple_one(
     let of_id = before.iter().filter(|v| v.data.backend_id == id).count();
     assert_eq!(r.refused, of_id);
     assert_eq!(r.refusal.as_ref().unwrap().field, "backend_id");
+    // The rest of the index is sound: not reported, not rebuilt.
+    assert_eq!(r.index, None);
     assert!(check(&t).iter().all(|v| v.data.backend_id != id));
     same_flows(&t, &before, of_id);
 

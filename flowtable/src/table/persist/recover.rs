@@ -132,7 +132,7 @@ impl FlowTable {
             let gen_ = (ctl_gen(c) + 1) & GEN_MASK;
             entry.w[W_CTL].store(ctl(gen_, ST_FREE, 0, ctl_ls(c)), Ordering::Relaxed);
         }
-        let found = probes.finish(self);
+        let mut found = probes.finish(self);
         if addrs.any() {
             for e in 0..keep.len() as u32 {
                 let id = (self.word(e, W_IDS) >> 32) as u32;
@@ -140,11 +140,19 @@ impl FlowTable {
                     self.free_refused(e, &mut keep, &mut out, r);
                 }
             }
+            // The flows just dropped were probed too: probe the rest again (a rare path).
+            let mut again = Probes::new();
+            for e in (0..keep.len() as u32).filter(|e| keep[*e as usize]) {
+                if let Some(d) = self.read_data(e) {
+                    again.push(self, e, false, d.original_key());
+                    again.push(self, e, true, d.reply_key());
+                }
+            }
+            found = again.finish(self);
         }
         let live = self.clear_index_words(&keep, &mut out);
-        // Flows dropped for a backend id conflict were probed: count again then.
         let kept = keep.iter().filter(|k| **k).count();
-        if let Some(fault) = self.index_fault(kept, live, found, addrs.any()) {
+        if let Some(fault) = self.index_fault(kept, live, found) {
             out.index = Some(fault);
             self.rebuild_index(&mut keep, &mut out);
         }
@@ -180,17 +188,10 @@ impl FlowTable {
 
     /// What is wrong with the index, if anything: `found` of the `kept` flows' tuples have
     /// their word where a lookup reaches it ([`Probes`]), and the index holds `live` words
-    /// of kept flows, which must be exactly those. After a backend-id conflict dropped flows
-    /// the counts are not comparable: the index is rebuilt.
-    fn index_fault(
-        &self,
-        kept: usize,
-        live: usize,
-        found: usize,
-        dropped: bool,
-    ) -> Option<Refusal> {
+    /// of kept flows, which must be exactly those.
+    fn index_fault(&self, kept: usize, live: usize, found: usize) -> Option<Refusal> {
         let tuples = 2 * kept;
-        if !dropped && found == tuples && live == tuples {
+        if found == tuples && live == tuples {
             return None;
         }
         Some(if live == 0 && kept > 0 {
