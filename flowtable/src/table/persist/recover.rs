@@ -9,15 +9,14 @@
 //!    left are torn down, invalid LIVE ones counted as refused.
 //! 2. **Index.** Words of freed entries become tombstones, frozen slots empty. Then the
 //!    index must agree with the entries under the header's seed: every kept flow's two
-//!    words where a lookup of its tuples reaches them (probed during the entries pass,
-//!    pipelined), and no other live word. If it does not (a
+//!    words where a lookup of its tuples reaches them (collected during the entries pass,
+//!    probed in the order of their home slots: [`Probes`]), and no other live word. If it does not (a
 //!    changed seed, a zeroed or scribbled index, two flows with one tuple) it is rebuilt
 //!    from the kept entries and the fault is reported ([`Recovery::index`]); a flow that
 //!    cannot be indexed (a duplicate tuple) is refused.
 //! 3. **Derived state.** The free list, the per-backend counts, the size and the counters
 //!    are rebuilt from the kept entries; none of the file's values for them is read.
 
-use std::net::Ipv4Addr;
 use std::time::Instant;
 
 use lb_algos::BackendId;
@@ -212,12 +211,15 @@ impl FlowTable {
         })
     }
 
-    /// Whether the index holds the word of entry `e`'s tuple `key` (direction `reply`,
-    /// hash `h`) where a lookup of `key` reaches it: in its probe window, before any empty
-    /// slot, and after no word of another flow of the same tuple.
-    fn word_found(&self, e: u32, reply: bool, h: u64, key: &FlowKey) -> bool {
-        let want = index::make_word(h, reply, e);
-        for slot in self.index.window(h) {
+    /// Whether the index holds `want` (a kept flow's word for one of its tuples) where a
+    /// lookup of that tuple reaches it: in its probe window, before any empty slot, and
+    /// after no word of another LIVE flow of the same tuple (an INSERTING one a dead worker
+    /// left is torn down: it shadows nothing).
+    fn word_found(&self, want: u64) -> bool {
+        let (e, reply) = word_entry(want);
+        let mut key: Option<Option<FlowKey>> = None;
+        // A word's tag is its tuple's hash's: its window is the tuple's.
+        for slot in self.index.window(want) {
             let w = slot.load(Ordering::Relaxed);
             if w == want {
                 return true;
@@ -225,15 +227,21 @@ impl FlowTable {
             if w == EMPTY || w == FROZEN {
                 return false;
             }
-            if index::is_live(w) && index::tag_matches(w, h) {
-                // A LIVE flow of the same tuple before ours shadows it (an INSERTING one a
-                // dead worker left is torn down: it shadows nothing).
+            if index::is_live(w) && index::tag_matches(w, want) {
                 let (oe, oreply) = word_entry(w);
                 let live = self
                     .entries
                     .get(oe as usize)
                     .is_some_and(|x| ctl_status(x.w[W_CTL].load(Ordering::Relaxed)) == ST_LIVE);
-                if live && self.matches(oe, oreply, key).is_some() {
+                let key = key.get_or_insert_with(|| {
+                    let d = self.read_data(e)?;
+                    Some(if reply {
+                        d.reply_key()
+                    } else {
+                        d.original_key()
+                    })
+                });
+                if live && key.is_some_and(|k| self.matches(oe, oreply, &k).is_some()) {
                     return false;
                 }
             }
@@ -343,54 +351,64 @@ impl FlowTable {
     }
 }
 
-/// The index checks of the entries pass, pipelined: a tuple's index line is prefetched
-/// when it is queued and probed [`PROBES_AHEAD`] tuples later, so the random reads overlap
-/// (as in `lookup_batch`) instead of stalling one after the other.
+/// The index checks of the entries pass: each kept flow's two expected words are
+/// collected, and probed in the order of their home slots, a chunk at a time ([`CHUNK`]
+/// words, so memory stays bounded): the probes then walk the index forward instead of
+/// jumping about it (a random access per tuple costs a TLB miss on 4 KiB pages).
 struct Probes {
-    ring: [(u32, bool, u64, FlowKey); PROBES_AHEAD],
-    queued: usize,
+    words: Vec<u64>,
+    /// `words` ordered by home slot (scratch).
+    sorted: Vec<u64>,
     found: usize,
 }
 
-/// Tuples queued before the first is probed.
-const PROBES_AHEAD: usize = 32;
+/// Words probed together (a few in the unit tests, so that they cross chunks).
+const CHUNK: usize = if cfg!(test) { 7 } else { 1 << 20 };
 
 impl Probes {
     fn new() -> Probes {
-        let blank = FlowKey::v4(
-            crate::Protocol::Tcp,
-            Ipv4Addr::UNSPECIFIED,
-            0,
-            Ipv4Addr::UNSPECIFIED,
-            0,
-        );
         Probes {
-            ring: [(0, false, 0, blank); PROBES_AHEAD],
-            queued: 0,
+            words: Vec::new(),
+            sorted: Vec::new(),
             found: 0,
         }
     }
 
-    /// Queues entry `e`'s tuple `key` (direction `reply`), probing the oldest queued one.
+    /// Queues entry `e`'s tuple `key` (direction `reply`).
     fn push(&mut self, t: &FlowTable, e: u32, reply: bool, key: FlowKey) {
-        let h = t.hash(&key);
-        t.index.prefetch(h);
-        let at = self.queued % PROBES_AHEAD;
-        if self.queued >= PROBES_AHEAD {
-            let (oe, oreply, oh, okey) = self.ring[at];
-            self.found += usize::from(t.word_found(oe, oreply, oh, &okey));
+        self.words.push(index::make_word(t.hash(&key), reply, e));
+        if self.words.len() == CHUNK {
+            self.flush(t);
         }
-        self.ring[at] = (e, reply, h, key);
-        self.queued += 1;
+    }
+
+    fn flush(&mut self, t: &FlowTable) {
+        // Home slots grow with the tag, the word's top bits: one counting-sort pass on the
+        // top BITS orders the probes to within 1/4096 of the index (a few pages), which is
+        // all the walk needs, at a fraction of a full sort's cost.
+        const BITS: u32 = 12;
+        let bucket = |w: u64| (w >> (64 - BITS)) as usize;
+        let mut starts = vec![0usize; (1 << BITS) + 1];
+        for w in &self.words {
+            starts[bucket(*w) + 1] += 1;
+        }
+        for i in 1..starts.len() {
+            starts[i] += starts[i - 1];
+        }
+        self.sorted.clear();
+        self.sorted.resize(self.words.len(), 0);
+        for w in &self.words {
+            let at = &mut starts[bucket(*w)];
+            self.sorted[*at] = *w;
+            *at += 1;
+        }
+        self.found += self.sorted.iter().filter(|w| t.word_found(**w)).count();
+        self.words.clear();
     }
 
     /// Probes what is still queued; returns how many tuples were found.
     fn finish(mut self, t: &FlowTable) -> usize {
-        let first = self.queued.saturating_sub(PROBES_AHEAD);
-        for i in first..self.queued {
-            let (e, reply, h, key) = self.ring[i % PROBES_AHEAD];
-            self.found += usize::from(t.word_found(e, reply, h, &key));
-        }
+        self.flush(t);
         self.found
     }
 }
