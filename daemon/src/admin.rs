@@ -192,6 +192,8 @@ pub struct DaemonState {
     pub traffic: Mutex<slowpath::traffic::TrafficMeter>,
     /// The health checker's judgements (`health` of `/v1/services`).
     pub health: Option<slowpath::health::HealthReader>,
+    /// What the start-up refused of the state files (`crate::state::Refusals`).
+    pub state_refused: slowpath::admin::StateView,
 }
 
 /// The controller's command for an admin action; `Err` when it does not apply.
@@ -296,6 +298,7 @@ impl AdminSource for DaemonState {
             peer_sync: self.peer_sync.as_ref().map(|(fs, logs)| fs.view(logs)),
             bgp: self.bgp.as_deref().map(BgpView::from_stats),
             refused: refused_stats(s),
+            state: self.state_refused.clone(),
         }
     }
 

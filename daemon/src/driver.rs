@@ -160,6 +160,7 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
     // The flow and affinity tables: adopted from the previous process of this boot, or new.
     let tables = state::open(&cfg, epoch)?;
     let cookie_key = tables.cookie_key;
+    let state_refused = tables.refused;
     let flows = Arc::new(tables.flows);
     let affinity = Arc::new(tables.affinity);
     let syn_watch = Arc::new(SynWatch::new(cfg.flowtable.backends_max as usize));
@@ -417,6 +418,7 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
         bgp: bgp_stats,
         traffic: Mutex::new(TrafficMeter::new(traffic)),
         health: Some(health.reader()),
+        state_refused: state_refused.view(),
     });
     let admin_cfg = AdminConfig {
         listen: cfg.admin.listen,

@@ -161,11 +161,12 @@ pub struct Cleaned {
 }
 
 /// Removes for good the pinned steering of this network namespace under `pin_root`, and
-/// the state files under `state_dir`; refuses while an xvs holds the state.
+/// the state files under `state_dir` (their temporaries and the refused ones set aside
+/// included); refuses while an xvs holds the state.
 pub fn cleanup(pin_root: &Path, state_dir: &Path) -> Result<Cleaned, String> {
     let flows = crate::state::Paths::of(state_dir).flows;
     match shm::StateFile::open_existing(&flows) {
-        // No state, or ours for a moment: no xvs has it.
+        // No state, ours for a moment, or nothing an xvs would open: no xvs has it.
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
             return Err(format!(
@@ -179,14 +180,21 @@ pub fn cleanup(pin_root: &Path, state_dir: &Path) -> Result<Cleaned, String> {
     let links = steer::remove_pins(&pins).map_err(|e| format!("{}: {e}", pins.display()))?;
     let p = crate::state::Paths::of(state_dir);
     let mut files = Vec::new();
-    for f in [
+    // The state files, their temporaries and the refused files set aside (a link is
+    // removed itself, never followed; a refused directory with its contents).
+    let state = [
         p.flows.clone(),
         flowtable::previous_path(&p.flows),
-        p.export,
-        p.affinity,
-        p.synproxy_key,
-    ] {
-        if std::fs::remove_file(&f).is_ok() {
+        p.export.clone(),
+        p.affinity.clone(),
+        p.synproxy_key.clone(),
+    ];
+    for f in state
+        .into_iter()
+        .chain(p.temporaries())
+        .chain(shm::refused_in(state_dir))
+    {
+        if shm::remove_any(&f).is_ok() {
             files.push(f);
         }
     }

@@ -116,22 +116,30 @@ fn local_addresses() -> HashSet<IpAddr> {
     out
 }
 
-/// The flow table (a file in `[dataplane] state_dir`, on a tmpfs: memory) must fit in the
-/// machine's memory and in what the state directory's filesystem has free (a table adopted
-/// from the previous process counts as free: it is reused). Allocating it would otherwise
-/// fail, or fault, half-way through start-up.
+/// The flow table and the affinity table (files in `[dataplane] state_dir`, on a tmpfs:
+/// memory) must fit in the machine's memory and in what the state directory's filesystem
+/// has free (a table adopted from the previous process counts as free: it is reused; so do
+/// refused flow states, which make room for a new table). Their space is reserved when they
+/// are made, so a table that does not fit is refused here or there, never a fault later.
 fn check_flow_memory(cfg: &Config) -> Result<(), String> {
     let capacity = cfg.flowtable.capacity;
-    let need = u64::from(capacity) * config::FLOW_BYTES;
-    let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+    let flows =
+        flowtable::FlowTable::file_bytes(capacity as usize, cfg.flowtable.backends_max as usize)
+            .unwrap_or(u64::MAX);
+    let affinity = lb_algos::AffinityTable::file_bytes(crate::state::AFFINITY_CAPACITY);
+    let need = flows.saturating_add(affinity);
+    let sizes = format!(
+        "the flow table {}, the ClientIP affinity table {}",
+        shm::bytes(flows),
+        shm::bytes(affinity)
+    );
     if let Some(mem) = mem_total()
         && need > mem
     {
         return Err(format!(
-            "flowtable.capacity {capacity} needs {:.1} GiB ({} bytes a flow); this machine has {:.1} GiB of memory",
-            gib(need),
-            config::FLOW_BYTES,
-            gib(mem)
+            "flowtable.capacity {capacity} needs {} ({sizes}); this machine has {} of memory",
+            shm::bytes(need),
+            shm::bytes(mem)
         ));
     }
     let dir = &cfg.dataplane.state_dir;
@@ -139,21 +147,28 @@ fn check_flow_memory(cfg: &Config) -> Result<(), String> {
         .ancestors()
         .find(|p| p.exists())
         .unwrap_or(Path::new("/"));
-    let reused = std::fs::metadata(crate::state::Paths::of(dir).flows)
-        .map(|m| {
-            use std::os::unix::fs::MetadataExt;
-            m.blocks() * 512
-        })
-        .unwrap_or(0);
-    if let Some(free) = fs_free(existing)
+    let paths = crate::state::Paths::of(dir);
+    let blocks = |p: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::symlink_metadata(p).map_or(0, |m| if m.is_file() { m.blocks() * 512 } else { 0 })
+    };
+    let reused: u64 = [paths.flows.clone(), paths.affinity.clone()]
+        .into_iter()
+        .chain(
+            shm::refused_in(dir)
+                .into_iter()
+                .filter(|p| p.to_string_lossy().contains("/flows.refused-")),
+        )
+        .map(|p| blocks(&p))
+        .sum();
+    if let Some(free) = shm::free_bytes(existing)
         && need > free + reused
     {
         return Err(format!(
-            "flowtable.capacity {capacity} needs {:.1} GiB ({} bytes a flow) in dataplane.state_dir {}, whose filesystem has {:.1} GiB free",
-            gib(need),
-            config::FLOW_BYTES,
+            "flowtable.capacity {capacity} needs {} ({sizes}) in dataplane.state_dir {}, whose filesystem has {} free",
+            shm::bytes(need),
             dir.display(),
-            gib(free + reused)
+            shm::bytes(free + reused)
         ));
     }
     Ok(())
@@ -165,17 +180,6 @@ fn mem_total() -> Option<u64> {
     let line = s.lines().find(|l| l.starts_with("MemTotal:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
-}
-
-/// Bytes an unprivileged writer may still use on the filesystem of `path`.
-fn fs_free(path: &Path) -> Option<u64> {
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
-    // SAFETY: statvfs fills `st`, a valid out-parameter, for a NUL-terminated path.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return None;
-    }
-    Some(st.f_bavail.saturating_mul(st.f_frsize))
 }
 
 /// `statfs` magic of a bpffs.
@@ -239,10 +243,49 @@ mod tests {
         if mem < u64::from(config::FLOWS_MAX) * config::FLOW_BYTES {
             let e = check_flow_memory(&cfg).unwrap_err();
             assert!(
-                e.starts_with("flowtable.capacity 1073741824 needs 130.0 GiB"),
+                e.starts_with("flowtable.capacity 1073741824 needs 129.6 GiB (the flow table 129.6 GiB, the ClientIP affinity table 2.5 MiB)"),
                 "{e}"
             );
         }
+    }
+
+    /// A state directory on a small filesystem: the refusal gives sizes in their unit (it
+    /// said "needs 0.0 GiB ... has 0.0 GiB free").
+    #[test]
+    fn a_small_state_filesystem_is_refused_in_its_unit() {
+        if std::env::var_os("XVS_TEST_TMPFS").is_none() {
+            let dir = tempfile::tempdir().unwrap();
+            let out = std::process::Command::new("unshare")
+                .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+                .arg(r#"mount -t tmpfs -o size=1m xvs-test "$1" && exec "$2" --exact "$3" --test-threads 1"#)
+                .arg("sh")
+                .arg(dir.path())
+                .arg(std::env::current_exe().unwrap())
+                .arg("preflight::tests::a_small_state_filesystem_is_refused_in_its_unit")
+                .env("XVS_TEST_TMPFS", dir.path())
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && text.contains("1 passed"),
+                "{text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            return;
+        }
+        let d = std::path::PathBuf::from(std::env::var_os("XVS_TEST_TMPFS").unwrap());
+        let mut cfg = config::parse("", "t.toml").unwrap();
+        cfg.dataplane.state_dir = d.join("state");
+        cfg.flowtable.capacity = 1 << 16;
+        let e = check_flow_memory(&cfg).unwrap_err();
+        let flows =
+            flowtable::FlowTable::file_bytes(1 << 16, cfg.flowtable.backends_max as usize).unwrap();
+        assert!(
+            e.contains(&format!("the flow table {}", shm::bytes(flows))),
+            "{e}"
+        );
+        assert!(e.ends_with(" MiB free"), "{e}");
+        assert!(!e.contains("0.0 GiB"), "{e}");
     }
 
     /// The cpuset is what the kernel says this process may run on.

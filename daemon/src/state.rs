@@ -8,11 +8,21 @@
 //! | `affinity` | the ClientIP affinity table (a shared mapping) |
 //! | `synproxy.key` | the SYN proxy's cookie secret (32 random bytes, mode 0600): a client answered by one process completes its handshake with the next |
 //! | `xvs.sock` | the control socket (`[admin] socket` by default) |
+//! | `*.refused-<time>-<field>` | a state file that was refused, set aside (the newest few of each name) |
 //!
 //! [`open`] adopts what an earlier process of this boot left (after the flow table's
 //! recovery pass), imports what it can when the layout changed, and says what it did;
 //! [`close`] marks the table clean and exports its flows at a graceful stop.
+//!
+//! Everything here is untrusted input (see `shm`'s file module and `flowtable`'s persist
+//! module): a state directory others could write to refuses the start; the flow table keeps
+//! only the flows the running config can own ([`StateCheck`]); a file that fails (a
+//! symbolic link, a directory, a file of someone else, a damaged header, a bad export) is
+//! set aside with one log line naming the file, the field and the value, and xvs goes on
+//! without it; a bad neighbour (`affinity`, `synproxy.key`) never costs the flow table.
+//! What was refused is counted ([`Refusals`], the `xvs_state_refused_total` metric).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -20,9 +30,16 @@ use anyhow::Context;
 use config::Config;
 use fastpath::pipeline::CookieKey;
 use fastpath::settings::flow_table_config;
-use fastpath::snapshot::AdoptedIds;
-use flowtable::{FlowTable, Opened};
+use fastpath::snapshot::{AdoptedIds, StateCheck};
+use flowtable::{Error as TableError, FlowTable, Imported, Opened, Recovery, Refusal};
 use lb_algos::{AffinityOpened, AffinityTable};
+use shm::SetAside;
+
+mod key;
+#[cfg(test)]
+mod tests;
+
+pub use key::cookie_key;
 
 /// ClientIP affinity entries shared by all workers.
 pub const AFFINITY_CAPACITY: usize = 1 << 16;
@@ -49,6 +66,48 @@ impl Paths {
             synproxy_key: dir.join("synproxy.key"),
         }
     }
+
+    /// The temporaries made beside the state files (each `O_EXCL|O_NOFOLLOW`).
+    pub fn temporaries(&self) -> [PathBuf; 4] {
+        [
+            self.flows.with_extension("new"),
+            self.export.with_extension("tmp"),
+            self.affinity.with_extension("new"),
+            self.synproxy_key.with_extension("tmp"),
+        ]
+    }
+}
+
+/// What was refused while opening the state: counts by file name and kind (`file`: the
+/// file set aside; `flow`: flows or records dropped; `index`: the index rebuilt).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Refusals(pub BTreeMap<(String, &'static str), u64>);
+
+impl Refusals {
+    /// As the admin API shows them.
+    pub fn view(&self) -> slowpath::admin::StateView {
+        slowpath::admin::StateView {
+            refused: self
+                .0
+                .iter()
+                .map(|((file, kind), n)| slowpath::admin::StateRefusal {
+                    file: file.clone(),
+                    kind: (*kind).to_owned(),
+                    count: *n,
+                })
+                .collect(),
+        }
+    }
+
+    fn add(&mut self, file: &Path, kind: &'static str, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let name = file
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        *self.0.entry((name, kind)).or_default() += n;
+    }
 }
 
 /// The tables, opened.
@@ -61,10 +120,47 @@ pub struct Tables {
     pub adopted: Option<AdoptedIds>,
     /// The SYN cookie secret (kept, or new).
     pub cookie_key: CookieKey,
+    /// What was refused.
+    pub refused: Refusals,
+}
+
+/// Logs one refused state file and counts it: the file, the field, the value, where it was
+/// set aside, and what xvs does instead.
+fn refused_file(
+    refused: &mut Refusals,
+    file: &Path,
+    r: &Refusal,
+    aside: Option<&SetAside>,
+    instead: &str,
+) {
+    refused.add(file, "file", 1);
+    tracing::warn!(
+        target: "xvs",
+        file = %file.display(),
+        field = r.field,
+        value = ?r.value,
+        set_aside = %aside.map_or_else(|| "-".to_owned(), |a| a.to.display().to_string()),
+        "state file refused; {instead}"
+    );
+    for p in aside.iter().flat_map(|a| &a.pruned) {
+        tracing::info!(target: "xvs", file = %p.display(), kept = shm::REFUSED_KEEP, "older refused state file removed");
+    }
+}
+
+/// Sets `path` aside for `r` and logs it (a failed rename is logged too: the file stays).
+fn set_aside(refused: &mut Refusals, path: &Path, r: &Refusal, instead: &str) {
+    match shm::set_aside(path, r) {
+        Ok(a) => refused_file(refused, path, r, Some(&a), instead),
+        Err(e) => {
+            refused_file(refused, path, r, None, instead);
+            tracing::warn!(target: "xvs", file = %path.display(), error = %e, "could not set the refused state file aside");
+        }
+    }
 }
 
 /// Opens (adopting or importing) the flow and affinity tables of `cfg`'s state directory,
-/// creating it (mode 0750: flows show clients) when missing. Logs what it found.
+/// creating it (mode 0750: flows show clients) when missing. Refuses a state directory
+/// others could write to; logs what it found.
 pub fn open(cfg: &Config, now: Instant) -> anyhow::Result<Tables> {
     let dir = &cfg.dataplane.state_dir;
     {
@@ -75,113 +171,180 @@ pub fn open(cfg: &Config, now: Instant) -> anyhow::Result<Tables> {
             .create(dir)
             .with_context(|| format!("creating [dataplane] state_dir {}", dir.display()))?;
     }
+    shm::check_dir(dir).map_err(|e| anyhow::anyhow!("[dataplane] state_dir: {e}"))?;
     let paths = Paths::of(dir);
-    let (flows, opened) = FlowTable::open(&paths.flows, flow_table_config(cfg), now)
-        .context("opening the flow table ([dataplane] state_dir)")?;
+    let mut refused = Refusals::default();
+    clear_temporaries(&paths, &mut refused);
+    let check = StateCheck::from_config(cfg);
+    let (flows, opened) = open_flows(cfg, &paths, now, &check)?;
     match &opened {
         Opened::Adopted(r) => {
-            tracing::info!(
-                target: "xvs",
-                flows = r.flows,
-                torn_down = r.torn_down,
-                index_words_reset = r.words_reset,
-                previous_pid = r.previous_pid,
-                clean_stop = r.clean,
-                took_ms = r.took.as_secs_f64() * 1e3,
-                "adopted the flow table of the previous process"
-            );
+            adopted(r, &paths.flows, &mut refused);
             // The adopted table is newer than any export.
             let _ = std::fs::remove_file(&paths.export);
         }
         Opened::Created | Opened::Replaced { .. } => {
-            if let Opened::Replaced { reason, .. } = &opened {
-                tracing::warn!(target: "xvs", %reason, "the flow state could not be adopted; importing what can be");
+            if let Opened::Replaced {
+                refusal,
+                set_aside: aside,
+                ..
+            } = &opened
+            {
+                match aside {
+                    Some(a) => refused_file(
+                        &mut refused,
+                        &paths.flows,
+                        refusal,
+                        Some(a),
+                        "starting with a new flow table",
+                    ),
+                    None => {
+                        tracing::warn!(target: "xvs", file = %paths.flows.display(), field = refusal.field, value = ?refusal.value, "the flow state has another geometry; importing its flows")
+                    }
+                }
             }
-            import(&flows, &opened, &paths, now);
+            import(&flows, &opened, &paths, now, &check, &mut refused);
         }
     }
-    let (affinity, aff) = AffinityTable::open(&paths.affinity, AFFINITY_CAPACITY, now)
-        .context("opening the affinity table ([dataplane] state_dir)")?;
-    match aff {
-        AffinityOpened::Adopted { entries, cleared } => {
-            tracing::info!(entries, cleared, "adopted the ClientIP affinity table");
-        }
-        AffinityOpened::Replaced { reason } => {
-            tracing::warn!(%reason, "the ClientIP affinity table could not be adopted; starting empty");
-        }
-        AffinityOpened::Created => {}
-    }
+    let affinity = open_affinity(&paths.affinity, now, &mut refused);
     let adopted = (!flows.is_empty()).then(|| AdoptedIds::from_flows(&flows));
-    let cookie_key = cookie_key(&paths.synproxy_key)?;
+    let cookie_key = cookie_key(&paths.synproxy_key, &mut refused);
     Ok(Tables {
         flows,
         affinity,
         adopted,
         cookie_key,
+        refused,
     })
 }
 
-/// The SYN cookie secret in `path`: the one an earlier process left, else a new random one
-/// written there (aside, mode 0600, then renamed into place). A file of another size is
-/// replaced.
-pub fn cookie_key(path: &Path) -> anyhow::Result<CookieKey> {
-    match std::fs::read(path) {
-        Ok(b) => match <&[u8; 32]>::try_from(b.as_slice()) {
-            Ok(b) => return Ok(CookieKey::from_bytes(b)),
-            Err(_) => {
-                tracing::warn!(path = %path.display(), bytes = b.len(), "the SYN cookie secret is damaged; making a new one (clients in the middle of a proxied handshake retry)")
+/// Removes stale temporaries of ours; sets aside anything else found at their paths (a
+/// planted link is never written through).
+fn clear_temporaries(paths: &Paths, refused: &mut Refusals) {
+    for tmp in paths.temporaries() {
+        match shm::stale_temp(&tmp) {
+            Ok(None) => {}
+            Ok(Some(r)) => set_aside(refused, &tmp, &r, "not used"),
+            Err(e) => {
+                tracing::warn!(target: "xvs", file = %tmp.display(), error = %e, "could not check a state temporary")
             }
-        },
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => {
-            return Err(e)
-                .with_context(|| format!("reading the SYN cookie secret {}", path.display()));
         }
     }
-    let key = CookieKey::random();
-    let tmp = path.with_extension("tmp");
-    let write = || -> std::io::Result<()> {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let _ = std::fs::remove_file(&tmp);
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(&key.to_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
+    // Files that are renamed onto (a graceful stop's export, a resized table kept for
+    // import): anything there that is no file of ours (a directory would fail the rename)
+    // is set aside first.
+    for f in [flowtable::previous_path(&paths.flows), paths.export.clone()] {
+        if let Ok(m) = std::fs::symlink_metadata(&f)
+            && let Some(r) = shm::untrusted_at(&f, &m)
+        {
+            set_aside(refused, &f, &r, "not used");
+        }
+    }
+}
+
+/// The flow table; with no room for it, the refused flow states are removed (logged) and
+/// it is tried once more.
+fn open_flows(
+    cfg: &Config,
+    paths: &Paths,
+    now: Instant,
+    check: &StateCheck,
+) -> anyhow::Result<(FlowTable, Opened)> {
+    let open = || FlowTable::open(&paths.flows, flow_table_config(cfg), now, check);
+    let first = match open() {
+        Err(e @ TableError::NoSpace { .. }) => e,
+        r => return r.context("opening the flow table ([dataplane] state_dir)"),
     };
-    write().with_context(|| format!("writing the SYN cookie secret {}", path.display()))?;
-    Ok(key)
+    let dir = paths.flows.parent().unwrap_or(Path::new("."));
+    let name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
+    let mut freed = 0;
+    for p in shm::refused_in(dir) {
+        if name(&p).is_some_and(|n| n.starts_with("flows.refused-")) && shm::remove_any(&p).is_ok()
+        {
+            freed += 1;
+            tracing::warn!(target: "xvs", file = %p.display(), "refused flow state removed: the new flow table needs its room");
+        }
+    }
+    if freed == 0 {
+        return Err(first).context("opening the flow table ([dataplane] state_dir)");
+    }
+    open().context("opening the flow table ([dataplane] state_dir)")
+}
+
+/// Logs an adoption and what its recovery pass refused.
+fn adopted(r: &Recovery, file: &Path, refused: &mut Refusals) {
+    tracing::info!(
+        target: "xvs",
+        flows = r.flows,
+        torn_down = r.torn_down,
+        refused = r.refused,
+        index_words_reset = r.words_reset,
+        previous_pid = r.previous_pid,
+        clean_stop = r.clean,
+        took_ms = r.took.as_secs_f64() * 1e3,
+        "adopted the flow table of the previous process"
+    );
+    if let Some(first) = &r.refusal {
+        refused.add(file, "flow", r.refused as u64);
+        tracing::warn!(target: "xvs", file = %file.display(), field = first.field, value = ?first.value, refused = r.refused, "adopted flows refused (the first's field and value)");
+    }
+    if let Some(fault) = &r.index {
+        refused.add(file, "index", 1);
+        tracing::warn!(target: "xvs", file = %file.display(), field = fault.field, value = ?fault.value, "the flow table's index disagreed with its flows; rebuilt");
+    }
+}
+
+/// Logs an import and what it refused.
+fn imported(i: &Imported, file: &Path, what: &str, refused: &mut Refusals) {
+    tracing::info!(target: "xvs", file = %file.display(), read = i.read, restored = i.restored, refused = i.refused, invalid = i.invalid, "imported the flows of {what}");
+    if let Some(first) = &i.refusal {
+        refused.add(file, "flow", i.invalid as u64);
+        tracing::warn!(target: "xvs", file = %file.display(), field = first.field, value = ?first.value, invalid = i.invalid, "imported flows refused (the first's field and value)");
+    }
+}
+
+/// An import that failed: a refused file is set aside; an I/O error is logged, and the
+/// file set aside too (it is not read again at every start).
+fn import_failed(e: TableError, file: &Path, refused: &mut Refusals) {
+    let r = match e {
+        TableError::Refused { refusal, .. } => refusal,
+        e => Refusal::new("read", e),
+    };
+    set_aside(refused, file, &r, "its flows are not imported");
 }
 
 /// Imports into a new table: the previous state of another geometry, else the export of a
 /// graceful stop; says how many flows a crash across a layout change lost.
-fn import(flows: &FlowTable, opened: &Opened, paths: &Paths, now: Instant) {
+fn import(
+    flows: &FlowTable,
+    opened: &Opened,
+    paths: &Paths,
+    now: Instant,
+    check: &StateCheck,
+    refused: &mut Refusals,
+) {
     if let Opened::Replaced {
         previous: Some(prev),
         ..
     } = opened
     {
-        match flows.import_state(prev) {
+        match flows.import_state(prev, check) {
             Ok(i) => {
-                tracing::info!(target: "xvs", read = i.read, restored = i.restored, refused = i.refused, "imported the flows of the previous state");
+                imported(&i, prev, "the previous state", refused);
                 let _ = std::fs::remove_file(&paths.export);
                 return;
             }
-            Err(e) => tracing::warn!(error = %e, "importing the previous flow state failed"),
+            Err(e) => import_failed(e, prev, refused),
         }
     }
-    if paths.export.exists() {
-        match flows.import_records(&paths.export, now) {
+    if paths.export.symlink_metadata().is_ok() {
+        match flows.import_records(&paths.export, now, check) {
             Ok(i) => {
-                tracing::info!(target: "xvs", read = i.read, restored = i.restored, refused = i.refused, "imported the flows exported at the last stop")
+                imported(&i, &paths.export, "the last stop's export", refused);
+                let _ = std::fs::remove_file(&paths.export);
             }
-            Err(e) => tracing::warn!(error = %e, "importing the exported flows failed"),
+            Err(e) => import_failed(e, &paths.export, refused),
         }
-        let _ = std::fs::remove_file(&paths.export);
         return;
     }
     if let Opened::Replaced {
@@ -193,6 +356,30 @@ fn import(flows: &FlowTable, opened: &Opened, paths: &Paths, now: Instant) {
     }
 }
 
+/// The affinity table; when its file cannot be used it is set aside (by the table) and a new
+/// one made; when no file can be made, a table of this process only.
+fn open_affinity(path: &Path, now: Instant, refused: &mut Refusals) -> AffinityTable {
+    match AffinityTable::open(path, AFFINITY_CAPACITY, now) {
+        Ok((t, AffinityOpened::Adopted { entries, cleared })) => {
+            tracing::info!(entries, cleared, "adopted the ClientIP affinity table");
+            if cleared > 0 {
+                refused.add(path, "flow", cleared as u64);
+            }
+            t
+        }
+        Ok((t, AffinityOpened::Replaced { refusal, set_aside })) => {
+            let instead = "starting with a new ClientIP affinity table";
+            refused_file(refused, path, &refusal, Some(&set_aside), instead);
+            t
+        }
+        Ok((t, AffinityOpened::Created)) => t,
+        Err(e) => {
+            tracing::warn!(target: "xvs", file = %path.display(), error = %e, "the ClientIP affinity table cannot be kept in the state directory; this process keeps its own (clients may change backends at the next restart)");
+            AffinityTable::new(AFFINITY_CAPACITY, now)
+        }
+    }
+}
+
 /// At a stop, after the workers stopped: marks the flow table clean and, for a graceful stop,
 /// exports its flows for a process with another layout.
 pub fn close(flows: &FlowTable, cfg: &Config, graceful: bool) {
@@ -200,9 +387,10 @@ pub fn close(flows: &FlowTable, cfg: &Config, graceful: bool) {
     if !graceful {
         return;
     }
-    let path = Paths::of(&cfg.dataplane.state_dir).export;
-    match flows.export(&path, Instant::now()) {
-        Ok(n) => tracing::info!(flows = n, path = %path.display(), "flows exported"),
+    let paths = Paths::of(&cfg.dataplane.state_dir);
+    clear_temporaries(&paths, &mut Refusals::default());
+    match flows.export(&paths.export, Instant::now()) {
+        Ok(n) => tracing::info!(flows = n, path = %paths.export.display(), "flows exported"),
         Err(e) => tracing::warn!(error = %e, "exporting the flows failed"),
     }
 }

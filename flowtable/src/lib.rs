@@ -193,15 +193,18 @@ mod table;
 
 pub use key::{Direction, FlowData, FlowKey, Protocol};
 pub use lb_algos::{BackendId, ConnCounts};
+#[cfg(not(loom))]
+pub use shm::Refusal;
 pub use state::{FlowState, SctpState, TcpFlags, TcpState, Timeouts};
 #[cfg(feature = "testing")]
 pub use table::PRESSURE_HOLD_TICKS;
+#[cfg(not(loom))]
+pub use table::{
+    AnyFlow, FlowCheck, FlowRecord, Imported, Opened, RECORD_BYTES, RECORD_VERSION, Recovery,
+    previous_path,
+};
 pub use table::{
     CAPACITY_MAX, Error, ExpiredFlow, FLAG_SLOW, FlowHandle, FlowHit, FlowTable, FlowTableConfig,
     FlowTableStats, FlowView, InsertError, PendingV4, RST_AHEAD_BYTES, RST_BEHIND_BYTES, RstWindow,
     SEQ_BITS, SweepStats, Tick, V4Flow, V4Hit, V4Key, v4_csum_delta,
-};
-#[cfg(not(loom))]
-pub use table::{
-    FlowRecord, Imported, Opened, RECORD_BYTES, RECORD_VERSION, Recovery, previous_path,
 };

@@ -36,7 +36,7 @@ fn the_next_open_adopts_every_flow_with_its_state_and_time() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("flows");
     let t0 = Instant::now();
-    let (t, opened) = FlowTable::open(&path, config(4096), t0).unwrap();
+    let (t, opened) = FlowTable::open(&path, config(4096), t0, &AnyFlow).unwrap();
     assert_eq!(opened, Opened::Created);
     assert!(t.is_persistent());
     fill(&t, 0..1000, t0 + Duration::from_secs(1));
@@ -47,7 +47,7 @@ fn the_next_open_adopts_every_flow_with_its_state_and_time() {
     t.mark_clean();
     drop(t);
 
-    let (t, opened) = FlowTable::open(&path, config(4096), Instant::now()).unwrap();
+    let (t, opened) = FlowTable::open(&path, config(4096), Instant::now(), &AnyFlow).unwrap();
     let Opened::Adopted(r) = opened else {
         panic!("not adopted: {opened:?}")
     };
@@ -93,8 +93,8 @@ fn the_next_open_adopts_every_flow_with_its_state_and_time() {
 fn the_file_is_locked_while_a_table_has_it() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("flows");
-    let (_t, _) = FlowTable::open(&path, config(64), Instant::now()).unwrap();
-    let e = FlowTable::open(&path, config(64), Instant::now())
+    let (_t, _) = FlowTable::open(&path, config(64), Instant::now(), &AnyFlow).unwrap();
+    let e = FlowTable::open(&path, config(64), Instant::now(), &AnyFlow)
         .err()
         .unwrap();
     assert!(e.to_string().contains("in use by another process"), "{e}");
@@ -105,30 +105,32 @@ fn another_capacity_is_imported_from_the_previous_state() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("flows");
     let now = Instant::now();
-    let (t, _) = FlowTable::open(&path, config(1024), now).unwrap();
+    let (t, _) = FlowTable::open(&path, config(1024), now, &AnyFlow).unwrap();
     fill(&t, 0..500, now);
     let before = check(&t);
     drop(t); // a crash would leave the same file
 
-    let (t, opened) = FlowTable::open(&path, config(4096), Instant::now()).unwrap();
+    let (t, opened) = FlowTable::open(&path, config(4096), Instant::now(), &AnyFlow).unwrap();
     let Opened::Replaced {
-        reason,
+        refusal,
         previous: Some(prev),
+        set_aside: None,
         flows,
     } = opened
     else {
         panic!("{opened:?}")
     };
-    assert!(reason.contains("capacity 1024"), "{reason}");
+    assert_eq!(refusal.field, "capacity");
+    assert!(refusal.value.starts_with("1024 "), "{refusal}");
     assert_eq!(flows, Some(500));
     assert_eq!(t.capacity(), 4096);
-    let imported = t.import_state(&prev).unwrap();
+    let imported = t.import_state(&prev, &AnyFlow).unwrap();
     assert_eq!(
         imported,
         Imported {
             read: 500,
             restored: 500,
-            refused: 0
+            ..Imported::default()
         }
     );
     assert!(
@@ -149,9 +151,9 @@ fn another_capacity_is_imported_from_the_previous_state() {
     assert_eq!(a, b);
     // And the new file is adopted next time at its new size.
     drop(t);
-    let (t, opened) = FlowTable::open(&path, config(4096), Instant::now()).unwrap();
+    let (t, opened) = FlowTable::open(&path, config(4096), Instant::now(), &AnyFlow).unwrap();
     assert!(
-        matches!(opened, Opened::Adopted(r) if r.flows == 500),
+        matches!(&opened, Opened::Adopted(r) if r.flows == 500),
         "{opened:?}"
     );
     assert_eq!(t.capacity(), 4096);
@@ -161,29 +163,34 @@ fn another_capacity_is_imported_from_the_previous_state() {
 fn a_damaged_state_starts_a_new_table() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("flows");
-    let (t, _) = FlowTable::open(&path, config(64), Instant::now()).unwrap();
+    let (t, _) = FlowTable::open(&path, config(64), Instant::now(), &AnyFlow).unwrap();
     fill(&t, 0..10, Instant::now());
     drop(t);
     // Scribble over the magic.
     let mut bytes = std::fs::read(&path).unwrap();
     bytes[..8].copy_from_slice(b"garbage!");
     std::fs::write(&path, bytes).unwrap();
-    let (t, opened) = FlowTable::open(&path, config(64), Instant::now()).unwrap();
-    assert_eq!(
-        opened,
-        Opened::Replaced {
-            reason: "not an xvs flow state (bad magic)".into(),
-            previous: None,
-            flows: None,
-        }
-    );
+    let (t, opened) = FlowTable::open(&path, config(64), Instant::now(), &AnyFlow).unwrap();
+    let Opened::Replaced {
+        refusal,
+        previous: None,
+        set_aside: Some(aside),
+        flows: None,
+    } = opened
+    else {
+        panic!("{opened:?}")
+    };
+    assert_eq!(refusal.field, "magic");
+    assert!(refusal.value.contains("not an xvs flow state"), "{refusal}");
+    // Set aside, not removed: the scribbled file is there under its new name.
+    assert_eq!(&std::fs::read(&aside.to).unwrap()[..8], b"garbage!");
     assert_eq!(check(&t).len(), 0);
     // A truncated file too.
     drop(t);
     std::fs::write(&path, b"short").unwrap();
-    let (_, opened) = FlowTable::open(&path, config(64), Instant::now()).unwrap();
+    let (_, opened) = FlowTable::open(&path, config(64), Instant::now(), &AnyFlow).unwrap();
     assert!(
-        matches!(opened, Opened::Replaced { previous: None, .. }),
+        matches!(&opened, Opened::Replaced { previous: None, refusal, .. } if refusal.field == "size"),
         "{opened:?}"
     );
 }
@@ -202,13 +209,13 @@ fn exported_records_import_into_another_layout() {
 
     // (A table's times start at its epoch: the importer's is not after the flows' times.)
     let b = FlowTable::new(config(1024), now).unwrap();
-    let imported = b.import_records(&out, later).unwrap();
+    let imported = b.import_records(&out, later, &AnyFlow).unwrap();
     assert_eq!(
         imported,
         Imported {
             read: 800,
             restored: 800,
-            refused: 0
+            ..Imported::default()
         }
     );
     let after = check(&b);
@@ -225,7 +232,7 @@ fn exported_records_import_into_another_layout() {
     }
     // A table too small refuses the rest, counted.
     let c = FlowTable::new(config(100), now).unwrap();
-    let imported = c.import_records(&out, later).unwrap();
+    let imported = c.import_records(&out, later, &AnyFlow).unwrap();
     assert_eq!(imported.read, 800);
     assert_eq!(imported.restored + imported.refused, 800);
     assert!(
@@ -234,8 +241,8 @@ fn exported_records_import_into_another_layout() {
     );
     // Garbage is named.
     std::fs::write(&out, [0u8; 64]).unwrap();
-    let e = c.import_records(&out, later).unwrap_err();
-    assert!(e.to_string().contains("bad magic"), "{e}");
+    let e = c.import_records(&out, later, &AnyFlow).unwrap_err();
+    assert!(e.to_string().contains("magic"), "{e}");
 }
 
 #[test]
@@ -299,7 +306,7 @@ fn sequence_words_survive_adoption_export_and_import() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("flows");
     let now = Instant::now();
-    let (t, _) = FlowTable::open(&path, config(1024), now).unwrap();
+    let (t, _) = FlowTable::open(&path, config(1024), now, &AnyFlow).unwrap();
     let proxied = fill_proxied(&t, 300, now);
     assert!(proxied > 150);
     // Every flow inserted with a SYN is embryonic (UDP flows are not).
@@ -308,7 +315,7 @@ fn sequence_words_survive_adoption_export_and_import() {
     drop(t); // as a crash leaves it
 
     // Adopted in place: the words stay, the gauge is recounted.
-    let (t, opened) = FlowTable::open(&path, config(1024), Instant::now()).unwrap();
+    let (t, opened) = FlowTable::open(&path, config(1024), Instant::now(), &AnyFlow).unwrap();
     assert!(matches!(opened, Opened::Adopted(_)), "{opened:?}");
     check_seq(&t, 300);
     assert_eq!(t.embryonic(), proxied as u64);
@@ -317,13 +324,13 @@ fn sequence_words_survive_adoption_export_and_import() {
     let out = dir.path().join("flows.export");
     assert_eq!(t.export(&out, Instant::now()).unwrap(), 300);
     let b = FlowTable::new(config(512), now).unwrap();
-    let imported = b.import_records(&out, Instant::now()).unwrap();
+    let imported = b.import_records(&out, Instant::now(), &AnyFlow).unwrap();
     assert_eq!((imported.restored, imported.refused), (300, 0));
     check_seq(&b, 300);
 
     // Another capacity: imported from the state file.
     drop(t);
-    let (c, opened) = FlowTable::open(&path, config(2048), Instant::now()).unwrap();
+    let (c, opened) = FlowTable::open(&path, config(2048), Instant::now(), &AnyFlow).unwrap();
     let Opened::Replaced {
         previous: Some(prev),
         ..
@@ -331,7 +338,7 @@ fn sequence_words_survive_adoption_export_and_import() {
     else {
         panic!("{opened:?}")
     };
-    assert_eq!(c.import_state(&prev).unwrap().restored, 300);
+    assert_eq!(c.import_state(&prev, &AnyFlow).unwrap().restored, 300);
     check_seq(&c, 300);
 
     // A word outlives neither its flow nor a stale handle.
@@ -359,7 +366,7 @@ fn slow_flows_escape_the_ipv4_shortcut_only() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("flows");
     let now = Instant::now();
-    let (t, _) = FlowTable::open(&path, config(64), now).unwrap();
+    let (t, _) = FlowTable::open(&path, config(64), now, &AnyFlow).unwrap();
     assert!(!t.has_slow_flows());
     let plain = flow(2); // IPv4 TCP
     let slow = FlowData {
@@ -411,7 +418,7 @@ fn slow_flows_escape_the_ipv4_shortcut_only() {
         Err(InsertError::Exists(hs))
     );
     drop(t);
-    let (t, _) = FlowTable::open(&path, config(64), now).unwrap();
+    let (t, _) = FlowTable::open(&path, config(64), now, &AnyFlow).unwrap();
     assert!(t.has_slow_flows(), "adopted");
 }
 
@@ -434,7 +441,7 @@ fn version_1_records_import_without_sequence_words() {
     }
     std::fs::write(&out, v1).unwrap();
     let b = FlowTable::new(config(256), now).unwrap();
-    let imported = b.import_records(&out, now).unwrap();
+    let imported = b.import_records(&out, now, &AnyFlow).unwrap();
     assert_eq!((imported.restored, imported.refused), (50, 0));
     for v in check(&b) {
         assert_eq!(
@@ -447,7 +454,7 @@ fn version_1_records_import_without_sequence_words() {
     let mut v9 = std::fs::read(&out).unwrap();
     v9[8..12].copy_from_slice(&9u32.to_le_bytes());
     std::fs::write(&out, v9).unwrap();
-    let e = b.import_records(&out, now).unwrap_err();
+    let e = b.import_records(&out, now, &AnyFlow).unwrap_err();
     assert!(e.to_string().contains("record version 9"), "{e}");
 }
 

@@ -77,7 +77,7 @@ fn a_killed_owner_leaves_a_table_the_next_open_recovers() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("flows");
     let cfg = FlowTableConfig::new(2048, common::BACKENDS as usize);
-    let (mut t, _) = FlowTable::open(&path, cfg, Instant::now()).unwrap();
+    let (mut t, _) = FlowTable::open(&path, cfg, Instant::now(), &AnyFlow).unwrap();
     let mut torn = 0;
     let mut reset = 0;
     for round in 0..ROUNDS {
@@ -95,7 +95,7 @@ fn a_killed_owner_leaves_a_table_the_next_open_recovers() {
             libc::waitpid(pid, std::ptr::null_mut(), 0);
         }
         drop(t);
-        let (adopted, opened) = FlowTable::open(&path, cfg, Instant::now()).unwrap();
+        let (adopted, opened) = FlowTable::open(&path, cfg, Instant::now(), &AnyFlow).unwrap();
         let Opened::Adopted(r) = opened else {
             panic!("round {round}: not adopted: {opened:?}")
         };

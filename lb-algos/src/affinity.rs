@@ -20,7 +20,11 @@
 //! - **Outlives the process** when made by [`AffinityTable::open`]: the slots live in a state
 //!   file (a shared mapping, see the `shm` crate), with a header holding the geometry, the
 //!   boot id and the clock epoch; the next process of the boot adopts it (a slot a dead
-//!   writer left locked is cleared), so clients keep their backends across a restart.
+//!   writer left locked is cleared), so clients keep their backends across a restart. The
+//!   file is untrusted input: anything but a regular file of ours with a header of this
+//!   table and boot and exactly its size (a directory, a symbolic link, garbage) is set
+//!   aside and a new table made; adopted slots that hold no entry are cleared, and the
+//!   backend an entry names is the caller's to check, as always.
 
 use std::io;
 use std::net::IpAddr;
@@ -28,7 +32,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use shm::{Mapping, Plain, Slab, StateFile};
+use shm::{Existing, Mapping, Plain, Refusal, SetAside, Slab, StateFile};
 
 use crate::BackendId;
 use crate::hash::fmix64;
@@ -89,10 +93,13 @@ pub enum AffinityOpened {
         /// Slots cleared.
         cleared: usize,
     },
-    /// A state that could not be adopted (another size, version or boot); a new table.
+    /// A state that could not be adopted (another size, version or boot, a damaged
+    /// header, not a regular file of ours): set aside, and a new table made.
     Replaced {
-        /// Why.
-        reason: String,
+        /// Why: the field and the value found.
+        refusal: Refusal,
+        /// Where the old file (or link, or directory) was set aside.
+        set_aside: SetAside,
     },
 }
 
@@ -147,9 +154,19 @@ impl AffinityTable {
         capacity.clamp(WAYS, CAPACITY_MAX).next_power_of_two()
     }
 
+    /// The bytes of the state file of a table of `capacity` entries (what
+    /// [`AffinityTable::open`] reserves).
+    pub fn file_bytes(capacity: usize) -> u64 {
+        let header = shm::page_round(std::mem::size_of::<Header>());
+        (header + Self::slots_for(capacity) * std::mem::size_of::<Slot>()) as u64
+    }
+
     /// The table in state file `path` (see the module doc): the one an earlier process of
-    /// this boot left there, or a new one (which replaces a state of another size, version
-    /// or boot). The file stays locked while the table lives.
+    /// this boot left there, or a new one. A state that cannot be adopted (another size,
+    /// version or boot, a damaged header, or no regular file of ours: a directory, a
+    /// symbolic link...) is set aside (`shm::set_aside`) and a new table made; adopted
+    /// slots that are no entry (an unknown family, a last use in the future) are cleared.
+    /// The file stays locked while the table lives.
     pub fn open(
         path: &Path,
         capacity: usize,
@@ -160,52 +177,18 @@ impl AffinityTable {
         let total = header + n * std::mem::size_of::<Slot>();
         let boot = shm::boot_id()?;
         let named = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
-        let mut replaced = None;
-        if let Some(state) = StateFile::open_existing(path).map_err(named)? {
-            let size = state.size().map_err(named)?;
-            let seen = (size >= header)
-                .then(|| Mapping::shared(&state.file, size))
-                .transpose()
-                .map_err(named)?;
-            let why = match &seen {
-                None => Some(format!("{size} bytes: no header")),
-                Some(mem) => {
-                    let h = mem.one::<Header>(0);
-                    let r = |a: &AtomicU64| a.load(Ordering::Acquire);
-                    if r(&h.magic) != MAGIC || r(&h.version) != VERSION {
-                        Some("not an affinity state of this version".to_owned())
-                    } else if r(&h.slots) != n as u64 {
-                        Some(format!("{} slots ({n} configured)", r(&h.slots)))
-                    } else if [r(&h.boot_id[0]), r(&h.boot_id[1])] != boot {
-                        Some("written before the last reboot".to_owned())
-                    } else if size < total {
-                        Some(format!("{size} bytes, {total} needed"))
-                    } else {
-                        None
-                    }
-                }
-            };
-            match (why, seen) {
-                (None, Some(mem)) => {
-                    let h = mem.one::<Header>(0);
-                    let epoch = shm::instant_of(h.epoch_mono_ns.load(Ordering::Relaxed));
-                    if let Some(epoch) = epoch {
-                        let t = AffinityTable {
-                            slots: mem.slab(header, n),
-                            bucket_mask: n / WAYS - 1,
-                            epoch,
-                            _lock: Some(state),
-                            _mem: mem,
-                        };
-                        let (entries, cleared) = t.recover();
-                        return Ok((t, AffinityOpened::Adopted { entries, cleared }));
-                    }
-                    replaced = Some("its clock epoch is out of range".to_owned());
-                }
-                (why, _) => replaced = why,
-            }
-            std::fs::remove_file(path).map_err(named)?;
-        }
+        let refusal = match StateFile::open_existing(path).map_err(named)? {
+            Existing::Missing => None,
+            Existing::Refused(r) => Some(r),
+            Existing::Open(state) => match Self::adopt(state, n, total, &boot, now)? {
+                Ok(t) => return Ok(t),
+                Err(r) => Some(r),
+            },
+        };
+        let replaced = match refusal {
+            None => None,
+            Some(r) => Some((shm::set_aside(path, &r).map_err(named)?, r)),
+        };
         let state = StateFile::create(path, total).map_err(named)?;
         let mem = Mapping::shared(&state.file, total).map_err(named)?;
         let h = mem.one::<Header>(0);
@@ -228,17 +211,92 @@ impl AffinityTable {
         };
         let opened = match replaced {
             None => AffinityOpened::Created,
-            Some(reason) => AffinityOpened::Replaced { reason },
+            Some((set_aside, refusal)) => AffinityOpened::Replaced { refusal, set_aside },
         };
         Ok((t, opened))
     }
 
-    /// Clears slots a dead writer left locked; returns (slots in use, slots cleared).
-    fn recover(&self) -> (usize, usize) {
+    /// Adopts the locked `state` if its header is one of this table (`n` slots, `total`
+    /// bytes, this boot); else why not (the field and the value).
+    fn adopt(
+        state: StateFile,
+        n: usize,
+        total: usize,
+        boot: &[u64; 2],
+        now: Instant,
+    ) -> io::Result<Result<(AffinityTable, AffinityOpened), Refusal>> {
+        let size = state.size()?;
+        let header = shm::page_round(std::mem::size_of::<Header>());
+        if size < header {
+            return Ok(Err(Refusal::new(
+                "size",
+                format!("{size} bytes (a header needs {header})"),
+            )));
+        }
+        // The header alone first: the file's size is checked before all of it is mapped.
+        let head = Mapping::shared_read(&state.file, header)?;
+        let h = head.one::<Header>(0);
+        let r = |a: &AtomicU64| a.load(Ordering::Acquire);
+        let epoch_ns = r(&h.epoch_mono_ns);
+        let why = if r(&h.magic) != MAGIC {
+            Refusal::new(
+                "magic",
+                format!("{:#018x} (not an affinity state)", r(&h.magic)),
+            )
+        } else if r(&h.version) != VERSION {
+            Refusal::new(
+                "version",
+                format!("{} (this xvs uses {VERSION})", r(&h.version)),
+            )
+        } else if r(&h.slots) != n as u64 {
+            Refusal::new("slots", format!("{} ({n} configured)", r(&h.slots)))
+        } else if [r(&h.boot_id[0]), r(&h.boot_id[1])] != *boot {
+            Refusal::new("boot_id", "written before the last reboot")
+        } else if size != total {
+            Refusal::new("size", format!("{size} bytes ({n} slots make {total})"))
+        } else if epoch_ns > shm::monotonic_ns() {
+            Refusal::new("epoch", format!("{epoch_ns} ns (in the future)"))
+        } else if let Some(epoch) = shm::instant_of(epoch_ns) {
+            // Every page backed before anything is written through the mapping.
+            shm::reserve(&state.file, total as u64)?;
+            let mem = Mapping::shared(&state.file, total)?;
+            let t = AffinityTable {
+                slots: mem.slab(header, n),
+                bucket_mask: n / WAYS - 1,
+                epoch,
+                _lock: Some(state),
+                _mem: mem,
+            };
+            let (entries, cleared) = t.recover(now);
+            return Ok(Ok((t, AffinityOpened::Adopted { entries, cleared })));
+        } else {
+            Refusal::new("epoch", format!("{epoch_ns} ns (out of range)"))
+        };
+        Ok(Err(why))
+    }
+
+    /// Clears slots a dead writer left locked and slots that hold no entry (an unknown
+    /// family, an IPv4 key with high bits, a last use in the future, which would never
+    /// expire nor be evicted); returns (slots in use, slots cleared).
+    fn recover(&self, now: Instant) -> (usize, usize) {
+        let now_s = self.secs(now);
         let mut cleared = 0;
         for s in self.slots.iter() {
-            if s.lock.reset_if_held() {
+            let held = s.lock.reset_if_held();
+            let head = s.head.load(Ordering::Relaxed);
+            let (hi, lo) = (
+                s.addr_hi.load(Ordering::Relaxed),
+                s.addr_lo.load(Ordering::Relaxed),
+            );
+            let entry = match head & 0xffff_ffff {
+                4 => hi == 0 && lo >> 32 == 0,
+                6 => true,
+                _ => false,
+            };
+            let future = s.last_used_s.load(Ordering::Relaxed) > now_s.saturating_add(60);
+            if held || (head != 0 && (!entry || future)) {
                 s.head.store(0, Ordering::Relaxed);
+                s.last_used_s.store(0, Ordering::Relaxed);
                 cleared += 1;
             }
         }
@@ -473,12 +531,86 @@ mod tests {
         // Another size starts afresh.
         let (t, opened) = AffinityTable::open(&path, 4096, Instant::now()).unwrap();
         assert!(
-            matches!(opened, AffinityOpened::Replaced { ref reason } if reason.contains("1024 slots")),
+            matches!(opened, AffinityOpened::Replaced { ref refusal, .. } if refusal.value.contains("1024 (4096 configured)")),
             "{opened:?}"
         );
         assert_eq!(
             t.lookup(1, client(1), Instant::now(), TIMEOUT_DEFAULT),
             None
+        );
+    }
+
+    #[test]
+    fn a_state_that_is_no_table_is_set_aside_and_garbage_slots_cleared() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("affinity");
+        let fresh = |path: &Path| {
+            let (t, opened) = AffinityTable::open(path, 64, Instant::now()).unwrap();
+            let AffinityOpened::Replaced { refusal, set_aside } = opened else {
+                panic!("{opened:?}")
+            };
+            assert!(set_aside.to.symlink_metadata().is_ok(), "kept aside");
+            assert_eq!(
+                t.lookup(1, client(1), Instant::now(), TIMEOUT_DEFAULT),
+                None
+            );
+            refusal
+        };
+        // A directory, a symbolic link (to a victim left untouched), a truncated file.
+        std::fs::create_dir(&path).unwrap();
+        assert_eq!(fresh(&path).field, "type");
+        std::fs::remove_file(&path).unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"do not touch").unwrap();
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+        assert_eq!(fresh(&path).field, "type");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"do not touch");
+        std::fs::remove_file(&path).unwrap();
+        let (t, _) = AffinityTable::open(&path, 64, Instant::now()).unwrap();
+        drop(t);
+        let len = std::fs::metadata(&path).unwrap().len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(len - 40)
+            .unwrap();
+        assert_eq!(fresh(&path).field, "size");
+        // A sparse terabyte: refused by its size, never mapped whole.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(1 << 40)
+            .unwrap();
+        assert_eq!(fresh(&path).field, "size");
+        // Slots that hold no entry: an unknown family, a last use far in the future.
+        let t0 = Instant::now();
+        let (t, _) = AffinityTable::open(&path, 64, t0).unwrap();
+        for i in 0..3 {
+            assert!(t.insert(1, client(i), BackendId(i), t0));
+        }
+        let used: Vec<&Slot> = t
+            .slots
+            .iter()
+            .filter(|s| s.head.load(Ordering::Relaxed) != 0)
+            .collect();
+        used[0].head.store(1 << 32 | 9, Ordering::Relaxed);
+        used[1].last_used_s.store(u32::MAX, Ordering::Relaxed);
+        drop(t);
+        let (t, opened) = AffinityTable::open(&path, 64, t0).unwrap();
+        assert_eq!(
+            opened,
+            AffinityOpened::Adopted {
+                entries: 1,
+                cleared: 2
+            }
+        );
+        assert_eq!(
+            (0..3)
+                .filter(|&i| t.lookup(1, client(i), t0, TIMEOUT_DEFAULT).is_some())
+                .count(),
+            1
         );
     }
 }

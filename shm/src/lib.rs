@@ -9,18 +9,26 @@
 //!   owner's own checks decide what they mean. The owner keeps the mapping alive at least as
 //!   long as its views (declare it last in the struct).
 //! - [`StateFile`]: open or create a state file under an exclusive `flock`, so two processes
-//!   never share one.
+//!   never share one; state files are untrusted input (`file.rs`: no symbolic link is
+//!   followed, files others could write are refused, space is reserved up front, refused
+//!   files are set aside with a [`Refusal`]).
 //! - Identity and time across processes: [`boot_id`], [`monotonic_ns`] and the conversions
 //!   between it and `Instant` (which reads CLOCK_MONOTONIC on Linux), so a state can store
 //!   its clock epoch and the next process can continue it.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::ops::Deref;
 use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
+
+mod file;
+
+pub use file::{
+    Existing, REFUSED_KEEP, Refusal, SetAside, StateFile, bytes, check_dir, create_temp,
+    free_bytes, refused_in, remove_any, reserve, set_aside, stale_temp, untrusted, untrusted_at,
+};
 
 /// Types for which every bit pattern is a valid value, with no drop glue: safe to view in
 /// mapped memory.
@@ -185,77 +193,6 @@ impl<T> Deref for One<T> {
     }
 }
 
-/// An open, exclusively locked state file.
-#[derive(Debug)]
-pub struct StateFile {
-    /// The file (its lock lives as long as it is open).
-    pub file: File,
-    /// Its path.
-    pub path: PathBuf,
-}
-
-impl StateFile {
-    /// Opens `path` for reading and writing and takes its exclusive lock. `Ok(None)` when
-    /// there is no such file; an error naming the path when it is locked by another process.
-    pub fn open_existing(path: &Path) -> io::Result<Option<StateFile>> {
-        match OpenOptions::new().read(true).write(true).open(path) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
-            Ok(file) => {
-                lock(&file)?;
-                Ok(Some(StateFile {
-                    file,
-                    path: path.to_owned(),
-                }))
-            }
-        }
-    }
-
-    /// Creates a new file of `len` zero bytes, locked, at `<path>.new`, for the caller to
-    /// fill and then [`StateFile::commit`] into place.
-    pub fn create(path: &Path, len: usize) -> io::Result<StateFile> {
-        let tmp = path.with_extension("new");
-        let _ = std::fs::remove_file(&tmp);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&tmp)?;
-        lock(&file)?;
-        file.set_len(len as u64)?;
-        Ok(StateFile {
-            file,
-            path: path.to_owned(),
-        })
-    }
-
-    /// Renames a file made by [`StateFile::create`] to its path.
-    pub fn commit(&self) -> io::Result<()> {
-        std::fs::rename(self.path.with_extension("new"), &self.path)
-    }
-
-    /// The file's size in bytes.
-    pub fn size(&self) -> io::Result<usize> {
-        Ok(self.file.metadata()?.len() as usize)
-    }
-}
-
-/// Takes `file`'s exclusive `flock`, or says it is in use.
-fn lock(file: &File) -> io::Result<()> {
-    // SAFETY: flock on our own open file.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            return Err(io::Error::new(
-                io::ErrorKind::WouldBlock,
-                "in use by another process (another xvs with the same state_dir?)",
-            ));
-        }
-        return Err(e);
-    }
-    Ok(())
-}
-
 /// The boot id of this boot (`/proc/sys/kernel/random/boot_id`) as two words: state of
 /// another boot (flows, monotonic times) means nothing.
 pub fn boot_id() -> io::Result<[u64; 2]> {
@@ -333,15 +270,16 @@ mod tests {
             let e = StateFile::open_existing(&path).unwrap_err();
             assert!(e.to_string().contains("in use"), "{e}");
         }
-        let f = StateFile::open_existing(&path).unwrap().unwrap();
+        let Existing::Open(f) = StateFile::open_existing(&path).unwrap() else {
+            panic!("not opened")
+        };
         let m = Mapping::shared(&f.file, f.size().unwrap()).unwrap();
         let one: One<AtomicU64> = m.one(PAGE + 24);
         assert_eq!(one.load(Ordering::Relaxed), 42);
-        assert!(
-            StateFile::open_existing(&dir.path().join("none"))
-                .unwrap()
-                .is_none()
-        );
+        assert!(matches!(
+            StateFile::open_existing(&dir.path().join("none")).unwrap(),
+            Existing::Missing
+        ));
     }
 
     #[test]

@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use flowtable::{
-    BackendId, Direction, FlowData, FlowState, FlowTable, FlowTableConfig, Opened, Protocol,
-    TcpFlags, TcpState,
+    AnyFlow, BackendId, Direction, FlowData, FlowState, FlowTable, FlowTableConfig, Opened,
+    Protocol, TcpFlags, TcpState,
 };
 
 #[global_allocator]
@@ -198,7 +198,7 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
 
     // The first process: a new state file, filled, then "killed" (no mark_clean).
     let t0 = Instant::now();
-    let (table, opened) = FlowTable::open(&path, config, Instant::now())?;
+    let (table, opened) = FlowTable::open(&path, config, Instant::now(), &AnyFlow)?;
     if opened != Opened::Created {
         return Err(format!("expected a new table, got {opened:?}").into());
     }
@@ -215,7 +215,7 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
 
     // The next process adopts it.
     let t0 = Instant::now();
-    let (table, opened) = FlowTable::open(&path, config, Instant::now())?;
+    let (table, opened) = FlowTable::open(&path, config, Instant::now(), &AnyFlow)?;
     let adoption = t0.elapsed();
     let Opened::Adopted(r) = opened else {
         return Err(format!("the state was not adopted: {opened:?}").into());
@@ -248,9 +248,9 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     println!("export_mib={:.1}", mib(&export)?);
     drop(table);
     std::fs::remove_file(&path)?;
-    let (fresh, _) = FlowTable::open(&dir.join("flows.new"), config, Instant::now())?;
+    let (fresh, _) = FlowTable::open(&dir.join("flows.new"), config, Instant::now(), &AnyFlow)?;
     let t0 = Instant::now();
-    let imported = fresh.import_records(&export, Instant::now())?;
+    let imported = fresh.import_records(&export, Instant::now(), &AnyFlow)?;
     println!("import_ms={}", ms(t0.elapsed()));
     println!("imported_flows={}", imported.restored);
     println!("import_refused={}", imported.refused);

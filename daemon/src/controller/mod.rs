@@ -77,6 +77,8 @@ mod testlab;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_adopt;
+#[cfg(test)]
 mod tests_bgp;
 #[cfg(test)]
 mod tests_refused;

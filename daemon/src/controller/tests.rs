@@ -48,7 +48,7 @@ pub(super) enum Seen {
     Announce(slowpath::bgp::Include),
 }
 
-fn lab_l2() -> L2Table {
+pub(super) fn lab_l2() -> L2Table {
     L2Table {
         neighbours: ["198.18.1.1", "198.18.1.2", "198.18.1.3", "198.18.0.2"]
             .iter()

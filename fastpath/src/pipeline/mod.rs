@@ -278,7 +278,7 @@ impl Counters {
 }
 
 /// Bit in `FlowData::flags`: the flow is full-NAT.
-const FLAG_FULLNAT: u8 = 1;
+pub(crate) const FLAG_FULLNAT: u8 = 1;
 /// Bit in `FlowData::flags`: the flow was opened by the SYN proxy (its sequence word holds
 /// the handshake's state, then the delta). It is the flow table's `FLAG_SLOW`: the IPv4
 /// shortcut's lookup does not find such flows, so its hits pay nothing for them; its misses

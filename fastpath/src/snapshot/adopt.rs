@@ -20,7 +20,7 @@ use flowtable::FlowTable;
 use lb_algos::BackendId;
 
 use super::builder::Undo;
-use super::{Frontend, SnapshotBuilder};
+use super::{Frontend, SERVICE_IDS_MAX, SnapshotBuilder};
 
 /// The ids an adopted flow table's flows hold.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -99,10 +99,14 @@ impl AdoptedUndo {
 
 impl SnapshotBuilder {
     /// Reserves the ids of an adopted flow table (see the module doc). Call before the first
-    /// build; ids at or above `backends_max` are ignored (their flows cannot be counted).
+    /// build; backend ids at or above `backends_max` are ignored (their flows cannot be
+    /// counted). A service id at or above [`SERVICE_IDS_MAX`] is not reserved (a slot is
+    /// kept for every id below the highest: a damaged table must not make that unbounded)
+    /// and no service takes it; its backend ids are reserved, then retired at the settle,
+    /// so the removal pass ends or re-steers its flows.
     pub fn adopt(&mut self, ids: &AdoptedIds) {
-        let max_sid = ids.services.keys().copied().max();
-        if let Some(max) = max_sid {
+        let max_sid = ids.services.range(..SERVICE_IDS_MAX).next_back();
+        if let Some((&max, _)) = max_sid {
             let n = max as usize + 1;
             while self.slots.len() < n {
                 self.slots.push(None);
@@ -127,10 +131,12 @@ impl SnapshotBuilder {
                 .collect();
         }
         for (&sid, s) in &ids.services {
-            for f in &s.frontends {
-                self.adopted.by_frontend.entry(*f).or_insert(sid);
+            if sid < SERVICE_IDS_MAX {
+                for f in &s.frontends {
+                    self.adopted.by_frontend.entry(*f).or_insert(sid);
+                }
+                self.adopted.unclaimed.insert(sid, s.frontends.clone());
             }
-            self.adopted.unclaimed.insert(sid, s.frontends.clone());
             for (&addr, &id) in &s.backends {
                 if id.0 < self.backends_max {
                     self.adopted.backends.insert((sid, addr), id);
@@ -266,6 +272,48 @@ backends = [{ addr = "198.18.1.3:53" }, { addr = "198.18.1.4:53" }, { addr = "19
             }
         }
         t
+    }
+
+    #[test]
+    fn ids_no_service_has_are_bounded_and_retired() {
+        // A damaged (or foreign) table: a service id far past any real one, one no config
+        // has, backend ids nothing claims.
+        let cfg = config::parse(CFG, "t.toml").unwrap();
+        let mut ids = AdoptedIds::default();
+        let front = |port| Frontend {
+            vip: "198.18.100.9".parse().unwrap(),
+            protocol: flowtable::Protocol::Tcp,
+            port,
+        };
+        for (sid, bid, port) in [
+            (SERVICE_IDS_MAX + 7, 3, 1),
+            (SERVICE_IDS_MAX, 4, 2),
+            (40, 5, 3),
+        ] {
+            let s = ids.services.entry(sid).or_default();
+            s.frontends.insert(front(port));
+            let addr = SocketAddr::new("198.18.9.9".parse().unwrap(), port);
+            s.backends.insert(addr, BackendId(bid));
+        }
+        let mut b = SnapshotBuilder::from_config(&cfg);
+        b.adopt(&ids);
+        // Slots for ids up to 40 only, not for the ids past the bound.
+        assert_eq!(b.slots.len(), 41);
+        let snap = b.build_config(&cfg).unwrap();
+        assert!(snap.services.iter().all(|s| s.id < 40), "40 stays reserved");
+        let taken: Vec<u32> = snap
+            .services
+            .iter()
+            .flat_map(|s| s.backends.iter().map(|b| b.id.0))
+            .collect();
+        assert!(taken.iter().all(|id| !(3..=5).contains(id)), "{taken:?}");
+        // Every backend id retired: the removal pass ends their flows, then frees them.
+        assert_eq!(b.settle_adopted(), 3);
+        let mut retired: Vec<BackendId> = b.retired().collect();
+        retired.sort();
+        assert_eq!(retired, vec![BackendId(3), BackendId(4), BackendId(5)]);
+        // After the settle, 40 is free again and the builder keeps working.
+        b.build_config(&cfg).unwrap();
     }
 
     #[test]

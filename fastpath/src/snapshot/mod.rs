@@ -25,12 +25,13 @@
 //! file: `l2` (routes, neighbours, next hops), `spec` (the builder's input), `service` (the
 //! services' entries and scheduling), `builder` (the [`SnapshotBuilder`]), `isolate` (a build
 //! that leaves out the specs it cannot build), `adopt` (ids taken over from an adopted flow
-//! table).
+//! table), `admit` (which flows read from a state file the config can own: [`StateCheck`]).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
+mod admit;
 mod adopt;
 mod builder;
 mod isolate;
@@ -43,6 +44,7 @@ mod spec;
 mod tests;
 
 pub use crate::limit::RateLimit;
+pub use admit::{SERVICE_IDS_MAX, StateCheck};
 pub use adopt::{AdoptedIds, AdoptedService};
 pub use builder::{BuildError, SnapshotBuilder};
 pub use isolate::Refused;

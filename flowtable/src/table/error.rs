@@ -25,6 +25,25 @@ pub enum Error {
         /// What went wrong.
         detail: String,
     },
+    /// A state file's content cannot be used (see the `persist` module doc): the field and
+    /// the value found. The caller sets the file aside.
+    #[cfg(not(loom))]
+    #[error("flow state {path}: {refusal}")]
+    Refused {
+        /// The file.
+        path: String,
+        /// The field and the value.
+        refusal: shm::Refusal,
+    },
+    /// No room on the state file's filesystem for the table (its space is reserved when the
+    /// file is made or adopted): what it needs and what is free.
+    #[error("flow state {path}: {detail}")]
+    NoSpace {
+        /// The file.
+        path: String,
+        /// The sizes.
+        detail: String,
+    },
     /// The memory could not be mapped.
     #[error("mapping {bytes} bytes for the flow table failed: {}", std::io::Error::from_raw_os_error(*errno))]
     Memory {

@@ -110,7 +110,19 @@ pub(crate) struct Layout {
 }
 
 impl Layout {
-    /// The layout of a table with `capacity` flows and `backends_max` backends.
+    /// The layout of a table with `capacity` flows and `backends_max` backends as a state
+    /// file's header gives them (untrusted): `None` unless both are in range
+    /// (`1..=CAPACITY_MAX`, `1..=2^32`), so that no size computation can overflow.
+    #[cfg(not(loom))]
+    pub(crate) fn checked(capacity: u64, backends_max: u64) -> Option<Layout> {
+        let ok = (1..=super::CAPACITY_MAX as u64).contains(&capacity)
+            && (1..=1u64 << 32).contains(&backends_max);
+        // In range, the largest total is about 260 GiB: far from overflowing a 64-bit usize.
+        ok.then(|| Layout::of(capacity as usize, backends_max as usize))
+    }
+
+    /// The layout of a table with `capacity` flows and `backends_max` backends (both in
+    /// range: a config's, checked by the caller, or [`Layout::checked`]'s).
     pub(crate) fn of(capacity: usize, backends_max: usize) -> Layout {
         let homes = capacity * INDEX_SLOTS_NUM / INDEX_SLOTS_DEN;
         let index_slots = Index::slots_for(homes);

@@ -554,6 +554,20 @@ pub fn render(stats: &StatsView, services: &[ServiceView], probes: &ProbeCounts)
         f(g.flows_ended),
     );
 
+    // State files refused at start-up.
+    o.family(
+        "xvs_state_refused_total",
+        "counter",
+        "What the start-up refused of the state files, by file and kind: file = the file set aside (a link, a directory, a file others could write, a damaged header or export); flow = flows or records dropped (invalid, or not this config's); index = the flow table's index rebuilt.",
+    );
+    for r in &stats.state.refused {
+        o.sample(
+            "xvs_state_refused_total",
+            &[("file", &r.file), ("kind", &r.kind)],
+            f(r.count),
+        );
+    }
+
     // Flow table.
     let t = &stats.flowtable;
     o.single("xvs_flowtable_flows", "gauge", "Live flows.", f(t.flows));
@@ -773,6 +787,25 @@ mod tests {
     use super::*;
     use crate::admin::views::WorkerView;
     use fastpath::worker::WorkerCounters;
+
+    #[test]
+    fn state_refusals_are_counted_by_file_and_kind() {
+        let stats = StatsView {
+            state: crate::admin::views::StateView {
+                refused: vec![crate::admin::views::StateRefusal {
+                    file: "flows".into(),
+                    kind: "flow".into(),
+                    count: 3,
+                }],
+            },
+            ..StatsView::default()
+        };
+        let text = render(&stats, &[], &ProbeCounts::default());
+        assert!(
+            text.contains("xvs_state_refused_total{file=\"flows\",kind=\"flow\"} 3\n"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn frames_that_could_not_be_transmitted_are_drops() {

@@ -423,6 +423,29 @@ pub struct StatsView {
     /// What the sources and the snapshot builder refused.
     #[serde(default)]
     pub refused: RefusedStats,
+    /// What was refused of the state files at start-up.
+    #[serde(default)]
+    pub state: StateView,
+}
+
+/// What the start-up refused of the state files under `[dataplane] state_dir` (see
+/// README "Flows across restarts").
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateView {
+    /// Refusals by file and kind.
+    pub refused: Vec<StateRefusal>,
+}
+
+/// Refusals of one kind in one state file.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateRefusal {
+    /// The file's name (`flows`, `flows.export`, `affinity`, `synproxy.key`, a temporary).
+    pub file: String,
+    /// `file`: the file set aside; `flow`: flows or records dropped; `index`: the flow
+    /// table's index rebuilt.
+    pub kind: String,
+    /// How many.
+    pub count: u64,
 }
 
 /// Flow sync's counters (see `slowpath::flowsync`), totals since start-up.

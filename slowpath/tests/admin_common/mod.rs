@@ -294,6 +294,7 @@ impl AdminSource for Fake {
                 ]
                 .into(),
             },
+            state: admin::StateView::default(),
         }
     }
 
