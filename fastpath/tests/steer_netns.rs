@@ -211,6 +211,8 @@ fn delta(after: SteerCounters, before: SteerCounters) -> SteerCounters {
         redirected: after.redirected - before.redirected,
         no_socket: after.no_socket - before.no_socket,
         held: after.held - before.held,
+        match_cluster_ip: after.match_cluster_ip - before.match_cluster_ip,
+        match_service_cidr: after.match_service_cidr - before.match_service_cidr,
     }
 }
 
@@ -222,7 +224,7 @@ fn pass_path_keeps_ping_and_tcp_working() {
     let mut steer = net.attach(XdpMode::Auto);
     eprintln!("attached in {:?} mode", steer.attached());
     steer
-        .set_frontends(&[(ip(VIP4), TCP, 8080), (ip(VIP6), TCP, 8080)])
+        .set_frontends(&[(ip(VIP4), TCP, 8080), (ip(VIP6), TCP, 8080)], &[])
         .unwrap();
 
     net.exec(&net.cl, &["ping", "-c", "2", "-i", "0.2", "-W", "2", LB4]);
@@ -266,11 +268,14 @@ fn owned_frames_are_matched_and_others_passed() {
     let net = Net::new();
     let mut steer = net.attach(XdpMode::Auto);
     steer
-        .set_frontends(&[
-            (ip(VIP4), UDP, 5353),
-            (ip(VIP6), UDP, 5353),
-            (ip(VIP4), TCP, 80),
-        ])
+        .set_frontends(
+            &[
+                (ip(VIP4), UDP, 5353),
+                (ip(VIP6), UDP, 5353),
+                (ip(VIP4), TCP, 80),
+            ],
+            &[],
+        )
         .unwrap();
     steer.set_snat(&[ip(LB4), ip(LB6)], (30000, 39999)).unwrap();
     steer.set_backends(&[(ip(CL4), UDP, 7000)]).unwrap();
@@ -398,7 +403,7 @@ fn owned_frames_are_matched_and_others_passed() {
     );
 
     // Shrinking the frontends stops the steering of what is gone.
-    steer.set_frontends(&[(ip(VIP6), UDP, 5353)]).unwrap();
+    steer.set_frontends(&[(ip(VIP6), UDP, 5353)], &[]).unwrap();
     check(
         &steer,
         "UDP to a removed frontend",

@@ -572,7 +572,7 @@ fn child_attaches_pinned_and_holds() {
     );
     enter_netns(ns);
     let (mut steer, adopted) = Steering::attach_pinned(ifname, XdpMode::Auto, pins).unwrap();
-    steer.set_frontends(&[(ip(VIP4), UDP, OWNED)]).unwrap();
+    steer.set_frontends(&[(ip(VIP4), UDP, OWNED)], &[]).unwrap();
     let deadline = monotonic_ns() + HOLD_NS;
     steer.set_hold(deadline, std::process::id()).unwrap();
     println!("child ready {adopted} {deadline}");
