@@ -271,4 +271,31 @@ mod tests {
             ]
         );
     }
+
+    #[test]
+    fn a_reject_is_reported_and_written_out() {
+        let cfg = config::parse(CONFIG, "fixture.toml").unwrap();
+        let mut w = PcapWriter::new(Vec::new(), Resolution::Micros).unwrap();
+        let t = std::time::Duration::from_secs(1_700_000_000);
+        w.write(t, &cin(C4, "198.18.100.99:80", SYN)).unwrap();
+        let input = w.finish().unwrap();
+        let (mut out, mut report) = (Vec::new(), Vec::new());
+        let s = replay(&cfg, &input[..], &mut out, Some(&mut report)).unwrap();
+        assert_eq!((s.tx, s.counters.rejects_total()), (1, 1));
+        let line: serde_json::Value =
+            serde_json::from_str(String::from_utf8(report).unwrap().trim()).unwrap();
+        assert_eq!(
+            line,
+            serde_json::json!({"frame": 1, "verdict": "reject", "reason": "no_endpoints", "port": 0})
+        );
+        let recs: Vec<_> = PcapReader::new(&out[..])
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        // The RST to the client: 54 bytes, from the VIP, RST|ACK.
+        assert_eq!(recs[0].data.len(), 54);
+        assert_eq!(&recs[0].data[26..34], &[198, 18, 100, 99, 198, 18, 0, 1]);
+        assert_eq!(recs[0].data[47], 0x14);
+        verify_checksums(&recs[0].data, "reject");
+    }
 }
