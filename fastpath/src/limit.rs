@@ -10,6 +10,9 @@
 //! One CAS per admitted connection and one load per refused one: lock-free, no allocation, no
 //! clock read (the caller passes the batch's `now`). Only new flows pay for it; packets of
 //! established flows never reach it.
+//!
+//! [`WorkerBucket`] is the same algorithm without atomics, for a limit each worker keeps
+//! alone (the pipeline's rejects).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;

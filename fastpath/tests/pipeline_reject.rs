@@ -415,6 +415,23 @@ fn a_clusterip_rejects_the_ports_and_protocols_it_does_not_serve() {
         assert_eq!(out, f);
     }
     assert_eq!(p.counters().rejected(RejectReason::UnservedPort), 5);
+    // A corrupt SCTP packet: dropped where xvs would have answered, the host's elsewhere.
+    for (dst, want) in [
+        (
+            format!("{CLUSTER4}:80"),
+            Verdict::Drop(DropReason::BadSctpChecksum),
+        ),
+        (
+            "198.18.96.99:80".to_owned(),
+            Verdict::Drop(DropReason::BadSctpChecksum),
+        ),
+        ("198.18.112.1:80".to_owned(), Verdict::Pass),
+    ] {
+        let mut f = cin(C4, &dst, L4::Sctp(1));
+        let n = f.len();
+        f[n - 1] ^= 1;
+        assert_eq!(roomy(&mut p, &f, epoch).0, want, "{dst}");
+    }
 }
 
 #[test]

@@ -65,7 +65,13 @@
 //!   are verified first, every other one is updated incrementally, so a corrupt input never
 //!   leaves with a valid checksum; later fragments reaching past 65,535 bytes are dropped.
 //!   Flow hits are not checked again (their sources passed when the flow was made), and a
-//!   frame for no frontend stays `Pass`.
+//!   frame for no frontend stays `Pass` (but see the next rule).
+//! - **Rejects** ([`reject`]): a new flow whose service has no usable backend is answered
+//!   ([`Verdict::Reject`]: a TCP RST, an ICMP/ICMPv6 port unreachable) when the service says
+//!   so (`NoEndpoints::Reject`), dropped (`NoBackend`) otherwise; a packet for no frontend
+//!   to a ClusterIP is rejected (`UnservedPort`), one to another address inside a Service
+//!   CIDR dropped (`ServiceCidr`); both after the source checks and the TTL. Rejects are
+//!   rate-limited per worker (`RejectRateLimited`) and counted in [`Counters::rejects`].
 
 use std::cell::Cell;
 use std::sync::Arc;

@@ -80,6 +80,13 @@ pub fn build_specs(
 ///   load-balancer IP with source ranges is served with the ranges.
 /// - Determinism: a Service's slices are read in name order; specs are sorted by name;
 ///   problems come Service by Service, oldest first (lost frontends after the others).
+/// - No usable endpoint: a spec rejects new flows (`NoEndpoints::Reject`) unless its traffic
+///   policy is `Local` and the Service has endpoints on other nodes (`Drop`), as kube-proxy's
+///   no-endpoint rules; the ClusterIP specs are marked `cluster_ip`, so their addresses
+///   reject the ports and protocols no frontend serves.
+/// - Service CIDRs: `[kubernetes] service_cidrs` and the ServiceCIDR objects'
+///   ([`build_model_with`]), checked in `cidrs` (a bad object skipped, a CIDR holding one of
+///   this node's addresses refused).
 /// - `healthCheckNodePort` of `externalTrafficPolicy: Local` Services is listed with its
 ///   count of local ready endpoints.
 pub fn build_model(
