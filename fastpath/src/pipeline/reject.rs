@@ -35,8 +35,9 @@
 //!   1000 and 50): a token bucket on the batch's `now` ([`WorkerBucket`]); over it the
 //!   packet is `Drop(RejectRateLimited)`. A flood of spoofed packets to an empty service
 //!   cannot be reflected at more than that rate, per worker.
-//! - **Order.** Room, then the client's next hop (unknown: `Slow`, no token taken), then a
-//!   token, then the frame is rewritten. Counted in `Counters::rejects`, not in `drops`.
+//! - **Order.** The packet's checksum, then room, then the client's next hop (unknown:
+//!   `Slow`, no token taken), then a token, then the frame is rewritten. Counted in
+//!   `Counters::rejects`, not in `drops`.
 //!
 //! [`FrameBatch::buffer`]: super::FrameBatch::buffer
 //! [`WorkerBucket`]: crate::limit::WorkerBucket
