@@ -72,6 +72,7 @@ fn adopted_ids_no_service_has_end_through_the_removal_pass() {
         stopped: None,
         workers_running: true,
         triggers: Vec::new(),
+        steering: None,
     };
     h.step(TICK);
     // The services of the config took none of the stray ids.
