@@ -1,50 +1,231 @@
-//! What `xvs run` checks before it touches anything, so that it refuses clearly instead of
-//! failing half-way: cores within the process's cpuset, capabilities, interfaces, a full-NAT port range the kernel would also
-//! hand out, and a flow table larger than the machine's memory or its state directory.
+//! What `xvs run` checks before it touches anything, and what `xvs check --host` lists: every
+//! problem of the machine for a config at once, so that an operator fixes them in one round
+//! instead of one per start, and `run` refuses clearly instead of failing half-way.
+//!
+//! The checks ([`inspect`]), each named by its [`Finding::check`]:
+//! - `kernel`: Linux [`KERNEL_MIN`] or later;
+//! - `cores`: `[dataplane] cores` and `slowpath_core` within the process's cpuset;
+//! - `capabilities`: those of [`crate::caps::required`];
+//! - `interfaces`: at least one configured, each present in this network namespace;
+//! - `channels`, `xdp`, `zero_copy`, `checksum`: per interface, from the kernel
+//!   ([`nic`]): its receive queues against `queues` (more channels than queues leaves
+//!   frames on queues no socket serves, unless `[dataplane] allow_fewer_queues`), native
+//!   XDP and AF_XDP zero-copy against `xdp_mode` and `zero_copy`, and veth's checksum
+//!   offload trap (a warning);
+//! - `bpffs`: `bpf_pin_root` on a bpffs;
+//! - `memory`: the flow and affinity tables within memory and the state directory;
+//! - `ports`: the admin and healthz listeners and flow sync's address free to bind, and a
+//!   full-NAT port range the kernel does not also hand out;
+//! - `sync`: flow sync's key file as `run` reads it.
+//!
+//! A problem stops `run`; a warning is logged by `run` and listed by `check --host`.
+//! Nothing here changes the machine: ports are bound and released at once, the interfaces
+//! are only queried.
 
 use std::collections::HashSet;
-use std::net::IpAddr;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 
 use config::Config;
 
 use crate::caps;
 
-/// Checks that need the machine: `[dataplane] cores` and `slowpath_core` within the cpuset
-/// the process may run on ([`config::Cores::resolve`]), the capabilities of [`crate::caps::required`], every
-/// configured interface present, and a full-NAT port range that the kernel does not also
-/// hand out on the same addresses. `Err` is one sentence naming what is wrong.
-pub fn preflight(cfg: &Config) -> Result<(), String> {
-    // First: it needs no privilege, and a pod's cpuset is the likeliest mismatch.
-    let cpuset = cpuset()?;
-    cfg.dataplane
-        .cores
-        .resolve(cfg.dataplane.slowpath_core, &cpuset)
-        .map_err(|e| e.to_string())?;
+pub mod nic;
+mod xdp_features;
+
+/// The oldest kernel xvs runs on: XDP through a `bpf_link` (5.9), one UMEM shared by the
+/// sockets of several devices and queues (5.10), `CAP_BPF` and `CAP_PERFMON` (5.8), the full
+/// `XDP_STATISTICS` (5.9). Tested on 6.18.
+pub const KERNEL_MIN: (u32, u32) = (5, 10);
+
+/// One thing found wrong (or worth knowing) about the machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    /// The check that found it (see the module doc): `kernel`, `cores`, `channels`, ...
+    pub check: &'static str,
+    /// What is wrong and what to do, in one sentence or two.
+    pub text: String,
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.check, self.text)
+    }
+}
+
+/// Everything the checks found: problems stop `xvs run`, warnings do not.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// What makes `xvs run` refuse to start.
+    pub problems: Vec<Finding>,
+    /// What is legal but likely to hurt (frames xvs will not see, copy mode...).
+    pub warnings: Vec<Finding>,
+}
+
+impl Report {
+    fn problem(&mut self, check: &'static str, text: impl Into<String>) {
+        self.problems.push(Finding {
+            check,
+            text: text.into(),
+        });
+    }
+
+    fn warning(&mut self, check: &'static str, text: impl Into<String>) {
+        self.warnings.push(Finding {
+            check,
+            text: text.into(),
+        });
+    }
+
+    /// A check's result: its error, if any, is a problem.
+    fn check(&mut self, check: &'static str, r: Result<(), String>) {
+        if let Err(e) = r {
+            self.problem(check, e);
+        }
+    }
+}
+
+/// What `xvs run` checks before it touches anything: `Err` lists every problem (see
+/// [`inspect`]); warnings are logged here.
+pub fn preflight(cfg: &Config) -> Result<(), Vec<Finding>> {
+    let report = inspect(cfg, true);
+    for w in &report.warnings {
+        tracing::warn!(check = w.check, "{}", w.text);
+    }
+    if report.problems.is_empty() {
+        Ok(())
+    } else {
+        Err(report.problems)
+    }
+}
+
+/// Runs every check of the module doc against this machine for `cfg`. Without
+/// `require_interfaces` (`xvs check --host` with no config), an empty interface list is no
+/// problem: the checks that need interfaces have nothing to look at.
+pub fn inspect(cfg: &Config, require_interfaces: bool) -> Report {
+    let mut r = Report::default();
+    r.check("kernel", check_kernel());
+    // It needs no privilege, and a pod's cpuset is the likeliest mismatch.
+    r.check(
+        "cores",
+        cpuset().and_then(|cpuset| {
+            cfg.dataplane
+                .cores
+                .resolve(cfg.dataplane.slowpath_core, &cpuset)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        }),
+    );
+    r.check("capabilities", check_caps(cfg));
+    if cfg.dataplane.interfaces.is_empty() && require_interfaces {
+        r.problem(
+            "interfaces",
+            "no [dataplane] interfaces configured: nothing to forward on",
+        );
+    }
+    for ifc in &cfg.dataplane.interfaces {
+        if !Path::new("/sys/class/net").join(&ifc.name).exists() {
+            r.problem(
+                "interfaces",
+                format!(
+                    "interface {} (dataplane.interfaces) does not exist in this network namespace",
+                    ifc.name
+                ),
+            );
+            continue;
+        }
+        nic::inspect(&mut r, &cfg.dataplane, ifc);
+    }
+    r.check("bpffs", check_bpffs(&cfg.dataplane.bpf_pin_root));
+    r.check("memory", check_flow_memory(cfg));
+    check_ports(&mut r, cfg);
+    if cfg.sync.enable
+        && let Err(e) = slowpath::flowsync::FlowSyncConfig::from_config(cfg)
+    {
+        r.problem("sync", e);
+    }
+    r
+}
+
+fn check_caps(cfg: &Config) -> Result<(), String> {
     let needs = caps::required(cfg);
     let effective =
         caps::effective().map_err(|e| format!("reading this process's capabilities: {e}"))?;
     let missing = caps::missing(effective, &needs);
-    if !missing.is_empty() {
-        let list: Vec<String> = missing.iter().map(ToString::to_string).collect();
-        return Err(format!(
-            "missing capabilities: {}; run as root, or grant them (setcap, systemd AmbientCapabilities=, the DaemonSet's securityContext)",
-            list.join(", ")
-        ));
+    if missing.is_empty() {
+        return Ok(());
     }
-    if cfg.dataplane.interfaces.is_empty() {
-        return Err("no [dataplane] interfaces configured: nothing to forward on".into());
+    let list: Vec<String> = missing.iter().map(ToString::to_string).collect();
+    Err(format!(
+        "missing capabilities: {}; run as root, or grant them (setcap, systemd AmbientCapabilities=, the DaemonSet's securityContext)",
+        list.join(", ")
+    ))
+}
+
+/// The running kernel's release (`uname -r`).
+fn kernel_release() -> Option<String> {
+    // SAFETY: uname fills the struct it is given.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return None;
     }
-    for ifc in &cfg.dataplane.interfaces {
-        if !Path::new("/sys/class/net").join(&ifc.name).exists() {
-            return Err(format!(
-                "interface {} (dataplane.interfaces) does not exist in this network namespace",
-                ifc.name
-            ));
-        }
+    // SAFETY: the kernel NUL-terminates `release`.
+    let c = unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) };
+    Some(c.to_string_lossy().into_owned())
+}
+
+/// `(major, minor)` of a release such as `6.18.44-fc-v657`.
+fn kernel_version(release: &str) -> Option<(u32, u32)> {
+    let mut it = release.split(['.', '-', '+']);
+    let major = it.next()?.parse().ok()?;
+    let minor = it.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+fn check_kernel() -> Result<(), String> {
+    let Some(release) = kernel_release() else {
+        return Err("cannot read the kernel's release (uname)".into());
+    };
+    kernel_at_least(&release, KERNEL_MIN)
+}
+
+fn kernel_at_least(release: &str, min: (u32, u32)) -> Result<(), String> {
+    match kernel_version(release) {
+        Some(v) if v >= min => Ok(()),
+        Some(_) => Err(format!(
+            "Linux {release} is older than {}.{}, the oldest xvs runs on (XDP through a bpf_link, one AF_XDP UMEM shared across devices)",
+            min.0, min.1
+        )),
+        None => Err(format!(
+            "cannot tell the kernel's version from its release {release:?}"
+        )),
     }
-    check_bpffs(&cfg.dataplane.bpf_pin_root)?;
-    check_flow_memory(cfg)?;
+}
+
+/// The admin listeners and flow sync's address must be free to bind (`run` binds them
+/// last, after the node's interfaces are set up); the full-NAT ports must not be the
+/// kernel's.
+fn check_ports(r: &mut Report, cfg: &Config) {
+    let tcp = |key: &str, addr: SocketAddr| {
+        std::net::TcpListener::bind(addr).map(drop).map_err(|e| {
+            format!("[admin] {key} {addr} cannot be bound: {e} (another process listens there? kube-proxy serves its healthz on 10256: set [admin] healthz_listen)")
+        })
+    };
+    r.check("ports", tcp("listen", cfg.admin.listen));
+    let healthz = cfg.admin.healthz_listen();
+    if healthz != cfg.admin.listen || healthz.port() == 0 {
+        r.check("ports", tcp("healthz_listen", healthz));
+    }
+    if cfg.sync.enable
+        && let Some(addr) = cfg.sync.listen
+        && let Err(e) = std::net::UdpSocket::bind(addr)
+    {
+        r.problem(
+            "ports",
+            format!("[sync] listen {addr} cannot be bound: {e}"),
+        );
+    }
     let local = local_addresses();
     let snat_local = cfg
         .dataplane
@@ -52,14 +233,13 @@ pub fn preflight(cfg: &Config) -> Result<(), String> {
         .iter()
         .any(|a| local.contains(a));
     if snat_local && let Some((lo, hi)) = kernel_port_range() {
-        let r = cfg.dataplane.snat_port_range;
-        if u32::from(r.first) <= hi && lo <= u32::from(r.last) {
-            return Err(format!(
-                "dataplane.snat_port_range {r} overlaps the kernel's ephemeral ports {lo}-{hi} on a SNAT address this node also uses: replies to the kernel's own connections would be taken by xvs; choose a range outside {lo}-{hi} (or set net.ipv4.ip_local_port_range)"
+        let range = cfg.dataplane.snat_port_range;
+        if u32::from(range.first) <= hi && lo <= u32::from(range.last) {
+            r.problem("ports", format!(
+                "dataplane.snat_port_range {range} overlaps the kernel's ephemeral ports {lo}-{hi} on a SNAT address this node also uses: replies to the kernel's own connections would be taken by xvs; choose a range outside {lo}-{hi} (or set net.ipv4.ip_local_port_range)"
             ));
         }
     }
-    Ok(())
 }
 
 /// The cores this process may run on (`sched_getaffinity`: in a pod, the cpuset the
