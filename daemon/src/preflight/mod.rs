@@ -401,6 +401,50 @@ mod tests {
 
     use super::*;
 
+    #[test]
+    fn kernels_older_than_the_minimum_are_refused() {
+        assert_eq!(kernel_version("6.18.44-fc-v657"), Some((6, 18)));
+        assert_eq!(kernel_version("5.10.0-28-amd64"), Some((5, 10)));
+        assert_eq!(kernel_version("4.19+1"), Some((4, 19)));
+        assert_eq!(kernel_version("garbage"), None);
+        assert!(kernel_at_least("6.1.0-18-amd64", KERNEL_MIN).is_ok());
+        assert!(kernel_at_least("5.10.0", KERNEL_MIN).is_ok());
+        let e = kernel_at_least("5.4.0-150-generic", KERNEL_MIN).unwrap_err();
+        assert!(
+            e.starts_with("Linux 5.4.0-150-generic is older than 5.10"),
+            "{e}"
+        );
+        assert!(kernel_at_least("x", KERNEL_MIN).is_err());
+        // This machine runs xvs's tests, so it is new enough.
+        assert_eq!(check_kernel(), Ok(()));
+    }
+
+    /// Every problem is listed, not the first: two missing interfaces and a taken port.
+    #[test]
+    fn every_problem_is_listed() {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let text = format!(
+            "[dataplane]\ninterfaces = [{{ name = \"xvsnope0\" }}, {{ name = \"xvsnope1\" }}]\ncores = [0]\nmode = \"nat\"\n[admin]\nlisten = \"{}\"\nhealthz_listen = \"127.0.0.1:0\"\n",
+            taken.local_addr().unwrap()
+        );
+        let cfg = config::parse(&text, "t.toml").unwrap();
+        let r = inspect(&cfg, true);
+        let of = |check: &str| r.problems.iter().filter(|p| p.check == check).count();
+        assert_eq!(of("interfaces"), 2, "{r:?}");
+        assert_eq!(of("ports"), 1, "{r:?}");
+        assert!(
+            r.problems
+                .iter()
+                .any(|p| p.text.starts_with("[admin] listen 127.0.0.1:")),
+            "{r:?}"
+        );
+        // Without interfaces, only a run needs them.
+        let empty = Config::default();
+        let need = |r: &Report| r.problems.iter().any(|p| p.check == "interfaces");
+        assert!(need(&inspect(&empty, true)));
+        assert!(!need(&inspect(&empty, false)));
+    }
+
     /// `config::FLOW_BYTES`, which `xvs check` and this preflight use, is what a table costs.
     #[test]
     fn flow_bytes_is_what_a_table_costs() {
