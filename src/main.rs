@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 use mimalloc::MiMalloc;
 
 mod check;
+mod host;
 mod pcap;
 mod run;
 mod sim;
@@ -33,11 +34,17 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Validate a config file and print what it configures.
+    /// Validate a config file and print what it configures; with --host, check this machine
+    /// for it as `xvs run` would (every problem at once).
     Check {
         /// The config file.
-        #[arg(long, short)]
-        config: PathBuf,
+        #[arg(long, short, required_unless_present = "host")]
+        config: Option<PathBuf>,
+        /// Check the machine instead: kernel, capabilities, cores, interfaces and their
+        /// queues, XDP and zero-copy support, bpffs, memory, ports (exit 1 when `xvs run`
+        /// would refuse to start).
+        #[arg(long)]
+        host: bool,
     },
     /// Dry-run flows through the pipeline: where would each flow go, or why not?
     Sim {
@@ -295,7 +302,12 @@ fn control(admin: &AdminArgs, action: &'static str, service: Option<String>) -> 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Check { config } => check::main(&config),
+        Command::Check { config, host } => match (config, host) {
+            (config, true) => host::main(config.as_ref()),
+            (Some(config), false) => check::main(&config),
+            // clap requires --config without --host.
+            (None, false) => ExitCode::from(EXIT_BAD_CONFIG),
+        },
         Command::Sim {
             config,
             objects,

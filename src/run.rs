@@ -1,8 +1,9 @@
 //! `xvs run`: loads the config, sets up logging, checks the machine, runs the daemon
 //! ([`daemon::driver::run`]) and prints its final counters to stdout as `key=value` lines.
-//! Exit codes: 2 for a bad config, 1 for a machine that cannot run it (a missing capability
-//! or interface) or a runtime failure. Once the config is loaded, every message (errors
-//! included) goes through the daemon's logger on stderr.
+//! Exit codes: 2 for a bad config, 1 for a machine that cannot run it (every problem of
+//! [`daemon::preflight`] is logged: a missing capability or interface, queues that do not
+//! match the NIC's channels...) or a runtime failure. Once the config is loaded, every
+//! message (errors included) goes through the daemon's logger on stderr.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -27,8 +28,16 @@ pub fn main(path: Option<&PathBuf>) -> ExitCode {
             "no --config given: running the embedded DEMO config, meant for the netns lab of scripts/demo, not for a real node"
         ),
     }
-    if let Err(why) = daemon::preflight::preflight(&cfg) {
-        tracing::error!(target: "xvs", "cannot run: {why}");
+    if let Err(problems) = daemon::preflight::preflight(&cfg) {
+        // Every problem at once, so one round of fixes is enough.
+        for p in &problems {
+            tracing::error!(target: "xvs", check = p.check, "cannot run: {}", p.text);
+        }
+        tracing::error!(
+            target: "xvs",
+            problems = problems.len(),
+            "not started (`xvs check --host --config FILE` lists the same problems)"
+        );
         return ExitCode::FAILURE;
     }
     match driver::run(cfg, path.map(PathBuf::as_path)) {

@@ -62,6 +62,7 @@ impl Dataplane {
         // Destructured, so that a new key cannot be forgotten here.
         let Dataplane {
             interfaces,
+            allow_fewer_queues,
             cores,
             slowpath_core,
             mode,
@@ -92,6 +93,10 @@ impl Dataplane {
             }
         };
         cmp(*interfaces != other.interfaces, "dataplane.interfaces");
+        cmp(
+            *allow_fewer_queues != other.allow_fewer_queues,
+            "dataplane.allow_fewer_queues",
+        );
         cmp(*cores != other.cores, "dataplane.cores");
         cmp(
             *slowpath_core != other.slowpath_core,

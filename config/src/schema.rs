@@ -120,6 +120,12 @@ pub struct Dataplane {
     /// Interfaces served; worker q serves queue q of every interface that has it.
     #[serde(default)]
     pub interfaces: Vec<Interface>,
+    /// Let an interface have more receive queues (NIC channels) than its `queues`: frames
+    /// for xvs on the other queues reach no socket and are passed to the kernel (counted as
+    /// `no_socket` by the steering program), so this is for a NIC that steers xvs's traffic
+    /// to queues `0..queues` only. Off: `xvs run` refuses the mismatch.
+    #[serde(default)]
+    pub allow_fewer_queues: bool,
     /// Cores the workers are pinned to, in order; worker i runs on `cores[i % len]`. Or
     /// `"auto"`: the cpuset the process was given, resolved at start ([`Cores::resolve`]).
     #[serde(default)]
@@ -258,6 +264,7 @@ impl Default for Dataplane {
     fn default() -> Self {
         Dataplane {
             interfaces: Vec::new(),
+            allow_fewer_queues: false,
             cores: Cores::default(),
             slowpath_core: None,
             mode: Mode::default(),

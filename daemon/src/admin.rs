@@ -12,12 +12,13 @@ use arc_swap::ArcSwap;
 use fastpath::snapshot::Snapshot;
 use fastpath::steer::SteerCounters;
 use fastpath::worker::WorkerStats;
+use fastpath::xsk::stats::StatsReader;
 use flowtable::FlowTable;
 use slowpath::admin::histogram::{Histogram, NETWORK_PROGRAMMING_BUCKETS, SYNC_DURATION_BUCKETS};
 use slowpath::admin::{
     AdminSource, BgpView, ControlAction, ControlFuture, FlowFilter, FlowTableView, FlowViewJson,
-    FlowsPage, GovernanceView, HealthView, RefusedStats, RefusedView, ServiceView, StatsView,
-    SteerView, SyncView, WorkerView,
+    FlowsPage, GovernanceView, HealthView, RefusedStats, RefusedView, ServiceView, SocketView,
+    StatsView, SteerView, SyncView, WorkerView,
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -170,6 +171,9 @@ pub struct DaemonState {
     pub k8s: Option<Arc<slowpath::k8s::SourceStats>>,
     /// Steering counters per interface, refreshed by the driver once a second.
     pub steer: Mutex<Vec<(String, SteerCounters)>>,
+    /// The kernel's statistics of every AF_XDP socket, read at each request; emptied by the
+    /// driver when the workers stop.
+    pub sockets: Mutex<Vec<StatsReader>>,
     /// Sync bookkeeping.
     pub sync: Arc<SyncStats>,
     /// False once a worker thread has ended.
@@ -194,6 +198,42 @@ pub struct DaemonState {
     pub health: Option<slowpath::health::HealthReader>,
     /// What the start-up refused of the state files (`crate::state::Refusals`).
     pub state_refused: slowpath::admin::StateView,
+}
+
+impl DaemonState {
+    /// Every worker's sockets: the rings as the worker published them, the kernel's
+    /// statistics as they are now.
+    fn sockets(&self) -> Vec<SocketView> {
+        let readers = self.sockets.lock();
+        let readers = readers.as_deref().map_or(&[][..], |r| r.as_slice());
+        let mut out = Vec::new();
+        for (i, w) in self.workers.iter().enumerate() {
+            let queue = self.serving.get(i).map_or(i as u32, |s| s.0);
+            for ring in w.rings.iter().flatten() {
+                let r = ring.read();
+                let k = readers
+                    .iter()
+                    .find(|x| x.interface == ring.interface && x.queue == queue)
+                    .and_then(|x| x.read().ok())
+                    .unwrap_or_default();
+                out.push(SocketView {
+                    interface: ring.interface.clone(),
+                    queue,
+                    rx_dropped: k.rx_dropped,
+                    rx_invalid_descs: k.rx_invalid_descs,
+                    tx_invalid_descs: k.tx_invalid_descs,
+                    rx_ring_full: k.rx_ring_full,
+                    rx_fill_ring_empty_descs: k.rx_fill_ring_empty_descs,
+                    tx_ring_empty_descs: k.tx_ring_empty_descs,
+                    filled: r.filled,
+                    received: r.received,
+                    transmitted: r.transmitted,
+                    completed: r.completed,
+                });
+            }
+        }
+        out
+    }
 }
 
 /// The controller's command for an admin action; `Err` when it does not apply.
@@ -275,6 +315,7 @@ impl AdminSource for DaemonState {
                 .iter()
                 .map(|(name, c)| SteerView::from_counters(name, c))
                 .collect(),
+            sockets: self.sockets(),
             sync: SyncView {
                 last_sync_unix_s: (last != 0).then(|| last as f64 / 1000.0),
                 last_duration_s: self.sync.last_duration_us.load(Ordering::Relaxed) as f64 / 1e6,

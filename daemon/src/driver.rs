@@ -342,7 +342,16 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
             (spec.queue, names)
         })
         .collect();
+    // The kernel's statistics of every socket, read by the admin API (dropped when the
+    // workers stop, so that the sockets close with them).
+    let mut xsk_stats = Vec::new();
     for (spec, set) in sockets {
+        match set.stats_readers() {
+            Ok(r) => xsk_stats.extend(r),
+            Err(e) => {
+                tracing::warn!(queue = spec.queue, error = %e, "AF_XDP socket statistics will not be exported")
+            }
+        }
         let mut pipeline = Pipeline::new(
             PipelineConfig {
                 synproxy_key: cookie_key,
@@ -409,6 +418,7 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
         serving,
         k8s: k8s_stats,
         steer: Mutex::new(Vec::new()),
+        sockets: Mutex::new(xsk_stats),
         sync: Arc::clone(&io.sync),
         fastpath_running: AtomicBool::new(true),
         healthz_timeout: 2 * sync_period,
@@ -467,6 +477,9 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
     stop_workers.store(true, Ordering::SeqCst);
     for h in handles {
         let _ = h.join();
+    }
+    if let Ok(mut readers) = state.sockets.lock() {
+        readers.clear();
     }
     state.fastpath_running.store(false, Ordering::Relaxed);
     // The flows stay in the state file for the next process; a graceful stop also exports

@@ -9,8 +9,8 @@
 //!   workers, the steering programs, ONE tokio runtime for the slowpath (Kubernetes source,
 //!   health checks, neighbours, admin servers, health-check node ports) with one shutdown
 //!   signal, and the loop that feeds the controller and performs its actions.
-//! - [`preflight`] and [`caps`]: what `xvs run` checks before it touches anything, capabilities
-//!   by name rather than uid 0.
+//! - [`preflight`] and [`caps`]: what `xvs run` checks before it touches anything (and `xvs
+//!   check --host` lists), every problem at once; capabilities by name rather than uid 0.
 //! - [`logging`]: `tracing` with `[log]` level and format; library logs (`log` users too) go
 //!   through it.
 //!

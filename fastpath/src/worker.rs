@@ -31,7 +31,8 @@
 //!    per `sweep_round` (at most `sweep_budget` entries per poll). A busy-polling worker
 //!    polls millions of times a second; sweeping a fixed number of entries on every poll
 //!    made it walk the table (a cache miss per entry) hundreds of times a second.
-//! 8. Publish counters ([`WorkerStats`], relaxed atomics) when the poll did anything.
+//! 8. Publish counters ([`WorkerStats`] with each socket's [`RingStats`], relaxed atomics)
+//!    when the poll did anything.
 //! 9. After [`IDLE_POLLS`] empty polls in a row, sleep `idle_backoff` (when configured).
 //!
 //! # Ports
@@ -149,6 +150,53 @@ pub struct WorkerStats {
     /// ring): the worker's busy time, as DPDK's lcore "busyness" counts it. Wall time minus
     /// this is time spent finding empty rings.
     pub busy_ns: AtomicU64,
+    /// Per port (`None`: no socket there): what the worker moved through that socket's
+    /// rings. Sized by [`WorkerStats::with_ports`]; a default `WorkerStats` has none.
+    pub rings: Vec<Option<RingStats>>,
+}
+
+/// What a worker gave to and took from one socket's rings, totals since it started
+/// (published with the other counters). Their differences are the rings' state:
+/// `filled - received` frames are the kernel's to receive into (on the fill ring, in the
+/// driver, or waiting on the rx ring), `transmitted - completed` are on their way out.
+#[derive(Debug, Default)]
+pub struct RingStats {
+    /// The socket's interface.
+    pub interface: String,
+    /// Frames given to the fill ring.
+    pub filled: AtomicU64,
+    /// Frames taken from the rx ring.
+    pub received: AtomicU64,
+    /// Frames placed on the tx ring.
+    pub transmitted: AtomicU64,
+    /// Frames taken back from the completion ring.
+    pub completed: AtomicU64,
+}
+
+/// A plain copy of [`RingStats`]' counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RingCounters {
+    /// See [`RingStats::filled`].
+    pub filled: u64,
+    /// See [`RingStats::received`].
+    pub received: u64,
+    /// See [`RingStats::transmitted`].
+    pub transmitted: u64,
+    /// See [`RingStats::completed`].
+    pub completed: u64,
+}
+
+impl RingStats {
+    /// The counters now (each read once, relaxed).
+    pub fn read(&self) -> RingCounters {
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        RingCounters {
+            filled: r(&self.filled),
+            received: r(&self.received),
+            transmitted: r(&self.transmitted),
+            completed: r(&self.completed),
+        }
+    }
 }
 
 // (Written out: `Default` is derived for arrays of at most 32 elements.)
@@ -174,6 +222,7 @@ impl Default for WorkerStats {
             generation: Default::default(),
             polls: Default::default(),
             busy_ns: Default::default(),
+            rings: Vec::new(),
         }
     }
 }
@@ -286,6 +335,23 @@ impl WorkerCounters {
 }
 
 impl WorkerStats {
+    /// Counters for a worker with `sockets`' ports (ring counters for each socket).
+    pub fn with_ports(sockets: &XskSet) -> WorkerStats {
+        WorkerStats {
+            rings: sockets
+                .ports
+                .iter()
+                .map(|p| {
+                    p.as_ref().map(|s| RingStats {
+                        interface: s.ifname.clone(),
+                        ..RingStats::default()
+                    })
+                })
+                .collect(),
+            ..WorkerStats::default()
+        }
+    }
+
     /// A consistent-enough copy (each counter read once, relaxed).
     pub fn read(&self) -> WorkerCounters {
         let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -322,7 +388,7 @@ pub fn spawn_worker(
     snapshot: Arc<ArcSwap<Snapshot>>,
     stop: Arc<AtomicBool>,
 ) -> io::Result<(JoinHandle<()>, Arc<WorkerStats>)> {
-    let stats = Arc::new(WorkerStats::default());
+    let stats = Arc::new(WorkerStats::with_ports(&sockets));
     let mut worker = Worker::new(spec, sockets, pipeline, snapshot, stop, Arc::clone(&stats));
     let handle = std::thread::Builder::new()
         .name(format!("xvs-w{}", worker.spec.index))
@@ -380,6 +446,8 @@ struct Local {
     expired: u64,
     polls: u64,
     busy_ns: u64,
+    /// Per port: [`RingCounters`] of its socket.
+    rings: Vec<RingCounters>,
 }
 
 impl Worker {
@@ -411,10 +479,14 @@ impl Worker {
             napi_unchecked: vec![napi_busy_poll; ports],
             busy_since: None,
             last_sweep: Instant::now(),
-            local: Local::default(),
+            local: Local {
+                rings: vec![RingCounters::default(); ports],
+                ..Local::default()
+            },
         };
         // Fill now: the sockets take frames as soon as the steering program sends them.
         w.refill();
+        w.publish();
         w
     }
 
@@ -510,7 +582,8 @@ impl Worker {
     /// Completed tx frames back to the free stack.
     fn reclaim(&mut self) -> bool {
         let mut any = false;
-        for s in self.xsk.ports.iter_mut().flatten() {
+        for (port, s) in self.xsk.ports.iter_mut().enumerate() {
+            let Some(s) = s else { continue };
             for _ in 0..COMP_ROUNDS {
                 // SAFETY: the completion ring hands back frames of this UMEM that the kernel
                 // is done with.
@@ -518,6 +591,7 @@ impl Worker {
                 for d in &self.batch[..n] {
                     self.pool.put(*d);
                 }
+                self.local.rings[port].completed += n as u64;
                 any |= n > 0;
                 if n < self.batch.len() {
                     break;
@@ -541,6 +615,7 @@ impl Worker {
             return false;
         }
         self.in_fill[port] = self.in_fill[port].saturating_sub(n as u32);
+        self.local.rings[port].received += n as u64;
         if self.napi_unchecked[port] {
             self.napi_unchecked[port] = false;
             napi::check_napi_id(s.fd(), &s.ifname, self.spec.queue);
@@ -596,6 +671,7 @@ impl Worker {
                 self.pool.put(*d);
             }
             self.local.tx += done as u64;
+            self.local.rings[port].transmitted += done as u64;
             stage.clear();
         }
     }
@@ -629,6 +705,7 @@ impl Worker {
             // SAFETY: the pool holds frames of this UMEM; `s.fill` is a ring of it.
             let done = unsafe { self.pool.fill(&mut s.fill, want as usize) };
             self.in_fill[port] += done as u32;
+            self.local.rings[port].filled += done as u64;
             if done > 0 && s.fill.needs_wakeup() && !wake_rx(s.fd()) {
                 self.local.wakeup_errors += 1;
             }
@@ -666,6 +743,14 @@ impl Worker {
             set(a, v);
         }
         set(&st.generation, self.pipeline.snapshot().generation);
+        for (r, l) in st.rings.iter().zip(&l.rings) {
+            if let Some(r) = r {
+                set(&r.filled, l.filled);
+                set(&r.received, l.received);
+                set(&r.transmitted, l.transmitted);
+                set(&r.completed, l.completed);
+            }
+        }
     }
 
     /// The worker's counters so far (also published in its [`WorkerStats`]).

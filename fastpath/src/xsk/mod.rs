@@ -33,6 +33,11 @@
 //!   starts. [`Program::LibxdpDefault`] lets libxdp attach its own program, which sends every
 //!   frame of the queue to the socket: for an interface dedicated to xvs, and for tests.
 //!
+//! - **Statistics.** The kernel's counters of each socket (`XDP_STATISTICS`: frames dropped
+//!   on a full rx ring, an empty fill ring...) are read off the fastpath, through duplicated
+//!   descriptors ([`XskSet::stats_readers`], [`stats`]); what the worker gave to and took
+//!   from each ring it counts itself ([`crate::worker::RingStats`]).
+//!
 //! Everything here runs at start-up; the per-packet loop is in [`crate::worker`].
 
 use std::ffi::CString;
@@ -49,6 +54,7 @@ use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue, Umem};
 
 pub mod napi;
 pub mod pool;
+pub mod stats;
 pub mod tap;
 
 /// Which XDP program feeds the sockets.
@@ -415,6 +421,15 @@ impl XskSet {
             .iter()
             .enumerate()
             .filter_map(|(port, s)| s.as_ref().map(|s| (port, s.fd)))
+            .collect()
+    }
+
+    /// A reader of the kernel's statistics of every socket ([`stats`]), for the slowpath.
+    pub fn stats_readers(&self) -> io::Result<Vec<stats::StatsReader>> {
+        self.ports
+            .iter()
+            .flatten()
+            .map(|s| stats::StatsReader::new(&s.ifname, self.queue, s.fd))
             .collect()
     }
 

@@ -331,7 +331,7 @@ pub fn render(stats: &StatsView, services: &[ServiceView], probes: &ProbeCounts)
     o.family(
         "xvs_drops_total",
         "counter",
-        "Frames lost, by reason: the fastpath's drops and the frames it could not transmit or hand to the kernel (summed over workers), and the steering program's drops during a restart hold (restart_hold).",
+        "Frames lost, by reason: the fastpath's drops and the frames it could not transmit or hand to the kernel (summed over workers), the AF_XDP sockets' kernel drops (xsk_*), and the steering program's drops during a restart hold (restart_hold).",
     );
     let mut drops: std::collections::BTreeMap<&str, u64> = Default::default();
     for w in &stats.workers {
@@ -348,6 +348,9 @@ pub fn render(stats: &StatsView, services: &[ServiceView], probes: &ProbeCounts)
             .filter_map(|s| s.counters.get("held"))
             .sum::<u64>();
         *drops.entry("restart_hold").or_default() += held;
+    }
+    for (reason, n) in super::sockets::drops(&stats.sockets) {
+        *drops.entry(reason).or_default() += n;
     }
     for (reason, n) in &drops {
         o.sample("xvs_drops_total", &[("reason", reason)], f(*n));
@@ -469,6 +472,8 @@ pub fn render(stats: &StatsView, services: &[ServiceView], probes: &ProbeCounts)
     for (w, l) in stats.workers.iter().zip(&labels) {
         o.sample("xvs_worker_snapshot_generation", &l.get(), f(w.generation));
     }
+
+    super::sockets::render(&mut o, &stats.sockets);
 
     // Services and backends.
     o.family(

@@ -81,6 +81,7 @@ pub mod metrics;
 pub mod process;
 mod routes;
 mod socket;
+pub mod sockets;
 pub mod traffic_metrics;
 pub mod views;
 
@@ -93,6 +94,7 @@ pub use http::{
     AdminConfig, AdminError, AdminLimits, AdminServer, BLOCKING_MAX, BODY_MAX, HEAD_MAX,
     HEADER_TIMEOUT, MAX_CONNECTIONS, REQUEST_TIMEOUT, SHUTDOWN_GRACE, WRITE_TIMEOUT,
 };
+pub use sockets::SocketView;
 pub use views::*;
 
 /// `/v1/flows` limit when the request has none.

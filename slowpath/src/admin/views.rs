@@ -409,6 +409,9 @@ pub struct StatsView {
     pub flowtable: FlowTableView,
     /// The XDP steering program, per interface.
     pub steering: Vec<SteerView>,
+    /// The AF_XDP sockets: the kernel's statistics and the rings' state.
+    #[serde(default)]
+    pub sockets: Vec<super::sockets::SocketView>,
     /// The slowpath's sync loop.
     pub sync: SyncView,
     /// Freeze, drain and what happened to the flows of removed backends.

@@ -223,6 +223,18 @@ impl AdminSource for Fake {
                 .into_iter()
                 .collect(),
             }],
+            sockets: vec![admin::SocketView {
+                interface: "eth0".into(),
+                queue: 0,
+                rx_ring_full: 17,
+                rx_dropped: 2,
+                rx_fill_ring_empty_descs: 5,
+                filled: 4096,
+                received: 4000,
+                transmitted: 3990,
+                completed: 3980,
+                ..admin::SocketView::default()
+            }],
             sync: SyncView {
                 last_sync_unix_s: Some(1_700_000_000.25),
                 last_duration_s: 0.004,
