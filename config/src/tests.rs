@@ -927,7 +927,7 @@ fn shared_vocabulary_errors_keep_their_words() {
     let p = svc("scheduler = \"wrr\"", "mode = \"bridge\"");
     assert_eq!(
         p.message,
-        "unknown variant `bridge`, expected `nat` or `fullnat`"
+        "unknown variant `bridge`, expected one of `nat`, `fullnat`, `dsr`"
     );
     let p = problem("[dataplane]\nxdp_mode = \"skb\"\n");
     assert_eq!(
