@@ -39,14 +39,14 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
-    /// Dry-run flows through the schedulers: where would each flow go?
+    /// Dry-run flows through the pipeline: where would each flow go, or why not?
     Sim {
         /// The config file: its [[services]], or with --objects only its settings
         /// ([dataplane], [flowtable], [node], [kubernetes]).
         #[arg(long, short, required_unless_present = "objects")]
         config: Option<PathBuf>,
         /// Kubernetes objects instead of the config's services: what `kubectl get
-        /// svc,endpointslices,nodes -A -o yaml` (or `-o json`) prints.
+        /// svc,endpointslices,nodes,servicecidrs -A -o yaml` (or `-o json`) prints.
         #[arg(long)]
         objects: Option<PathBuf>,
         /// With --objects: this node's name (default: [node] name, else the host name); its

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use daemon::driver::{self, Outcome};
-use fastpath::pipeline::DropReason;
+use fastpath::pipeline::{DropReason, RejectReason};
 
 pub fn main(path: Option<&PathBuf>) -> ExitCode {
     let Some(cfg) = crate::load_config(path) else {
@@ -68,6 +68,12 @@ fn print_counters(o: &Outcome) {
         let n = c.dropped(*r);
         if n > 0 {
             println!("drop_{}={n}", r.name());
+        }
+    }
+    for r in RejectReason::ALL {
+        let n = c.rejects[*r as usize];
+        if n > 0 {
+            println!("reject_{}={n}", r.name());
         }
     }
     for (name, s) in &o.steer {

@@ -491,6 +491,21 @@ fn render_status(
         o.push_str("\ndrops:\n");
         o.push_str(&table("  ", &["REASON", "FRAMES"], &nonzero));
     }
+    let mut rejects: std::collections::BTreeMap<&str, u64> = Default::default();
+    for w in &s.workers {
+        for (r, n) in &w.rejects {
+            *rejects.entry(r).or_default() += n;
+        }
+    }
+    let nonzero: Vec<Vec<String>> = rejects
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(r, n)| vec![(*r).to_owned(), n.to_string()])
+        .collect();
+    if !nonzero.is_empty() {
+        o.push_str("\nrejects (answered with an RST or a port unreachable):\n");
+        o.push_str(&table("  ", &["REASON", "FRAMES"], &nonzero));
+    }
     if !s.steering.is_empty() {
         o.push_str("\nsteering:\n");
         let rows: Vec<Vec<String>> = s

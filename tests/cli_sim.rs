@@ -179,9 +179,11 @@ tcp,198.18.0.2,1000,198.18.100.53,53
     // ClientIP affinity pins 198.18.0.2 to its first backend although rr moves on; the
     // next client gets the next backend; the weight-0 backend gets nothing.
     assert_eq!(t[..3], ["198.18.1.1:53", "198.18.1.1:53", "198.18.1.2:53"]);
-    assert_eq!(t[3], "none (no backends)");
-    assert_eq!(t[4], "none (no service)");
-    assert_eq!(t[5], "none (no service)", "udp service must not catch tcp");
+    // A service without backends is answered (as IPVS and kube-proxy answer it); no frontend:
+    // not xvs's, the host gets it.
+    assert_eq!(t[3], "reject (no_endpoints)");
+    assert_eq!(t[4], "pass");
+    assert_eq!(t[5], "pass", "udp service must not catch tcp");
 }
 
 #[test]
@@ -207,7 +209,9 @@ fn distribution_table_and_json() {
         .map(|l| serde_json::from_str(l).expect("every line is JSON"))
         .collect();
     assert_eq!(lines[0]["backend"], serde_json::Value::Null);
-    assert_eq!(lines[0]["reason"], "no service");
+    assert_eq!(lines[0]["verdict"], "pass");
+    assert_eq!(lines[0]["reason"], serde_json::Value::Null);
+    assert_eq!(lines[1]["verdict"], "forward");
     assert_eq!(lines[1]["service"], "sctp6");
     assert_eq!(lines[1]["backend"], "[2001:2:0:1::1]:3868");
     assert_eq!(lines[1]["frontend"], "[2001:2:0:100::1]:3868");
@@ -372,4 +376,179 @@ fn same_backends(a: &Path, others: &[&Path], f: &Path) {
             got[diff[0]]
         );
     }
+}
+
+#[test]
+fn verdicts_are_the_pipelines_hygiene_included() {
+    let input = "\
+tcp,127.0.0.1,1000,198.18.100.1,80
+tcp,198.18.100.3,1000,198.18.100.1,80
+tcp,198.18.0.2,1000,198.18.100.99,80
+tcp,198.18.0.2,1000,198.18.100.99,80,close
+udp,198.18.0.2,1000,198.18.100.53,53
+udp,198.18.0.2,1000,198.18.100.53,53,close
+udp,198.18.0.2,1000,198.18.100.53,53,close
+";
+    let t = targets(&sim(input, &[]));
+    assert_eq!(
+        t,
+        [
+            "drop (martian_source)",
+            "drop (own_address_source)",
+            "reject (no_endpoints)",
+            "drop (no_flow) (close)",
+            "198.18.1.1:53",
+            "198.18.1.1:53 (close)",
+            "drop (no_flow) (close)",
+        ]
+    );
+    let o = sim(
+        "tcp,198.18.0.2,1000,198.18.100.99,80\ntcp,127.0.0.1,1,198.18.100.1,80\n",
+        &["--json"],
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        (
+            &lines[0]["verdict"],
+            &lines[0]["reason"],
+            &lines[0]["service"]
+        ),
+        (
+            &serde_json::json!("reject"),
+            &serde_json::json!("no_endpoints"),
+            &serde_json::json!("empty")
+        )
+    );
+    assert_eq!(
+        (&lines[1]["verdict"], &lines[1]["reason"]),
+        (
+            &serde_json::json!("drop"),
+            &serde_json::json!("martian_source")
+        )
+    );
+}
+
+/// `xvs sim` and `xvs pcap` give one packet the same verdict: the same pipeline runs both.
+#[test]
+fn sim_and_pcap_agree() {
+    use etherparse::PacketBuilder;
+    let config = "\
+[dataplane]
+mode = \"fullnat\"
+snat_addresses = [\"198.18.1.254\"]
+
+[[services]]
+name = \"web\"
+vip = \"198.18.100.1\"
+port = 80
+protocol = \"tcp\"
+backends = [{ addr = \"198.18.1.1:8080\" }]
+
+[[services]]
+name = \"empty\"
+vip = \"198.18.100.99\"
+port = 80
+protocol = \"tcp\"
+
+[[services]]
+name = \"emptyudp\"
+vip = \"198.18.100.99\"
+port = 53
+protocol = \"udp\"
+
+[[neighbours]]
+ip = \"198.18.1.1\"
+mac = \"02:00:00:00:01:01\"
+[[neighbours]]
+ip = \"198.18.0.2\"
+mac = \"02:00:00:00:cc:01\"
+[[neighbours]]
+ip = \"127.0.0.1\"
+mac = \"02:00:00:00:cc:02\"
+";
+    let flows = [
+        ("tcp", "198.18.0.2", 1000u16, "198.18.100.1", 80u16),
+        ("tcp", "127.0.0.1", 1001, "198.18.100.1", 80),
+        ("tcp", "198.18.100.1", 1002, "198.18.100.1", 80),
+        ("tcp", "198.18.0.2", 1003, "198.18.100.99", 80),
+        ("udp", "198.18.0.2", 1004, "198.18.100.99", 53),
+        ("udp", "198.18.0.2", 1005, "198.18.100.1", 53),
+        ("tcp", "198.18.0.2", 1006, "198.18.100.99", 443),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("xvs.toml");
+    std::fs::write(&cfg, config).unwrap();
+    let mut w = pcap::PcapWriter::new(Vec::new(), pcap::Resolution::Micros).unwrap();
+    let mut lines = String::new();
+    for (i, (proto, src, sport, dst, dport)) in flows.iter().enumerate() {
+        let (s, d): (std::net::Ipv4Addr, std::net::Ipv4Addr) =
+            (src.parse().unwrap(), dst.parse().unwrap());
+        let b = PacketBuilder::ethernet2([2, 0, 0, 0, 0xcc, 1], [2, 0, 0, 0, 0, 1]).ipv4(
+            s.octets(),
+            d.octets(),
+            64,
+        );
+        let mut f = Vec::new();
+        if *proto == "tcp" {
+            b.tcp(*sport, *dport, 1000, 64240).syn().write(&mut f, &[])
+        } else {
+            b.udp(*sport, *dport).write(&mut f, b"hello")
+        }
+        .unwrap();
+        w.write(std::time::Duration::from_millis(i as u64), &f)
+            .unwrap();
+        lines += &format!("{proto},{src},{sport},{dst},{dport}\n");
+    }
+    std::fs::write(dir.path().join("in.pcap"), w.finish().unwrap()).unwrap();
+    std::fs::write(dir.path().join("flows.csv"), &lines).unwrap();
+    let pcap = Command::new(env!("CARGO_BIN_EXE_xvs"))
+        .current_dir(dir.path())
+        .args([
+            "pcap", "--config", "xvs.toml", "--in", "in.pcap", "--out", "out.pcap",
+        ])
+        .args(["--report", "-"])
+        .output()
+        .unwrap();
+    assert!(pcap.status.success());
+    let sim = sim_file(&cfg, &dir.path().join("flows.csv"));
+    assert!(sim.status.success());
+    let pcap_verdicts: Vec<String> = String::from_utf8(pcap.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            match (v["verdict"].as_str().unwrap(), v["reason"].as_str()) {
+                ("tx", _) => "forward".to_owned(),
+                (verdict, Some(r)) => format!("{verdict} ({r})"),
+                (verdict, None) => verdict.to_owned(),
+            }
+        })
+        .collect();
+    let sim_verdicts: Vec<String> = targets(&sim)
+        .into_iter()
+        .map(|t| {
+            if t.starts_with(|c: char| c.is_ascii_digit()) {
+                "forward".to_owned()
+            } else {
+                t
+            }
+        })
+        .collect();
+    assert_eq!(sim_verdicts, pcap_verdicts);
+    assert_eq!(
+        sim_verdicts,
+        [
+            "forward",
+            "drop (martian_source)",
+            "drop (own_address_source)",
+            "reject (no_endpoints)",
+            "reject (no_endpoints)",
+            "pass",
+            "pass",
+        ]
+    );
 }

@@ -1,7 +1,8 @@
 //! Black-box tests of `xvs sim --objects` on a Kubernetes object dump
 //! (tests/assets/k8s-objects.yaml): the endpoints kube-proxy would pick on each node
-//! (topology hints, externalTrafficPolicy: Local), the family rule, and the pipeline's
-//! admission rules (source ranges, freeze, rate limit).
+//! (topology hints, externalTrafficPolicy: Local), the family rule, the pipeline's
+//! admission rules (source ranges, freeze, rate limit), and kube-proxy's rejects and drops
+//! (no endpoints, a ClusterIP's unserved ports, Service CIDRs).
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -140,11 +141,11 @@ fn admission_family_rule_and_freeze() {
     ]
     .concat();
     let t = targets(&sim(&dump(), &input, &["--node", "edge-1"]));
-    assert_eq!(t[0], "none (source_range)");
+    assert_eq!(t[0], "drop (source_range)");
     assert_eq!(t[1], "198.19.1.10:8080");
-    assert_eq!(t[2], "none (no service)");
+    assert_eq!(t[2], "pass");
     assert_eq!(t[3], "198.19.3.1:5353");
-    assert_eq!(t[4], "none (rate_limited)");
+    assert_eq!(t[4], "drop (rate_limited)");
     assert!(t[5].starts_with("198.19.1."), "{}", t[5]);
 
     let t = targets(&sim(
@@ -152,7 +153,7 @@ fn admission_family_rule_and_freeze() {
         &input,
         &["--node", "edge-1", "--frozen", "shop/zoned"],
     ));
-    assert_eq!(t[5], "none (frozen)");
+    assert_eq!(t[5], "drop (frozen)");
     assert_eq!(t[1], "198.19.1.10:8080", "other services are not frozen");
 }
 
@@ -256,10 +257,11 @@ fn source_ranges_apply_to_a_shared_address_and_a_poisoned_service_is_left_out() 
     assert_eq!(
         targets(&o),
         [
-            "none (source_range)",
+            "drop (source_range)",
             "198.19.1.1:8080",
             "198.19.1.1:8080",
-            "none (no service)"
+            // Left out of the snapshot: not a ClusterIP xvs knows.
+            "pass"
         ]
     );
     let err = stderr(&o);
@@ -268,4 +270,86 @@ fn source_ranges_apply_to_a_shared_address_and_a_poisoned_service_is_left_out() 
         "{err}"
     );
     assert!(!err.contains("already used"), "{err}");
+}
+
+/// kube-proxy's answers to flows it cannot serve, through `xvs sim --objects`: a Service
+/// without endpoints rejects on every address (ClusterIP, NodePort, load-balancer IP),
+/// `externalTrafficPolicy: Local` without local endpoints drops on the external ones only, a
+/// ClusterIP rejects the ports and protocols it does not serve (a load-balancer IP's other
+/// ports are the host's), and an unallocated address of a ServiceCIDR (from the dump, and
+/// from `[kubernetes] service_cidrs`) is dropped.
+#[test]
+fn rejects_and_drops_as_kube_proxy() {
+    let dir = tempfile::tempdir().unwrap();
+    let objects = dir.path().join("objects.json");
+    let lb = |name: &str, vip: &str, ingress: &str, node_port: u16, policy: &str| {
+        serde_json::json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"namespace": "ns", "name": name},
+            "spec": {"type": "LoadBalancer", "clusterIP": vip, "clusterIPs": [vip],
+                "externalTrafficPolicy": policy,
+                "ports": [{"name": "http", "port": 80, "protocol": "TCP", "nodePort": node_port}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": ingress}]}}})
+    };
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "edge-1"},
+         "status": {"addresses": [{"type": "InternalIP", "address": "198.18.0.10"}]}},
+        {"apiVersion": "networking.k8s.io/v1", "kind": "ServiceCIDR",
+         "metadata": {"name": "kubernetes"}, "spec": {"cidrs": ["198.18.96.0/20"]}},
+        lb("empty", "198.18.96.1", "198.18.210.1", 30081, "Cluster"),
+        lb("local", "198.18.96.2", "198.18.210.2", 30082, "Local"),
+        {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+         "metadata": {"namespace": "ns", "name": "local-1",
+             "labels": {"kubernetes.io/service-name": "local"}},
+         "addressType": "IPv4",
+         "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+         "endpoints": [{"addresses": ["198.19.1.1"], "nodeName": "edge-2"}]},
+    ]});
+    std::fs::write(&objects, list.to_string()).unwrap();
+    let config = dir.path().join("xvs.toml");
+    std::fs::write(
+        &config,
+        "[kubernetes]\nservice_cidrs = [\"2001:2:0:96::/112\"]\n",
+    )
+    .unwrap();
+    let input = [
+        "tcp,198.18.60.1,40000,198.18.96.1,80\n", // no endpoints: ClusterIP
+        "tcp,198.18.60.1,40001,198.18.0.10,30081\n", // NodePort
+        "udp,198.18.60.1,40002,198.18.210.1,80\n", // LB IP, another protocol: the host's
+        "tcp,198.18.60.1,40003,198.18.210.1,80\n", // LB IP
+        "tcp,198.18.60.1,40004,198.18.210.2,80\n", // eTP Local, endpoint elsewhere: LB IP
+        "tcp,198.18.60.1,40005,198.18.0.10,30082\n", // NodePort
+        "tcp,198.18.60.1,40006,198.18.96.2,80\n", // its ClusterIP: Cluster
+        "tcp,198.18.60.1,40007,198.18.96.2,443\n", // an unserved port of a ClusterIP
+        "udp,198.18.60.1,40008,198.18.96.2,80\n", // an unserved protocol
+        "tcp,198.18.60.1,40009,198.18.210.2,443\n", // a LB IP's other port: the host's
+        "tcp,198.18.60.1,40010,198.18.96.77,80\n", // unallocated, the dump's CIDR
+        "udp,2001:2::5,40011,2001:2:0:96::9,53\n", // unallocated, the config's CIDR
+        "tcp,198.18.60.1,40012,198.18.112.1,80\n", // outside the CIDRs: the host's
+        "tcp,127.0.0.1,40013,198.18.96.1,80\n",   // martian: never answered
+    ]
+    .concat();
+    let o = sim(
+        &objects,
+        &input,
+        &["--node", "edge-1", "--config", config.to_str().unwrap()],
+    );
+    assert_eq!(
+        targets(&o),
+        [
+            "reject (no_endpoints)",
+            "reject (no_endpoints)",
+            "pass",
+            "reject (no_endpoints)",
+            "drop (no_backend)",
+            "drop (no_backend)",
+            "198.19.1.1:8080",
+            "reject (unserved_port)",
+            "reject (unserved_port)",
+            "pass",
+            "drop (service_cidr)",
+            "drop (service_cidr)",
+            "pass",
+            "drop (martian_source)",
+        ]
+    );
 }

@@ -244,7 +244,7 @@ fn the_cluster_role_grants_only_what_the_code_uses() {
     let kinds = kinds_the_code_watches();
     assert_eq!(
         kinds,
-        ["EndpointSlice", "Node", "Service"]
+        ["EndpointSlice", "Node", "Service", "ServiceCIDR"]
             .map(String::from)
             .into()
     );
@@ -264,10 +264,10 @@ fn the_cluster_role_grants_only_what_the_code_uses() {
         );
         for r in rule["resources"].as_array().unwrap() {
             let r = r.as_str().unwrap().to_owned();
-            let group = if r == "endpointslices" {
-                "discovery.k8s.io"
-            } else {
-                ""
+            let group = match r.as_str() {
+                "endpointslices" => "discovery.k8s.io",
+                "servicecidrs" => "networking.k8s.io",
+                _ => "",
             };
             assert_eq!(rule["apiGroups"], serde_json::json!([group]), "{r}");
             granted.insert(r);

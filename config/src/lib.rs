@@ -30,6 +30,11 @@ pub use validate::{
 };
 pub use vocab::{Cidr, Mode, Protocol, SchedulerKind, XdpMode, ZeroCopy};
 
+/// Most Service CIDRs xvs takes, `[kubernetes] service_cidrs` and the ServiceCIDR objects'
+/// together (the steering program's LPM trie holds this many; a cluster has one or two per
+/// family).
+pub const SERVICE_CIDRS_MAX: usize = 64;
+
 /// The configuration `xvs run` uses when no file is given: the netns lab of the README demo.
 pub const LAB_TOML: &str = include_str!("../examples/lab.toml");
 
@@ -155,3 +160,5 @@ impl Config {
 mod tests;
 #[cfg(test)]
 mod tests_bfd;
+#[cfg(test)]
+mod tests_reject;

@@ -82,6 +82,8 @@ impl Dataplane {
             state_dir,
             restart_hold,
             bpf_pin_root,
+            reject_rate,
+            reject_burst,
         } = self;
         let mut out = Vec::new();
         let mut cmp = |differs: bool, key: &'static str| {
@@ -145,6 +147,11 @@ impl Dataplane {
         cmp(
             *bpf_pin_root != other.bpf_pin_root,
             "dataplane.bpf_pin_root",
+        );
+        cmp(*reject_rate != other.reject_rate, "dataplane.reject_rate");
+        cmp(
+            *reject_burst != other.reject_burst,
+            "dataplane.reject_burst",
         );
         out
     }

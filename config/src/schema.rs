@@ -202,6 +202,16 @@ pub struct Dataplane {
     /// uses `/run/xvs-bpf`) and point this at it.
     #[serde(default = "default_bpf_pin_root")]
     pub bpf_pin_root: PathBuf,
+    /// Rejects (TCP RSTs, ICMP port unreachable: a Service without endpoints, a port a
+    /// ClusterIP does not serve) each worker sends at most per second, in bursts of
+    /// `reject_burst`: the kernel's `icmp_msgs_per_sec`. Over it they are dropped (counted
+    /// `reject_rate_limited`). 0: never reject, always drop.
+    #[serde(default = "default_reject_rate")]
+    pub reject_rate: u32,
+    /// The rejects a worker sends at once after a quiet spell (the kernel's
+    /// `icmp_msgs_burst`).
+    #[serde(default = "default_reject_burst")]
+    pub reject_burst: u32,
 }
 
 fn default_snat_ports() -> PortRange {
@@ -237,6 +247,12 @@ fn default_restart_hold() -> Dur {
 fn default_bpf_pin_root() -> PathBuf {
     PathBuf::from("/sys/fs/bpf/xvs")
 }
+fn default_reject_rate() -> u32 {
+    1000
+}
+fn default_reject_burst() -> u32 {
+    50
+}
 
 impl Default for Dataplane {
     fn default() -> Self {
@@ -262,6 +278,8 @@ impl Default for Dataplane {
             state_dir: default_state_dir(),
             restart_hold: default_restart_hold(),
             bpf_pin_root: default_bpf_pin_root(),
+            reject_rate: default_reject_rate(),
+            reject_burst: default_reject_burst(),
         }
     }
 }
@@ -446,6 +464,12 @@ pub struct Kubernetes {
     /// externalIPs are only accepted inside these prefixes (CVE-2020-8554); empty = none.
     #[serde(default)]
     pub external_ip_cidrs: Vec<Cidr>,
+    /// The cluster's Service CIDRs, besides those of the `networking.k8s.io/v1`
+    /// ServiceCIDR objects (for clusters without them, before v1.33): packets to an address
+    /// inside one that no Service has are dropped (`service_cidr`), as kube-proxy drops
+    /// traffic to unallocated ClusterIPs.
+    #[serde(default)]
+    pub service_cidrs: Vec<Cidr>,
 }
 
 fn default_sync_period() -> Dur {

@@ -361,6 +361,13 @@ fn dataplane(c: &Config, out: &mut Found) {
             format!("{} is not an absolute path", dp.bpf_pin_root.display()),
         );
     }
+    if dp.reject_burst == 0 {
+        err(
+            out,
+            at("reject_burst"),
+            "must be at least 1 (reject_rate = 0 turns rejects off)",
+        );
+    }
     if dp.restart_hold.get() > std::time::Duration::from_secs(3600) {
         err(
             out,
@@ -940,6 +947,35 @@ fn kubernetes(c: &Config, out: &mut Found) {
     }
     if k.sync_period.get().is_zero() {
         err(out, at("sync_period"), "must be positive");
+    }
+    if k.service_cidrs.len() > crate::SERVICE_CIDRS_MAX {
+        err(
+            out,
+            at("service_cidrs"),
+            format!(
+                "{} CIDRs: at most {} (with the ServiceCIDR objects' together)",
+                k.service_cidrs.len(),
+                crate::SERVICE_CIDRS_MAX
+            ),
+        );
+    }
+    for (i, cidr) in k.service_cidrs.iter().enumerate() {
+        let own = c
+            .node
+            .addresses
+            .iter()
+            .chain(&c.dataplane.snat_addresses)
+            .find(|a| cidr.contains(**a));
+        if let Some(a) = own {
+            err(
+                out,
+                at("service_cidrs").index(i),
+                format!(
+                    "{cidr} contains {} (one of this node's own addresses: [node] addresses, [dataplane] snat_addresses): packets to it would be dropped",
+                    fmt_ip(*a)
+                ),
+            );
+        }
     }
     if !c.services.is_empty() {
         err(

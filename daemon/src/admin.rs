@@ -434,7 +434,7 @@ mod tests {
         assert_eq!(r.current["endpoint_special"], 0);
         assert_eq!(r.total["service_refused"], 3);
         assert_eq!(r.total["snapshot_build"], 0);
-        assert_eq!(r.current.len(), 10);
+        assert_eq!(r.current.len(), 11);
         let v = refused_views(&status);
         assert_eq!(v[1].object, "service ns/b:http");
         assert_eq!(v[1].kind, "snapshot_build");

@@ -726,7 +726,8 @@ fn open_sockets(dp: &XskSettings, queue: u32) -> Result<XskSet, fastpath::xsk::X
 /// Points every steering program at `set`.
 fn steer_all(steers: &mut [Steering], set: &SteerSet) -> anyhow::Result<()> {
     for st in steers.iter_mut() {
-        st.set_frontends(&set.frontends)?;
+        st.set_frontends(&set.frontends, &set.cluster_ips)?;
+        st.set_service_cidrs(&set.service_cidrs)?;
         st.set_backends(&set.backends)?;
         st.set_snat(&set.snat_addresses, set.snat_ports)?;
     }

@@ -13,7 +13,11 @@
 //   frontends  {ip, port, proto}  frames TO a VIP:port/proto (TCP, UDP, SCTP)
 //   snat       {ip} -> ports      full-NAT replies: TO a SNAT address, dst port in the range
 //   backends   {ip, port, proto}  nat-mode replies: FROM a backend's ip:port/proto
-//   vips       {ip}               later IPv4/IPv6 fragments and IPv6 extension headers TO a VIP
+//   vips       {ip} -> flags      later IPv4/IPv6 fragments and IPv6 extension headers TO a VIP;
+//                                 VIP_REJECT_UNSERVED: TCP/UDP/SCTP to it on ANY port (a
+//                                 ClusterIP: xvs rejects the ports no frontend serves)
+//   cidrs      LPM {prefix, ip}   TCP/UDP/SCTP TO an address inside a Service CIDR (xvs drops
+//                                 those no Service has)
 //   xsks       queue -> AF_XDP socket
 //   counters   per-CPU u64 array, indexed by enum counter (mirrored in steer/counters.rs)
 //   hold       one {deadline_ns, owner_pid}: drop owned frames with no socket until
@@ -69,6 +73,11 @@ static __u64 (*bpf_ktime_get_ns)(void) = (void *)BPF_FUNC_ktime_get_ns;
 #define VIPS_MAX 65536
 #define SNAT_MAX 256
 #define HOLD_MAX 1
+#define CIDRS_MAX 64
+
+// Bits of a `vips` value: a frontend's address; a ClusterIP (every TCP/UDP/SCTP port is xvs's).
+#define VIP_FRONTEND 1
+#define VIP_REJECT_UNSERVED 2
 
 // Counter indices. Keep in step with `Counter` in steer/counters.rs.
 enum counter {
@@ -85,7 +94,9 @@ enum counter {
 	C_REDIRECTED = 10,      // matched and handed to an AF_XDP socket
 	C_NO_SOCKET = 11,       // matched, but no socket on this queue and no hold: passed
 	C_HELD = 12,            // matched, no socket on this queue, a restart hold runs: dropped
-	C_MAX = 13,
+	C_MATCH_CLUSTER_IP = 13,   // to a ClusterIP on a port no frontend serves (xvs rejects)
+	C_MATCH_SERVICE_CIDR = 14, // to an address inside a Service CIDR (xvs drops or rejects)
+	C_MAX = 15,
 };
 
 // linux/icmp.h pulls in libc's sys/socket.h (through linux/if.h), which does not build for the
@@ -109,6 +120,13 @@ struct port_key {
 	__u16 port; // network order
 	__u8 proto;
 	__u8 pad;
+};
+
+// An LPM trie key: the prefix length in bits, then the address (IPv4 v4-mapped: 96 + its
+// prefix length).
+struct lpm_key {
+	__u32 prefixlen;
+	__u32 ip[4];
 };
 
 struct port_range {
@@ -149,6 +167,14 @@ struct {
 	__type(key, struct addr_key);
 	__type(value, __u32);
 } vips SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, CIDRS_MAX);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct lpm_key);
+	__type(value, __u32);
+} cidrs SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -230,8 +256,10 @@ static __always_inline int is_vip_or_snat(struct addr_key *k)
 	return bpf_map_lookup_elem(&vips, k) || bpf_map_lookup_elem(&snat, k);
 }
 
-// The three port-based matches shared by TCP, UDP and SCTP (ports are at the same offsets).
-// Returns the counter of the match, or -1.
+// The port-based matches shared by TCP, UDP and SCTP (ports are at the same offsets): a
+// frontend, the SNAT ports, a nat-mode backend, then any port of a ClusterIP and any address
+// of a Service CIDR (xvs answers those itself; the node's own addresses are in neither: the
+// loader refuses such CIDRs). Returns the counter of the match, or -1.
 static __always_inline int match_ports(struct addr_key *src, struct addr_key *dst, __u16 sport,
 				       __u16 dport, __u8 proto)
 {
@@ -259,6 +287,18 @@ static __always_inline int match_ports(struct addr_key *src, struct addr_key *ds
 	pk.ip[3] = src->ip[3];
 	if (bpf_map_lookup_elem(&backends, &pk))
 		return C_MATCH_BACKEND;
+
+	__u32 *vip = bpf_map_lookup_elem(&vips, dst);
+	if (vip && (*vip & VIP_REJECT_UNSERVED))
+		return C_MATCH_CLUSTER_IP;
+	struct lpm_key lk = {};
+	lk.prefixlen = 128;
+	lk.ip[0] = dst->ip[0];
+	lk.ip[1] = dst->ip[1];
+	lk.ip[2] = dst->ip[2];
+	lk.ip[3] = dst->ip[3];
+	if (bpf_map_lookup_elem(&cidrs, &lk))
+		return C_MATCH_SERVICE_CIDR;
 	return -1;
 }
 

@@ -10,6 +10,9 @@
 //! One CAS per admitted connection and one load per refused one: lock-free, no allocation, no
 //! clock read (the caller passes the batch's `now`). Only new flows pay for it; packets of
 //! established flows never reach it.
+//!
+//! [`WorkerBucket`] is the same algorithm without atomics, for a limit each worker keeps
+//! alone (the pipeline's rejects).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -75,6 +78,50 @@ impl TokenBucket {
     }
 }
 
+/// One worker's token bucket (the same GCRA without atomics: its owner alone uses it), for
+/// the pipeline's reject rate limit. `rate` 0 admits nothing.
+#[derive(Clone, Debug)]
+pub struct WorkerBucket {
+    epoch: Instant,
+    /// Nanoseconds per token; 0: admits nothing.
+    interval: u64,
+    /// `burst · interval`.
+    tolerance: u64,
+    /// Theoretical arrival time, ns since `epoch`.
+    tat: u64,
+}
+
+impl WorkerBucket {
+    /// A full bucket for `limit`; times before `epoch` count as `epoch`.
+    pub fn new(limit: RateLimit, epoch: Instant) -> WorkerBucket {
+        let interval = match limit.rate {
+            0 => 0,
+            r => (1_000_000_000 / u64::from(r)).max(1),
+        };
+        WorkerBucket {
+            epoch,
+            interval,
+            tolerance: interval.saturating_mul(u64::from(limit.burst.max(1))),
+            tat: 0,
+        }
+    }
+
+    /// Takes a token at `now`: `true` if it conforms.
+    #[inline]
+    pub fn admit(&mut self, now: Instant) -> bool {
+        if self.interval == 0 {
+            return false;
+        }
+        let now = now.saturating_duration_since(self.epoch).as_nanos() as u64;
+        let next = self.tat.max(now).saturating_add(self.interval);
+        if next - now > self.tolerance {
+            return false;
+        }
+        self.tat = next;
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -127,6 +174,27 @@ mod tests {
         // Treated as 1/s with a burst of 1.
         assert_eq!(admitted(&z, t0, 5), 1);
         assert_eq!(admitted(&z, t0 + Duration::from_secs(1), 5), 1);
+    }
+
+    #[test]
+    fn a_worker_bucket_admits_a_burst_then_the_rate_and_rate_0_nothing() {
+        let t0 = Instant::now();
+        let mut b = WorkerBucket::new(
+            RateLimit {
+                rate: 1000,
+                burst: 50,
+            },
+            t0,
+        );
+        assert_eq!((0..200).filter(|_| b.admit(t0)).count(), 50);
+        // 10 ms later 10 tokens have come back (1000/s).
+        let t = t0 + Duration::from_millis(10);
+        assert_eq!((0..200).filter(|_| b.admit(t)).count(), 10);
+        // Idle: refilled to the burst, not beyond.
+        let t = t0 + Duration::from_secs(5);
+        assert_eq!((0..200).filter(|_| b.admit(t)).count(), 50);
+        let mut off = WorkerBucket::new(RateLimit { rate: 0, burst: 50 }, t0);
+        assert!(!off.admit(t0 + Duration::from_secs(9)));
     }
 
     #[test]

@@ -88,6 +88,10 @@ impl PipelineConfig {
             fragments_max: 1024,
             fragment_timeout: c.timeouts.fragment.get(),
             synproxy_key: process_cookie_key(),
+            reject_limit: crate::limit::RateLimit {
+                rate: c.dataplane.reject_rate,
+                burst: c.dataplane.reject_burst,
+            },
         }
     }
 }

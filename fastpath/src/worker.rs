@@ -56,7 +56,9 @@ use xsk_rs::FrameDesc;
 use xsk_rs::umem::Umem;
 
 use crate::flowlog::{EndedFlow, FlowEvent};
-use crate::pipeline::{Counters, DropReason, FrameBatch, HoldReason, Pipeline, Verdict};
+use crate::pipeline::{
+    Counters, DropReason, FrameBatch, HoldReason, Pipeline, RejectReason, Verdict,
+};
 use crate::snapshot::Snapshot;
 use crate::xsk::pool::FramePool;
 use crate::xsk::{XskSet, napi, wake_rx};
@@ -101,7 +103,7 @@ pub struct WorkerSpec {
 
 /// A worker's counters, readable from any thread; the worker stores them (relaxed) at the
 /// end of every poll that did something. Totals since the worker started.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct WorkerStats {
     /// Frames received.
     pub rx: AtomicU64,
@@ -122,6 +124,9 @@ pub struct WorkerStats {
     pub slow: AtomicU64,
     /// Drops by reason (`DropReason as usize`), from the pipeline.
     pub drops: [AtomicU64; DropReason::COUNT],
+    /// Rejects sent by reason (`RejectReason as usize`), from the pipeline (also in `tx`
+    /// once transmitted).
+    pub rejects: [AtomicU64; RejectReason::COUNT],
     /// Flows inserted by this worker.
     pub new_flows: AtomicU64,
     /// Flows this worker ended for a new connection on their tuple (a client's SYN on
@@ -146,8 +151,35 @@ pub struct WorkerStats {
     pub busy_ns: AtomicU64,
 }
 
+// (Written out: `Default` is derived for arrays of at most 32 elements.)
+impl Default for WorkerStats {
+    fn default() -> Self {
+        WorkerStats {
+            rx: Default::default(),
+            tx: Default::default(),
+            tx_ring_full: Default::default(),
+            tx_no_port: Default::default(),
+            wakeup_errors: Default::default(),
+            pass: Default::default(),
+            pass_injected: Default::default(),
+            slow: Default::default(),
+            drops: std::array::from_fn(|_| AtomicU64::new(0)),
+            rejects: Default::default(),
+            new_flows: Default::default(),
+            reused: Default::default(),
+            synproxy_syns: Default::default(),
+            synproxy_acks: Default::default(),
+            held: Default::default(),
+            expired: Default::default(),
+            generation: Default::default(),
+            polls: Default::default(),
+            busy_ns: Default::default(),
+        }
+    }
+}
+
 /// A plain copy of [`WorkerStats`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkerCounters {
     /// See [`WorkerStats::rx`].
     pub rx: u64,
@@ -167,6 +199,8 @@ pub struct WorkerCounters {
     pub slow: u64,
     /// See [`WorkerStats::drops`].
     pub drops: [u64; DropReason::COUNT],
+    /// See [`WorkerStats::rejects`].
+    pub rejects: [u64; RejectReason::COUNT],
     /// See [`WorkerStats::new_flows`].
     pub new_flows: u64,
     /// See [`WorkerStats::reused`].
@@ -187,6 +221,33 @@ pub struct WorkerCounters {
     pub busy_ns: u64,
 }
 
+// (Written out: `Default` is derived for arrays of at most 32 elements.)
+impl Default for WorkerCounters {
+    fn default() -> Self {
+        WorkerCounters {
+            rx: Default::default(),
+            tx: Default::default(),
+            tx_ring_full: Default::default(),
+            tx_no_port: Default::default(),
+            wakeup_errors: Default::default(),
+            pass: Default::default(),
+            pass_injected: Default::default(),
+            slow: Default::default(),
+            drops: [0; DropReason::COUNT],
+            rejects: Default::default(),
+            new_flows: Default::default(),
+            reused: Default::default(),
+            synproxy_syns: Default::default(),
+            synproxy_acks: Default::default(),
+            held: Default::default(),
+            expired: Default::default(),
+            generation: Default::default(),
+            polls: Default::default(),
+            busy_ns: Default::default(),
+        }
+    }
+}
+
 impl WorkerCounters {
     /// Adds `other`'s counts to these (for totals over workers); `generation` keeps the
     /// higher of the two.
@@ -201,6 +262,9 @@ impl WorkerCounters {
         self.slow += other.slow;
         for (t, d) in self.drops.iter_mut().zip(other.drops) {
             *t += d;
+        }
+        for (t, r) in self.rejects.iter_mut().zip(other.rejects) {
+            *t += r;
         }
         self.new_flows += other.new_flows;
         self.reused += other.reused;
@@ -235,6 +299,7 @@ impl WorkerStats {
             pass_injected: r(&self.pass_injected),
             slow: r(&self.slow),
             drops: std::array::from_fn(|i| r(&self.drops[i])),
+            rejects: std::array::from_fn(|i| r(&self.rejects[i])),
             new_flows: r(&self.new_flows),
             reused: r(&self.reused),
             synproxy_syns: r(&self.synproxy_syns),
@@ -489,7 +554,7 @@ impl Worker {
             .process_batch(&mut frames, now, &mut self.verdicts[..n]);
         for (&desc, &verdict) in self.batch[..n].iter().zip(&self.verdicts[..n]) {
             match verdict {
-                Verdict::Tx(p) => {
+                Verdict::Tx(p) | Verdict::Reject { port: p, .. } => {
                     let p = usize::from(p);
                     if self.xsk.ports.get(p).is_some_and(Option::is_some) {
                         self.stage[p].push(desc);
@@ -524,7 +589,7 @@ impl Worker {
                 continue;
             };
             // SAFETY: staged descriptors are frames of this UMEM with their lengths set by
-            // the rx ring (the pipeline rewrites in place, lengths unchanged).
+            // the rx ring, or by the pipeline (`set_len`: a SYN to a backend, a reject).
             let done = unsafe { s.tx.produce(stage) };
             for d in &stage[done..] {
                 self.local.tx_ring_full += 1;
@@ -592,6 +657,9 @@ impl Worker {
         set(&st.synproxy_syns, c.synproxy_syns);
         set(&st.synproxy_acks, c.synproxy_acks);
         for (a, v) in st.drops.iter().zip(c.drops) {
+            set(a, v);
+        }
+        for (a, v) in st.rejects.iter().zip(c.rejects) {
             set(a, v);
         }
         for (a, v) in st.held.iter().zip(c.held) {

@@ -525,3 +525,81 @@ fn a_syn_reusing_a_time_wait_flow_in_a_batch_matches_single_frames() {
     assert_eq!(c.reused, 2, "{c:?}");
     assert_eq!(c.dropped(DropReason::SnatPortsExhausted), 1, "{c:?}");
 }
+
+/// Frames with room after each, as UMEM frames have.
+struct Roomy<'a> {
+    bufs: &'a mut [Vec<u8>],
+    lens: &'a mut [usize],
+}
+
+impl fastpath::pipeline::FrameBatch for Roomy<'_> {
+    fn frames_len(&self) -> usize {
+        self.bufs.len()
+    }
+    fn frame(&mut self, i: usize) -> &mut [u8] {
+        &mut self.bufs[i][..self.lens[i]]
+    }
+    fn buffer(&mut self, i: usize) -> &mut [u8] {
+        &mut self.bufs[i]
+    }
+    fn set_len(&mut self, i: usize, len: usize) {
+        self.lens[i] = len;
+    }
+}
+
+#[test]
+fn rejects_and_their_rate_limit_allocate_nothing() {
+    // RSTs (TCP to a service without backends), ICMP port unreachable (UDP to one), over the
+    // default rate limit (1000/s, bursts of 50) too: frame by frame and in batches.
+    let cfg = format!(
+        "{CONFIG}\n[[services]]\nname = \"emptyudp\"\nvip = \"198.18.100.95\"\nport = 53\nprotocol = \"udp\"\n"
+    );
+    let epoch = Instant::now();
+    let mut p = pipeline_from(&cfg, epoch);
+    let frames = [
+        from_client("198.18.0.1:1000", "198.18.100.99:80", SYN),
+        from_client("198.18.0.1:1000", "198.18.100.95:53", L4::Udp),
+        frame(
+            CLIENT_MAC,
+            XVS_MAC,
+            sa("[2001:2::1]:1000"),
+            sa("[2001:2:0:100::1]:80"),
+            64,
+            ACK,
+        ),
+    ];
+    let mut buf = vec![0u8; 2048];
+    let n = 100_000usize;
+    COUNTING.with(|c| c.set(true));
+    for i in 0..n {
+        let f = &frames[i % 2];
+        buf[..f.len()].copy_from_slice(f);
+        let mut len = f.len();
+        p.process_frame(&mut buf, &mut len, at(epoch, i as u64 / 20));
+    }
+    COUNTING.with(|c| c.set(false));
+    let mut bufs: Vec<Vec<u8>> = vec![vec![0u8; 2048]; 64];
+    let mut lens = vec![0usize; 64];
+    let mut verdicts = [Verdict::Pass; 64];
+    for round in 0..100u64 {
+        for (k, b) in bufs.iter_mut().enumerate() {
+            let f = &frames[k % 3];
+            b[..f.len()].copy_from_slice(f);
+            lens[k] = f.len();
+        }
+        COUNTING.with(|c| c.set(true));
+        p.process_batch(
+            &mut Roomy {
+                bufs: &mut bufs,
+                lens: &mut lens,
+            },
+            at(epoch, 10_000 + round * 20),
+            &mut verdicts,
+        );
+        COUNTING.with(|c| c.set(false));
+    }
+    assert_eq!(ALLOCS.load(Ordering::Relaxed), 0, "allocations in rejects");
+    let c = p.counters();
+    assert!(c.rejects_total() > 5_000, "{c:?}");
+    assert!(c.dropped(DropReason::RejectRateLimited) > 50_000, "{c:?}");
+}

@@ -588,14 +588,14 @@ fn run(conns: &[Conn], steps: &[Step], sizes: &[usize]) {
                 "frame {at}: length (fast vs general)\n{what}"
             );
             assert_eq!(fast_buf, buf, "frame {at}: bytes (fast vs general)\n{what}");
-            if let Verdict::Tx(_) = v {
-                note_output(conns, &mut states, &buf, len);
-            } else {
-                assert_eq!(
+            match v {
+                Verdict::Tx(_) => note_output(conns, &mut states, &buf, len),
+                Verdict::Reject { .. } => assert_answers(&frame, &buf[..len], &what),
+                _ => assert_eq!(
                     &buf[..frame.len()],
                     &frame[..],
                     "frame {at}: left as it came"
-                );
+                ),
             }
             assert_same_state(&fast, &general, &format!("after frame {at}\n{what}"));
             whats.push(what);
@@ -633,6 +633,34 @@ fn run(conns: &[Conn], steps: &[Step], sizes: &[usize]) {
             &format!("after the batch of {size} at frame {i} (batch vs general)"),
         );
         i += batch.len();
+    }
+}
+
+/// A reject `reply` answers `frame`: addressed back to its sender from the address it was
+/// sent to, with valid checksums.
+fn assert_answers(frame: &[u8], reply: &[u8], what: &str) {
+    let addrs = |f: &[u8]| {
+        let p = etherparse::SlicedPacket::from_ethernet(f).expect("parses");
+        match p.net {
+            Some(etherparse::NetSlice::Ipv4(v4)) => (
+                IpAddr::V4(v4.header().source_addr()),
+                IpAddr::V4(v4.header().destination_addr()),
+            ),
+            Some(etherparse::NetSlice::Ipv6(v6)) => (
+                IpAddr::V6(v6.header().source_addr()),
+                IpAddr::V6(v6.header().destination_addr()),
+            ),
+            _ => panic!("not IP: {what}"),
+        }
+    };
+    let (src, dst) = addrs(frame);
+    assert_eq!(
+        addrs(reply),
+        (dst, src),
+        "a reject answers its sender\n{what}"
+    );
+    if frame.get(12..14) == Some(&[0x08, 0x00]) {
+        verify_checksums(reply, what);
     }
 }
 

@@ -13,7 +13,7 @@ use etherparse::{
     Icmpv4Type, Icmpv6Type, PacketBuilder, icmpv4::DestUnreachableHeader,
     icmpv6::DestUnreachableCode,
 };
-use fastpath::pipeline::{DropReason, Pipeline, Verdict};
+use fastpath::pipeline::{DropReason, Pipeline, RejectReason, Verdict};
 use fastpath::snapshot::{ServiceSpec, SnapshotBuilder};
 use fastpath::wire::checksum;
 use pipeline_common::*;
@@ -42,6 +42,16 @@ fn drop(desc: &'static str, input: Vec<u8>, reason: DropReason) -> Step {
         ms: 0,
         input,
         want: Verdict::Drop(reason),
+        output: None,
+    }
+}
+/// A reject of `input` (its bytes are `pipeline_reject.rs`'s to check).
+fn reject(desc: &'static str, input: Vec<u8>, reason: RejectReason) -> Step {
+    Step {
+        desc,
+        ms: 0,
+        input,
+        want: Verdict::Reject { reason, port: 0 },
         output: None,
     }
 }
@@ -81,7 +91,7 @@ fn run_on(p: &mut Pipeline, epoch: Instant, scenario: &str, steps: Vec<Step>) {
                 verify_checksums(&f, &what);
                 assert_eq!(hex(&f), hex(&want), "{what}: output frame");
             }
-            (Verdict::Tx(_), None) => verify_checksums(&f, &what),
+            (Verdict::Tx(_) | Verdict::Reject { .. }, None) => verify_checksums(&f, &what),
             (_, Some(want)) => assert_eq!(f, want, "{what}: output frame"),
             (_, None) => assert_eq!(f, s.input, "{what}: frame must be left unchanged"),
         }
@@ -412,15 +422,15 @@ fn new_flow_rules_and_non_frontend_traffic() {
                 cin(C4B, VIP, 64, SYN),
                 out(B1_MAC, SNAT4B, B1, 63, SYN),
             ),
-            drop(
-                "service without backends",
+            reject(
+                "service without backends (as IPVS: ip_vs_leave)",
                 cin(C4, "198.18.100.99:80", 64, SYN),
-                DropReason::NoBackend,
+                RejectReason::NoEndpoints,
             ),
-            drop(
+            reject(
                 "every backend drained",
                 cin(C4, "198.18.100.98:80", 64, SYN),
-                DropReason::NoBackend,
+                RejectReason::NoEndpoints,
             ),
             slow(
                 "backend without a neighbour entry",

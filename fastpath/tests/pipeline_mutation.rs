@@ -354,6 +354,8 @@ struct Tally {
     passed: usize,
     /// Transmitted, with a checksum that does not verify.
     sent_invalid: usize,
+    /// Answered with a reject (a fresh frame: the corrupt input only quoted).
+    rejected: usize,
 }
 
 #[test]
@@ -422,6 +424,7 @@ fn check(rig: &Rig, name: &str, kind: Kind, m: &[u8], bit: usize, t: &mut Tally)
             t.sent_invalid += 1;
         }
         Verdict::Drop(_) => t.dropped += 1,
+        Verdict::Reject { .. } => t.rejected += 1,
         Verdict::Pass | Verdict::Slow => t.passed += 1,
     }
 }

@@ -211,6 +211,8 @@ fn delta(after: SteerCounters, before: SteerCounters) -> SteerCounters {
         redirected: after.redirected - before.redirected,
         no_socket: after.no_socket - before.no_socket,
         held: after.held - before.held,
+        match_cluster_ip: after.match_cluster_ip - before.match_cluster_ip,
+        match_service_cidr: after.match_service_cidr - before.match_service_cidr,
     }
 }
 
@@ -222,7 +224,7 @@ fn pass_path_keeps_ping_and_tcp_working() {
     let mut steer = net.attach(XdpMode::Auto);
     eprintln!("attached in {:?} mode", steer.attached());
     steer
-        .set_frontends(&[(ip(VIP4), TCP, 8080), (ip(VIP6), TCP, 8080)])
+        .set_frontends(&[(ip(VIP4), TCP, 8080), (ip(VIP6), TCP, 8080)], &[])
         .unwrap();
 
     net.exec(&net.cl, &["ping", "-c", "2", "-i", "0.2", "-W", "2", LB4]);
@@ -266,11 +268,14 @@ fn owned_frames_are_matched_and_others_passed() {
     let net = Net::new();
     let mut steer = net.attach(XdpMode::Auto);
     steer
-        .set_frontends(&[
-            (ip(VIP4), UDP, 5353),
-            (ip(VIP6), UDP, 5353),
-            (ip(VIP4), TCP, 80),
-        ])
+        .set_frontends(
+            &[
+                (ip(VIP4), UDP, 5353),
+                (ip(VIP6), UDP, 5353),
+                (ip(VIP4), TCP, 80),
+            ],
+            &[],
+        )
         .unwrap();
     steer.set_snat(&[ip(LB4), ip(LB6)], (30000, 39999)).unwrap();
     steer.set_backends(&[(ip(CL4), UDP, 7000)]).unwrap();
@@ -398,7 +403,7 @@ fn owned_frames_are_matched_and_others_passed() {
     );
 
     // Shrinking the frontends stops the steering of what is gone.
-    steer.set_frontends(&[(ip(VIP6), UDP, 5353)]).unwrap();
+    steer.set_frontends(&[(ip(VIP6), UDP, 5353)], &[]).unwrap();
     check(
         &steer,
         "UDP to a removed frontend",
@@ -415,6 +420,105 @@ fn owned_frames_are_matched_and_others_passed() {
 
 /// Runs `send`, then asserts `want` on the counter deltas (polling briefly: the
 /// receiving side runs in softirq) and that nothing was redirected.
+/// A ClusterIP's every TCP/UDP port and every address of a Service CIDR are steered (the
+/// pipeline rejects or drops what no frontend serves); other addresses, other protocols and
+/// the node's own addresses are not; emptied maps steer nothing more.
+#[test]
+fn clusterip_ports_and_service_cidrs_are_steered() {
+    let net = Net::new();
+    let mut steer = net.attach(XdpMode::Auto);
+    steer
+        .set_frontends(
+            &[(ip(VIP4), TCP, 80), (ip(VIP6), TCP, 80)],
+            &[ip(VIP4), ip(VIP6)],
+        )
+        .unwrap();
+    let cidrs: Vec<vocab::Cidr> = ["198.18.100.128/25", "2001:2:0:100::8000/113"]
+        .iter()
+        .map(|c| c.parse().unwrap())
+        .collect();
+    steer.set_service_cidrs(&cidrs).unwrap();
+    net.exec(&net.cl, &["ping", "-c", "1", "-W", "2", LB4]);
+    net.exec(&net.cl, &["ping", "-6", "-c", "1", "-W", "2", LB6]);
+
+    for (dst, port, what) in [(VIP4, 9999, "v4"), (VIP6, 53, "v6")] {
+        check(
+            &steer,
+            &format!("UDP to a ClusterIP's unserved port ({what})"),
+            &|| net.udp(dst, port, 3, 32, 0),
+            &|d| d.match_cluster_ip == 3 && d.no_socket == 3,
+        );
+    }
+    check(
+        &steer,
+        "TCP to a ClusterIP's unserved port",
+        &|| {
+            net.client_py(&format!(
+                "import socket\ns=socket.socket()\ns.settimeout(0.2)\ns.connect_ex(('{VIP4}',81))\n"
+            ));
+        },
+        &|d| d.match_cluster_ip >= 1 && d.match_frontend == 0,
+    );
+    check(
+        &steer,
+        "TCP to a ClusterIP's frontend",
+        &|| {
+            net.client_py(&format!(
+                "import socket\ns=socket.socket()\ns.settimeout(0.2)\ns.connect_ex(('{VIP4}',80))\n"
+            ));
+        },
+        &|d| d.match_frontend >= 1 && d.match_cluster_ip == 0,
+    );
+    for (dst, what) in [("198.18.100.200", "v4"), ("2001:2:0:100::8001", "v6")] {
+        check(
+            &steer,
+            &format!("UDP to a Service CIDR's address ({what})"),
+            &|| net.udp(dst, 53, 2, 32, 0),
+            &|d| d.match_service_cidr == 2,
+        );
+    }
+    check(
+        &steer,
+        "UDP outside the CIDRs, to no VIP",
+        &|| net.udp("198.18.100.50", 53, 2, 32, 0),
+        &|d| d.matched() == 0 && d.pass_not_ours >= 2,
+    );
+    check(
+        &steer,
+        "UDP to the node's own address",
+        &|| net.udp(LB4, 5000, 2, 32, 0),
+        &|d| d.matched() == 0 && d.pass_not_ours >= 2,
+    );
+    check(
+        &steer,
+        "ICMP echo to a ClusterIP",
+        &|| {
+            let _ = Command::new("ip")
+                .args(["netns", "exec", &net.cl, "ping", "-c", "1", "-W", "1", VIP4])
+                .output();
+        },
+        &|d| d.matched() == 0 && d.pass_icmp >= 1,
+    );
+
+    // Emptied: nothing of it is steered any more.
+    steer
+        .set_frontends(&[(ip(VIP4), TCP, 80), (ip(VIP6), TCP, 80)], &[])
+        .unwrap();
+    steer.set_service_cidrs(&[]).unwrap();
+    check(
+        &steer,
+        "UDP to a former ClusterIP's port",
+        &|| net.udp(VIP4, 9999, 2, 32, 0),
+        &|d| d.matched() == 0 && d.pass_not_ours >= 2,
+    );
+    check(
+        &steer,
+        "UDP to a former Service CIDR",
+        &|| net.udp("198.18.100.200", 53, 2, 32, 0),
+        &|d| d.matched() == 0 && d.pass_not_ours >= 2,
+    );
+}
+
 fn check(steer: &Steering, what: &str, send: &dyn Fn(), want: &dyn Fn(&SteerCounters) -> bool) {
     let before = steer.counters().unwrap();
     send();

@@ -420,6 +420,13 @@ fn hold_outlives_the_process_and_adoption_has_no_gap() {
         pinned_hold(&lab.pins, &lab.lb_if).unwrap(),
         Some((deadline, child_pid))
     );
+    // The Service CIDRs were copied too (held: no socket, the hold runs).
+    lab.send("198.18.100.200", 53, 2, "cidr");
+    assert!(
+        wait_for(|| steer.counters().unwrap().match_service_cidr == 2),
+        "{:?}",
+        steer.counters().unwrap()
+    );
 
     // A hold in the past, and no hold: owned frames reach the kernel again.
     let me = std::process::id();
@@ -572,7 +579,10 @@ fn child_attaches_pinned_and_holds() {
     );
     enter_netns(ns);
     let (mut steer, adopted) = Steering::attach_pinned(ifname, XdpMode::Auto, pins).unwrap();
-    steer.set_frontends(&[(ip(VIP4), UDP, OWNED)]).unwrap();
+    steer.set_frontends(&[(ip(VIP4), UDP, OWNED)], &[]).unwrap();
+    steer
+        .set_service_cidrs(&["198.18.100.128/25".parse().unwrap()])
+        .unwrap();
     let deadline = monotonic_ns() + HOLD_NS;
     steer.set_hold(deadline, std::process::id()).unwrap();
     println!("child ready {adopted} {deadline}");

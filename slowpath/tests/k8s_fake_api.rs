@@ -96,6 +96,7 @@ fn start_with(
         sync_period: Dur(Duration::from_secs(30)),
         default_scheduler: SchedulerKind::Rr,
         external_ip_cidrs: vec![],
+        service_cidrs: vec![],
     };
     tweak(&mut k);
     let mut cfg = Config {
@@ -713,4 +714,64 @@ fn a_change_not_handed_over_keeps_healthz_failing_once_late() {
     release.send(()).unwrap();
     handed_over();
     assert_eq!(evaluate(&view(late), late, true), Ok(()));
+}
+
+fn cidr_obj(name: &str, cidrs: &[&str]) -> Value {
+    json!({"apiVersion": "networking.k8s.io/v1", "kind": "ServiceCIDR",
+        "metadata": {"name": name}, "spec": {"cidrs": cidrs}})
+}
+
+fn cidrs(m: &K8sModel) -> Vec<String> {
+    m.service_cidrs.iter().map(|c| c.to_string()).collect()
+}
+
+#[test]
+fn service_cidr_objects_are_watched_and_a_bad_one_refused_alone() {
+    let fake = FakeApi::start();
+    fake.apply(node_obj("zone-a"));
+    fake.apply(cidr_obj("kubernetes", &["198.18.96.0/20"]));
+    let run = start(fake, |k| {
+        k.service_cidrs = vec!["2001:2:0:96::/112".parse().unwrap()];
+    });
+    run.wait("the listed CIDR and the config's", |m| {
+        cidrs(m) == ["198.18.96.0/20", "2001:2:0:96::/112"]
+    });
+    // One holding the node's address (198.18.0.10, from its Node object): refused with a
+    // problem, the others kept.
+    run.fake.apply(cidr_obj("wide", &["198.18.0.0/16"]));
+    let m = run.wait("the wide one refused", |m| !m.problems.is_empty());
+    assert_eq!(cidrs(&m), ["198.18.96.0/20", "2001:2:0:96::/112"]);
+    assert_eq!(m.problems[0].object, "ServiceCIDR wide");
+    assert_eq!(m.problems[0].kind, k8s::ProblemKind::ServiceCidr);
+    run.fake.apply(cidr_obj("extra", &["198.18.112.0/24"]));
+    run.fake.delete(Kind::ServiceCidr, "", "kubernetes");
+    run.fake.delete(Kind::ServiceCidr, "", "wide");
+    run.wait("extra in, kubernetes and wide out", |m| {
+        cidrs(m) == ["198.18.112.0/24", "2001:2:0:96::/112"] && m.problems.is_empty()
+    });
+}
+
+#[test]
+fn an_api_server_without_service_cidrs_is_served_with_the_configs() {
+    let fake = FakeApi::start();
+    fake.without_service_cidrs();
+    fake.apply(node_obj("zone-a"));
+    fake.apply(svc_obj("web", "198.18.100.1", json!({})));
+    let run = start(fake, |k| {
+        k.service_cidrs = vec!["198.18.96.0/20".parse().unwrap()];
+    });
+    let m = run.wait("a model, not held back by the missing collection", |m| {
+        !m.specs.is_empty()
+    });
+    assert_eq!(cidrs(&m), ["198.18.96.0/20"]);
+    // Asked once: a 404 is not retried (no backoff loop against a collection that is not
+    // there).
+    std::thread::sleep(Duration::from_secs(3));
+    let asked = run
+        .fake
+        .requests()
+        .iter()
+        .filter(|r| r.contains("servicecidrs"))
+        .count();
+    assert_eq!(asked, 1, "{:?}", run.fake.requests());
 }

@@ -58,10 +58,11 @@ pub fn main(config: &Path, input: &Path, output: &Path, report: Option<&Path>) -
                 format!(", {skipped} skipped ({})", why.join(", "))
             };
             eprintln!(
-                "xvs pcap: {} frames: {} tx, {} drop, {} pass, {} slow{skipped}; {} new flows; synproxy: {} syns, {} acks",
+                "xvs pcap: {} frames: {} tx, {} drop, {} reject, {} pass, {} slow{skipped}; {} new flows; synproxy: {} syns, {} acks",
                 s.frames,
                 c.tx,
                 c.drops_total(),
+                c.rejects_total(),
                 c.pass,
                 c.slow,
                 c.new_flows,

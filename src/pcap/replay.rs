@@ -16,7 +16,7 @@ use pcap::{CaptureReader, PcapError, PcapWriter, link};
 pub struct ReplaySummary {
     /// Frames read.
     pub frames: u64,
-    /// Frames written to the output (verdict `tx`).
+    /// Frames written to the output (verdict `tx`, and the rejects).
     pub tx: u64,
     /// Packets not given to the pipeline, by reason ([`pcap::link::Skip::name`]): not IP or ARP,
     /// or shorter than their link header.
@@ -49,7 +49,9 @@ pub enum ReplayError {
 /// raw-IP packet), time comes from the capture (the first packet is the epoch), every `Tx`
 /// frame is written to `output` with its input timestamp, and `report` gets one JSON line per
 /// input packet: `{"frame":n,"verdict":"tx","port":p}` /
-/// `{"frame":n,"verdict":"drop","reason":"..."}` / `{"frame":n,"verdict":"pass"}` /
+/// `{"frame":n,"verdict":"drop","reason":"..."}` /
+/// `{"frame":n,"verdict":"reject","reason":"...","port":p}` (the reject, an RST or a port
+/// unreachable to the sender, is written to `output` too) / `{"frame":n,"verdict":"pass"}` /
 /// `{"frame":n,"verdict":"slow"}` / `{"frame":n,"verdict":"skip","reason":"not_ip"}` (`n` from
 /// 1, as Wireshark numbers frames). A packet of an unsupported link type stops the replay
 /// with [`pcap::PcapError::LinkType`].
@@ -102,7 +104,7 @@ pub fn replay<R: Read, W: Write>(
         frame.resize(len + 64, 0);
         let verdict = pipeline.process_frame(&mut frame, &mut len, now);
         frame.truncate(len);
-        if let Verdict::Tx(_) = verdict {
+        if verdict.tx_port().is_some() {
             writer.write(ts, &frame).map_err(ReplayError::Output)?;
             summary.tx += 1;
         }
@@ -115,6 +117,10 @@ pub fn replay<R: Read, W: Write>(
                         reason.name()
                     )
                 }
+                Verdict::Reject { reason, port } => format!(
+                    r#"{{"frame":{n},"verdict":"reject","reason":"{}","port":{port}}}"#,
+                    reason.name()
+                ),
                 v => format!(r#"{{"frame":{n},"verdict":"{}"}}"#, v.name()),
             };
             writeln!(r, "{line}").map_err(ReplayError::Report)?;
@@ -264,5 +270,32 @@ mod tests {
                 "\"oversized_fragment\""
             ]
         );
+    }
+
+    #[test]
+    fn a_reject_is_reported_and_written_out() {
+        let cfg = config::parse(CONFIG, "fixture.toml").unwrap();
+        let mut w = PcapWriter::new(Vec::new(), Resolution::Micros).unwrap();
+        let t = std::time::Duration::from_secs(1_700_000_000);
+        w.write(t, &cin(C4, "198.18.100.99:80", SYN)).unwrap();
+        let input = w.finish().unwrap();
+        let (mut out, mut report) = (Vec::new(), Vec::new());
+        let s = replay(&cfg, &input[..], &mut out, Some(&mut report)).unwrap();
+        assert_eq!((s.tx, s.counters.rejects_total()), (1, 1));
+        let line: serde_json::Value =
+            serde_json::from_str(String::from_utf8(report).unwrap().trim()).unwrap();
+        assert_eq!(
+            line,
+            serde_json::json!({"frame": 1, "verdict": "reject", "reason": "no_endpoints", "port": 0})
+        );
+        let recs: Vec<_> = PcapReader::new(&out[..])
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        // The RST to the client: 54 bytes, from the VIP, RST|ACK.
+        assert_eq!(recs[0].data.len(), 54);
+        assert_eq!(&recs[0].data[26..34], &[198, 18, 100, 99, 198, 18, 0, 1]);
+        assert_eq!(recs[0].data[47], 0x14);
+        verify_checksums(&recs[0].data, "reject");
     }
 }

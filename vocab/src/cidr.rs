@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::str::FromStr;
 
 /// An IP prefix, written `"198.18.0.0/15"` or `"2001:2::/48"`. Host bits must be zero.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Cidr {
     /// The network address.
     pub addr: IpAddr,

@@ -230,6 +230,7 @@ fn config(args: &Args) -> Config {
             sync_period: Dur(Duration::from_secs(30)),
             default_scheduler: SchedulerKind::Rr,
             external_ip_cidrs: Vec::new(),
+            service_cidrs: Vec::new(),
         }),
         ..Config::default()
     };

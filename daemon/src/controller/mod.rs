@@ -457,6 +457,7 @@ impl Controller {
                 self.actions
                     .push_back(Action::HealthCheckNodePorts(model.health_check_node_ports));
                 self.refusals.set_source(&model.problems);
+                self.builder.set_service_cidrs(&model.service_cidrs);
                 self.specs = model.specs;
                 self.source_ready = true;
                 self.mark_dirty(now);

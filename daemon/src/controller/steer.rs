@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use config::{Dataplane, Mode};
+use config::{Cidr, Dataplane, Mode};
 use fastpath::snapshot::Snapshot;
 
 /// An (address, IP protocol number, port) the steering program matches.
@@ -14,6 +14,12 @@ pub type SteerKey = (IpAddr, u8, u16);
 pub struct SteerSet {
     /// Every frontend (VIP, protocol, port), sorted, no duplicates.
     pub frontends: Vec<SteerKey>,
+    /// The ClusterIPs: every TCP/UDP/SCTP port of theirs is redirected (the pipeline rejects
+    /// the ports no frontend serves).
+    pub cluster_ips: Vec<IpAddr>,
+    /// The Service CIDRs: TCP/UDP/SCTP to an address inside one is redirected (the pipeline
+    /// drops what no Service has).
+    pub service_cidrs: Vec<Cidr>,
     /// Every backend of a nat-mode service (its replies come back through the node), sorted.
     pub backends: Vec<SteerKey>,
     /// The full-NAT source addresses; replies to them in `snat_ports` are redirected.
@@ -44,6 +50,8 @@ impl SteerSet {
         let r = dp.snat_port_range;
         SteerSet {
             frontends,
+            cluster_ips: snap.cluster_ips().collect(),
+            service_cidrs: snap.service_cidrs().to_vec(),
             backends,
             snat_addresses: dp.snat_addresses.clone(),
             snat_ports: (r.first, r.last),

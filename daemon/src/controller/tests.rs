@@ -33,6 +33,8 @@ pub(super) struct Harness {
     pub(super) workers_running: bool,
     /// The trigger times of each publish, by generation.
     pub(super) triggers: Vec<(u64, Vec<std::time::SystemTime>)>,
+    /// The steering of the last publish.
+    pub(super) steering: Option<SteerSet>,
 }
 
 /// An action as the harness saw it.
@@ -81,6 +83,7 @@ impl Harness {
             stopped: None,
             workers_running: true,
             triggers: Vec::new(),
+            steering: None,
         };
         h.status = h.ctl.status();
         h
@@ -111,6 +114,7 @@ impl Harness {
             stopped: None,
             workers_running: true,
             triggers: Vec::new(),
+            steering: None,
         };
         h.status = h.ctl.status();
         h
@@ -138,8 +142,9 @@ impl Harness {
                 Action::Publish {
                     snapshot,
                     trigger_times,
-                    ..
+                    steering,
                 } => {
+                    self.steering = Some(steering);
                     let g = snapshot.generation;
                     self.triggers.push((g, trigger_times));
                     self.install(snapshot);
@@ -330,6 +335,7 @@ fn kubernetes_source_is_not_ready_until_its_first_model_is_published() {
         health_check_node_ports: Vec::new(),
         problems: Vec::new(),
         trigger_times: Vec::new(),
+        service_cidrs: Vec::new(),
     };
     h.event(Event::Model(Box::new(model)));
     assert_eq!(
@@ -663,5 +669,37 @@ fn an_adopted_table_keeps_its_flows_and_ends_those_of_backends_gone() {
     assert_eq!(
         h.send(&frame(false, 2001, WEB, 80, ACK)),
         Some(ip("198.18.1.2"))
+    );
+}
+
+#[test]
+fn a_models_clusterips_and_service_cidrs_reach_the_snapshot_and_the_steering() {
+    let mut h = Harness::new(K8S_CFG);
+    let cfg = config::parse(CFG, "t.toml").unwrap();
+    let mut specs = ServiceSpec::from_config(&cfg);
+    specs[0].cluster_ip = true;
+    let vip = specs[0].frontends[0].vip;
+    let other = specs[1].frontends[0].vip;
+    let cidr: config::Cidr = "198.18.96.0/20".parse().unwrap();
+    let model = slowpath::k8s::K8sModel {
+        specs,
+        service_cidrs: vec![cidr],
+        ..slowpath::k8s::K8sModel::default()
+    };
+    h.event(Event::Model(Box::new(model)));
+    h.step(TICK);
+    let snap = h.ctl.snapshot().unwrap();
+    assert!(snap.is_cluster_ip(vip) && !snap.is_cluster_ip(other));
+    assert!(snap.in_service_cidr("198.18.100.9".parse().unwrap()));
+    let st = h.steering.clone().unwrap();
+    assert_eq!(st.cluster_ips, [vip]);
+    assert_eq!(st.service_cidrs, [cidr]);
+    // A model without them takes them away.
+    h.event(Event::Model(Box::default()));
+    h.step(TICK);
+    let st = h.steering.clone().unwrap();
+    assert!(
+        st.cluster_ips.is_empty() && st.service_cidrs.is_empty(),
+        "{st:?}"
     );
 }

@@ -40,7 +40,7 @@ use std::time::Instant;
 use flowtable::{PendingV4, V4Key};
 
 use super::create::{Begun, NewV4};
-use super::{Pipeline, Verdict, fast, guard};
+use super::{Pipeline, Verdict, fast, guard, reject};
 
 /// Frames between the stages of one frame in [`Pipeline::process_batch`]: the prefetch
 /// distance.
@@ -320,7 +320,13 @@ impl Pipeline {
                 let verdict = self.synproxy_room(frames, i, now);
                 return Some(self.count(verdict));
             }
-            Err(verdict) => return Some(self.count(verdict)),
+            Err(verdict) => {
+                let verdict = match reject::pending_reason(verdict) {
+                    Some(reason) => self.reject_room(frames, i, reason, now),
+                    None => verdict,
+                };
+                return Some(self.count(verdict));
+            }
         };
         if self.waiting.len == WAITING_MAX {
             self.finish_oldest(frames, verdicts);
@@ -351,6 +357,18 @@ impl Pipeline {
         let mut v = self.run_general(frames.frame(i), now);
         if v == super::SYNPROXY {
             v = self.synproxy_room(frames, i, now);
+        }
+        let len = frames.frame(i).len();
+        if v == reject::NO_ROOM {
+            // A reject's ICMP error: again, with the buffer's room.
+            let (r, n) = self.reject_again(frames.buffer(i), len, now);
+            if r.tx_port().is_some() && n != len {
+                frames.set_len(i, n);
+            }
+            v = r;
+        } else if matches!(v, Verdict::Reject { .. }) && self.rejects.len != len {
+            // Built in the frame (an RST): its length.
+            frames.set_len(i, self.rejects.len);
         }
         self.count(v)
     }

@@ -20,10 +20,10 @@ use vocab::{Mode, sctp, sctp_events};
 
 use super::classify::{PROTO_TCP, Packet};
 use super::{
-    DropReason, FLAG_FULLNAT, FLAG_SYNPROXY, Pipeline, SNAT_TRIES, SYNPROXY, Verdict, fast,
-    l4_protocol, nat,
+    DropReason, FLAG_FULLNAT, FLAG_SYNPROXY, Pipeline, RejectReason, SNAT_TRIES, SYNPROXY, Verdict,
+    fast, l4_protocol, nat, reject,
 };
-use crate::snapshot::Frontend;
+use crate::snapshot::{Frontend, NoBackend, NoEndpoints, ServiceEntry};
 
 /// What [`Pipeline::schedule`] decided for a new flow.
 #[derive(Clone, Copy, Debug)]
@@ -40,11 +40,13 @@ pub(super) struct Scheduled {
 
 impl Pipeline {
     /// Everything before the insert of a new flow for `t` (a packet of protocol `protocol`,
-    /// TCP flags or SCTP chunk type `flags`, TTL `ttl`): the frontend's service, the source
-    /// (martian or xvs's own: `hygiene`), the TTL, whether the SYN proxy takes the packet (when `synproxy`: then `Err(SYNPROXY)`, and
+    /// TCP flags or SCTP chunk type `flags`, TTL `ttl`): the frontend's service (none: see
+    /// [`unserved`](Self::unserved)), the source (martian or xvs's own: `hygiene`), the TTL,
+    /// whether the SYN proxy takes the packet (when `synproxy`: then `Err(SYNPROXY)`, and
     /// the caller hands it the frame), whether the packet may open a flow, source ranges,
-    /// the freeze switches, the rate limit, then the scheduler. `Err` is the packet's
-    /// verdict.
+    /// the freeze switches, the rate limit, then the scheduler; a service without a usable
+    /// backend rejects or drops as it says (`NoEndpoints`). `Err` is the packet's verdict,
+    /// or a [`reject::pending`] one that the caller builds.
     #[inline]
     pub(super) fn schedule(
         &self,
@@ -61,7 +63,7 @@ impl Pipeline {
         // Borrow the snapshot (no refcount traffic) for as long as the service is needed.
         let snapshot = &*self.snapshot;
         let Some(svc) = snapshot.service_for(&fe) else {
-            return Err(Verdict::Pass);
+            return Err(self.unserved(t.src, t.dst, ttl));
         };
         self.source_check(t.src).map_err(Verdict::Drop)?;
         if ttl <= 1 {
@@ -84,8 +86,10 @@ impl Pipeline {
         }
         svc.admit_new_flow(snapshot.frozen, t.src, now)
             .map_err(Verdict::Drop)?;
-        let Ok(i) = svc.schedule(t, &*self.flows, &self.affinity, now) else {
-            return Err(Verdict::Drop(DropReason::NoBackend));
+        let i = match svc.schedule(t, &*self.flows, &self.affinity, now) {
+            Ok(i) => i,
+            Err(NoBackend::Empty | NoBackend::AllDrained) => return Err(no_endpoints(svc)),
+            Err(NoBackend::Refused) => return Err(Verdict::Drop(DropReason::NoBackend)),
         };
         match svc.backends.get(i) {
             Some(b) if b.addr.is_ipv6() == t.src.is_ipv6() => Ok(Scheduled {
@@ -97,6 +101,31 @@ impl Pipeline {
                 opens,
             }),
             _ => Err(Verdict::Drop(DropReason::NoBackend)),
+        }
+    }
+
+    /// A packet (from `src` to `dst`, TTL `ttl`) for no frontend: rejected when `dst` is a
+    /// ClusterIP (a port or protocol it does not serve), dropped when it lies inside a
+    /// Service CIDR (an address no Service has), else passed to the kernel; the source
+    /// checks and the TTL first, as for a frontend (a martian source is never answered).
+    #[cold]
+    #[inline(never)]
+    fn unserved(&self, src: IpAddr, dst: IpAddr, ttl: u8) -> Verdict {
+        let snapshot = &*self.snapshot;
+        let reject = snapshot.is_cluster_ip(dst);
+        if !reject && !snapshot.in_service_cidr(dst) {
+            return Verdict::Pass;
+        }
+        if let Err(r) = self.source_check(src) {
+            return Verdict::Drop(r);
+        }
+        if ttl <= 1 {
+            return Verdict::Drop(DropReason::TtlExceeded);
+        }
+        if reject {
+            reject::pending(RejectReason::UnservedPort)
+        } else {
+            Verdict::Drop(DropReason::ServiceCidr)
         }
     }
 
@@ -130,7 +159,12 @@ impl Pipeline {
         let s = match self.schedule(&tuple, (l4_protocol(p), p.flags, p.ttl), may, now) {
             Ok(s) => s,
             Err(SYNPROXY) if may => return self.synproxy_miss(frame, now),
-            Err(v) => return v,
+            Err(v) => match reject::pending_reason(v) {
+                // (Proxied: the SYN proxy's SYN to a backend, which answers the client's ACK.)
+                Some(_) if matches!(proxy, Proxy::Proxied(_)) => return v,
+                Some(reason) => return self.reject_in(frame, reason, now),
+                None => return v,
+            },
         };
         let Some(mut nh) = self.next_hop(s.backend.ip()) else {
             return Verdict::Slow;
@@ -276,7 +310,10 @@ impl Pipeline {
         let mut nv = match self.prepare_v4(v, key, now) {
             Ok(nv) => nv,
             Err(SYNPROXY) => return self.synproxy_miss(frame, now),
-            Err(verdict) => return verdict,
+            Err(verdict) => match reject::pending_reason(verdict) {
+                Some(reason) => return self.reject_in(frame, reason, now),
+                None => return verdict,
+            },
         };
         let out = match self.begin_v4(&nv) {
             Begun::Pending(p) => self.finish_v4(&mut nv, p),
@@ -585,6 +622,16 @@ impl GiveWay {
 
 /// Flow-table ticks (100 ms) a half-open flow must have been idle to give way.
 const GIVE_WAY_IDLE: u32 = 1;
+
+/// The verdict of a new flow for `svc`, which has no usable backend: a reject, unless the
+/// service drops (a traffic policy `Local` without local endpoints).
+#[cold]
+fn no_endpoints(svc: &ServiceEntry) -> Verdict {
+    match svc.no_endpoints {
+        NoEndpoints::Reject => reject::pending(RejectReason::NoEndpoints),
+        NoEndpoints::Drop => Verdict::Drop(DropReason::NoBackend),
+    }
+}
 
 /// The drop reason for an insert that made no flow (`Exists` aside).
 fn insert_drop(e: InsertError) -> DropReason {

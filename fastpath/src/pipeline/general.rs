@@ -85,7 +85,8 @@ impl Pipeline {
     }
 
     /// An SCTP packet with a wrong CRC32c: dropped if xvs would have handled it (a flow or a
-    /// frontend has it), else passed as any frame for no frontend.
+    /// frontend has it, or its destination is a ClusterIP or inside a Service CIDR), else
+    /// passed as any frame for no frontend.
     #[cold]
     #[inline(never)]
     fn corrupt_sctp(&self, p: &Packet, key: &FlowKey) -> Verdict {
@@ -94,7 +95,12 @@ impl Pipeline {
             protocol: Protocol::Sctp,
             port: p.dport,
         };
-        if self.flows.lookup_hit(key).is_some() || self.snapshot.service_for(&fe).is_some() {
+        let s = &*self.snapshot;
+        if self.flows.lookup_hit(key).is_some()
+            || s.service_for(&fe).is_some()
+            || s.is_cluster_ip(p.dst)
+            || s.in_service_cidr(p.dst)
+        {
             Verdict::Drop(DropReason::BadSctpChecksum)
         } else {
             Verdict::Pass

@@ -13,7 +13,8 @@
 //! before any side effect) and on ICMP errors that matched a flow. A flow hit needs none: its
 //! tuple's source is a client that passed them when the flow was made, or a backend. So the
 //! established fast path pays nothing. Frames for no frontend stay `Pass` (the kernel
-//! decides).
+//! decides), except at a ClusterIP or inside a Service CIDR (`reject`), where the same
+//! source checks come first.
 //!
 //! - **Checksums** that xvs would recompute from scratch are verified first, so a corrupt
 //!   input is dropped, never sent with a valid checksum: the SCTP CRC32c ([`sctp_crc_ok`],

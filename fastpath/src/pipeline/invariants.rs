@@ -9,7 +9,7 @@
 //! - **A transmitted frame still parses**: a [`Verdict::Tx`] frame is one `classify` accepts
 //!   (rewritten headers are consistent), with a TTL above 0.
 //! - **Every frame is counted once**: a call that processed `n` frames added exactly `n` to
-//!   the verdict counters (tx + pass + slow + drops).
+//!   the verdict counters (tx + pass + slow + drops + rejects).
 
 use super::classify::{self, Frag};
 use super::fast;
@@ -20,7 +20,7 @@ use super::{Counters, Verdict};
 #[cfg(debug_assertions)]
 #[inline]
 pub(super) fn counted(c: &Counters) -> u64 {
-    c.tx + c.pass + c.slow + c.drops_total()
+    c.tx + c.pass + c.slow + c.drops_total() + c.rejects_total()
 }
 
 /// Whether `classify` reads `frame`, which [`fast::parse`] read as `v`, the same way.
@@ -45,13 +45,15 @@ pub(super) fn parse_agrees(frame: &[u8], v: &fast::V4) -> bool {
         && p.ip_len() == usize::from(v.ip_len)
 }
 
-/// Whether `frame`, given verdict `v`, is as a verdict leaves it: a `Tx` frame parses and
-/// keeps a TTL (hop limit) above 0. Other verdicts: nothing to check here (the frame is
-/// left as it came, which only the caller, holding a copy, can check).
+/// Whether `frame`, given verdict `v`, is as a verdict leaves it: a `Tx` or `Reject` frame
+/// parses and keeps a TTL (hop limit) above 0. Other verdicts: nothing to check here (the
+/// frame is left as it came, which only the caller, holding a copy, can check).
 #[cfg(debug_assertions)]
 pub(super) fn verdict_ok(frame: &[u8], v: Verdict) -> bool {
     match v {
-        Verdict::Tx(_) => classify::classify(frame).is_ok_and(|p| p.ttl > 0),
+        Verdict::Tx(_) | Verdict::Reject { .. } => {
+            classify::classify(frame).is_ok_and(|p| p.ttl > 0)
+        }
         _ => true,
     }
 }

@@ -65,7 +65,13 @@
 //!   are verified first, every other one is updated incrementally, so a corrupt input never
 //!   leaves with a valid checksum; later fragments reaching past 65,535 bytes are dropped.
 //!   Flow hits are not checked again (their sources passed when the flow was made), and a
-//!   frame for no frontend stays `Pass`.
+//!   frame for no frontend stays `Pass` (but see the next rule).
+//! - **Rejects** ([`reject`]): a new flow whose service has no usable backend is answered
+//!   ([`Verdict::Reject`]: a TCP RST, an ICMP/ICMPv6 port unreachable) when the service says
+//!   so (`NoEndpoints::Reject`), dropped (`NoBackend`) otherwise; a packet for no frontend
+//!   to a ClusterIP is rejected (`UnservedPort`), one to another address inside a Service
+//!   CIDR dropped (`ServiceCidr`); both after the source checks and the TTL. Rejects are
+//!   rate-limited per worker (`RejectRateLimited`) and counted in [`Counters::rejects`].
 
 use std::cell::Cell;
 use std::sync::Arc;
@@ -92,6 +98,7 @@ pub(crate) mod icmp;
 mod invariants;
 pub(crate) mod nat;
 mod next_hop;
+mod reject;
 mod reuse;
 mod settings;
 pub mod snat;
@@ -102,6 +109,7 @@ use general::l4_protocol;
 pub(crate) use general::{flow_key, key_of};
 pub use guard::HoldReason;
 use next_hop::{EPOCH_ONE, NH_CACHE_SLOTS, NhSlot};
+pub use reject::RejectReason;
 pub use settings::{DEFAULT_MAC, PipelineConfig};
 pub use synproxy::CookieKey;
 
@@ -117,18 +125,36 @@ pub enum Verdict {
     Drop(DropReason),
     /// Not ours: hand it to the kernel (XDP_PASS).
     Pass,
+    /// Answered in its stead: the frame was rewritten into a reject (a TCP RST, an ICMP or
+    /// ICMPv6 port unreachable) to its sender, to transmit on `port` (see [`reject`]).
+    Reject {
+        /// Why, counted in [`Counters::rejects`].
+        reason: RejectReason,
+        /// The transmit port (the client's next hop's).
+        port: u16,
+    },
     /// Ours but needs the slowpath (unresolved next hop); frame unmodified.
     Slow,
 }
 
 impl Verdict {
-    /// `"tx"`, `"drop"`, `"pass"` or `"slow"`.
+    /// `"tx"`, `"drop"`, `"pass"`, `"reject"` or `"slow"`.
     pub fn name(self) -> &'static str {
         match self {
             Verdict::Tx(_) => "tx",
             Verdict::Drop(_) => "drop",
             Verdict::Pass => "pass",
+            Verdict::Reject { .. } => "reject",
             Verdict::Slow => "slow",
+        }
+    }
+
+    /// The port a transmitted frame leaves by: a forwarded one's or a reject's.
+    #[inline]
+    pub fn tx_port(self) -> Option<u16> {
+        match self {
+            Verdict::Tx(port) | Verdict::Reject { port, .. } => Some(port),
+            _ => None,
         }
     }
 }
@@ -226,8 +252,22 @@ drop_reasons! {
     /// through `process`, whose frames cannot grow; never in the workers).
     SynproxyNoRoom = "synproxy_no_room",
     /// SYN proxy: the backend's SYN-ACK, which the proxy answers itself, failed the state
-    /// guard (a wrong TCP checksum, or a first fragment): its receiver, xvs, drops it.
+    /// guard (a wrong TCP checksum, or a first fragment): its receiver, xvs, drops it. Also
+    /// a TCP segment xvs would answer with a reject whose checksum is wrong: a host does not
+    /// answer what it cannot verify.
     BadTcpChecksum = "bad_tcp_checksum",
+    /// A UDP datagram xvs would answer with a reject (ICMP port unreachable) whose checksum
+    /// is wrong.
+    BadUdpChecksum = "bad_udp_checksum",
+    /// A reject ([`Verdict::Reject`]) over the worker's reject rate limit (`[dataplane]
+    /// reject_rate`, `reject_burst`): dropped silently instead.
+    RejectRateLimited = "reject_rate_limited",
+    /// A packet to an address inside a Service CIDR that no Service has (kube-proxy's
+    /// "unallocated ClusterIP").
+    ServiceCidr = "service_cidr",
+    /// A reject's ICMP error did not fit the frame's buffer (only through `process`, whose
+    /// frames cannot grow; never in the workers).
+    RejectNoRoom = "reject_no_room",
 }
 
 /// What `schedule` answers for a packet the SYN proxy takes (its callers hand the frame
@@ -235,10 +275,13 @@ drop_reasons! {
 const SYNPROXY: Verdict = Verdict::Drop(DropReason::SynproxyNoRoom);
 
 /// Per-pipeline counters; the slowpath sums them over workers.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Counters {
     /// Drops, indexed by `DropReason as usize`.
     pub drops: [u64; DropReason::COUNT],
+    /// Rejects sent (frames answered with an RST or a port unreachable, transmitted but not
+    /// in `tx`), indexed by `RejectReason as usize`.
+    pub rejects: [u64; RejectReason::COUNT],
     /// Frames transmitted.
     pub tx: u64,
     /// Frames passed to the kernel.
@@ -265,6 +308,26 @@ pub struct Counters {
     pub held: [u64; HoldReason::COUNT],
 }
 
+// (Written out: `Default` is derived for arrays of at most 32 elements.)
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            drops: [0; DropReason::COUNT],
+            rejects: Default::default(),
+            tx: Default::default(),
+            pass: Default::default(),
+            slow: Default::default(),
+            new_flows: Default::default(),
+            reused: Default::default(),
+            icmp_translated: Default::default(),
+            fragments_forwarded: Default::default(),
+            synproxy_syns: Default::default(),
+            synproxy_acks: Default::default(),
+            held: Default::default(),
+        }
+    }
+}
+
 impl Counters {
     /// The drop count for one reason.
     pub fn dropped(&self, reason: DropReason) -> u64 {
@@ -275,6 +338,23 @@ impl Counters {
     pub fn drops_total(&self) -> u64 {
         self.drops.iter().sum()
     }
+
+    /// The reject count for one reason.
+    pub fn rejected(&self, reason: RejectReason) -> u64 {
+        self.rejects[reason as usize]
+    }
+
+    /// All rejects.
+    pub fn rejects_total(&self) -> u64 {
+        self.rejects.iter().sum()
+    }
+}
+
+/// Whether a verdict says the frame needs room to grow (the SYN proxy's SYN to a backend, a
+/// reject's ICMP error): a caller with room runs it again with it.
+#[inline(always)]
+fn wants_room(v: Verdict) -> bool {
+    v == SYNPROXY || v == reject::NO_ROOM
 }
 
 /// Bit in `FlowData::flags`: the flow is full-NAT.
@@ -319,6 +399,8 @@ pub struct Pipeline {
     log: Option<Arc<FlowLog>>,
     /// Per-backend connections, packets and bytes ([`crate::traffic`]).
     traffic: Arc<Traffic>,
+    /// The rejects' state ([`reject`]), boxed: only the miss path reads it.
+    rejects: Box<reject::RejectState>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -343,6 +425,7 @@ impl Pipeline {
             .starting_at(config.snat_start);
         let frags = frag::FragTable::new(config.fragments_max, config.fragment_timeout);
         let tick_now = flows.epoch();
+        let reject_limit = config.reject_limit;
         let tick = flows.tick(tick_now);
         let traffic = Traffic::new();
         let empty = NhSlot {
@@ -373,6 +456,7 @@ impl Pipeline {
             synproxy_auto: Cell::new(false),
             log: None,
             traffic,
+            rejects: Box::new(reject::RejectState::new(reject_limit, tick_now)),
         }
     }
 
@@ -452,7 +536,8 @@ impl Pipeline {
 
     /// Processes one frame in place. See the module docs for the rules. The frame cannot
     /// grow: a client ACK that the SYN proxy would turn into a SYN to a backend is dropped
-    /// (`SynproxyNoRoom`); [`process_frame`](Self::process_frame) has room.
+    /// (`SynproxyNoRoom`), and so is a reject whose ICMP error does not fit
+    /// (`RejectNoRoom`); [`process_frame`](Self::process_frame) has room.
     #[inline]
     pub fn process(&mut self, frame: &mut [u8], now: Instant) -> Verdict {
         #[cfg(debug_assertions)]
@@ -480,27 +565,58 @@ impl Pipeline {
 
     /// [`process`](Self::process) for the frame `buf[..*len]` in a buffer that may hold a
     /// longer one: the SYN proxy's SYN to a backend (12 bytes longer than the client's ACK)
-    /// is made there, and `*len` set to the frame's new length for a `Tx` verdict.
+    /// and a reject's ICMP error (28 or 48 bytes longer than what it quotes) are made there,
+    /// and `*len` set to the frame's new length for a `Tx` or `Reject` verdict.
     pub fn process_frame(&mut self, buf: &mut [u8], len: &mut usize, now: Instant) -> Verdict {
         #[cfg(debug_assertions)]
         let counted = invariants::counted(&self.counters);
         let n = (*len).min(buf.len());
         let v = self.run(&mut buf[..n], now);
-        if v != SYNPROXY || buf.len() <= n {
+        if !wants_room(v) || buf.len() <= n {
+            let mut end = n;
+            if let Verdict::Reject { .. } = v {
+                (*len, end) = (self.rejects.len, self.rejects.len);
+            }
             #[cfg(debug_assertions)]
-            self.debug_check(counted, 1, &buf[..n], v);
+            self.debug_check(counted, 1, &buf[..end], v);
+            let _ = end;
             return v;
         }
-        // An ACK with a valid cookie: again, with room (the drop is not counted).
-        self.counters.drops[DropReason::SynproxyNoRoom as usize] -= 1;
-        let (v, new_len) = self.synproxy_grow(buf, n, true, now);
-        if let Verdict::Tx(_) = v {
+        let (v, new_len) = self.with_room(buf, n, v, now);
+        if v.tx_port().is_some() {
             *len = new_len;
         }
         let v = self.count(v);
         #[cfg(debug_assertions)]
         self.debug_check(counted, 1, &buf[..*len], v);
         v
+    }
+
+    /// A frame `buf[..n]` whose counted verdict `v` asked for room ([`wants_room`]): again,
+    /// with the room of `buf` (the first verdict uncounted): the verdict, uncounted, and the
+    /// frame's length.
+    #[cold]
+    #[inline(never)]
+    fn with_room(
+        &mut self,
+        buf: &mut [u8],
+        n: usize,
+        v: Verdict,
+        now: Instant,
+    ) -> (Verdict, usize) {
+        if let Verdict::Drop(r) = v {
+            self.counters.drops[r as usize] -= 1;
+        }
+        // An ACK with a valid cookie (its SYN to the backend), or a reject's ICMP error.
+        let (v, len) = if v == SYNPROXY {
+            self.synproxy_grow(buf, n, true, now)
+        } else {
+            (v, n)
+        };
+        if v == reject::NO_ROOM {
+            return self.reject_again(buf, n, now);
+        }
+        (v, len)
     }
 
     /// [`process`](Self::process) without the fixed-offset shortcut ([`fast`]): every frame
@@ -527,12 +643,14 @@ impl Pipeline {
     ) -> Verdict {
         let n = (*len).min(buf.len());
         let v = self.process_general(&mut buf[..n], now);
-        if v != SYNPROXY || buf.len() <= n {
+        if !wants_room(v) || buf.len() <= n {
+            if let Verdict::Reject { .. } = v {
+                *len = self.rejects.len;
+            }
             return v;
         }
-        self.counters.drops[DropReason::SynproxyNoRoom as usize] -= 1;
-        let (v, new_len) = self.synproxy_grow(buf, n, true, now);
-        if let Verdict::Tx(_) = v {
+        let (v, new_len) = self.with_room(buf, n, v, now);
+        if v.tx_port().is_some() {
             *len = new_len;
         }
         self.count(v)
@@ -544,6 +662,7 @@ impl Pipeline {
             Verdict::Tx(_) => self.counters.tx += 1,
             Verdict::Drop(r) => self.counters.drops[r as usize] += 1,
             Verdict::Pass => self.counters.pass += 1,
+            Verdict::Reject { reason, .. } => self.counters.rejects[reason as usize] += 1,
             Verdict::Slow => self.counters.slow += 1,
         }
         v
@@ -567,8 +686,7 @@ impl Pipeline {
     #[inline(always)]
     fn run_v4(&mut self, frame: &mut [u8], v: fast::V4, key: V4Key, now: Instant) -> Verdict {
         let Some(hit) = self.flows.lookup_v4(&key) else {
-            let verdict = self.miss_v4(frame, key.addrs(), key.ports(), now);
-            return self.count(verdict);
+            return self.miss_v4(frame, key.addrs(), key.ports(), now);
         };
         if guard::guarded(v.flags) {
             return self.guarded_v4(frame, now);
@@ -595,8 +713,7 @@ impl Pipeline {
             return verdict;
         }
         // (Through `miss_v4`, so that `new_flow_v4` keeps one caller, inlined in it.)
-        let verdict = self.miss_v4(frame, v.addrs, v.ports, now);
-        self.count(verdict)
+        self.miss_v4(frame, v.addrs, v.ports, now)
     }
 
     /// A fast-path frame `v` of a known flow (`hit`) that may be guarded (SYN, FIN, RST),
@@ -692,18 +809,20 @@ impl Pipeline {
         self.flows.lookup_hit(&key.key()).is_some()
     }
 
-    /// [`run_v4`](Self::run_v4) without a flow. Kept out of line and given only the packed
-    /// tuple (the rest is read again from the frame, the key hashed again), so that the hit
-    /// path keeps the parsed fields in registers.
+    /// [`run_v4`](Self::run_v4) without a flow, counted. Kept out of line and given only the
+    /// packed tuple (the rest is read again from the frame, the key hashed again), so that
+    /// the hit path keeps the parsed fields in registers (and counts nothing but `Tx`).
     #[inline(never)]
     fn miss_v4(&mut self, frame: &mut [u8], addrs: u64, ports: u32, now: Instant) -> Verdict {
         let v = fast::V4::reread(frame, addrs, ports);
         let key = self.flows.v4_key(v.protocol, addrs, ports);
-        if self.proxied_miss(&v, &key) {
+        let verdict = if self.proxied_miss(&v, &key) {
             // (The general path finds the flow, translates, or reopens it.)
-            return self.run_general(frame, now);
-        }
-        self.new_flow_v4(frame, &v, &key, now)
+            self.run_general(frame, now)
+        } else {
+            self.new_flow_v4(frame, &v, &key, now)
+        };
+        self.count(verdict)
     }
 
     /// The flow table's time for `now` (the clock is the same for a whole batch).

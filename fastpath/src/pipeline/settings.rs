@@ -5,6 +5,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use super::CookieKey;
+use crate::limit::RateLimit;
 
 /// Per-worker settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,6 +34,9 @@ pub struct PipelineConfig {
     pub fragment_timeout: Duration,
     /// The SYN cookie secret; every worker must have the same (and the next process too).
     pub synproxy_key: CookieKey,
+    /// This worker's reject rate limit (`[dataplane] reject_rate`, `reject_burst`; rate 0:
+    /// every reject is dropped instead).
+    pub reject_limit: RateLimit,
 }
 
 impl PipelineConfig {

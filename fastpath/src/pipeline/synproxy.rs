@@ -52,7 +52,7 @@ use std::time::Instant;
 use flowtable::{Direction, FlowHit, TcpFlags};
 
 use super::classify::{self, Frag, PROTO_TCP, Packet};
-use super::{DropReason, FrameBatch, Pipeline, Verdict, flow_key};
+use super::{DropReason, FrameBatch, Pipeline, Verdict, flow_key, reject};
 use crate::snapshot::{Frontend, SynproxySetting};
 use crate::wire::{TcpPacket, checksum};
 
@@ -99,19 +99,19 @@ fn put(d: &mut [u8], at: usize, b: &[u8]) {
     }
 }
 
-/// A TCP segment header to write.
-struct Seg {
-    sport: u16,
-    dport: u16,
-    seq: u32,
-    ack: u32,
-    flags: u8,
-    window: u16,
-    opts: SynOptions,
+/// A TCP segment header to write (also the reject's RST, `reject`).
+pub(super) struct Seg {
+    pub(super) sport: u16,
+    pub(super) dport: u16,
+    pub(super) seq: u32,
+    pub(super) ack: u32,
+    pub(super) flags: u8,
+    pub(super) window: u16,
+    pub(super) opts: SynOptions,
 }
 
 impl Seg {
-    fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         20 + self.opts.len()
     }
 
@@ -154,7 +154,7 @@ fn tcp_checksum(src: IpAddr, dst: IpAddr, seg: &[u8]) -> u16 {
 /// Writes a new IP header (IPv4 without options, or IPv6 without extension headers) at
 /// `l3` from `src` to `dst`, then `seg`, with every checksum; zeroes the rest of the frame.
 /// `None` (nothing written) when the frame is too short: the caller made sure it is not.
-fn emit(frame: &mut [u8], l3: usize, src: IpAddr, dst: IpAddr, seg: &Seg) -> Option<()> {
+pub(super) fn emit(frame: &mut [u8], l3: usize, src: IpAddr, dst: IpAddr, seg: &Seg) -> Option<()> {
     let ip_len = if src.is_ipv6() { 40 } else { 20 };
     let l4 = l3 + ip_len;
     let end = l4 + seg.len();
@@ -302,7 +302,7 @@ impl Pipeline {
         let len = frames.frame(i).len();
         let buf = frames.buffer(i);
         let (v, n) = self.synproxy_grow(buf, len, true, now);
-        if matches!(v, Verdict::Tx(_)) && n != len {
+        if v.tx_port().is_some() && n != len {
             frames.set_len(i, n);
         }
         v
@@ -329,10 +329,11 @@ impl Pipeline {
             Miss::Done(v, n) => (v, n),
             Miss::Usual => {
                 let frame = &mut buf[..len];
-                (
-                    self.new_flow_as(frame, &p, key, now, super::create::Proxy::Never),
-                    len,
-                )
+                let v = self.new_flow_as(frame, &p, key, now, super::create::Proxy::Never);
+                if v == reject::NO_ROOM && room {
+                    return self.reject_again(buf, len, now);
+                }
+                (v, len)
             }
         }
     }
@@ -502,6 +503,11 @@ impl Pipeline {
         }
         // Not sent: the frame as it arrived.
         buf[p.l3..p.l3 + keep].copy_from_slice(&saved[..keep]);
+        if let Some(reason) = reject::pending_reason(verdict) {
+            // No backend for a client that holds a connection (the cookie's): reset it.
+            let (v, n) = self.reject_grow(buf, len, reason, now);
+            return Miss::Done(v, n);
+        }
         Miss::Done(verdict, len)
     }
 

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
-use config::{Config, SchedFlag};
+use config::{Cidr, Config, SchedFlag};
 use lb_algos::{Backend, BackendId, SchedFlags, SchedParams, Scheduler};
 
 use super::{
@@ -95,6 +95,10 @@ pub struct SnapshotBuilder {
     frontends: Arc<FrontendMap>,
     /// Their addresses (rebuilt with the map).
     vips: Arc<VipSet>,
+    /// The addresses of the `cluster_ip` specs' frontends (rebuilt with the map).
+    cluster_ips: Arc<VipSet>,
+    /// The Service CIDRs of the next snapshots.
+    service_cidrs: Arc<[Cidr]>,
     /// Per service id: the build attempt that saw it last.
     pub(super) seen: Vec<u64>,
     /// Whether the next snapshots refuse every new flow.
@@ -124,6 +128,8 @@ impl SnapshotBuilder {
             pos: Vec::new(),
             frontends: Arc::default(),
             vips: Arc::default(),
+            cluster_ips: Arc::default(),
+            service_cidrs: Arc::from([]),
             seen: Vec::new(),
             frozen: false,
             // An hour back (when the clock allows): callers' clocks (and tests' fake ones)
@@ -254,6 +260,13 @@ impl SnapshotBuilder {
         }
         if !Arc::ptr_eq(&self.frontends, &frontends) {
             self.vips = Arc::new(VipSet::new(&frontends));
+            self.cluster_ips = Arc::new(VipSet::of(
+                self.slots
+                    .iter()
+                    .flatten()
+                    .filter(|x| x.spec.cluster_ip)
+                    .flat_map(|x| x.spec.frontends.iter().map(|f| f.vip)),
+            ));
         }
         self.frontends = frontends;
         self.pos.clear();
@@ -278,6 +291,8 @@ impl SnapshotBuilder {
             frozen: self.frozen,
             frontends: Arc::clone(&self.frontends),
             vips: Arc::clone(&self.vips),
+            cluster_ips: Arc::clone(&self.cluster_ips),
+            service_cidrs: Arc::clone(&self.service_cidrs),
             neighbours: l2
                 .neighbours
                 .iter()
@@ -359,10 +374,13 @@ impl SnapshotBuilder {
 
         // The frontend map: the last one, shared when no frontend changed (the common case:
         // endpoints come and go), else a patched copy.
+        // (The ClusterIP set is rebuilt with the map: a spec's flag counts as a frontend.)
         let same = removed.is_empty()
             && changed.iter().all(|&p| {
-                self.slot(ids[p])
-                    .is_some_and(|x| x.spec.frontends == services[p].frontends)
+                self.slot(ids[p]).is_some_and(|x| {
+                    x.spec.frontends == services[p].frontends
+                        && x.spec.cluster_ip == services[p].cluster_ip
+                })
             });
         if same {
             return self
@@ -546,6 +564,7 @@ impl SnapshotBuilder {
             frozen: s.frozen,
             rate_limited: AtomicU64::new(0),
             synproxy: s.synproxy,
+            no_endpoints: s.no_endpoints,
         }))
     }
 
@@ -602,6 +621,15 @@ impl SnapshotBuilder {
     /// while established ones continue.
     pub fn set_frozen(&mut self, frozen: bool) {
         self.frozen = frozen;
+    }
+
+    /// Sets the Service CIDRs of the snapshots built from now on (the caller validated them
+    /// and kept at most `config::SERVICE_CIDRS_MAX`; more are cut there).
+    pub fn set_service_cidrs(&mut self, cidrs: &[Cidr]) {
+        let cidrs = &cidrs[..cidrs.len().min(config::SERVICE_CIDRS_MAX)];
+        if *self.service_cidrs != *cidrs {
+            self.service_cidrs = Arc::from(cidrs);
+        }
     }
 
     /// Ids of backends that left their service and may still be held by flows: the flow

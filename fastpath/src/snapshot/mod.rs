@@ -31,6 +31,8 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use vocab::Cidr;
+
 mod adopt;
 mod builder;
 mod isolate;
@@ -48,7 +50,7 @@ pub use builder::{BuildError, SnapshotBuilder};
 pub use isolate::Refused;
 pub use l2::{L2Table, Neighbour, NextHop, Route};
 pub use service::{BackendEntry, NoBackend, ServiceEntry, ServiceTable};
-pub use spec::{BackendSpec, Frontend, ServiceSpec, SynproxySetting};
+pub use spec::{BackendSpec, Frontend, NoEndpoints, ServiceSpec, SynproxySetting};
 
 /// Everything the fastpath reads, for one generation.
 #[derive(Debug)]
@@ -70,6 +72,12 @@ pub struct Snapshot {
     frontends: Arc<FrontendMap>,
     /// The frontends' addresses, sorted: "is this source one of ours" on the new-flow path.
     vips: Arc<VipSet>,
+    /// The addresses of the frontends of `cluster_ip` specs, sorted: a packet to one of
+    /// them for no frontend is rejected (`unserved_port`).
+    cluster_ips: Arc<VipSet>,
+    /// The Service CIDRs: a packet to an address inside one for no frontend (and no
+    /// ClusterIP) is dropped (`service_cidr`). At most `config::SERVICE_CIDRS_MAX`.
+    service_cidrs: Arc<[Cidr]>,
     neighbours: HashMap<IpAddr, ([u8; 6], Option<u16>), ahash::RandomState>,
     /// Longest prefix first.
     routes: Vec<Route>,
@@ -117,6 +125,30 @@ impl Snapshot {
     pub fn is_vip(&self, vip: IpAddr) -> bool {
         self.vips.contains(vip)
     }
+
+    /// Whether `ip` is a ClusterIP (the address of a `cluster_ip` spec's frontend; a binary
+    /// search).
+    #[inline]
+    pub fn is_cluster_ip(&self, ip: IpAddr) -> bool {
+        self.cluster_ips.contains(ip)
+    }
+
+    /// Whether `ip` lies inside a Service CIDR.
+    #[inline]
+    pub fn in_service_cidr(&self, ip: IpAddr) -> bool {
+        self.service_cidrs.iter().any(|c| c.contains(ip))
+    }
+
+    /// The ClusterIPs, IPv4 first, each sorted (what the steering program redirects for
+    /// every port).
+    pub fn cluster_ips(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        self.cluster_ips.iter()
+    }
+
+    /// The Service CIDRs.
+    pub fn service_cidrs(&self) -> &[Cidr] {
+        &self.service_cidrs
+    }
 }
 
 /// Every frontend address of a [`FrontendMap`], sorted per family, built with the map (off
@@ -129,9 +161,14 @@ struct VipSet {
 
 impl VipSet {
     fn new(frontends: &FrontendMap) -> Self {
+        Self::of(frontends.keys().map(|f| f.vip))
+    }
+
+    /// The set of `addrs`.
+    fn of(addrs: impl Iterator<Item = IpAddr>) -> Self {
         let (mut v4, mut v6) = (Vec::new(), Vec::new());
-        for f in frontends.keys() {
-            match f.vip {
+        for a in addrs {
+            match a {
                 IpAddr::V4(a) => v4.push(a.to_bits()),
                 IpAddr::V6(a) => v6.push(a.to_bits()),
             }
@@ -152,6 +189,18 @@ impl VipSet {
             IpAddr::V4(a) => self.v4.binary_search(&a.to_bits()).is_ok(),
             IpAddr::V6(a) => self.v6.binary_search(&a.to_bits()).is_ok(),
         }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        let v4 = self
+            .v4
+            .iter()
+            .map(|a| IpAddr::V4(std::net::Ipv4Addr::from_bits(*a)));
+        let v6 = self
+            .v6
+            .iter()
+            .map(|a| IpAddr::V6(std::net::Ipv6Addr::from_bits(*a)));
+        v4.chain(v6)
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use lb_algos::{AffinityTable, BackendId, ConnCounts, FlowTuple, Scheduler};
 use vocab::{Cidr, Mode};
 
-use super::{Frontend, SynproxySetting};
+use super::{Frontend, NoEndpoints, SynproxySetting};
 use crate::limit::TokenBucket;
 use crate::pipeline::DropReason;
 
@@ -58,6 +58,8 @@ pub struct ServiceEntry {
     pub rate_limited: AtomicU64,
     /// The SYN proxy.
     pub synproxy: SynproxySetting,
+    /// What a new flow gets when no backend is usable.
+    pub no_endpoints: NoEndpoints,
 }
 
 impl ServiceEntry {

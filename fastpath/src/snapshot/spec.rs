@@ -75,6 +75,36 @@ pub struct ServiceSpec {
     pub frozen: bool,
     /// The SYN proxy (TCP frontends), with the global setting folded in.
     pub synproxy: SynproxySetting,
+    /// What a new flow gets when no backend is usable.
+    pub no_endpoints: NoEndpoints,
+    /// The frontends' addresses are ClusterIPs (kube-proxy's `cluster-ips` set): a packet to
+    /// one of them on a port or protocol no frontend serves is rejected (`unserved_port`)
+    /// instead of passed to the host.
+    pub cluster_ip: bool,
+}
+
+/// What a new flow gets when its service has no usable backend (none listed, every one
+/// drained, unready or judged down).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum NoEndpoints {
+    /// A reject (TCP RST, ICMP port unreachable; see the pipeline's `reject`): kube-proxy's
+    /// answer for a Service without endpoints, IPVS's for a service without a usable
+    /// destination (`ip_vs_leave`).
+    #[default]
+    Reject,
+    /// Dropped silently (`no_backend`): kube-proxy's answer for a traffic policy `Local`
+    /// without endpoints on this node while the Service has some elsewhere.
+    Drop,
+}
+
+impl NoEndpoints {
+    /// `reject` or `drop`.
+    pub fn name(self) -> &'static str {
+        match self {
+            NoEndpoints::Reject => "reject",
+            NoEndpoints::Drop => "drop",
+        }
+    }
 }
 
 /// A service's SYN proxy as the fastpath applies it: the service's mode (its own, or the
@@ -149,6 +179,9 @@ impl ServiceSpec {
                 }),
                 frozen: false,
                 synproxy: SynproxySetting::of(s.synproxy_or(c.synproxy.mode), c),
+                // IPVS answers a service without a usable destination.
+                no_endpoints: NoEndpoints::Reject,
+                cluster_ip: false,
             })
             .collect()
     }

@@ -248,6 +248,8 @@ fn spec(name: &str, vip: u8, backends: &[u8]) -> ServiceSpec {
         rate_limit: None,
         frozen: false,
         synproxy: SynproxySetting::Off,
+        no_endpoints: crate::snapshot::NoEndpoints::Reject,
+        cluster_ip: false,
     }
 }
 

@@ -25,10 +25,12 @@ pub(super) enum Counter {
     Redirected = 10,
     NoSocket = 11,
     Held = 12,
+    MatchClusterIp = 13,
+    MatchServiceCidr = 14,
 }
 
 impl Counter {
-    pub(super) const ALL: [Counter; 13] = [
+    pub(super) const ALL: [Counter; 15] = [
         Counter::PassNotIp,
         Counter::PassMalformed,
         Counter::PassNotOurs,
@@ -42,6 +44,8 @@ impl Counter {
         Counter::Redirected,
         Counter::NoSocket,
         Counter::Held,
+        Counter::MatchClusterIp,
+        Counter::MatchServiceCidr,
     ];
 }
 
@@ -80,6 +84,10 @@ pub struct SteerCounters {
     /// hold runs (see [`Steering::set_hold`](super::Steering::set_hold)): the only frames the
     /// program drops.
     pub held: u64,
+    /// TCP/UDP/SCTP to a ClusterIP on a port no frontend serves (xvs rejects it).
+    pub match_cluster_ip: u64,
+    /// TCP/UDP/SCTP to an address inside a Service CIDR that is no frontend's (xvs drops it).
+    pub match_service_cidr: u64,
 }
 
 impl SteerCounters {
@@ -91,6 +99,8 @@ impl SteerCounters {
             + self.match_fragment
             + self.match_icmp_error
             + self.match_ipv6_ext
+            + self.match_cluster_ip
+            + self.match_service_cidr
     }
 
     /// Frames that went to the kernel: unmatched, plus matched without a socket.
@@ -117,15 +127,21 @@ impl SteerCounters {
             Counter::Redirected => &mut self.redirected,
             Counter::NoSocket => &mut self.no_socket,
             Counter::Held => &mut self.held,
+            Counter::MatchClusterIp => &mut self.match_cluster_ip,
+            Counter::MatchServiceCidr => &mut self.match_service_cidr,
         };
         *slot += n;
     }
 }
 
-/// Reads `map` (the program's `counters`), summed over CPUs.
+/// Reads `map` (the program's `counters`), summed over CPUs. A map of an older program
+/// (pinned) with fewer slots reads 0 for the slots it lacks.
 pub(super) fn read(map: &PerCpuArray<MapData, u64>) -> Result<SteerCounters, SteerError> {
     let mut sum = SteerCounters::default();
     for counter in Counter::ALL {
+        if counter as u32 >= map.len() {
+            continue;
+        }
         let per_cpu = map
             .get(&(counter as u32), 0)
             .map_err(|source| SteerError::Map {
@@ -159,6 +175,8 @@ mod tests {
             "C_REDIRECTED",
             "C_NO_SOCKET",
             "C_HELD",
+            "C_MATCH_CLUSTER_IP",
+            "C_MATCH_SERVICE_CIDR",
         ];
         for (name, counter) in names.iter().zip(Counter::ALL) {
             let decl = format!("{name} = {},", counter as u32);

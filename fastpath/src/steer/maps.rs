@@ -19,6 +19,15 @@ pub const VIPS_MAX: usize = 65536;
 pub const SNAT_MAX: usize = 256;
 /// Capacity of the `hold` array: one entry, at index 0.
 pub const HOLD_MAX: u32 = 1;
+/// Capacity of the `cidrs` LPM trie: the Service CIDRs.
+pub const CIDRS_MAX: usize = 64;
+const _: () = assert!(CIDRS_MAX == config::SERVICE_CIDRS_MAX);
+
+/// Bit of a `vips` value: the address of a frontend.
+pub const VIP_FRONTEND: u32 = 1;
+/// Bit of a `vips` value: a ClusterIP, whose every TCP/UDP/SCTP port is steered to xvs (it
+/// rejects those no frontend serves).
+pub const VIP_REJECT_UNSERVED: u32 = 2;
 
 /// Key of `vips` and `snat`: `struct addr_key`.
 #[repr(C)]
@@ -26,6 +35,16 @@ pub const HOLD_MAX: u32 = 1;
 pub struct AddrKey {
     /// The address, IPv4 v4-mapped.
     pub ip: [u8; 16],
+}
+
+/// The address part of a `cidrs` key (`struct lpm_key` after its prefix length): 16 bytes,
+/// IPv4 v4-mapped, with its prefix length plus 96 (see [`lpm_key`]).
+pub type LpmAddr = [u8; 16];
+
+/// The `cidrs` key of `cidr`.
+pub fn lpm_key(cidr: vocab::Cidr) -> aya::maps::lpm_trie::Key<LpmAddr> {
+    let prefix = u32::from(cidr.prefix) + if cidr.addr.is_ipv4() { 96 } else { 0 };
+    aya::maps::lpm_trie::Key::new(prefix, mapped(cidr.addr))
 }
 
 /// Key of `frontends` and `backends`: `struct port_key`, 20 bytes.
@@ -139,6 +158,18 @@ mod tests {
     }
 
     #[test]
+    fn lpm_keys_map_ipv4_below_96_bits() {
+        let k = lpm_key("198.18.96.0/20".parse().unwrap());
+        assert_eq!(k.prefix_len(), 116);
+        assert_eq!(
+            k.data(),
+            Ipv4Addr::new(198, 18, 96, 0).to_ipv6_mapped().octets()
+        );
+        let k = lpm_key("2001:2:0:96::/64".parse().unwrap());
+        assert_eq!(k.prefix_len(), 64);
+    }
+
+    #[test]
     fn port_range_is_host_order() {
         let r = PortRange {
             lo: 1024,
@@ -162,6 +193,9 @@ mod tests {
             ("VIPS_MAX", VIPS_MAX),
             ("SNAT_MAX", SNAT_MAX),
             ("HOLD_MAX", HOLD_MAX as usize),
+            ("CIDRS_MAX", CIDRS_MAX),
+            ("VIP_FRONTEND", VIP_FRONTEND as usize),
+            ("VIP_REJECT_UNSERVED", VIP_REJECT_UNSERVED as usize),
         ] {
             let line = format!("#define {name} {value}\n");
             assert!(c.contains(&line), "steer.c lacks `{}`", line.trim());

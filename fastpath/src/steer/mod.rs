@@ -4,8 +4,10 @@
 //! socket only the frames xvs owns, as described by the maps this type keeps in step with the
 //! snapshot (see [`maps`] for layouts): frames to a frontend (VIP:port/proto), to a SNAT
 //! address within the port range, from a backend (nat-mode replies), later fragments to a VIP
-//! or SNAT address, ICMP errors about xvs traffic, and IPv6 with extension headers to a VIP or
-//! SNAT address. Everything else, including malformed frames, gets `XDP_PASS`. A matched frame
+//! or SNAT address, ICMP errors about xvs traffic, IPv6 with extension headers to a VIP or
+//! SNAT address, and TCP/UDP/SCTP to any port of a ClusterIP or to any address inside a
+//! Service CIDR (the pipeline rejects or drops those no frontend serves). Everything else,
+//! including malformed frames, gets `XDP_PASS`. A matched frame
 //! on a queue with no registered socket is passed too (counted `no_socket`), except while a
 //! restart hold runs (below): then it is dropped (counted `held`). That is the only frame the
 //! program ever drops.
@@ -36,7 +38,7 @@
 //! /sys/fs/bpf/xvs/ns-4026532288/eth0/link       the XDP bpf_link (keeps the program attached)
 //!                                   /hold       struct hold {deadline_ns, owner_pid}: read by
 //!                                               pinned_hold() from any process
-//!                                   /frontends  /vips  /backends  /snat   what xvs owns
+//!                                   /frontends  /vips  /backends  /snat  /cidrs   what xvs owns
 //!                                   /counters   the program's counters (pinned_counters())
 //! ```
 //!
@@ -90,13 +92,14 @@ use std::net::IpAddr;
 use std::os::fd::{AsFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 
+use aya::maps::lpm_trie::{Key as LpmKey, LpmTrie};
 use aya::maps::{Array, HashMap, Map, MapData, MapError, PerCpuArray, XskMap};
 use aya::programs::links::FdLink;
 use aya::programs::{ProgramError, Xdp};
 use aya::{Ebpf, EbpfError, Pod};
 
 pub use counters::SteerCounters;
-use maps::{AddrKey, Hold, PortKey, PortRange};
+use maps::{AddrKey, Hold, LpmAddr, PortKey, PortRange, VIP_FRONTEND, VIP_REJECT_UNSERVED};
 pub use pin::{PIN_ROOT, pin_dir, pin_dir_in, pinned_counters, pinned_hold, remove_pins};
 
 /// The program's name in the kernel (what `ip link` and `bpftool` show).
@@ -391,6 +394,44 @@ impl<K: Pod + Eq + Hash, V: Pod + PartialEq> Mirrored<K, V> {
     }
 }
 
+/// The `cidrs` LPM trie, mirrored by the keys xvs put in it.
+struct MirroredCidrs {
+    map: LpmTrie<MapData, LpmAddr, u32>,
+    /// What the map holds: (prefix length, address).
+    entries: HashSet<(u32, LpmAddr)>,
+}
+
+impl MirroredCidrs {
+    /// Makes the trie hold exactly `cidrs` (inserts first, then deletes what is gone).
+    fn replace(&mut self, cidrs: &[vocab::Cidr]) -> Result<(), SteerError> {
+        let keys: Vec<LpmKey<LpmAddr>> = cidrs.iter().map(|c| maps::lpm_key(*c)).collect();
+        let new: HashSet<(u32, LpmAddr)> =
+            keys.iter().map(|k| (k.prefix_len(), k.data())).collect();
+        if new.len() > maps::CIDRS_MAX {
+            return Err(SteerError::Capacity {
+                map: "cidrs",
+                needed: new.len(),
+                max: maps::CIDRS_MAX,
+            });
+        }
+        let err = |source| SteerError::Map {
+            map: "cidrs",
+            source,
+        };
+        for k in &keys {
+            if self.entries.insert((k.prefix_len(), k.data())) {
+                self.map.insert(k, 1, 0).map_err(err)?;
+            }
+        }
+        let gone: Vec<(u32, LpmAddr)> = self.entries.difference(&new).copied().collect();
+        for (prefix, addr) in gone {
+            self.map.remove(&LpmKey::new(prefix, addr)).map_err(err)?;
+            self.entries.remove(&(prefix, addr));
+        }
+        Ok(())
+    }
+}
+
 /// The program's maps, taken out of the loaded object.
 struct Maps {
     xsks: XskMap<MapData>,
@@ -398,6 +439,7 @@ struct Maps {
     vips: Mirrored<AddrKey, u32>,
     backends: Mirrored<PortKey, u32>,
     snat: Mirrored<AddrKey, PortRange>,
+    cidrs: MirroredCidrs,
     counters: PerCpuArray<MapData, u64>,
     hold: Array<MapData, Hold>,
 }
@@ -411,6 +453,10 @@ impl Maps {
             vips: Mirrored::new(ebpf, "vips", maps::VIPS_MAX)?,
             backends: Mirrored::new(ebpf, "backends", maps::BACKENDS_MAX)?,
             snat: Mirrored::new(ebpf, "snat", maps::SNAT_MAX)?,
+            cidrs: MirroredCidrs {
+                map: LpmTrie::try_from(take_map(ebpf, "cidrs")?).map_err(typed("cidrs"))?,
+                entries: HashSet::new(),
+            },
             counters: PerCpuArray::try_from(take_map(ebpf, "counters")?)
                 .map_err(typed("counters"))?,
             hold: Array::try_from(take_map(ebpf, "hold")?).map_err(typed("hold"))?,
@@ -538,17 +584,34 @@ impl Steering {
             })
     }
 
-    /// Replaces the frontends: `(VIP, IP protocol, port)`. Also keeps the `vips` map (for
-    /// fragments and IPv6 extension headers) in step: new VIPs appear before their frontends
-    /// and gone VIPs disappear after theirs.
-    pub fn set_frontends(&mut self, frontends: &[(IpAddr, u8, u16)]) -> Result<(), SteerError> {
+    /// Replaces the frontends: `(VIP, IP protocol, port)`, and the ClusterIPs among their
+    /// addresses (`cluster_ips`: every TCP/UDP/SCTP port of theirs is redirected, the
+    /// pipeline rejects the ports no frontend serves). Also keeps the `vips` map (for
+    /// fragments and IPv6 extension headers, and the ClusterIP flag) in step: new VIPs appear
+    /// before their frontends and gone VIPs disappear after theirs.
+    pub fn set_frontends(
+        &mut self,
+        frontends: &[(IpAddr, u8, u16)],
+        cluster_ips: &[IpAddr],
+    ) -> Result<(), SteerError> {
         let keys: Vec<(PortKey, u32)> = frontends
             .iter()
             .map(|&(ip, proto, port)| (PortKey::new(ip, proto, port), 1))
             .collect();
+        let clusters: HashSet<AddrKey> = cluster_ips.iter().map(|ip| AddrKey::new(*ip)).collect();
+        let flags = |k: AddrKey| {
+            VIP_FRONTEND
+                | if clusters.contains(&k) {
+                    VIP_REJECT_UNSERVED
+                } else {
+                    0
+                }
+        };
         let mut vips: Vec<(AddrKey, u32)> = frontends
             .iter()
-            .map(|&(ip, _, _)| (AddrKey::new(ip), 1))
+            .map(|&(ip, _, _)| AddrKey::new(ip))
+            .chain(clusters.iter().copied())
+            .map(|k| (k, flags(k)))
             .collect();
         vips.sort_unstable_by_key(|(k, _)| k.ip);
         vips.dedup_by_key(|(k, _)| k.ip);
@@ -557,17 +620,28 @@ impl Steering {
         // Check both capacities before touching either map.
         m.frontends.check(&keys)?;
         m.vips.check(&vips)?;
-        // Union first (old ∪ new VIPs), then the frontends, then shrink the VIPs.
+        // Union first (old ∪ new VIPs, the new flags where both have one), then the
+        // frontends, then shrink the VIPs.
+        let new: HashSet<AddrKey> = vips.iter().map(|(k, _)| *k).collect();
         let union: Vec<(AddrKey, u32)> = m
             .vips
             .entries
-            .keys()
-            .map(|k| (*k, 1))
+            .iter()
+            .filter(|(k, _)| !new.contains(*k))
+            .map(|(k, v)| (*k, *v))
             .chain(vips.iter().copied())
             .collect();
         m.vips.replace(&union)?;
         m.frontends.replace(&keys)?;
         m.vips.replace(&vips)
+    }
+
+    /// Replaces the Service CIDRs: TCP/UDP/SCTP to an address inside one is redirected (the
+    /// pipeline drops those no Service has). The caller leaves out every CIDR that holds one
+    /// of the node's own addresses (the Kubernetes source refuses them), so the node's own
+    /// traffic is never taken.
+    pub fn set_service_cidrs(&mut self, cidrs: &[vocab::Cidr]) -> Result<(), SteerError> {
+        self.maps.cidrs.replace(cidrs)
     }
 
     /// Replaces the backends whose replies come back through xvs (nat mode):

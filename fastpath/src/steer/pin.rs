@@ -8,13 +8,14 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use aya::Pod;
+use aya::maps::lpm_trie::LpmTrie;
 use aya::maps::{Array, HashMap, IterableMap, Map, MapData, MapError, PerCpuArray};
 
-use super::maps::Hold;
+use super::maps::{Hold, LpmAddr};
 use super::sys::{self, LinkInfo};
 use super::{
-    Link, Maps, Mirrored, SteerCounters, SteerError, Steering, XdpAttach, counters, if_index,
-    netlink, program, remove_leftovers, with_mode,
+    Link, Maps, Mirrored, MirroredCidrs, SteerCounters, SteerError, Steering, XdpAttach, counters,
+    if_index, netlink, program, remove_leftovers, with_mode,
 };
 
 /// The bpffs directory under which [`pin_dir`] keeps one directory per network namespace.
@@ -22,7 +23,15 @@ pub const PIN_ROOT: &str = "/sys/fs/bpf/xvs";
 /// The pinned `bpf_link`, per interface.
 const LINK: &str = "link";
 /// The maps pinned next to the link.
-const MAP_PINS: [&str; 6] = ["frontends", "vips", "backends", "snat", "counters", "hold"];
+const MAP_PINS: [&str; 7] = [
+    "frontends",
+    "vips",
+    "backends",
+    "snat",
+    "cidrs",
+    "counters",
+    "hold",
+];
 /// Appended to a map's name while a new program's maps wait for it to take over the link
 /// (bpffs refuses names with a dot).
 const STAGED: &str = "-new";
@@ -322,7 +331,7 @@ fn adopted_mode(
 
 impl Maps {
     /// The maps pinned next to the link, by pin name.
-    fn pinnable(&self) -> [(&'static str, BorrowedFd<'_>); 6] {
+    fn pinnable(&self) -> [(&'static str, BorrowedFd<'_>); 7] {
         fn fd(m: &MapData) -> BorrowedFd<'_> {
             m.fd().as_fd()
         }
@@ -331,6 +340,7 @@ impl Maps {
             ("vips", fd(self.vips.map.map())),
             ("backends", fd(self.backends.map.map())),
             ("snat", fd(self.snat.map.map())),
+            ("cidrs", fd(self.cidrs.map.map())),
             ("counters", fd(self.counters.map())),
             ("hold", fd(self.hold.map())),
         ]
@@ -343,6 +353,7 @@ impl Maps {
         copy_hash(&mut self.vips, dir)?;
         copy_hash(&mut self.backends, dir)?;
         copy_hash(&mut self.snat, dir)?;
+        copy_cidrs(&mut self.cidrs, dir)?;
         let path = dir.join("hold");
         let old: Array<MapData, Hold> = open_pinned(&path)?;
         let hold = old
@@ -366,6 +377,29 @@ fn copy_hash<K: Pod + Eq + std::hash::Hash, V: Pod + PartialEq>(
         .collect::<Result<Vec<(K, V)>, MapError>>()
         .map_err(|source| SteerError::PinnedMap { path, source })?;
     into.replace(&entries)
+}
+
+/// The Service CIDRs of the old program's pinned `cidrs` trie, into `into`; nothing when
+/// there is none (an xvs from before the trie existed pinned that state).
+fn copy_cidrs(into: &mut MirroredCidrs, dir: &Path) -> Result<(), SteerError> {
+    let path = dir.join("cidrs");
+    if !path.exists() {
+        return Ok(());
+    }
+    let old: LpmTrie<MapData, LpmAddr, u32> = open_pinned(&path)?;
+    let keys = old
+        .keys()
+        .collect::<Result<Vec<_>, MapError>>()
+        .map_err(|source| SteerError::PinnedMap { path, source })?;
+    let err = |source| SteerError::Map {
+        map: "cidrs",
+        source,
+    };
+    for k in keys {
+        into.map.insert(&k, 1, 0).map_err(err)?;
+        into.entries.insert((k.prefix_len(), k.data()));
+    }
+    Ok(())
 }
 
 /// Opens the map pinned at `path` as `T`, checking its type and key and value sizes.

@@ -366,6 +366,20 @@ pub fn render(stats: &StatsView, services: &[ServiceView], probes: &ProbeCounts)
     for (reason, n) in &held {
         o.sample("xvs_held_state_changes_total", &[("reason", reason)], f(*n));
     }
+    o.family(
+        "xvs_rejects_total",
+        "counter",
+        "New flows answered with a reject (a TCP RST, an ICMP or ICMPv6 port unreachable) instead of silence, by reason: no_endpoints (the service has no usable endpoint), unserved_port (a port or protocol a ClusterIP does not serve); summed over workers. Rejects over the rate limit are drops (reject_rate_limited).",
+    );
+    let mut rejects: std::collections::BTreeMap<&str, u64> = Default::default();
+    for w in &stats.workers {
+        for (reason, n) in &w.rejects {
+            *rejects.entry(reason).or_default() += n;
+        }
+    }
+    for (reason, n) in &rejects {
+        o.sample("xvs_rejects_total", &[("reason", reason)], f(*n));
+    }
     type Field = fn(&super::views::WorkerView) -> u64;
     let per_worker: [(&str, &str, Field); 12] = [
         (

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant, SystemTime};
 
-use fastpath::pipeline::{DropReason, HoldReason};
+use fastpath::pipeline::{DropReason, HoldReason, RejectReason};
 use fastpath::snapshot::{ServiceEntry, Snapshot};
 use fastpath::steer::SteerCounters;
 use fastpath::worker::WorkerCounters;
@@ -587,6 +587,10 @@ pub struct WorkerView {
     /// pipeline's state guard), by reason (`HoldReason::name()`), every reason present.
     #[serde(default)]
     pub held: BTreeMap<String, u64>,
+    /// Rejects sent (RSTs, ICMP port unreachable), by reason (`RejectReason::name()`),
+    /// every reason present.
+    #[serde(default)]
+    pub rejects: BTreeMap<String, u64>,
 }
 
 impl WorkerView {
@@ -619,6 +623,10 @@ impl WorkerView {
             held: HoldReason::ALL
                 .iter()
                 .map(|r| (r.name().to_owned(), c.held[*r as usize]))
+                .collect(),
+            rejects: RejectReason::ALL
+                .iter()
+                .map(|r| (r.name().to_owned(), c.rejects[*r as usize]))
                 .collect(),
             drops: DropReason::ALL
                 .iter()
@@ -723,7 +731,8 @@ pub struct SteerView {
     pub passed: u64,
     /// Frame counts by class: `pass_not_ip`, `pass_malformed`, `pass_not_ours`, `pass_icmp`,
     /// `match_frontend`, `match_snat`, `match_backend`, `match_fragment`, `match_icmp_error`,
-    /// `match_ipv6_ext`, `no_socket`, `held` (dropped during a restart hold).
+    /// `match_ipv6_ext`, `match_cluster_ip`, `match_service_cidr`, `no_socket`, `held`
+    /// (dropped during a restart hold).
     pub counters: BTreeMap<String, u64>,
 }
 
@@ -741,6 +750,8 @@ impl SteerView {
             ("match_fragment", c.match_fragment),
             ("match_icmp_error", c.match_icmp_error),
             ("match_ipv6_ext", c.match_ipv6_ext),
+            ("match_cluster_ip", c.match_cluster_ip),
+            ("match_service_cidr", c.match_service_cidr),
             ("no_socket", c.no_socket),
             ("held", c.held),
         ];

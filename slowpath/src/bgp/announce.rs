@@ -177,6 +177,8 @@ mod tests {
             rate_limit: None,
             frozen: false,
             synproxy: SynproxySetting::Off,
+            no_endpoints: fastpath::snapshot::NoEndpoints::Reject,
+            cluster_ip: false,
         }
     }
 

@@ -1,15 +1,17 @@
-//! Kubernetes objects from a file: what `kubectl get svc,endpointslices,nodes -A -o yaml`
-//! (or `-o json`) prints, for `xvs sim --objects`.
+//! Kubernetes objects from a file: what `kubectl get svc,endpointslices,nodes,servicecidrs
+//! -A -o yaml` (or `-o json`) prints, for `xvs sim --objects`.
 //!
 //! Accepted: a JSON document, or a YAML stream of one or more documents (`---`); each
 //! document is an object or a `List` (`items`, nested Lists too). Services (`v1`),
-//! EndpointSlices (`discovery.k8s.io/v1`) and Nodes (`v1`) are kept; other kinds are counted
-//! and skipped. An object of a kept kind that does not parse is an error naming it.
+//! EndpointSlices (`discovery.k8s.io/v1`), Nodes (`v1`) and ServiceCIDRs
+//! (`networking.k8s.io/v1`) are kept; other kinds are counted and skipped. An object of a
+//! kept kind that does not parse is an error naming it.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
 use serde_json::Value;
 
 /// The objects of a dump.
@@ -21,6 +23,8 @@ pub struct Objects {
     pub slices: Vec<EndpointSlice>,
     /// The Nodes.
     pub nodes: Vec<Node>,
+    /// The ServiceCIDRs.
+    pub service_cidrs: Vec<ServiceCIDR>,
     /// Objects of other kinds, by `apiVersion/kind`, with their count.
     pub skipped: BTreeMap<String, usize>,
 }
@@ -140,6 +144,7 @@ fn add(out: &mut Objects, v: Value, at: String, seen: &mut usize) -> Result<(), 
         ("v1", "Service") => keep!(services, "Service"),
         ("discovery.k8s.io/v1", "EndpointSlice") => keep!(slices, "EndpointSlice"),
         ("v1", "Node") => keep!(nodes, "Node"),
+        ("networking.k8s.io/v1", "ServiceCIDR") => keep!(service_cidrs, "ServiceCIDR"),
         _ => *out.skipped.entry(format!("{api}/{kind}")).or_default() += 1,
     }
     Ok(())
@@ -193,6 +198,16 @@ metadata:
         let o = parse(&stream).unwrap();
         assert_eq!((o.services.len(), o.slices.len(), o.nodes.len()), (1, 1, 1));
         assert!(o.node("n1").is_some() && o.node("n2").is_none());
+    }
+
+    #[test]
+    fn service_cidrs_are_kept() {
+        let doc = "apiVersion: networking.k8s.io/v1\nkind: ServiceCIDR\nmetadata: {name: kubernetes}\nspec:\n  cidrs: [198.18.96.0/20, \"2001:2:0:96::/112\"]\n";
+        let o = parse(doc).unwrap();
+        assert_eq!(o.service_cidrs.len(), 1);
+        let cidrs = o.service_cidrs[0].spec.as_ref().unwrap().cidrs.clone();
+        assert_eq!(cidrs.unwrap(), ["198.18.96.0/20", "2001:2:0:96::/112"]);
+        assert!(o.skipped.is_empty(), "{:?}", o.skipped);
     }
 
     #[test]

@@ -106,9 +106,9 @@ pub(crate) struct Categorized<'e, 'a> {
     /// The endpoints of `Local` traffic policy; None when the port never uses them.
     pub local: Option<Vec<&'e Ep<'a>>>,
     /// Whether the Service has a usable endpoint anywhere in the cluster (true even when
-    /// this node reaches none of them). kube-proxy tells "drop" from "reject" with it; xvs
-    /// drops in both cases, so only the case table reads it.
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// this node reaches none of them). kube-proxy tells "drop" from "reject" with it, and so
+    /// does the translation: a traffic policy `Local` without local endpoints drops while
+    /// the Service has some elsewhere, rejects when it has none.
     pub has_any: bool,
 }
 

@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime};
 use config::Config;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
 
 use super::merge::{Key, Merge};
 use super::translate::{NodeInfo, order_key, service_key, slice_service, translate_service};
@@ -45,8 +46,12 @@ pub struct IncrementalModel {
     slices: HashMap<Key, BTreeMap<String, Arc<EndpointSlice>>>,
     /// Slice (namespace, name) → the Service it is filed under.
     slice_owner: HashMap<Key, Key>,
+    /// The ServiceCIDR objects, by name (cluster-scoped).
+    service_cidrs: BTreeMap<String, Arc<ServiceCIDR>>,
     dirty: HashSet<Key>,
     all_dirty: bool,
+    /// The ServiceCIDRs (or the node) changed since the last model.
+    cidrs_dirty: bool,
     merge: Merge,
     /// Services translated by the last update that had work.
     last_translated: usize,
@@ -95,8 +100,11 @@ impl IncrementalModel {
             services: HashMap::new(),
             slices: HashMap::new(),
             slice_owner: HashMap::new(),
+            service_cidrs: BTreeMap::new(),
             dirty: HashSet::new(),
             all_dirty: false,
+            // The config's Service CIDRs are in the first model, objects or not.
+            cidrs_dirty: true,
             merge: Merge::default(),
             last_translated: 0,
             changes: Changes::default(),
@@ -154,6 +162,7 @@ impl IncrementalModel {
         if node != self.node {
             self.node = node;
             self.all_dirty = true;
+            self.cidrs_dirty = true;
         }
     }
 
@@ -165,7 +174,38 @@ impl IncrementalModel {
 
     /// Whether a [`model`](Self::model) call would translate anything.
     pub fn is_dirty(&self) -> bool {
-        self.all_dirty || !self.dirty.is_empty()
+        self.all_dirty || self.cidrs_dirty || !self.dirty.is_empty()
+    }
+
+    /// Adds or replaces a ServiceCIDR.
+    pub fn apply_service_cidr(&mut self, cidr: Arc<ServiceCIDR>) {
+        let name = cidr.metadata.name.clone().unwrap_or_default();
+        match self.service_cidrs.get(&name) {
+            Some(old) if Arc::ptr_eq(old, &cidr) || **old == *cidr => {}
+            _ => {
+                self.service_cidrs.insert(name, cidr);
+                self.cidrs_dirty = true;
+            }
+        }
+    }
+
+    /// Removes a ServiceCIDR.
+    pub fn delete_service_cidr(&mut self, name: &str) {
+        if self.service_cidrs.remove(name).is_some() {
+            self.cidrs_dirty = true;
+        }
+    }
+
+    /// Replaces every ServiceCIDR (after a relist).
+    pub fn replace_service_cidrs(&mut self, all: impl IntoIterator<Item = Arc<ServiceCIDR>>) {
+        let new: BTreeMap<String, Arc<ServiceCIDR>> = all
+            .into_iter()
+            .map(|c| (c.metadata.name.clone().unwrap_or_default(), c))
+            .collect();
+        if new != self.service_cidrs {
+            self.service_cidrs = new;
+            self.cidrs_dirty = true;
+        }
     }
 
     /// Number of Services held.
@@ -312,6 +352,11 @@ impl IncrementalModel {
     fn update(&mut self) {
         if !self.is_dirty() {
             return;
+        }
+        if std::mem::take(&mut self.cidrs_dirty) {
+            let objects: Vec<&ServiceCIDR> = self.service_cidrs.values().map(|c| &**c).collect();
+            self.merge
+                .set_service_cidrs(&objects, &self.node, &self.cfg);
         }
         let mut keys = std::mem::take(&mut self.dirty);
         if self.all_dirty {

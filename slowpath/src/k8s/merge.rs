@@ -20,6 +20,7 @@ use config::Config;
 use fastpath::snapshot::{Frontend, ServiceSpec};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
 
 use super::translate::{
     NodeInfo, OrderKey, Translated, fmt_ip_port, order_key, service_key, slice_service,
@@ -79,6 +80,13 @@ pub fn build_specs(
 ///   load-balancer IP with source ranges is served with the ranges.
 /// - Determinism: a Service's slices are read in name order; specs are sorted by name;
 ///   problems come Service by Service, oldest first (lost frontends after the others).
+/// - No usable endpoint: a spec rejects new flows (`NoEndpoints::Reject`) unless its traffic
+///   policy is `Local` and the Service has endpoints on other nodes (`Drop`), as kube-proxy's
+///   no-endpoint rules; the ClusterIP specs are marked `cluster_ip`, so their addresses
+///   reject the ports and protocols no frontend serves.
+/// - Service CIDRs: `[kubernetes] service_cidrs` and the ServiceCIDR objects'
+///   ([`build_model_with`]), checked in `cidrs` (a bad object skipped, a CIDR holding one of
+///   this node's addresses refused).
 /// - `healthCheckNodePort` of `externalTrafficPolicy: Local` Services is listed with its
 ///   count of local ready endpoints.
 pub fn build_model(
@@ -87,9 +95,22 @@ pub fn build_model(
     node: &NodeInfo,
     cfg: &Config,
 ) -> K8sModel {
+    build_model_with(services, slices, &[], node, cfg)
+}
+
+/// [`build_model`] with the cluster's ServiceCIDR objects too: the model's Service CIDRs
+/// are theirs and `[kubernetes] service_cidrs` (see `cidrs`).
+pub fn build_model_with(
+    services: &[Service],
+    slices: &[EndpointSlice],
+    service_cidrs: &[ServiceCIDR],
+    node: &NodeInfo,
+    cfg: &Config,
+) -> K8sModel {
     let services: Vec<&Service> = services.iter().collect();
     let slices: Vec<&EndpointSlice> = slices.iter().collect();
-    build_model_refs(&services, &slices, node, cfg)
+    let cidrs: Vec<&ServiceCIDR> = service_cidrs.iter().collect();
+    build_model_refs(&services, &slices, &cidrs, node, cfg)
 }
 
 /// [`build_model`] over borrowed objects: every Service translated on its own, then merged
@@ -97,6 +118,7 @@ pub fn build_model(
 pub(crate) fn build_model_refs(
     services: &[&Service],
     slices: &[&EndpointSlice],
+    service_cidrs: &[&ServiceCIDR],
     node: &NodeInfo,
     cfg: &Config,
 ) -> K8sModel {
@@ -121,6 +143,7 @@ pub(crate) fn build_model_refs(
         );
     }
     merge.commit();
+    merge.set_service_cidrs(service_cidrs, node, cfg);
     merge.into_model()
 }
 
@@ -179,6 +202,8 @@ pub(crate) struct Merge {
     touched_vips: Vec<IpAddr>,
     /// How many Services list an endpoint at each address.
     endpoints: Counts,
+    /// The problems of the Service CIDRs (after the Services' in `model.problems`).
+    cidr_problems: Vec<Problem>,
 
     model: K8sModel,
 }
@@ -363,6 +388,7 @@ impl Merge {
             self.model.problems = with
                 .iter()
                 .flat_map(|i| self.slots[*i as usize].problems.iter().cloned())
+                .chain(self.cidr_problems.iter().cloned())
                 .collect();
         }
         // Forget Services that are gone (nothing published, nothing claimed).
@@ -527,6 +553,30 @@ impl Merge {
     /// The model as of the last commit.
     pub(crate) fn model(&self) -> &K8sModel {
         &self.model
+    }
+
+    /// Sets the model's Service CIDRs from the ServiceCIDR `objects` and `cfg`'s
+    /// `[kubernetes] service_cidrs`, as `node` may take them (see `cidrs`), and their
+    /// problems after the Services'.
+    pub(crate) fn set_service_cidrs(
+        &mut self,
+        objects: &[&ServiceCIDR],
+        node: &NodeInfo,
+        cfg: &Config,
+    ) {
+        let configured = cfg
+            .kubernetes
+            .as_ref()
+            .map(|k| k.service_cidrs.as_slice())
+            .unwrap_or(&[]);
+        let (cidrs, problems) = super::cidrs::service_cidrs(objects, configured, node);
+        self.model.service_cidrs = cidrs;
+        if problems != self.cidr_problems {
+            let services = self.model.problems.len() - self.cidr_problems.len();
+            self.model.problems.truncate(services);
+            self.model.problems.extend(problems.iter().cloned());
+            self.cidr_problems = problems;
+        }
     }
 
     pub(crate) fn into_model(self) -> K8sModel {

@@ -1,5 +1,6 @@
-//! The Kubernetes source: watches Services, EndpointSlices (discovery.k8s.io/v1) and this
-//! node's Node object, and translates them into the source-agnostic model
+//! The Kubernetes source: watches Services, EndpointSlices (discovery.k8s.io/v1), the
+//! ServiceCIDRs (networking.k8s.io/v1) and this node's Node object, and translates them into
+//! the source-agnostic model
 //! ([`fastpath::snapshot::ServiceSpec`]) that the static source produces too.
 //!
 //! Three parts:
@@ -24,6 +25,7 @@
 //! Semantics follow kube-proxy (see `shared/seeds/virtual-ips-and-service-proxies.md`); the
 //! rules are listed on [`build_model`].
 
+mod cidrs;
 pub mod dump;
 mod endpoints;
 pub mod hcnp;
@@ -37,6 +39,8 @@ mod validate;
 #[cfg(test)]
 mod refusal_tests;
 #[cfg(test)]
+mod reject_tests;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod topology_cases;
@@ -47,7 +51,7 @@ use std::fmt;
 use fastpath::snapshot::ServiceSpec;
 
 pub use incremental::{IncrementalModel, last_change_trigger_time};
-pub use merge::{build_model, build_specs};
+pub use merge::{build_model, build_model_with, build_specs};
 pub use source::{SourceHandle, SourceStats, connect, node_name, spawn, watch};
 pub use translate::NodeInfo;
 
@@ -143,11 +147,15 @@ pub enum ProblemKind {
     EndpointNodeAddress,
     /// An endpoint on a Service's VIP.
     EndpointVip,
+    /// A ServiceCIDR object the API server would refuse, or a Service CIDR (an object's or
+    /// `[kubernetes] service_cidrs`) that holds one of this node's own addresses or is one
+    /// too many.
+    ServiceCidr,
 }
 
 impl ProblemKind {
     /// Every kind.
-    pub const ALL: [ProblemKind; 9] = [
+    pub const ALL: [ProblemKind; 10] = [
         ProblemKind::Invalid,
         ProblemKind::ServiceRefused,
         ProblemKind::FrontendInUse,
@@ -157,6 +165,7 @@ impl ProblemKind {
         ProblemKind::EndpointSpecial,
         ProblemKind::EndpointNodeAddress,
         ProblemKind::EndpointVip,
+        ProblemKind::ServiceCidr,
     ];
 
     /// The label: `invalid`, `service_refused`, `frontend_in_use`...
@@ -171,6 +180,7 @@ impl ProblemKind {
             ProblemKind::EndpointSpecial => "endpoint_special",
             ProblemKind::EndpointNodeAddress => "endpoint_node_address",
             ProblemKind::EndpointVip => "endpoint_vip",
+            ProblemKind::ServiceCidr => "service_cidr",
         }
     }
 }
@@ -199,6 +209,10 @@ pub struct K8sModel {
     pub source_ranges: HashMap<String, Vec<config::Cidr>>,
     /// Health-check node ports to serve, sorted by port.
     pub health_check_node_ports: Vec<HealthCheckNodePort>,
+    /// The Service CIDRs: `[kubernetes] service_cidrs` and those of the ServiceCIDR objects,
+    /// sorted, without duplicates, without any holding one of this node's own addresses (a
+    /// [`Problem`]), at most `config::SERVICE_CIDRS_MAX`.
+    pub service_cidrs: Vec<config::Cidr>,
     /// What was ignored.
     pub problems: Vec<Problem>,
     /// The `last-change-trigger-time`s of the EndpointSlice changes this model is the first

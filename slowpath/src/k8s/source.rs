@@ -1,9 +1,13 @@
-//! The watcher side: one thread with a current-thread tokio runtime running three kube-rs
-//! watchers (Services, EndpointSlices, this Node) feeding an [`IncrementalModel`], and a loop
-//! that publishes its models.
+//! The watcher side: one thread with a current-thread tokio runtime running four kube-rs
+//! watchers (Services, EndpointSlices, this Node, ServiceCIDRs) feeding an
+//! [`IncrementalModel`], and a loop that publishes its models.
 //!
 //! Contract:
-//! - Nothing is published until every watcher has completed its initial list.
+//! - Nothing is published until the Service, EndpointSlice and Node watchers have completed
+//!   their initial list. The ServiceCIDR watcher does not hold the source back (a cluster
+//!   before v1.33, or RBAC without the new rule, would otherwise never be served): until it
+//!   lists, only `[kubernetes] service_cidrs` apply, and when the API server does not serve
+//!   the resource at all (404) it is logged once and not watched again.
 //! - After a change, the next model is built no sooner than `min_sync_period` after the
 //!   previous one (changes in between are batched); with no change, a full rebuild is
 //!   published every `sync_period`.
@@ -31,6 +35,7 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::WatchStreamExt;
@@ -315,6 +320,22 @@ enum Change {
     Service(Box<Event<Service>>),
     Slice(Box<Event<EndpointSlice>>),
     Node(Box<Event<Node>>),
+    Cidr(Box<Event<ServiceCIDR>>),
+}
+
+/// Watchers whose first list the source waits for (Services, EndpointSlices, the Node); the
+/// fourth (ServiceCIDRs) is not waited for.
+const GATING: usize = 3;
+
+/// Whether a watch error says the API server does not serve the resource (404).
+fn not_served(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.code == 404,
+        watcher::Error::WatchError(s) => s.code == 404,
+        _ => false,
+    }
 }
 
 /// Runs the watchers until `stop` is cancelled (see the module doc): `on_model` gets every
@@ -340,15 +361,16 @@ pub async fn watch(
         watcher::Config::default().labels(&selector),
     );
     let mut node_events = watcher_of(
-        Api::<Node>::all(client),
+        Api::<Node>::all(client.clone()),
         watcher::Config::default().fields(&format!("metadata.name={node_name}")),
     );
-    let names = ["Service", "EndpointSlice", "Node"];
+    let mut cidr_events = watcher_of(Api::<ServiceCIDR>::all(client), watcher::Config::default());
+    let names = ["Service", "EndpointSlice", "Node", "ServiceCIDR"];
     // An API server outage fails every watch at each retry: log each watch's errors with
     // backoff and a count, and once when it recovers.
-    let mut failing: [RepeatLog; 3] = Default::default();
-    let mut synced = [false; 3];
-    let mut ended = [false; 3];
+    let mut failing: [RepeatLog; 4] = Default::default();
+    let mut synced = [false; 4];
+    let mut ended = [false; 4];
     let min_sync = k8s.min_sync_period.0;
     let sync_period = k8s.sync_period.0.max(min_sync);
     let mut last_build: Option<Instant> = None;
@@ -358,9 +380,10 @@ pub async fn watch(
     model.record_trigger_times_since(SystemTime::now());
     let mut node: Option<Node> = None;
     let (mut svc_list, mut slice_list, mut node_list) = (Relist(None), Relist(None), Relist(None));
+    let mut cidr_list = Relist(None);
 
     loop {
-        let wake = if synced.iter().all(|s| *s) {
+        let wake = if synced[..GATING].iter().all(|s| *s) {
             Some(match last_build {
                 None => Instant::now(),
                 Some(t) if model.is_dirty() => t + min_sync,
@@ -380,6 +403,7 @@ pub async fn watch(
             ev = svc_events.next(), if !ended[0] => (0, ev.map(|r| r.map(|e| Change::Service(Box::new(e))))),
             ev = slice_events.next(), if !ended[1] => (1, ev.map(|r| r.map(|e| Change::Slice(Box::new(e))))),
             ev = node_events.next(), if !ended[2] => (2, ev.map(|r| r.map(|e| Change::Node(Box::new(e))))),
+            ev = cidr_events.next(), if !ended[3] => (3, ev.map(|r| r.map(|e| Change::Cidr(Box::new(e))))),
             () = sleep => {
                 let t0 = Instant::now();
                 if !model.is_dirty() {
@@ -405,6 +429,14 @@ pub async fn watch(
                 }
                 c
             }
+            Some(Err(e)) if i == 3 && not_served(&e) => {
+                tracing::warn!(
+                    watch = names[i],
+                    "the API server does not serve networking.k8s.io/v1 ServiceCIDRs (before v1.33, or the feature is off): only [kubernetes] service_cidrs apply"
+                );
+                ended[i] = true;
+                continue;
+            }
             Some(Err(e)) => {
                 stats.watch_errors.fetch_add(1, Ordering::Relaxed);
                 if let Some(errors) = failing[i].failed(Instant::now()) {
@@ -421,6 +453,7 @@ pub async fn watch(
             Change::Service(e) => matches!(**e, Event::InitDone),
             Change::Slice(e) => matches!(**e, Event::InitDone),
             Change::Node(e) => matches!(**e, Event::InitDone),
+            Change::Cidr(e) => matches!(**e, Event::InitDone),
         };
         match change {
             Change::Service(e) => match *e {
@@ -461,6 +494,17 @@ pub async fn watch(
                 }
                 model.set_node(NodeInfo::resolve(cfg, &node_name, node.as_ref()));
             }
+            Change::Cidr(e) => match *e {
+                Event::Apply(c) => model.apply_service_cidr(Arc::new(c)),
+                Event::Delete(c) => {
+                    model.delete_service_cidr(c.metadata.name.as_deref().unwrap_or(""));
+                }
+                e => {
+                    if let Some(all) = cidr_list.on(e) {
+                        model.replace_service_cidrs(all.into_iter().map(Arc::new));
+                    }
+                }
+            },
         }
         stats.changes(&model);
         if model.is_dirty() {
@@ -468,7 +512,7 @@ pub async fn watch(
         }
         if init_done {
             synced[i] = true;
-            if synced.iter().all(|s| *s) {
+            if synced[..GATING].iter().all(|s| *s) {
                 stats.synced.store(true, Ordering::Relaxed);
             }
         }

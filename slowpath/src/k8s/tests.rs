@@ -22,6 +22,7 @@ pub(super) fn cfg() -> Config {
             sync_period: Dur(Duration::from_secs(30)),
             default_scheduler: SchedulerKind::Rr,
             external_ip_cidrs: vec!["198.18.200.0/24".parse().unwrap()],
+            service_cidrs: Vec::new(),
         }),
         ..Config::default()
     }
@@ -150,6 +151,8 @@ fn cluster_ip_service_gets_its_ready_endpoints() {
             synproxy: SynproxySetting::Auto {
                 embryonic_max: 1000
             },
+            no_endpoints: fastpath::snapshot::NoEndpoints::Reject,
+            cluster_ip: true,
             backends: vec![
                 BackendSpec {
                     addr: sa("10.0.0.1:8080"),

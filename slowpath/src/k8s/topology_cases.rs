@@ -656,6 +656,7 @@ fn cfg() -> Config {
             sync_period: Dur(std::time::Duration::from_secs(30)),
             default_scheduler: SchedulerKind::Rr,
             external_ip_cidrs: Vec::new(),
+            service_cidrs: Vec::new(),
         }),
         ..Config::default()
     }

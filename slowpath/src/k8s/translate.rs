@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 
 use config::{Cidr, Config, Protocol};
-use fastpath::snapshot::{BackendSpec, Frontend, ServiceSpec};
+use fastpath::snapshot::{BackendSpec, Frontend, NoEndpoints, ServiceSpec};
 use k8s_openapi::api::core::v1::{Node, Service, ServicePort};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
@@ -405,6 +405,16 @@ fn translate_into(
                 Uses::of(itp_local, etp_local, externally_accessible),
                 node,
             );
+            // kube-proxy rejects a new flow of a Service without endpoints anywhere, and drops
+            // one whose traffic policy is Local while the endpoints are on other nodes.
+            let empty = |local: bool| {
+                if local && cat.has_any {
+                    NoEndpoints::Drop
+                } else {
+                    NoEndpoints::Reject
+                }
+            };
+            let (int_empty, ext_empty) = (empty(itp_local), empty(etp_local));
             let (cluster, local_eps) = (
                 cat.cluster.unwrap_or_default(),
                 cat.local.unwrap_or_default(),
@@ -413,7 +423,7 @@ fn translate_into(
             let etp = if etp_local { &local_eps } else { &cluster };
             let mut group = |name: String,
                              frontends: Vec<Frontend>,
-                             chosen: &[&Ep<'_>],
+                             (chosen, no_endpoints): (&[&Ep<'_>], NoEndpoints),
                              ranges: Vec<Cidr>,
                              lb,
                              rank| {
@@ -440,6 +450,8 @@ fn translate_into(
                     rate_limit: common.rate_limit,
                     frozen: false,
                     synproxy: common.synproxy,
+                    no_endpoints,
+                    cluster_ip: rank == RANK_CLUSTER_IP,
                 };
                 out.push(spec, lb, rank);
             };
@@ -447,7 +459,7 @@ fn translate_into(
             group(
                 format!("{base}{suffix}"),
                 internal,
-                itp,
+                (itp, int_empty),
                 Vec::new(),
                 false,
                 cluster_ip,
@@ -455,16 +467,16 @@ fn translate_into(
             if source_ranges.is_empty() {
                 external.extend(lb);
                 let name = format!("{base}/ext{suffix}");
-                group(name, external, etp, Vec::new(), false, ext);
+                group(name, external, (etp, ext_empty), Vec::new(), false, ext);
             } else {
                 // An address that is both an externalIP and a load-balancer IP is served with
                 // the source ranges (kube-proxy checks them for the load-balancer IP, whatever
                 // else the address is).
                 external.retain(|f| !lb.contains(f));
                 let name = format!("{base}/ext{suffix}");
-                group(name, external, etp, Vec::new(), false, ext);
+                group(name, external, (etp, ext_empty), Vec::new(), false, ext);
                 let name = format!("{base}/lb{suffix}");
-                group(name, lb, etp, ranges, true, RANK_LB_RANGES);
+                group(name, lb, (etp, ext_empty), ranges, true, RANK_LB_RANGES);
             }
         }
     }

@@ -1,10 +1,11 @@
 //! A fake Kubernetes API server for tests, shared by `slowpath/tests/k8s_fake_api.rs` and
 //! `daemon/tests/k8s_poison.rs` (each uses part of it). Hand-written HTTP/1.1 on a
-//! tokio `TcpListener` (127.0.0.1, ephemeral port), speaking the real protocol for the three
+//! tokio `TcpListener` (127.0.0.1, ephemeral port), speaking the real protocol for the four
 //! collections the source watches:
 //!
-//! - `GET /api/v1/services`, `/apis/discovery.k8s.io/v1/endpointslices`, `/api/v1/nodes`
-//!   with `labelSelector` (`k=v`, `k==v`, `k!=v`, `k`, `!k`, comma-separated) and
+//! - `GET /api/v1/services`, `/apis/discovery.k8s.io/v1/endpointslices`, `/api/v1/nodes`,
+//!   `/apis/networking.k8s.io/v1/servicecidrs` (unless [`FakeApi::without_service_cidrs`]:
+//!   then 404, as an API server before v1.33) with `labelSelector` (`k=v`, `k==v`, `k!=v`, `k`, `!k`, comma-separated) and
 //!   `fieldSelector` (`metadata.name=X`, `metadata.namespace=X`).
 //! - Lists: `{"kind":"ServiceList","metadata":{"resourceVersion":"N"},"items":[...]}`.
 //! - `?watch=true|1&resourceVersion=N`: a chunked stream of newline-delimited
@@ -33,6 +34,7 @@ pub enum Kind {
     Service,
     EndpointSlice,
     Node,
+    ServiceCidr,
 }
 
 impl Kind {
@@ -41,6 +43,7 @@ impl Kind {
             Some("Service") => Kind::Service,
             Some("EndpointSlice") => Kind::EndpointSlice,
             Some("Node") => Kind::Node,
+            Some("ServiceCIDR") => Kind::ServiceCidr,
             k => panic!("fake api: unsupported kind {k:?}"),
         }
     }
@@ -49,6 +52,7 @@ impl Kind {
             "/api/v1/services" => Some(Kind::Service),
             "/apis/discovery.k8s.io/v1/endpointslices" => Some(Kind::EndpointSlice),
             "/api/v1/nodes" => Some(Kind::Node),
+            "/apis/networking.k8s.io/v1/servicecidrs" => Some(Kind::ServiceCidr),
             _ => None,
         }
     }
@@ -57,6 +61,7 @@ impl Kind {
             Kind::Service => ("ServiceList", "v1"),
             Kind::EndpointSlice => ("EndpointSliceList", "discovery.k8s.io/v1"),
             Kind::Node => ("NodeList", "v1"),
+            Kind::ServiceCidr => ("ServiceCIDRList", "networking.k8s.io/v1"),
         }
     }
 }
@@ -75,7 +80,10 @@ struct State {
     generation: u64,
     gone_generation: u64,
     down: bool,
-    /// "LIST Service", "WATCH Service" and the like, one per request.
+    /// ServiceCIDRs are not served (404).
+    no_service_cidrs: bool,
+    /// "LIST Service", "WATCH Service" and the like, one per request ("NOTFOUND path" for a
+    /// 404).
     requests: Vec<String>,
     queries: Vec<String>,
 }
@@ -170,6 +178,11 @@ impl FakeApi {
             s.log.push((rv, kind, "DELETED", obj));
         }
         self.notify();
+    }
+
+    /// Answers 404 for ServiceCIDRs from now on (an API server before v1.33).
+    pub fn without_service_cidrs(&self) {
+        self.state.lock().unwrap().no_service_cidrs = true;
     }
 
     /// An API server restart: with `true`, every open connection is dropped and new ones are
@@ -343,7 +356,15 @@ async fn handle(
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (decode(k), decode(v)))
         .collect();
-    let Some(kind) = Kind::from_path(path) else {
+    let served = Kind::from_path(path).filter(|k| {
+        let mut s = state.lock().unwrap();
+        let off = *k == Kind::ServiceCidr && s.no_service_cidrs;
+        if off {
+            s.requests.push(format!("NOTFOUND {path}"));
+        }
+        !off
+    });
+    let Some(kind) = served else {
         let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
             "reason": "NotFound", "code": 404, "message": format!("{path} not found")});
         return respond(&mut conn, 404, &status).await;

@@ -1,34 +1,45 @@
-//! `xvs sim`: the operator's dry run. Flows from a file go through the same snapshot,
-//! affinity table and schedulers the fastpath uses, and each line says where the flow would
-//! go; a per-backend distribution follows.
+//! `xvs sim`: the operator's dry run. Each flow of a file goes through the real pipeline
+//! (`drive`: synthesized packets, as `xvs pcap` replays frames), so every rule of the
+//! fastpath is the simulation's: hygiene (a martian source is dropped), admission (source
+//! ranges, freeze, rate limit), the SYN proxy, rejects, Service CIDRs, ClientIP affinity and
+//! the schedulers over the flow table's own connection counts. Each line says what the
+//! pipeline did with it; a per-backend distribution follows.
 //!
 //! Input, one flow per line: `proto,src_ip,src_port,dst_ip,dst_port[,open|close]`; blank
-//! lines and `#` comments are skipped. A repeated `open` of a flow that is still open is the
-//! same connection (the flow table would hit) and keeps its backend; `close` ends it, which
-//! lowers the connection counts that lc/wlc/sed/nq/lblc/lblcr read. TCP and SCTP flows count
-//! as active connections, UDP as inactive, as IPVS counts them.
+//! lines and `#` comments are skipped; each line is one millisecond after the one before (a
+//! flow idle past its timeout expires as on a node). A repeated `open` of a flow that is
+//! still open is the same connection (the flow table hits) and keeps its backend; `close`
+//! ends it (a client RST, an SCTP ABORT; a UDP flow is removed), which lowers the connection
+//! counts that lc/wlc/sed/nq/lblc/lblcr read: an open TCP or SCTP connection (its handshake
+//! played both ways) counts as active, a closed one and UDP as inactive, as IPVS counts
+//! them.
+//!
+//! Output per line: `proto src -> frontend => backend` when forwarded, else `=> reject
+//! (REASON)`, `=> drop (REASON)` or `=> pass` (not xvs's: the host gets it), REASON the
+//! pipeline's name (`no_endpoints`, `source_range`, `martian_source`...); `--json` carries
+//! `verdict` (`forward`, `reject`, `drop`, `pass`) and `reason`.
 //!
 //! The services come from the config's `[[services]]`, or with `--objects` from a dump of
 //! Kubernetes objects translated by the Kubernetes source's own code (`slowpath::k8s`), as
-//! this node (`--node`) would see them. A new flow passes the pipeline's admission
-//! (`ServiceEntry::admit_new_flow`: source ranges, freeze, rate limit) before it is
-//! scheduled; a refusal prints the pipeline's drop reason.
+//! this node (`--node`) would see them, its ServiceCIDRs with `[kubernetes] service_cidrs`.
 
 use std::collections::HashMap;
 use std::io::{BufRead, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use config::Config;
-use config::Protocol;
+use config::{Cidr, Config, Protocol};
+use fastpath::pipeline::Verdict;
 use fastpath::snapshot::{Frontend, L2Table, ServiceSpec, Snapshot, SnapshotBuilder};
-use lb_algos::{AffinityTable, BackendId, ConnCounts, FlowTuple};
 use slowpath::k8s::{self, NodeInfo};
 
-/// Affinity entries the simulation can hold.
-const AFFINITY_CAPACITY: usize = 1 << 16;
+mod drive;
+mod frames;
+
+use drive::Driver;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Event {
@@ -82,18 +93,6 @@ fn parse_line(line: &str) -> Result<FlowLine, String> {
     })
 }
 
-/// Connection counts kept by the simulation: [active, inactive] per backend id.
-struct Counts(Vec<[u32; 2]>);
-
-impl ConnCounts for Counts {
-    fn active(&self, id: BackendId) -> u32 {
-        self.0.get(id.0 as usize).map_or(0, |c| c[0])
-    }
-    fn inactive(&self, id: BackendId) -> u32 {
-        self.0.get(id.0 as usize).map_or(0, |c| c[1])
-    }
-}
-
 /// Per-backend tally for the distribution table.
 #[derive(Default, Clone)]
 struct Tally {
@@ -103,94 +102,72 @@ struct Tally {
 
 type FlowKey = (Protocol, SocketAddr, SocketAddr);
 
-struct Sim<'a> {
-    snap: &'a Snapshot,
-    counts: Counts,
-    affinity: AffinityTable,
+struct Sim {
+    driver: Driver,
+    snap: Arc<Snapshot>,
+    /// Open flows: (service id, backend index).
     open: HashMap<FlowKey, (u32, usize)>,
+    /// By service id, then backend index.
     tally: Vec<Vec<Tally>>,
 }
 
 /// What happened to one input flow.
 struct Outcome {
     service: Option<u32>,
-    backend: Result<usize, &'static str>,
+    result: Result<SocketAddr, Verdict>,
 }
 
-impl Sim<'_> {
-    fn counter_slot(&self, svc: u32, idx: usize, proto: Protocol) -> (usize, usize) {
-        let id = self.snap.services[svc as usize].backends[idx].id.0 as usize;
-        (id, if proto == Protocol::Udp { 1 } else { 0 })
-    }
-
+impl Sim {
     fn step(&mut self, f: &FlowLine, now: Instant) -> Outcome {
         let frontend = Frontend {
             vip: f.dst.ip(),
             protocol: f.proto,
             port: f.dst.port(),
         };
-        let Some(svc) = self.snap.service_for(&frontend) else {
-            return Outcome {
-                service: None,
-                backend: Err("no service"),
-            };
-        };
+        let service = self.snap.service_for(&frontend).map(|s| s.id);
         let key = (f.proto, f.src, f.dst);
-        match f.event {
-            Event::Close => match self.open.remove(&key) {
-                Some((s, idx)) => {
-                    let (id, which) = self.counter_slot(s, idx, f.proto);
-                    self.counts.0[id][which] -= 1;
+        let result = match f.event {
+            Event::Close => {
+                let r = self.driver.close(f.proto, f.src, f.dst, now);
+                if let Some((s, idx)) = self.open.remove(&key) {
                     self.tally[s as usize][idx].open -= 1;
-                    Outcome {
-                        service: Some(s),
-                        backend: Ok(idx),
-                    }
                 }
-                None => Outcome {
-                    service: Some(svc.id),
-                    backend: Err("no such open flow"),
-                },
-            },
+                r.result
+            }
             Event::Open => {
-                if let Some(&(s, idx)) = self.open.get(&key) {
-                    return Outcome {
-                        service: Some(s),
-                        backend: Ok(idx),
-                    };
-                }
-                if let Err(why) = svc.admit_new_flow(self.snap.frozen, f.src.ip(), now) {
-                    return Outcome {
-                        service: Some(svc.id),
-                        backend: Err(why.name()),
-                    };
-                }
-                let tuple = FlowTuple {
-                    src: f.src.ip(),
-                    src_port: f.src.port(),
-                    dst: f.dst.ip(),
-                    dst_port: f.dst.port(),
-                };
-                match svc.schedule(&tuple, &self.counts, &self.affinity, now) {
-                    Ok(idx) => {
-                        let (id, which) = self.counter_slot(svc.id, idx, f.proto);
-                        self.counts.0[id][which] += 1;
-                        let t = &mut self.tally[svc.id as usize][idx];
+                let r = self.driver.open(f.proto, f.src, f.dst, now);
+                if let (true, Ok(backend), Some(s)) = (r.new_flow, r.result, service) {
+                    // A new connection (the last one of this tuple ended, or expired).
+                    if let Some((old, idx)) = self.open.remove(&key) {
+                        self.tally[old as usize][idx].open -= 1;
+                    }
+                    let svc = &self.snap.services[s as usize];
+                    if let Some(idx) = svc.backends.iter().position(|b| b.addr == backend) {
+                        let t = &mut self.tally[s as usize][idx];
                         t.flows += 1;
                         t.open += 1;
-                        self.open.insert(key, (svc.id, idx));
-                        Outcome {
-                            service: Some(svc.id),
-                            backend: Ok(idx),
-                        }
+                        self.open.insert(key, (s, idx));
                     }
-                    Err(why) => Outcome {
-                        service: Some(svc.id),
-                        backend: Err(why.reason()),
-                    },
                 }
+                r.result
             }
-        }
+        };
+        Outcome { service, result }
+    }
+}
+
+/// The verdict words and reason of a line: `forward`, or `reject`/`drop` with the pipeline's
+/// reason, or `pass`.
+fn verdict_of(r: Result<SocketAddr, Verdict>) -> (&'static str, Option<&'static str>) {
+    match r {
+        Ok(_) => ("forward", None),
+        Err(Verdict::Reject { reason, .. }) => ("reject", Some(reason.name())),
+        Err(Verdict::Drop(reason)) => ("drop", Some(reason.name())),
+        // (Default routes: every next hop resolves.)
+        Err(Verdict::Slow) => ("drop", Some("next_hop_unresolved")),
+        Err(Verdict::Pass) => ("pass", None),
+        // (A transmitted frame whose backend could not be read: none is built so.)
+        Err(Verdict::Tx(_)) => ("forward", None),
     }
 }
 
@@ -208,13 +185,13 @@ pub struct Args {
     pub json: bool,
 }
 
-/// The services of a Kubernetes dump as this node's source would publish them; problems
-/// (objects or fields ignored) go to stderr as the daemon logs them.
+/// The services and Service CIDRs of a Kubernetes dump as this node's source would publish
+/// them; problems (objects or fields ignored) go to stderr as the daemon logs them.
 fn objects_specs(
     cfg: &Config,
     path: &Path,
     node: Option<&str>,
-) -> Result<Vec<ServiceSpec>, String> {
+) -> Result<(Vec<ServiceSpec>, Vec<Cidr>), String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read objects file {}: {e}", path.display()))?;
     let objects = k8s::dump::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -236,11 +213,17 @@ fn objects_specs(
     for (kind, n) in &objects.skipped {
         eprintln!("xvs sim: {}: {n} {kind} object(s) skipped", path.display());
     }
-    let model = k8s::build_model(&objects.services, &objects.slices, &node_info, cfg);
+    let model = k8s::build_model_with(
+        &objects.services,
+        &objects.slices,
+        &objects.service_cidrs,
+        &node_info,
+        cfg,
+    );
     for p in &model.problems {
         eprintln!("xvs sim: {p}");
     }
-    Ok(model.specs)
+    Ok((model.specs, model.service_cidrs))
 }
 
 pub fn main(args: Args) -> ExitCode {
@@ -251,8 +234,8 @@ pub fn main(args: Args) -> ExitCode {
         },
         None => Config::default(),
     };
-    let mut specs = match &args.objects {
-        None => ServiceSpec::from_config(&cfg),
+    let (mut specs, service_cidrs) = match &args.objects {
+        None => (ServiceSpec::from_config(&cfg), Vec::new()),
         Some(path) => {
             if cfg.kubernetes.is_none() {
                 // The [kubernetes] defaults: no externalIPs allowed, default scheduler rr.
@@ -285,8 +268,10 @@ pub fn main(args: Args) -> ExitCode {
         }
     }
     // As the daemon builds: a service the builder refuses is left out, the others run.
-    let (snap, refused) =
-        SnapshotBuilder::from_config(&cfg).build_isolated(&specs, &L2Table::from_config(&cfg));
+    let mut builder = SnapshotBuilder::from_config(&cfg);
+    builder.set_service_cidrs(&service_cidrs);
+    let l2 = drive::with_default_routes(L2Table::from_config(&cfg));
+    let (snap, refused) = builder.build_isolated(&specs, &l2);
     for r in &refused {
         eprintln!("xvs sim: service {}: refused: {r}", r.name);
     }
@@ -304,16 +289,31 @@ pub fn main(args: Args) -> ExitCode {
         }
     };
     let epoch = Instant::now();
+    let ids = snap
+        .services
+        .iter()
+        .map(|s| s.id as usize + 1)
+        .max()
+        .unwrap_or(0);
+    let tally = (0..ids)
+        .map(|id| {
+            let n = snap.services.get(id).map_or(0, |s| s.backends.len());
+            vec![Tally::default(); n]
+        })
+        .collect();
+    let driver = match drive::Driver::new(&cfg, snap, epoch) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("xvs sim: {e}");
+            return ExitCode::from(crate::EXIT_BAD_CONFIG);
+        }
+    };
+    let snap = Arc::clone(driver.snapshot());
     let mut sim = Sim {
-        snap: &snap,
-        counts: Counts(vec![[0, 0]; cfg.flowtable.backends_max as usize]),
-        affinity: AffinityTable::new(AFFINITY_CAPACITY, epoch),
+        driver,
+        snap: Arc::clone(&snap),
         open: HashMap::new(),
-        tally: snap
-            .services
-            .iter()
-            .map(|s| vec![Tally::default(); s.backends.len()])
-            .collect(),
+        tally,
     };
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
@@ -346,12 +346,9 @@ pub fn main(args: Args) -> ExitCode {
         let now = epoch + Duration::from_millis(n as u64);
         let o = sim.step(&flow, now);
         let proto = flow.proto.name();
-        let svc = o.service.map(|s| &snap.services[s as usize]);
-        let backend = o
-            .backend
-            .map(|i| svc.map(|s| s.backends[i].addr))
-            .ok()
-            .flatten();
+        let svc = o.service.and_then(|s| snap.services.get(s as usize));
+        let backend = o.result.ok();
+        let (verdict, reason) = verdict_of(o.result);
         let event = if flow.event == Event::Open {
             "open"
         } else {
@@ -365,14 +362,15 @@ pub fn main(args: Args) -> ExitCode {
                 "event": event,
                 "service": svc.map(|s| s.name.as_str()),
                 "backend": backend.map(|b| b.to_string()),
-                "reason": o.backend.err(),
+                "verdict": verdict,
+                "reason": reason,
             });
             writeln!(out, "{v}")
         } else {
-            let to = match (backend, o.backend) {
+            let to = match (backend, reason) {
                 (Some(b), _) => b.to_string(),
-                (None, Err(why)) => format!("none ({why})"),
-                (None, Ok(_)) => "none".to_owned(),
+                (None, Some(why)) => format!("{verdict} ({why})"),
+                (None, None) => verdict.to_owned(),
             };
             let suffix = if flow.event == Event::Close {
                 " (close)"
@@ -395,7 +393,7 @@ pub fn main(args: Args) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn print_distribution(out: &mut impl Write, sim: &Sim<'_>, json: bool) -> std::io::Result<()> {
+fn print_distribution(out: &mut impl Write, sim: &Sim, json: bool) -> std::io::Result<()> {
     if !json {
         writeln!(out)?;
         writeln!(
@@ -404,7 +402,8 @@ fn print_distribution(out: &mut impl Write, sim: &Sim<'_>, json: bool) -> std::i
             "service", "backend", "weight", "flows", "share", "open"
         )?;
     }
-    for (s, svc) in sim.snap.services.iter().enumerate() {
+    for svc in sim.snap.services.iter() {
+        let s = svc.id as usize;
         let total: u64 = sim.tally[s].iter().map(|t| t.flows).sum();
         if total == 0 {
             continue;
