@@ -129,6 +129,27 @@ mod tests {
         std::fs::write(&key, [7u8; 8]).unwrap();
         let f = check(&cfg(&text));
         assert_eq!(keys(&f.refused), ["sync.key_file"], "too short");
+        // Not a key: a device (read for ever before), a large file.
+        for (not_a_key, why) in [
+            (Path::new("/dev/zero").to_owned(), "not a regular file"),
+            (dir.path().to_owned(), "not a regular file"),
+        ] {
+            let f = check(&cfg(&text.replace(
+                &key.display().to_string(),
+                &not_a_key.display().to_string(),
+            )));
+            assert!(f.refused[0].1.ends_with(why), "{:?}", f.refused);
+        }
+        std::fs::File::create(&key)
+            .unwrap()
+            .set_len(1 << 20)
+            .unwrap();
+        let f = check(&cfg(&text));
+        assert!(
+            f.refused[0].1.contains("larger than 4096 bytes"),
+            "{:?}",
+            f.refused
+        );
         std::fs::write(&key, [7u8; 32]).unwrap();
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
         let f = check(&cfg(&text));
