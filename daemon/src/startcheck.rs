@@ -168,6 +168,8 @@ mod tests {
         let text = format!("{IFACE}[kubernetes]\nkubeconfig = \"{}\"\n", kc.display());
         let f = check(&cfg(&text));
         assert_eq!(keys(&f.refused), ["kubernetes.kubeconfig"]);
+        let f = check(&cfg(&text.replace(&kc.display().to_string(), "/dev/zero")));
+        assert!(f.refused[0].1.ends_with("not a regular file"), "{f:?}");
         // A certificate file it names must exist too.
         let with_ca = |ca: &str| {
             format!(
