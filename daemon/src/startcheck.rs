@@ -7,6 +7,8 @@
 //!
 //! Refused:
 //! - no `[dataplane] interfaces`: nothing to forward on;
+//! - a `[log] level` the logger does not take ([`crate::logging::filter`], which `xvs run`
+//!   calls; validation checks the same words, this is the logger's own verdict);
 //! - `[sync]` whose key file cannot be read or is too short
 //!   ([`slowpath::flowsync::FlowSyncConfig::from_config`], which the driver calls);
 //! - `[kubernetes] kubeconfig` that cannot be read or used, its certificate files included
@@ -40,6 +42,9 @@ pub fn check(cfg: &Config) -> Findings {
             KeyPath::of(&["dataplane", "interfaces"]),
             "no interfaces: xvs run has nothing to forward on; list at least one (interfaces = [{ name = \"eth0\", queues = 1 }])".to_owned(),
         ));
+    }
+    if let Err(why) = crate::logging::filter(&cfg.log, None) {
+        f.refused.push((KeyPath::of(&["log", "level"]), why));
     }
     if cfg.sync.enable {
         let key = KeyPath::of(&["sync", "key_file"]);
@@ -113,6 +118,16 @@ mod tests {
         let f = check(&cfg(""));
         assert_eq!(keys(&f.refused), ["dataplane.interfaces"]);
         assert!(check(&cfg(IFACE)).refused.is_empty());
+    }
+
+    /// Validation takes only filters the logger takes; were they to differ, the logger's
+    /// verdict is the one `run` meets.
+    #[test]
+    fn the_log_filter_is_the_loggers() {
+        let mut c = cfg(IFACE);
+        c.log.level = "xvs=[".to_owned();
+        let f = check(&c);
+        assert_eq!(keys(&f.refused), ["log.level"], "{f:?}");
     }
 
     #[test]
