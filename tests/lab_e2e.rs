@@ -1378,10 +1378,17 @@ fn services_stats_match_the_clients_and_backends_counts() {
         ));
     }
     assert_eq!(count(&bodies, "backend-1"), 3, "{bodies:?}");
-    // The table says the same.
+    // The table says the same (--exact: not scaled to kB).
     let o = lab.exec(
         "x",
-        &[xvs, "services", "--stats", "--admin", "127.0.0.1:10249"],
+        &[
+            xvs,
+            "services",
+            "--stats",
+            "--exact",
+            "--admin",
+            "127.0.0.1:10249",
+        ],
     );
     let out = String::from_utf8(o.stdout).unwrap();
     let rows: Vec<String> = out
@@ -1397,6 +1404,6 @@ fn services_stats_match_the_clients_and_backends_counts() {
         &[xvs, "services", "--rate", "--admin", "127.0.0.1:10249"],
     );
     let out = String::from_utf8(o.stdout).unwrap();
-    assert!(out.contains("CPS"), "{out}");
+    assert!(out.contains("CONNS/S") && out.contains("INBIT/S"), "{out}");
     lab.stop_xvs();
 }

@@ -43,6 +43,7 @@ const AFFINITY_TIMEOUT_MAX_S: u64 = 86400;
 
 pub fn validate(c: &Config) -> Found {
     let mut out = Found::new();
+    out.extend(crate::address::node_addresses(c));
     dataplane(c, &mut out);
     flowtable(c, &mut out);
     timeouts(c, &mut out);

@@ -710,17 +710,8 @@ impl Controller {
     /// Why the file `new` (which wrote `written`) cannot replace the running config, if it
     /// cannot: the reload rules of the module doc.
     pub fn refusal(&self, new: &Config, written: &Written) -> Option<String> {
-        if written.keys.is_empty() {
-            return Some(
-                "the file is empty (nothing but whitespace or comments): a reload needs the complete config"
-                    .to_owned(),
-            );
-        }
-        if !written.ends_with_newline {
-            return Some(
-                "the file's last line has no newline: it looks cut short (a write in progress?); replace the file atomically (write a temporary file, then rename it over this one) and end it with a newline"
-                    .to_owned(),
-            );
+        if let Some(why) = written.incomplete() {
+            return Some(why.to_owned());
         }
         if new.kubernetes.is_some() != self.cfg.kubernetes.is_some() {
             let (was, is) = if new.kubernetes.is_some() {

@@ -235,6 +235,14 @@ pub enum K8sError {
         /// kube's error.
         source: kube::config::KubeconfigError,
     },
+    /// The kubeconfig is not a file to read: not a regular file, or too large.
+    #[error("kubeconfig {path}: {why}")]
+    KubeconfigFile {
+        /// The file.
+        path: String,
+        /// What it is instead.
+        why: String,
+    },
     /// No kubeconfig was given and the in-cluster configuration is missing.
     #[error("in-cluster configuration: {0}")]
     InCluster(#[from] kube::config::InClusterError),
