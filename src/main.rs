@@ -50,13 +50,18 @@ enum Command {
     /// `xvs run` or a reload would refuse without looking at the host, and warns about what
     /// is valid but dangerous; with --host, check this machine for it as `xvs run` would
     /// (every problem at once).
-    #[command(group(clap::ArgGroup::new("file").args(["path", "config"])))]
+    #[command(group(
+        clap::ArgGroup::new("what")
+            .required(true)
+            .multiple(true)
+            .args(["path", "config", "host"])
+    ))]
     Check {
         /// The config file.
-        #[arg(value_name = "FILE", required_unless_present_any = ["config", "host"])]
+        #[arg(value_name = "FILE", conflicts_with = "config")]
         path: Option<PathBuf>,
         /// The config file (as `xvs run --config`).
-        #[arg(long, short, required_unless_present_any = ["path", "host"])]
+        #[arg(long, short)]
         config: Option<PathBuf>,
         /// Refuse warnings too (exit 2), as a CI gate would.
         #[arg(long)]

@@ -328,7 +328,7 @@ fn check_takes_the_file_as_an_argument() {
         let o = xvs(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}");
         assert!(
-            stderr(&o).contains("Usage: xvs check <FILE|--config <CONFIG>>"),
+            stderr(&o).contains("Usage: xvs check <FILE|--config <CONFIG>|--host>"),
             "{}",
             stderr(&o)
         );
