@@ -9,6 +9,7 @@
 
 mod address;
 mod cores;
+pub mod health;
 mod reload;
 mod schema;
 mod span;
@@ -155,3 +156,5 @@ impl Config {
 mod tests;
 #[cfg(test)]
 mod tests_bfd;
+#[cfg(test)]
+mod tests_health;

@@ -75,6 +75,9 @@ pub struct ServiceSpec {
     pub frozen: bool,
     /// The SYN proxy (TCP frontends), with the global setting folded in.
     pub synproxy: SynproxySetting,
+    /// The service's own health check, over `[health]` (the daemon's health checker reads
+    /// it; the snapshot does not).
+    pub health: config::ServiceHealth,
 }
 
 /// A service's SYN proxy as the fastpath applies it: the service's mode (its own, or the
@@ -149,6 +152,7 @@ impl ServiceSpec {
                 }),
                 frozen: false,
                 synproxy: SynproxySetting::of(s.synproxy_or(c.synproxy.mode), c),
+                health: s.health.clone(),
             })
             .collect()
     }

@@ -150,6 +150,11 @@ fn cluster_ip_service_gets_its_ready_endpoints() {
             synproxy: SynproxySetting::Auto {
                 embryonic_max: 1000
             },
+            // No xvs.io/health-check-probe: not probed, whatever [health] says.
+            health: config::ServiceHealth {
+                probe: Some(config::ProbeKind::None),
+                ..Default::default()
+            },
             backends: vec![
                 BackendSpec {
                     addr: sa("10.0.0.1:8080"),

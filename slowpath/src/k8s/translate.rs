@@ -440,6 +440,7 @@ fn translate_into(
                     rate_limit: common.rate_limit,
                     frozen: false,
                     synproxy: common.synproxy,
+                    health: common.health.clone(),
                 };
                 out.push(spec, lb, rank);
             };
