@@ -154,6 +154,9 @@ pub fn summary(name: &str, c: &Config) -> String {
         c.admin_socket().display(),
         if c.admin.enable_control { "on" } else { "off" }
     );
+    if let Some(m) = c.admin.metrics_listen {
+        let _ = writeln!(s, "metrics: http://{m}/metrics (nothing else)");
+    }
     let _ = writeln!(s, "log: {} ({})", c.log.level, log_format(c.log.format));
     if c.services.is_empty() {
         return s;
@@ -192,6 +195,9 @@ pub fn summary(name: &str, c: &Config) -> String {
             affinity,
             limit
         );
+        if let Some(check) = slowpath::health::Check::resolve(&c.health, &svc.health) {
+            let _ = writeln!(s, "    health: {}", check.describe());
+        }
         for b in &svc.backends {
             let drain = if b.weight == 0 { " (drain)" } else { "" };
             let _ = writeln!(s, "    -> {} weight {}{}", b.addr, b.weight, drain);

@@ -184,6 +184,73 @@ fn governance_keys_are_shown_and_checked() {
 }
 
 #[test]
+fn health_checks_and_the_scrape_listener_are_shown_and_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let lab = std::fs::read_to_string(example("lab.toml")).unwrap();
+    // web has a check of its own; the others take [health]'s (tcp here).
+    let text = lab.replacen(
+        "name = \"web\"\n",
+        "name = \"web\"\nhealth = { probe = \"https\", port = 8443, http_path = \"/ready\", http_status = [204], fall = 5 }\n",
+        1,
+    ) + "\n[health]\nprobe = \"tcp\"\n";
+    let text = text.replacen(
+        "[admin]\n",
+        "[admin]\nmetrics_listen = \"0.0.0.0:10269\"\n",
+        1,
+    );
+    let o = xvs(&[
+        "check",
+        "--config",
+        write_temp(&dir, &text).to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        out.contains("    health: https GET /ready on port 8443, status 204, rise 2 fall 5\n"),
+        "{out}"
+    );
+    assert_eq!(
+        out.matches("    health: tcp on the backend's port, rise 2 fall 3\n")
+            .count(),
+        2,
+        "{out}"
+    );
+    assert!(
+        out.contains("metrics: http://0.0.0.0:10269/metrics (nothing else)"),
+        "{out}"
+    );
+    // Without probes nothing is said.
+    let o = xvs(&["check", "--config", example("lab.toml").to_str().unwrap()]);
+    let out = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        !out.contains("health:") && !out.contains("metrics: "),
+        "{out}"
+    );
+    // A bad value: exit 2 naming the key.
+    for (health, key) in [
+        ("health = { port = 0 }", "services[0].health.port"),
+        (
+            "health = { http_path = \"/a b\" }",
+            "services[0].health.http_path",
+        ),
+        ("health = { probe = \"grpc\" }", "services[0].health.probe"),
+    ] {
+        let text = lab.replacen(
+            "name = \"web\"\n",
+            &format!("name = \"web\"\n{health}\n"),
+            1,
+        );
+        let o = xvs(&[
+            "check",
+            "--config",
+            write_temp(&dir, &text).to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{health}");
+        assert!(stderr(&o).contains(key), "{health}: {}", stderr(&o));
+    }
+}
+
+#[test]
 fn bad_files_exit_2_naming_key_and_line() {
     let dir = tempfile::tempdir().unwrap();
     let good = std::fs::read_to_string(example("lab.toml")).unwrap();

@@ -9,6 +9,7 @@
 
 mod address;
 mod cores;
+pub mod health;
 mod reload;
 mod schema;
 mod span;
@@ -182,5 +183,7 @@ impl Config {
 mod tests;
 #[cfg(test)]
 mod tests_bfd;
+#[cfg(test)]
+mod tests_health;
 #[cfg(test)]
 mod tests_reject;
