@@ -11,7 +11,7 @@
 //!   encapsulation it was made with, through reloads, restarts and flow sync. The SYN proxy
 //!   never takes a DSR service (it needs the replies).
 //! - **Encapsulations** ([`Encap`]), the outer header's source from [`DsrSettings`], its
-//!   destination the backend's address, its TTL (hop limit) 64, IPv4 DF set and id 0, the
+//!   destination the backend's address, its TTL (hop limit) 64, IPv4 DF copied from the inner packet and id 0, the
 //!   inner TOS (traffic class) copied:
 //!   - `ipip`: IPv4 in IPv4 (protocol 4), IPv6 in IPv6 (next header 41); 20 / 40 bytes;
 //!   - `gue`: outer IP, then UDP to `gue_port` whose payload is the inner packet (GUE
@@ -445,8 +445,10 @@ fn outer_header(
             let total = (20 + if gue { UDP_HDR } else { 0 } + inner) as u16;
             let proto = if gue { PROTO_UDP } else { PROTO_IPIP };
             let h = &mut hdr[..20];
+            // DF as the inner packet has it (RFC 2003 3.1): path MTU discovery works end to end.
+            let df = frame.get(p.l3 + 6).copied().unwrap_or(0) & 0x40;
             h.copy_from_slice(&[
-                0x45, tos, 0, 0, 0, 0, 0x40, 0, TTL, proto, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                0x45, tos, 0, 0, 0, 0, df, 0, TTL, proto, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
             ]);
             h[2..4].copy_from_slice(&total.to_be_bytes());
             h[12..16].copy_from_slice(&s.octets());
