@@ -344,6 +344,19 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
     // The kernel's statistics of every socket, read by the admin API (dropped when the
     // workers stop, so that the sockets close with them).
     let mut xsk_stats = Vec::new();
+    // `[dataplane] dsr_mtu`, else the interfaces' (read once: a changed MTU needs a restart).
+    let dsr_mtu = cfg.dataplane.dsr_mtu.map_or_else(
+        || {
+            let mtus: Vec<_> = (cfg.dataplane.interfaces.iter())
+                .map(|i| {
+                    let path = format!("/sys/class/net/{}/mtu", i.name);
+                    (i.name.clone(), std::fs::read_to_string(path))
+                })
+                .collect();
+            fastpath::settings::dsr_mtu_of(&mtus)
+        },
+        |m| m.min(u32::from(u16::MAX)) as u16,
+    );
     for (spec, set) in sockets {
         match set.stats_readers() {
             Ok(r) => xsk_stats.extend(r),
@@ -351,10 +364,15 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
                 tracing::warn!(queue = spec.queue, error = %e, "AF_XDP socket statistics will not be exported")
             }
         }
+        let base = PipelineConfig::from_config(&cfg, spec.index, workers);
         let mut pipeline = Pipeline::new(
             PipelineConfig {
                 synproxy_key: cookie_key,
-                ..PipelineConfig::from_config(&cfg, spec.index, workers)
+                dsr: fastpath::pipeline::DsrSettings {
+                    mtu: dsr_mtu,
+                    ..base.dsr.clone()
+                },
+                ..base
             }
             .with_random_snat_start(),
             Arc::clone(&flows),

@@ -642,3 +642,27 @@ fn a_batch_encapsulates_as_process_frame_does() {
         assert_eq!(hex(&batch.bufs[i][..batch.lens[i]]), hex(out), "frame {i}");
     }
 }
+
+/// The SYN watch (passive health: SYNs sent, SYN-ACKs seen) cannot judge a DSR backend,
+/// whose SYN-ACKs go to the client: its SYNs are not counted, nor is the client's ACK taken
+/// for an answer; a full-NAT service's SYN to the same backend still is.
+#[test]
+fn dsr_syns_are_not_watched_for_passive_health() {
+    let epoch = Instant::now();
+    let mut p = rig("", epoch);
+    let watch = std::sync::Arc::new(fastpath::passive::SynWatch::new(64));
+    p.set_syn_watch(watch.clone());
+    let total = |w: &fastpath::passive::SynWatch| {
+        (0..64u32)
+            .map(|i| w.sample(lb_algos::BackendId(i)))
+            .fold((0, 0), |(s, a), c| (s + c.syns, a + c.answered))
+    };
+    for vip in ["198.18.100.1:80", "198.18.100.2:80", "198.18.100.3:80"] {
+        for l4 in [SYN, ACK] {
+            assert_eq!(roomy(&mut p, &cin(C4, vip, l4), epoch).0, Verdict::Tx(0));
+        }
+    }
+    assert_eq!(total(&watch), (0, 0));
+    roomy(&mut p, &cin(C4, "198.18.100.9:80", SYN), epoch);
+    assert_eq!(total(&watch), (1, 0));
+}
