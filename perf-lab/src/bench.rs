@@ -124,10 +124,10 @@ pub enum Mode {
     Generator,
     /// A burst circulates through reflectors; the LB is the only bottleneck.
     Saturation,
-    /// `bulk-tcp` only, downloads (`iperf3 -R`): xvs forwards by direct server return (IPIP;
-    /// backend 1 decapsulates in the kernel and replies on a direct link to the client, so
-    /// the replies cross neither xvs nor the LB node); the kernel targets DNAT as in
-    /// generator mode, their replies through the LB node (see `realclient`).
+    /// `bulk-tcp` only, downloads (`iperf3 -R`): xvs forwards by direct server return (`l2`:
+    /// backend 1 holds the VIP and replies on a direct link to the client, so the replies
+    /// cross neither xvs nor the LB node); the kernel targets DNAT as in generator mode,
+    /// their replies through the LB node (see `realclient`).
     Dsr,
 }
 
@@ -468,9 +468,9 @@ pub fn run(opts: &RunOpts) -> anyhow::Result<RunResult> {
         let mut r = realclient::run_scenario(&mut ctx, &target)?;
         if opts.mode == Mode::Dsr {
             notes.push(
-                "--mode dsr: downloads (iperf3 -R); xvs by direct server return (IPIP, kernel \
-                 decapsulation on the backend, replies on a direct backend-client link), \
-                 kernel targets by DNAT with replies through the LB node"
+                "--mode dsr: downloads (iperf3 -R); xvs by direct server return (l2, the VIP on \
+                 the backend's lo, replies on a direct backend-client link), kernel targets by \
+                 DNAT with replies through the LB node"
                     .into(),
             );
         }

@@ -11,8 +11,8 @@
 //! Both use DNAT (xvs `mode = "nat"`, the kernel targets without masquerade): the backends'
 //! replies come back through the LB node by their default route, as with kube-proxy.
 //! `--mode dsr` (bulk-tcp only) runs downloads (`iperf3 -R`); xvs forwards by direct server
-//! return (IPIP) to backend 1, which decapsulates in the kernel and replies over a veth of
-//! its own to the client ([`dsr_backend`]); the kernel targets DNAT as above. The
+//! return (`l2`: only the MAC changes) to backend 1, which holds the VIP and replies over a
+//! veth of its own to the client ([`dsr_backend`]); the kernel targets DNAT as above. The
 //! clients and servers are pinned to the rig (generator) core, so the LB core does only the
 //! load balancer's work, as in the packet scenarios. Every tool runs under `timeout`.
 //!
@@ -294,7 +294,7 @@ fn empty_result(ctx: &Ctx<'_>) -> RunResult {
     RunResult {
         scenario: opts.scenario,
         target: opts.target,
-        mode: Mode::Generator,
+        mode: ctx.opts.mode,
         duration_s: opts.duration_s,
         kind: ctx.gspec.kind,
         size: "-".into(),
@@ -420,21 +420,20 @@ const IF_DSR: &str = "dsr0";
 const DSR_CLIENT_MAC: [u8; 6] = [2, 0, 0, 0, 0xd5, 2];
 const DSR_BACKEND_MAC: [u8; 6] = [2, 0, 0, 0, 0xd5, 1];
 
-/// Backend `b` for `--mode dsr`: kernel IPIP decapsulation (an `external` ipip device takes
-/// every tunnel), the VIP on `lo` (not answered for: `arp_ignore`), no reverse-path filter
-/// (the decapsulated packets come in on the tunnel, their replies leave by the direct
-/// link), and a veth to the client namespace that carries the replies, with static
-/// neighbours both ways; the client takes packets from the VIP on it (no reverse-path
-/// filter there either). Gone with the rig's namespaces.
+/// Backend `b` for `--mode dsr` (xvs's `encap = "l2"`, IPVS's DR: the rig's backends share
+/// the LB's segment, and its kernel may have no IPIP module to decapsulate with): the VIP on
+/// `lo` (not answered for: `arp_ignore`), no reverse-path filter (the client's packets come
+/// in on `b0`, their replies leave by the direct link), and a veth to the client namespace
+/// that carries the replies, with static neighbours; the client takes packets from the VIP
+/// on it (no reverse-path filter there either). Gone with the rig's namespaces.
 fn dsr_backend(ctx: &Ctx<'_>, b: u16) -> anyhow::Result<()> {
     let (bns, cns) = (ctx.rig.ns_backend(b), ctx.rig.ns_client());
     sh_in(
         &bns,
         &format!(
-            "ip link add plab-ipip type ipip external && ip link set plab-ipip up && \
-             ip addr add {VIP}/32 dev lo && \
+            "ip addr add {VIP}/32 dev lo && \
              sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0 \
-               net.ipv4.conf.plab-ipip.rp_filter=0 net.ipv4.conf.all.arp_ignore=1 \
+               net.ipv4.conf.{IF_BACKEND}.rp_filter=0 net.ipv4.conf.all.arp_ignore=1 \
                net.ipv4.conf.all.arp_announce=2"
         ),
     )?;

@@ -90,8 +90,8 @@ pub struct Services {
     pub scheduler: &'static str,
     /// Extra services (change-under-load adds some).
     pub extra: u32,
-    /// xvs: every service `mode = "dsr"` (IPIP), each backend on the service's own port
-    /// (the kernel's decapsulation translates no port).
+    /// xvs: every service `mode = "dsr"` with `encap = "l2"` (the rig's backends are on the
+    /// LB's segment), each backend on the service's own port (L2 translates no port).
     pub dsr: bool,
 }
 
@@ -600,7 +600,7 @@ pub fn xvs_config(rig: &Rig, svc: &Services, at: &Placement) -> String {
             let own: Vec<String> = (1..=svc.backends)
                 .map(|b| format!("{{ addr = \"{}:{port}\" }}", rig::backend_ip(b)))
                 .collect();
-            ("mode = \"dsr\"\nencap = \"ipip\"\n", own.join(", "))
+            ("mode = \"dsr\"\nencap = \"l2\"\n", own.join(", "))
         } else {
             ("", backends.clone())
         };
@@ -792,10 +792,10 @@ mod tests {
         assert!(xvs_config(&rig, &svc, &at).contains("batch_size = 64"));
     }
 
-    /// `--mode dsr`: every service DSR over IPIP, each backend on the service's port, and
-    /// the config valid (an outer source: the node's address).
+    /// `--mode dsr`: every service DSR by L2, each backend on the service's port, and the
+    /// config valid.
     #[test]
-    fn dsr_services_are_ipip_to_the_service_port() {
+    fn dsr_services_are_l2_to_the_service_port() {
         let rig = Rig::new("t", 2, 1).unwrap();
         let svc = Services {
             count: 1,
@@ -822,7 +822,7 @@ mod tests {
         let s = &c.services[0];
         assert_eq!(
             s.mode_or(c.dataplane.mode),
-            config::Mode::Dsr(config::Encap::Ipip)
+            config::Mode::Dsr(config::Encap::L2)
         );
         let ports: Vec<u16> = s.backends.iter().map(|b| b.addr.port()).collect();
         assert_eq!(ports, [1000, 1000]);
