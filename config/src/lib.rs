@@ -38,7 +38,7 @@ pub use vocab::{Cidr, Mode, Protocol, SchedulerKind, XdpMode, ZeroCopy};
 /// family).
 pub const SERVICE_CIDRS_MAX: usize = 64;
 
-/// The configuration `xvs run` uses when no file is given: the netns lab of the README demo.
+/// The configuration `xvs run` uses when no file is given: the netns lab of the README demo (docs/operations.md, "The demo lab").
 pub const LAB_TOML: &str = include_str!("../examples/lab.toml");
 
 /// One thing wrong with a configuration file.
