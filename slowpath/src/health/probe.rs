@@ -36,8 +36,14 @@ use tokio_rustls::TlsConnector;
 
 use super::Check;
 
-/// Most bytes of a response head (status line and headers) read; hyper's minimum buffer.
-pub const HEAD_MAX: usize = 8 * 1024;
+/// Most bytes of a response head (status line and headers) read. Only the status counts,
+/// but hyper parses the whole head: room for the long headers (policies, cookies) that
+/// backends send, and still a bound (64 probes at once hold at most 4 MiB).
+pub const HEAD_MAX: usize = 64 * 1024;
+/// Most headers in a response head (hyper's default is 100).
+const HEADERS_MAX: usize = 1024;
+// hyper refuses a read buffer under 8 KiB.
+const _: () = assert!(HEAD_MAX >= 8192);
 
 /// Probes `backend` as `check` says; `Err` says why it failed.
 pub async fn probe(backend: SocketAddr, check: &Check) -> Result<(), String> {
@@ -92,7 +98,13 @@ async fn http_exchange<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
 ) -> Result<(), String> {
     *stage = "writing the request";
     let mut builder = http1::Builder::new();
-    builder.max_buf_size(HEAD_MAX).title_case_headers(true);
+    // Only the status counts: headers a strict parser would refuse do not fail a probe.
+    builder
+        .max_buf_size(HEAD_MAX)
+        .max_headers(HEADERS_MAX)
+        .ignore_invalid_headers_in_responses(true)
+        .allow_obsolete_multiline_headers_in_responses(true)
+        .title_case_headers(true);
     let (mut sender, connection) = builder
         .handshake::<_, Empty<Bytes>>(TokioIo::new(conn))
         .await
@@ -253,6 +265,30 @@ mod tests {
         verdict
     }
 
+    /// 300 headers: more than hyper takes by default.
+    const HEADERS_300: &[u8] = &{
+        const LINE: &[u8] = b"X-A: b\r\n";
+        const HEAD: &[u8] = b"HTTP/1.1 200 OK\r\n";
+        let mut out = [0u8; 17 + 300 * 8 + 2];
+        let mut i = 0;
+        while i < HEAD.len() {
+            out[i] = HEAD[i];
+            i += 1;
+        }
+        let mut n = 0;
+        while n < 300 {
+            let mut j = 0;
+            while j < LINE.len() {
+                out[HEAD.len() + n * LINE.len() + j] = LINE[j];
+                j += 1;
+            }
+            n += 1;
+        }
+        out[out.len() - 2] = b'\r';
+        out[out.len() - 1] = b'\n';
+        out
+    };
+
     #[tokio::test]
     async fn status_lines_are_judged_by_their_code() {
         let any = check(&[]);
@@ -261,6 +297,8 @@ mod tests {
             b"HTTP/1.1 204 No Content\r\nServer: x\r\n\r\n",
             b"HTTP/1.0 302 Found\n\n",
             b"HTTP/1.0 399 \r\n\r\nbody",
+            b"HTTP/1.1 200 OK\r\nno colon here\r\nBad Name: x\r\n\r\n",
+            HEADERS_300,
         ] {
             assert_eq!(
                 probe_against(ok, &any).await,
