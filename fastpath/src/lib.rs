@@ -9,6 +9,8 @@ pub mod pipeline;
 pub mod settings;
 pub mod snapshot;
 pub mod steer;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod traffic;
 pub mod wire;
 pub mod worker;
