@@ -350,7 +350,9 @@ fn the_key_list_is_the_loaders_and_the_example_documents_every_key() {
 fn every_key_the_pages_name_exists() {
     let loader = loader_keys();
     let mut unknown = Vec::new();
-    for (page, text) in pages() {
+    // ARCHITECTURE.md speaks of Cargo's tables too (`[lib] name`); the user's pages only
+    // of xvs's.
+    for (page, text) in pages().into_iter().filter(|(p, _)| p != "ARCHITECTURE.md") {
         for span in code_spans(&text) {
             // `[table] key`, `[table] key = value`, `[[services]] key`
             let Some(rest) = span.strip_prefix('[') else {
