@@ -9,6 +9,7 @@
 
 mod address;
 mod cores;
+mod decap;
 mod reload;
 mod schema;
 mod span;
@@ -20,6 +21,11 @@ use std::path::{Path, PathBuf};
 
 pub use address::special_address;
 pub use cores::{CoreError, CorePlan, Cores, cpu_list};
+pub use decap::{
+    DECAP_INTERFACES_MAX, DECAP_PORTS_MAX, DECAP_VIPS_MAX, DEFAULT_DECAP_PIN_ROOT,
+    DEFAULT_GUE_PORT, DecapArgs, DecapConfig, PortTranslation, VipEntry, decap_from_args,
+    parse_decap,
+};
 pub use reload::{Written, load_written, parse_written};
 pub use schema::*;
 pub use span::KeyPath;
