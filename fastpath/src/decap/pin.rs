@@ -95,15 +95,19 @@ pub fn apply(
         source,
     };
     on_bpffs(&dir).map_err(pin_dir_err)?;
+    // Every interface must exist before anything changes.
+    let indices = interfaces
+        .iter()
+        .map(|i| if_index(i))
+        .collect::<Result<Vec<u32>, DecapError>>()?;
+    let loaded = Loaded::load(tables)?;
     std::fs::create_dir_all(&dir).map_err(pin_dir_err)?;
 
-    let loaded = Loaded::load(tables)?;
     let mut staged = Staged::pin(&dir, &loaded)?;
     let xdp = loaded.program_fd(XDP_PROGRAM)?;
     let egress = loaded.program_fd(EGRESS_PROGRAM)?;
     let mut attached = Vec::with_capacity(interfaces.len());
-    for ifname in interfaces {
-        let ifindex = if_index(ifname)?;
+    for (ifname, &ifindex) in interfaces.iter().zip(&indices) {
         let idir = iface_dir(&dir, ifname);
         std::fs::create_dir_all(&idir).map_err(|source| DecapError::PinDir {
             path: idir.clone(),

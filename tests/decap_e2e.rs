@@ -1,0 +1,407 @@
+//! `xvs decap` end to end on a veth pair between two network namespaces this file creates
+//! (and always removes): `n`, standing for the xvs node and the client, and `b`, a backend
+//! running a UDP echo on the VIPs' port 9053 behind the real `xvs decap` binary, which
+//! translates the service port 53 to it. `tests/assets/dsr-send.py` in `n` sends a UDP request from the
+//! client's address as an xvs node in DSR mode would deliver it (IPIP, GUE, or plain for L2)
+//! and prints the reply the backend sends straight back. Needs root:
+//! `cargo test -p xvs --test decap_e2e`. Addresses: 198.18.0.0/15 and 2001:2::/48 only.
+//!
+//! The full path (a real xvs node, curl, 32 MiB downloads, kernel decap beside it) is
+//! `tests/dsr_e2e.rs`; this file covers the command's lifecycle: attach, re-attach in
+//! place, a changed VIP set, `--detach`, and `--wait` ended by SIGTERM.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+const BACKEND_MAC: &str = "02:00:00:00:01:01";
+const BPFFS: &str = "/run/xvs-bpf";
+
+/// The backend's UDP echo on VIP:9053, both families, answering `backend-1 <request>`.
+const UDP_ECHO: &str = "
+import socket, threading
+def serve(fam, level, freebind, addr):
+    s = socket.socket(fam, socket.SOCK_DGRAM)
+    s.setsockopt(level, freebind, 1)
+    s.bind((addr, 9053))
+    while True:
+        d, p = s.recvfrom(2048)
+        s.sendto(b'backend-1 ' + d, p)
+threading.Thread(target=serve, args=(socket.AF_INET, 0, 15, '198.18.100.1'), daemon=True).start()
+serve(socket.AF_INET6, 41, 78, '2001:2:0:100::1')
+";
+
+/// The two namespaces, the backend server and the decap pins; removed on drop.
+struct Net {
+    n: String,
+    b: String,
+    pins: PathBuf,
+    servers: Vec<Child>,
+}
+
+fn sh(args: &[&str]) -> Output {
+    let o = common::run(Command::new(args[0]).args(&args[1..]));
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+impl Net {
+    fn up() -> Net {
+        let id = format!(
+            "xdc{}-{}",
+            std::process::id() % 100000,
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut net = Net {
+            n: format!("{id}-n"),
+            b: format!("{id}-b"),
+            pins: PathBuf::from(BPFFS).join(&id),
+            servers: Vec::new(),
+        };
+        if Command::new("mountpoint")
+            .args(["-q", BPFFS])
+            .status()
+            .is_ok_and(|s| !s.success())
+        {
+            std::fs::create_dir_all(BPFFS).unwrap();
+            sh(&["mount", "-t", "bpf", "bpf", BPFFS]);
+        }
+        sh(&["ip", "netns", "add", &net.n]);
+        sh(&["ip", "netns", "add", &net.b]);
+        sh(&[
+            "ip", "link", "add", "n0", "netns", &net.n, "type", "veth", "peer", "name", "b0",
+            "netns", &net.b,
+        ]);
+        for cmd in [
+            "link set lo up",
+            "link set n0 address 02:00:00:00:01:fe",
+            "addr add 198.18.1.254/24 dev n0",
+            "addr add 2001:2:0:1::fe/64 dev n0 nodad",
+            // The client's addresses: replies come back here, straight from the backend.
+            "addr add 198.18.0.2/32 dev lo",
+            "addr add 2001:2::2/128 dev lo",
+            "link set n0 up",
+        ] {
+            net.ip(&net.n, cmd);
+        }
+        for cmd in [
+            "link set lo up",
+            "link set b0 address 02:00:00:00:01:01",
+            "addr add 198.18.1.1/24 dev b0",
+            "addr add 2001:2:0:1::1/64 dev b0 nodad",
+            "link set b0 up",
+            "route add 198.18.0.0/24 via 198.18.1.254",
+            "-6 route add 2001:2::/64 via 2001:2:0:1::fe",
+        ] {
+            net.ip(&net.b, cmd);
+        }
+        // A UDP echo bound to the VIPs (a socket bound to the wildcard would answer from the
+        // backend's own address: DSR UDP servers bind the VIP or use IP_PKTINFO). FREEBIND:
+        // the VIPs are not local until xvs decap puts them on lo.
+        let echo = Command::new("ip")
+            .args(["netns", "exec", &net.b, "python3", "-c", UDP_ECHO])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        net.servers.push(echo);
+        net.wait_for_backend();
+        net
+    }
+
+    fn ip(&self, ns: &str, cmd: &str) {
+        let mut args = vec!["ip", "-n", ns];
+        args.extend(cmd.split(' '));
+        sh(&args);
+    }
+
+    fn exec(&self, ns: &str, args: &[&str]) -> Output {
+        common::run(Command::new("ip").args(["netns", "exec", ns]).args(args))
+    }
+
+    /// Until both UDP echo sockets are bound (10 s at most).
+    fn wait_for_backend(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let o = self.exec(&self.b, &["ss", "-Hlun", "sport = :9053"]);
+            if String::from_utf8_lossy(&o.stdout).lines().count() >= 2 {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the UDP echo did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `xvs decap ARGS --pin-root <ours>` in the backend.
+    fn decap(&self, args: &[&str]) -> Output {
+        let pins = self.pins.display().to_string();
+        let mut all = vec![env!("CARGO_BIN_EXE_xvs"), "decap"];
+        all.extend_from_slice(args);
+        all.extend(["--pin-root", &pins]);
+        self.exec(&self.b, &all)
+    }
+
+    /// `xvs decap --status` as `key=value` lines.
+    fn status(&self) -> Vec<(String, String)> {
+        let o = self.decap(&["--status"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout)
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    }
+
+    fn counter(&self, name: &str) -> u64 {
+        let s = self.status();
+        let v = s.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+        v.unwrap_or_else(|| panic!("no {name} in {s:?}"))
+            .parse()
+            .unwrap()
+    }
+
+    /// One request through `dsr-send.py` from the client; the line it printed.
+    fn request(&self, encap: &str, v6: bool, client_port: u16, payload: &str) -> String {
+        let (osrc, odst, client, vip) = if v6 {
+            (
+                "2001:2:0:1::fe",
+                "2001:2:0:1::1",
+                "2001:2::2",
+                "2001:2:0:100::1",
+            )
+        } else {
+            ("198.18.1.254", "198.18.1.1", "198.18.0.2", "198.18.100.1")
+        };
+        let port = client_port.to_string();
+        let script = common::root().join("tests/assets/dsr-send.py");
+        let o = self.exec(
+            &self.n,
+            &[
+                "python3",
+                script.to_str().unwrap(),
+                "n0",
+                BACKEND_MAC,
+                encap,
+                osrc,
+                odst,
+                client,
+                &port,
+                vip,
+                "53",
+                payload,
+                "6080",
+                "2",
+            ],
+        );
+        assert!(
+            o.status.success(),
+            "dsr-send.py: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8(o.stdout).unwrap().trim().to_owned()
+    }
+
+    fn lo_addrs(&self) -> String {
+        String::from_utf8(
+            self.exec(&self.b, &["ip", "addr", "show", "dev", "lo"])
+                .stdout,
+        )
+        .unwrap()
+    }
+
+    fn xdp_on_b0(&self) -> bool {
+        let o = self.exec(&self.b, &["ip", "link", "show", "dev", "b0"]);
+        String::from_utf8_lossy(&o.stdout).contains("xvs_decap")
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        for child in &mut self.servers {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for ns in [&self.b, &self.n] {
+            let pids = Command::new("ip").args(["netns", "pids", ns]).output();
+            if let Ok(o) = pids {
+                for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+                    let _ = Command::new("kill").args(["-9", pid]).status();
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.pins);
+        for ns in [&self.b, &self.n] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+const VIPS: [&str; 6] = [
+    "--vip",
+    "198.18.100.1:53=9053/udp",
+    "--vip",
+    "[2001:2:0:100::1]:53=9053/udp",
+    "--interface",
+    "b0",
+];
+
+fn stdout(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "xvs decap failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+/// Every encapsulation and family reaches the backend's socket on port 9053 through the
+/// VIP's port 53 (translated to 9053), and the reply comes back to the client from VIP:53; the counters say each
+/// took the decap and translation paths. Then the same command again updates in place,
+/// fewer VIPs take the other off, and `--detach` leaves nothing behind.
+#[test]
+fn decap_translates_each_encapsulation_then_updates_and_detaches() {
+    let _serial = common::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let net = Net::up();
+    let mut args = VIPS.to_vec();
+    args.push("--vips-on-lo");
+    let out = stdout(&net.decap(&args));
+    assert!(
+        out.contains("attached interface=b0 xdp=native egress=yes"),
+        "{out}"
+    );
+    assert!(out.contains("vip=198.18.100.1 lo=added"), "{out}");
+    assert!(net.xdp_on_b0());
+
+    let mut port = 40000;
+    for v6 in [false, true] {
+        let vip = if v6 {
+            "2001:2:0:100::1"
+        } else {
+            "198.18.100.1"
+        };
+        for encap in ["ipip", "gue", "plain"] {
+            port += 1;
+            let reply = net.request(encap, v6, port, encap);
+            assert_eq!(
+                reply,
+                format!("REPLY {vip} 53 backend-1 {encap}"),
+                "{encap} v6={v6}"
+            );
+        }
+    }
+    assert_eq!(net.counter("decap_ipip"), 2);
+    assert_eq!(net.counter("decap_gue"), 2);
+    assert!(net.counter("in_translated") >= 6);
+    assert!(net.counter("out_translated") >= 6);
+    assert_eq!(net.counter("error") + net.counter("out_error"), 0);
+
+    // Again, unchanged: the link is kept, its program (and fresh counters) replaced.
+    let out = stdout(&net.decap(&args));
+    assert!(
+        out.contains("attached interface=b0 xdp=updated egress=yes"),
+        "{out}"
+    );
+    assert!(out.contains("vip=198.18.100.1 lo=present"), "{out}");
+    assert_eq!(net.counter("decap_ipip"), 0);
+    assert_eq!(
+        net.request("ipip", false, 41000, "again"),
+        "REPLY 198.18.100.1 53 backend-1 again"
+    );
+    assert_eq!(net.counter("decap_ipip"), 1);
+
+    // Without the IPv6 VIP: it leaves lo and is no longer decapsulated.
+    let out = stdout(&net.decap(&[
+        "--vip",
+        "198.18.100.1:53=9053/udp",
+        "--interface",
+        "b0",
+        "--vips-on-lo",
+    ]));
+    assert!(out.contains("vip=2001:2:0:100::1 lo=removed"), "{out}");
+    assert!(!net.lo_addrs().contains("2001:2:0:100::1"));
+    assert_eq!(net.request("ipip", true, 41001, "gone"), "TIMEOUT");
+    assert_eq!(net.counter("pass_not_vip"), 1);
+    assert_eq!(
+        net.request("gue", false, 41002, "kept"),
+        "REPLY 198.18.100.1 53 backend-1 kept"
+    );
+
+    let out = stdout(&net.decap(&["--detach"]));
+    assert!(out.contains("detached interface=b0"), "{out}");
+    assert!(out.contains("vip=198.18.100.1 lo=removed"), "{out}");
+    assert!(!net.xdp_on_b0());
+    assert!(!net.lo_addrs().contains("198.18.100.1"));
+    assert_eq!(
+        std::fs::read_dir(&net.pins).unwrap().count(),
+        0,
+        "no pins left"
+    );
+    assert_eq!(net.status(), [("attached".to_owned(), "0".to_owned())]);
+    assert_eq!(net.request("ipip", false, 41003, "detached"), "TIMEOUT");
+    // Idempotent.
+    assert!(net.decap(&["--detach"]).status.success());
+}
+
+/// `--wait` keeps the programs attached until SIGTERM, which detaches them and exits 0.
+#[test]
+fn wait_detaches_on_sigterm() {
+    let _serial = common::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let net = Net::up();
+    let pins = net.pins.display().to_string();
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", &net.b, env!("CARGO_BIN_EXE_xvs"), "decap"])
+        .args(VIPS)
+        .args(["--vips-on-lo", "--wait", "--pin-root", &pins])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    // Attached, and (after that) the VIPs on lo.
+    while net.counter_or_zero("attached") == 0 || !net.lo_addrs().contains("2001:2:0:100::1") {
+        assert!(Instant::now() < deadline, "xvs decap --wait did not attach");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        net.request("gue", true, 42000, "waiting"),
+        "REPLY 2001:2:0:100::1 53 backend-1 waiting"
+    );
+    // `ip netns exec` execs xvs: the child is xvs itself.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "xvs decap did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+    assert!(!net.xdp_on_b0());
+    assert!(!net.lo_addrs().contains("198.18.100.1"));
+    assert_eq!(net.status(), [("attached".to_owned(), "0".to_owned())]);
+}
+
+impl Net {
+    fn counter_or_zero(&self, name: &str) -> u64 {
+        self.status()
+            .iter()
+            .find(|(k, _)| k == name)
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or(0)
+    }
+}
