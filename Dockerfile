@@ -8,6 +8,12 @@
 # release, so the sonames match) with only the shared libraries `xvs` links beyond glibc
 # (`ldd`: libelf.so.1, libz.so.1, libgcc_s.so.1); tests/deploy_manifests.rs checks that
 # list against `ldd` of the built binary.
+#
+# XVS_GIT_REVISION (a build argument; scripts/image passes `git rev-parse HEAD`, with
+# `-dirty` when the tree has changes) is the revision the binary reports: the build context
+# has no .git, so the build scripts read it from the environment, `xvs --version` as
+# XVS_GIT_REVISION and `xvs_build_info` (slowpath/build.rs) as XVS_REVISION. It is also the
+# image's `org.opencontainers.image.revision` label, and XVS_VERSION its version label.
 ARG RUST_IMAGE=docker.io/library/rust:1.90-bookworm
 ARG RUNTIME_IMAGE=docker.io/library/debian:12-slim
 
@@ -31,7 +37,9 @@ COPY slowpath slowpath
 COPY daemon daemon
 COPY benches benches
 COPY perf-lab perf-lab
-RUN cargo build --release --locked -p xvs --bin xvs \
+ARG XVS_GIT_REVISION=unknown
+RUN XVS_GIT_REVISION="${XVS_GIT_REVISION}" XVS_REVISION="${XVS_GIT_REVISION}" \
+    cargo build --release --locked -p xvs --bin xvs \
     && install -D -m 0755 target/release/xvs /out/xvs
 
 FROM ${RUNTIME_IMAGE} AS runtime
@@ -39,9 +47,13 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends libelf1 zlib1g libgcc-s1 \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/xvs /usr/local/bin/xvs
+ARG XVS_GIT_REVISION=unknown
+ARG XVS_VERSION=unknown
 LABEL org.opencontainers.image.title="xvs" \
       org.opencontainers.image.description="Userspace L4 load balancer for Kubernetes Services on AF_XDP" \
-      org.opencontainers.image.licenses="Apache-2.0"
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${XVS_VERSION}" \
+      org.opencontainers.image.revision="${XVS_GIT_REVISION}"
 # Runs as root in the image; the DaemonSet drops every capability but the ones `xvs run`
 # checks for (README, Privileges).
 ENTRYPOINT ["/usr/local/bin/xvs"]

@@ -1,6 +1,10 @@
 //! `xvs`: the command line. Subcommands are thin: each loads the config through the `config`
-//! crate and hands it to a library; exit codes are part of the interface:
-//! 0 success, 1 runtime failure, 2 a bad configuration or bad arguments.
+//! crate and hands it to a library; exit codes are part of the interface, the same for
+//! every command: 0 success; 1 a runtime failure (the machine cannot run it, a file given as
+//! input or output cannot be read or written, a running xvs cannot be reached, refuses a
+//! control command or, for `status`, is unhealthy); 2 a bad configuration (what `xvs check`
+//! refuses; with `check --strict`, also a warning) or bad arguments (clap's usage errors, a
+//! malformed `xvs flows` filter, a bad line of `xvs sim --flows`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,10 +26,18 @@ static GLOBAL: MiMalloc = MiMalloc;
 /// Exit code for a configuration that cannot be used (and for bad arguments, as clap does).
 pub const EXIT_BAD_CONFIG: u8 = 2;
 
+/// `xvs --version`: the version and the git revision it was built from (`src/build.rs`).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (git ",
+    env!("XVS_REVISION"),
+    ")"
+);
+
 #[derive(Parser)]
 #[command(
     name = "xvs",
-    version,
+    version = VERSION,
     about = "Userspace L4 load balancer for Kubernetes Services on AF_XDP"
 )]
 struct Cli {
@@ -35,12 +47,26 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Validate a config file and print what it configures; with --host, check this machine
-    /// for it as `xvs run` would (every problem at once).
+    /// Validate a config file and print what it configures: refuses (exit 2) everything
+    /// `xvs run` or a reload would refuse without looking at the host, and warns about what
+    /// is valid but dangerous; with --host, check this machine for it as `xvs run` would
+    /// (every problem at once).
+    #[command(group(
+        clap::ArgGroup::new("what")
+            .required(true)
+            .multiple(true)
+            .args(["path", "config", "host"])
+    ))]
     Check {
         /// The config file.
-        #[arg(long, short, required_unless_present = "host")]
+        #[arg(value_name = "FILE", conflicts_with = "config")]
+        path: Option<PathBuf>,
+        /// The config file (as `xvs run --config`).
+        #[arg(long, short)]
         config: Option<PathBuf>,
+        /// Refuse warnings too (exit 2), as a CI gate would.
+        #[arg(long)]
+        strict: bool,
         /// Check the machine instead: kernel, capabilities, cores, interfaces and their
         /// queues, XDP and zero-copy support, bpffs, memory, ports (exit 1 when `xvs run`
         /// would refuse to start).
@@ -91,6 +117,9 @@ enum Command {
     Status {
         #[command(flatten)]
         admin: AdminArgs,
+        /// Exact numbers instead of scaled ones (1234567 instead of 1.2M).
+        #[arg(long)]
+        exact: bool,
     },
     /// Services, frontends and backends of a running xvs, with health and connections.
     Services {
@@ -100,9 +129,14 @@ enum Command {
         /// each appeared (like `ipvsadm -Ln --stats`).
         #[arg(long, conflicts_with = "rate")]
         stats: bool,
-        /// The same per second, over the last 2 s (like `ipvsadm -Ln --rate`).
+        /// The same per second, over the last 2 s (like `ipvsadm -Ln --rate`; traffic in
+        /// bits per second).
         #[arg(long)]
         rate: bool,
+        /// Exact numbers instead of scaled ones (1234567 instead of 1.2M, 3400000000
+        /// instead of 3.4 Gbit/s).
+        #[arg(long)]
+        exact: bool,
     },
     /// Flows in a running xvs's flow table.
     Flows {
@@ -155,11 +189,12 @@ enum Command {
     /// Remove for good what outlives `xvs run`: the pinned steering programs of this network
     /// namespace (which otherwise hold xvs's frames for `restart_hold` after it stops, then
     /// are removed by its watchdog) and the state files (flow and affinity tables, exports).
-    /// Refuses while an xvs runs with that state.
+    /// Refuses while an xvs runs with that state. What it removes is not undone: the next
+    /// xvs starts with an empty flow table, so it names its target explicitly.
     Cleanup {
-        /// The config whose `[dataplane] state_dir` and `bpf_pin_root` to clean (default: the
-        /// embedded demo config's).
-        #[arg(long, short)]
+        /// The config whose `[dataplane] state_dir`, `bpf_pin_root` and interfaces to clean:
+        /// required (the embedded demo config's is `--config config/examples/lab.toml`).
+        #[arg(long, short, required_unless_present = "wait_for")]
         config: Option<PathBuf>,
         /// The watchdog that `xvs run` starts: wait for process PID to end, then remove the
         /// pins under --pins once their restart hold ran out, unless another xvs took them.
@@ -202,10 +237,34 @@ impl AdminArgs {
     fn endpoint(&self) -> status::Endpoint {
         status::Endpoint::choose(self.admin, self.socket.clone())
     }
+
+    fn output(&self, exact: bool) -> status::Output {
+        status::Output {
+            json: self.json,
+            exact,
+        }
+    }
+}
+
+/// A config that loaded, with the text it was read from (to locate later findings).
+pub struct Loaded {
+    /// The config.
+    pub config: config::Config,
+    /// Its text.
+    pub text: String,
+    /// Its name in messages: the path, or the embedded demo config's.
+    pub file: String,
+    /// Whether it was read from a file (not the embedded demo config).
+    pub from_file: bool,
 }
 
 /// Loads a config file, or prints its problems; `None` means exit with `EXIT_BAD_CONFIG`.
 pub fn load_config(path: Option<&PathBuf>) -> Option<config::Config> {
+    load(path).map(|l| l.config)
+}
+
+/// [`load_config`], keeping the text.
+pub fn load(path: Option<&PathBuf>) -> Option<Loaded> {
     let (text, file) = match path {
         Some(p) => match std::fs::read_to_string(p) {
             Ok(t) => (t, p.display().to_string()),
@@ -224,7 +283,12 @@ pub fn load_config(path: Option<&PathBuf>) -> Option<config::Config> {
         ),
     };
     match config::parse(&text, &file).and_then(|c| builds(&text, &file, c)) {
-        Ok(c) => Some(c),
+        Ok(config) => Some(Loaded {
+            config,
+            text,
+            file,
+            from_file: path.is_some(),
+        }),
         Err(e) => {
             eprintln!("xvs: invalid configuration:\n{e}");
             None
@@ -300,17 +364,22 @@ fn control(admin: &AdminArgs, action: &'static str, service: Option<String>) -> 
     status::main(
         status::StatusCmd::Control { action, service },
         &admin.endpoint(),
-        admin.json,
+        admin.output(false),
     )
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Check { config, host } => match (config, host) {
-            (config, true) => host::main(config.as_ref()),
-            (Some(config), false) => check::main(&config),
-            // clap requires --config without --host.
+        Command::Check {
+            path,
+            config,
+            strict,
+            host,
+        } => match (path.or(config), host) {
+            (file, true) => host::main(file.as_ref()),
+            (Some(file), false) => check::main(&file, strict),
+            // clap requires a file without --host.
             (None, false) => ExitCode::from(EXIT_BAD_CONFIG),
         },
         Command::Sim {
@@ -334,10 +403,17 @@ fn main() -> ExitCode {
             output,
             report,
         } => pcap::main(&config, &input, &output, report.as_deref()),
-        Command::Status { admin } => {
-            status::main(status::StatusCmd::Status, &admin.endpoint(), admin.json)
-        }
-        Command::Services { admin, stats, rate } => {
+        Command::Status { admin, exact } => status::main(
+            status::StatusCmd::Status,
+            &admin.endpoint(),
+            admin.output(exact),
+        ),
+        Command::Services {
+            admin,
+            stats,
+            rate,
+            exact,
+        } => {
             let show = match (stats, rate) {
                 (true, _) => status::ServicesShow::Stats,
                 (_, true) => status::ServicesShow::Rate,
@@ -346,7 +422,7 @@ fn main() -> ExitCode {
             status::main(
                 status::StatusCmd::Services(show),
                 &admin.endpoint(),
-                admin.json,
+                admin.output(exact),
             )
         }
         Command::Flows {
@@ -367,7 +443,7 @@ fn main() -> ExitCode {
                 },
             },
             &admin.endpoint(),
-            admin.json,
+            admin.output(false),
         ),
         Command::Freeze { admin, service } => control(&admin, "freeze", service),
         Command::Unfreeze { admin, service } => control(&admin, "unfreeze", service),

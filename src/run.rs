@@ -1,9 +1,10 @@
-//! `xvs run`: loads the config, sets up logging, checks the machine, runs the daemon
-//! ([`daemon::driver::run`]) and prints its final counters to stdout as `key=value` lines.
-//! Exit codes: 2 for a bad config, 1 for a machine that cannot run it (every problem of
-//! [`daemon::preflight`] is logged: a missing capability or interface, queues that do not
-//! match the NIC's channels...) or a runtime failure. Once the config is loaded, every
-//! message (errors included) goes through the daemon's logger on stderr.
+//! `xvs run`: loads the config, refuses what `xvs check` refuses of it (every problem at
+//! once: [`crate::check::findings`]), sets up logging, logs `check`'s warnings, checks the
+//! machine, runs the daemon ([`daemon::driver::run`]) and prints its final counters to stdout
+//! as `key=value` lines. Exit codes: 2 for a bad config, 1 for a machine that cannot run it
+//! (every problem of [`daemon::preflight`] is logged: a missing capability or interface,
+//! queues that do not match the NIC's channels...) or a runtime failure. Once the config is
+//! checked, every message (errors included) goes through the daemon's logger on stderr.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,12 +13,25 @@ use daemon::driver::{self, Outcome};
 use fastpath::pipeline::{DropReason, RejectReason};
 
 pub fn main(path: Option<&PathBuf>) -> ExitCode {
-    let Some(cfg) = crate::load_config(path) else {
+    let Some(loaded) = crate::load(path) else {
         return ExitCode::from(crate::EXIT_BAD_CONFIG);
     };
+    let found = crate::check::findings(&loaded, false);
+    if !found.refused.is_empty() {
+        let e = config::Error::Invalid {
+            file: loaded.file.clone(),
+            problems: found.refused,
+        };
+        eprintln!("xvs: invalid configuration:\n{e}");
+        return ExitCode::from(crate::EXIT_BAD_CONFIG);
+    }
+    let cfg = loaded.config;
     if let Err(e) = daemon::logging::init(&cfg.log) {
         eprintln!("xvs run: {e}");
         return ExitCode::from(crate::EXIT_BAD_CONFIG);
+    }
+    for w in &found.warnings {
+        tracing::warn!(target: "xvs", "{}", crate::check::render(&loaded.file, w));
     }
     match path {
         Some(p) => tracing::info!(target: "xvs", config = %p.display(), "starting"),

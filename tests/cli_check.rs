@@ -3,11 +3,45 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// The build script, for its revision rule (its `main` is cargo's).
+#[allow(dead_code)]
+#[path = "../src/build.rs"]
+mod build_script;
+
 fn xvs(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_xvs"))
         .args(args)
+        // Outside a pod: the in-cluster configuration is not checked.
+        .env_remove("KUBERNETES_SERVICE_HOST")
         .output()
         .expect("run xvs")
+}
+
+/// A kubeconfig that loads (its server is never contacted), mode 0600.
+fn kubeconfig(dir: &tempfile::TempDir) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.path().join("kubeconfig");
+    std::fs::write(
+        &p,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://198.18.0.10:6443\nusers:\n- name: u\n  user:\n    token: abc\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\ncurrent-context: x\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    p
+}
+
+/// edge-node.toml with its kubeconfig replaced by one that loads.
+fn edge_node(dir: &tempfile::TempDir) -> PathBuf {
+    let text = std::fs::read_to_string(example("edge-node.toml")).unwrap();
+    let kc = kubeconfig(dir);
+    let text = text.replacen(
+        "kubeconfig = \"/etc/xvs/kubeconfig\"",
+        &format!("kubeconfig = \"{}\"", kc.display()),
+        1,
+    );
+    let p = dir.path().join("edge-node.toml");
+    std::fs::write(&p, text).unwrap();
+    p
 }
 
 fn example(name: &str) -> PathBuf {
@@ -46,18 +80,29 @@ fn check_lab_prints_summary() {
 
 #[test]
 fn check_every_example() {
-    for name in ["lab.toml", "static-services.toml", "edge-node.toml"] {
-        let o = xvs(&["check", "--config", example(name).to_str().unwrap()]);
+    for name in ["lab.toml", "static-services.toml"] {
+        let o = xvs(&["check", "--strict", example(name).to_str().unwrap()]);
         assert!(o.status.success(), "{name}: {}", stderr(&o));
+        assert!(o.stderr.is_empty(), "{name}: no warning: {}", stderr(&o));
     }
-    let o = xvs(&[
-        "check",
-        "--config",
-        example("edge-node.toml").to_str().unwrap(),
-    ]);
+    // edge-node.toml names a kubeconfig, which `xvs run` reads first: where it is missing,
+    // `check` says so.
+    let o = xvs(&["check", example("edge-node.toml").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains(": kubernetes.kubeconfig: kubeconfig /etc/xvs/kubeconfig: "),
+        "{}",
+        stderr(&o)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let o = xvs(&["check", "--strict", edge_node(&dir).to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
     let out = String::from_utf8(o.stdout).unwrap();
     assert!(
-        out.contains("source: kubernetes (/etc/xvs/kubeconfig; service-proxy-name xvs"),
+        out.contains(&format!(
+            "source: kubernetes ({}; service-proxy-name xvs",
+            dir.path().join("kubeconfig").display()
+        )),
         "{out}"
     );
     assert!(out.contains("4 workers on cores [2, 3, 4, 5]"), "{out}");
@@ -135,6 +180,73 @@ fn governance_keys_are_shown_and_checked() {
             "{to}: wants key {key}: {}",
             stderr(&o)
         );
+    }
+}
+
+#[test]
+fn health_checks_and_the_scrape_listener_are_shown_and_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let lab = std::fs::read_to_string(example("lab.toml")).unwrap();
+    // web has a check of its own; the others take [health]'s (tcp here).
+    let text = lab.replacen(
+        "name = \"web\"\n",
+        "name = \"web\"\nhealth = { probe = \"https\", port = 8443, http_path = \"/ready\", http_status = [204], fall = 5 }\n",
+        1,
+    ) + "\n[health]\nprobe = \"tcp\"\n";
+    let text = text.replacen(
+        "[admin]\n",
+        "[admin]\nmetrics_listen = \"0.0.0.0:10269\"\n",
+        1,
+    );
+    let o = xvs(&[
+        "check",
+        "--config",
+        write_temp(&dir, &text).to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        out.contains("    health: https GET /ready on port 8443, status 204, rise 2 fall 5\n"),
+        "{out}"
+    );
+    assert_eq!(
+        out.matches("    health: tcp on the backend's port, rise 2 fall 3\n")
+            .count(),
+        2,
+        "{out}"
+    );
+    assert!(
+        out.contains("metrics: http://0.0.0.0:10269/metrics (nothing else)"),
+        "{out}"
+    );
+    // Without probes nothing is said.
+    let o = xvs(&["check", "--config", example("lab.toml").to_str().unwrap()]);
+    let out = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        !out.contains("health:") && !out.contains("metrics: "),
+        "{out}"
+    );
+    // A bad value: exit 2 naming the key.
+    for (health, key) in [
+        ("health = { port = 0 }", "services[0].health.port"),
+        (
+            "health = { http_path = \"/a b\" }",
+            "services[0].health.http_path",
+        ),
+        ("health = { probe = \"grpc\" }", "services[0].health.probe"),
+    ] {
+        let text = lab.replacen(
+            "name = \"web\"\n",
+            &format!("name = \"web\"\n{health}\n"),
+            1,
+        );
+        let o = xvs(&[
+            "check",
+            "--config",
+            write_temp(&dir, &text).to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{health}");
+        assert!(stderr(&o).contains(key), "{health}: {}", stderr(&o));
     }
 }
 
@@ -344,14 +456,42 @@ fn run_refuses_a_missing_interface() {
     );
 }
 
+/// `xvs --version` names the git revision: `XVS_GIT_REVISION` when the build had it (an
+/// image build), else the checkout's HEAD.
 #[test]
-fn version_is_printed() {
+fn version_names_the_revision() {
     let o = xvs(&["--version"]);
     assert!(o.status.success());
+    let rev = env!("XVS_REVISION");
     assert_eq!(
         String::from_utf8(o.stdout).unwrap().trim(),
-        format!("xvs {}", env!("CARGO_PKG_VERSION"))
+        format!("xvs {} (git {rev})", env!("CARGO_PKG_VERSION"))
     );
+    let head = Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    match (option_env!("XVS_GIT_REVISION"), head) {
+        (Some(given), _) if !given.trim().is_empty() => assert_eq!(rev, given.trim()),
+        (_, Some(head)) => assert_eq!(rev, head, "the checkout's HEAD"),
+        (_, None) => assert_eq!(rev, "unknown"),
+    }
+    // What the build script takes from XVS_GIT_REVISION.
+    assert_eq!(
+        build_script::revision(" 1a2b3c4\n"),
+        Ok(Some("1a2b3c4".to_owned()))
+    );
+    assert_eq!(
+        build_script::revision("v0.1.0-rc.1+abc"),
+        Ok(Some("v0.1.0-rc.1+abc".to_owned()))
+    );
+    assert_eq!(build_script::revision(""), Ok(None));
+    for bad in ["abc def", "x\";rm", &"a".repeat(65)] {
+        assert!(build_script::revision(bad).is_err(), "{bad}");
+    }
 }
 
 /// `xvs run` with its cpuset limited to core 0 (as the kubelet limits a pod's).

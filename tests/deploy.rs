@@ -29,15 +29,47 @@ fn embedded_config() -> String {
         .join("\n")
 }
 
+/// The ConfigMap's config with its commented-out `# [bgp]` table uncommented: the lines from
+/// `# [bgp]` to the first that is not `# ` TOML.
+fn config_with_bgp() -> String {
+    let text = embedded_config();
+    let mut out = Vec::new();
+    let mut inside = false;
+    for line in text.lines() {
+        if line == "# [bgp]" {
+            inside = true;
+        }
+        match line.strip_prefix("# ") {
+            Some(toml) if inside => out.push(toml.to_owned()),
+            _ => {
+                inside = false;
+                out.push(line.to_owned());
+            }
+        }
+    }
+    assert!(
+        out.iter().any(|l| l == "[bgp]"),
+        "no `# [bgp]` table to uncomment"
+    );
+    out.join("\n") + "\n"
+}
+
 #[test]
 fn configmap_holds_a_valid_kubernetes_config() {
     let toml = embedded_config();
     let cfg = config::parse(&toml, "deploy/configmap.yaml").unwrap_or_else(|e| panic!("{e}"));
+    // As shipped: no BGP (a node without routers to peer with runs as it is).
+    assert!(!cfg.bgp.enable, "BGP is off as shipped");
+    assert!(!cfg.sync.enable);
     let k = cfg
         .kubernetes
         .expect("the DaemonSet config uses the Kubernetes source");
     assert_eq!(k.service_proxy_name.as_deref(), Some("xvs"));
     assert!(cfg.services.is_empty());
+    // Uncommenting [bgp] is all it takes to announce.
+    let bgp = config::parse(&config_with_bgp(), "deploy/configmap.yaml with [bgp]")
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(bgp.bgp.enable && bgp.bgp.local_as.is_some() && !bgp.bgp.neighbors.is_empty());
 }
 
 #[test]
@@ -59,7 +91,13 @@ fn daemonset_runs_that_config_with_the_capabilities_it_needs() {
     assert_eq!(add, format!("[{}]", want.join(", ")));
     // Probes on the healthz listener (named port), which the ConfigMap binds on the node,
     // on ports other than kube-proxy's (10256 healthz, 10249 metrics) so both fit a node.
-    let (healthz, metrics) = (cfg.admin.healthz_listen().port(), cfg.admin.listen.port());
+    let metrics = cfg
+        .admin
+        .metrics_listen
+        .expect("[admin] metrics_listen")
+        .port();
+    let (healthz, listen) = (cfg.admin.healthz_listen().port(), cfg.admin.listen.port());
+    assert!(![10256, 10249].contains(&listen) && ![healthz, metrics].contains(&listen));
     assert!(![10256, 10249].contains(&healthz) && ![10256, 10249].contains(&metrics));
     assert!(ds.contains(&format!("name: healthz, containerPort: {healthz}")));
     assert!(ds.contains(&format!("name: metrics, containerPort: {metrics}")));
@@ -138,7 +176,7 @@ fn announcement() -> slowpath::bgp::Announcement {
 
 #[test]
 fn the_bird_beside_xvs_reads_what_xvs_writes() {
-    let cfg = config::parse(&embedded_config(), "deploy/configmap.yaml").unwrap();
+    let cfg = config::parse(&config_with_bgp(), "deploy/configmap.yaml").unwrap();
     let b = &cfg.bgp;
     assert!(b.enable);
     // Socket and include file in the emptyDir both containers mount at /run/bird.

@@ -1,8 +1,10 @@
 //! What is shipped to deploy xvs, checked from outside: every manifest in deploy/ against
-//! the Kubernetes schemas (`kubernetes-validate`, strict), the ConfigMap's xvs.toml through
-//! the built `xvs check`, the DaemonSet's and the ClusterRole's contents against what the code
-//! uses, and the Dockerfile (stages, COPY sources, the cargo command, the runtime libraries
-//! against `ldd` of the built binary).
+//! the Kubernetes schemas (`kubernetes-validate`, strict; the Prometheus Operator's kinds,
+//! which it does not know, against a structural schema of the fields they use), the
+//! ConfigMap's xvs.toml through the built `xvs check`, the DaemonSet's, the ClusterRole's
+//! and the PodMonitor's contents against what the code uses, the Dockerfile (stages, COPY
+//! sources, the cargo command and the revision it gets, the runtime libraries against `ldd`
+//! of the built binary) and BIRD's (deploy/bird/Dockerfile, against Debian's bird2 here).
 //!
 //! The Python tools (kubernetes-validate, dockerfile-parse, PyYAML) live in the venv that
 //! scripts/deps creates (`/opt/xvs-venv`, or `$XVS_PY_VENV`); a missing one fails the test
@@ -80,6 +82,15 @@ fn validate(path: &Path) -> Output {
         .expect("run kubernetes-validate")
 }
 
+/// The API groups of custom resources the manifests use: kubernetes-validate has no schema
+/// for them (it warns and passes), so [`crd_schema`] checks them instead.
+const CRD_GROUPS: [&str; 1] = ["monitoring.coreos.com/"];
+
+fn is_custom(doc: &Value) -> bool {
+    let api = doc["apiVersion"].as_str().unwrap_or_default();
+    CRD_GROUPS.iter().any(|g| api.starts_with(g))
+}
+
 #[test]
 fn every_manifest_validates_against_the_kubernetes_schemas() {
     let files = manifests();
@@ -87,14 +98,34 @@ fn every_manifest_validates_against_the_kubernetes_schemas() {
         .iter()
         .map(|p| p.file_name().unwrap().to_str().unwrap())
         .collect();
-    assert_eq!(names, ["configmap.yaml", "daemonset.yaml", "rbac.yaml"]);
+    assert_eq!(
+        names,
+        [
+            "configmap.yaml",
+            "daemonset.yaml",
+            "podmonitor.yaml",
+            "rbac.yaml"
+        ]
+    );
     for f in &files {
         let o = validate(f);
         let out = text(&o);
         assert!(o.status.success(), "{}:\n{out}", f.display());
-        // Each document was checked (not skipped as an unknown kind).
-        let n = docs(f.file_name().unwrap().to_str().unwrap()).len();
+        // Each built-in document was checked (not skipped as an unknown kind); each custom
+        // one is skipped by name, and checked below against its structural schema.
+        let d = docs(f.file_name().unwrap().to_str().unwrap());
+        let custom: Vec<&Value> = d.iter().filter(|d| is_custom(d)).collect();
+        let n = d.len() - custom.len();
         assert_eq!(out.matches(" passed for resource ").count(), n, "{out}");
+        for c in custom {
+            let kind = c["kind"].as_str().unwrap();
+            assert!(
+                out.contains(&format!("Couldn't find schema for kind {kind}")),
+                "{out}"
+            );
+            let problems = crd_problems(c);
+            assert!(problems.is_empty(), "{}: {problems:?}", f.display());
+        }
     }
     // The validator does refuse: a misspelt field and a wrong type in copies.
     let dir = tempfile::tempdir().unwrap();
@@ -114,6 +145,162 @@ fn every_manifest_validates_against_the_kubernetes_schemas() {
         assert!(!o.status.success(), "accepted {to}");
         assert!(text(&o).contains(says), "{}", text(&o));
     }
+}
+
+/// A structural schema of the PodMonitor fields deploy/ uses, as the Prometheus Operator's
+/// CRD (monitoring.coreos.com/v1) types them, every object closed (`additionalProperties:
+/// false`, like kubernetes-validate's `--strict`): a misspelt or misplaced field fails.
+fn crd_schema(kind: &str) -> Value {
+    // The operator's Duration pattern.
+    let duration = serde_json::json!({
+        "type": "string",
+        "pattern": "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"
+    });
+    let labels = serde_json::json!({
+        "type": "object", "additionalProperties": { "type": "string" }
+    });
+    match kind {
+        "PodMonitor" => serde_json::json!({
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["apiVersion", "kind", "metadata", "spec"],
+            "properties": {
+                "apiVersion": { "const": "monitoring.coreos.com/v1" },
+                "kind": { "const": "PodMonitor" },
+                "metadata": {
+                    "type": "object", "additionalProperties": false, "required": ["name"],
+                    "properties": {
+                        "name": { "type": "string" }, "namespace": { "type": "string" },
+                        "labels": labels
+                    }
+                },
+                "spec": {
+                    "type": "object", "additionalProperties": false,
+                    "required": ["selector", "podMetricsEndpoints"],
+                    "properties": {
+                        "selector": {
+                            "type": "object", "additionalProperties": false,
+                            "properties": { "matchLabels": labels }
+                        },
+                        "podMetricsEndpoints": {
+                            "type": "array", "minItems": 1,
+                            "items": {
+                                "type": "object", "additionalProperties": false,
+                                "properties": {
+                                    "port": { "type": "string" },
+                                    "path": { "type": "string" },
+                                    "scheme": { "enum": ["http", "https", "HTTP", "HTTPS"] },
+                                    "interval": duration,
+                                    "scrapeTimeout": duration,
+                                    "relabelings": {
+                                        "type": "array",
+                                        "items": {
+                                            "type": "object", "additionalProperties": false,
+                                            "properties": {
+                                                "sourceLabels": {
+                                                    "type": "array",
+                                                    "items": {
+                                                        "type": "string",
+                                                        "pattern": "^[a-zA-Z_][a-zA-Z0-9_]*$"
+                                                    }
+                                                },
+                                                "targetLabel": { "type": "string" },
+                                                "action": { "type": "string" },
+                                                "regex": { "type": "string" },
+                                                "replacement": { "type": "string" }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }),
+        other => panic!("no structural schema for {other}: add one to crd_schema"),
+    }
+}
+
+/// What the structural schema of `doc`'s kind finds wrong with it (the venv's jsonschema).
+fn crd_problems(doc: &Value) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let (schema, instance) = (dir.path().join("schema.json"), dir.path().join("doc.json"));
+    let kind = doc["kind"].as_str().unwrap();
+    std::fs::write(&schema, crd_schema(kind).to_string()).unwrap();
+    std::fs::write(&instance, doc.to_string()).unwrap();
+    let v = python_json(
+        "import json, sys, jsonschema\n\
+         s = json.load(open(sys.argv[1])); d = json.load(open(sys.argv[2]))\n\
+         v = jsonschema.Draft202012Validator(s)\n\
+         print(json.dumps(['/'.join(map(str, e.absolute_path)) + ': ' + e.message for e in v.iter_errors(d)]))",
+        &[&schema, &instance],
+    );
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn the_structural_schema_refuses_what_the_operator_would() {
+    let pm = docs("podmonitor.yaml").remove(0);
+    assert!(crd_problems(&pm).is_empty());
+    let mut bad = pm.clone();
+    bad["spec"]["podMetricsEndpoints"][0]["intervall"] = "15s".into();
+    assert!(
+        crd_problems(&bad)
+            .iter()
+            .any(|p| p.contains("'intervall' was unexpected")),
+        "{:?}",
+        crd_problems(&bad)
+    );
+    let mut bad = pm.clone();
+    bad["spec"]["podMetricsEndpoints"][0]["interval"] = "15 seconds".into();
+    assert!(!crd_problems(&bad).is_empty());
+    let mut bad = pm;
+    bad["spec"]["endpoints"] = bad["spec"]["podMetricsEndpoints"].clone();
+    assert!(!crd_problems(&bad).is_empty(), "a ServiceMonitor's field");
+}
+
+#[test]
+fn the_podmonitor_scrapes_the_metrics_listener_of_the_daemonsets_pods() {
+    let cfg = config::parse(configmap_data()["xvs.toml"].as_str().unwrap(), "xvs.toml").unwrap();
+    let pm = docs("podmonitor.yaml").remove(0);
+    let ds = docs("daemonset.yaml").remove(0);
+    assert_eq!(pm["metadata"]["namespace"], ds["metadata"]["namespace"]);
+    // Its selector picks the DaemonSet's pods.
+    let pod_labels = ds["spec"]["template"]["metadata"]["labels"]
+        .as_object()
+        .unwrap();
+    let selector = pm["spec"]["selector"]["matchLabels"].as_object().unwrap();
+    assert!(!selector.is_empty());
+    for (k, v) in selector {
+        assert_eq!(pod_labels.get(k), Some(v), "{k}");
+    }
+    // It scrapes /metrics on the containerPort of [admin] metrics_listen, which serves only
+    // /metrics on every address of the node (the pods are in the host network).
+    let metrics = cfg
+        .admin
+        .metrics_listen
+        .expect("the ConfigMap sets metrics_listen");
+    assert!(metrics.ip().is_unspecified(), "{metrics}");
+    assert!(
+        cfg.admin.listen.ip().is_loopback(),
+        "the read-only API stays node-local"
+    );
+    let ep = &pm["spec"]["podMetricsEndpoints"][0];
+    assert_eq!(ep["path"], "/metrics");
+    let xvs = &ds["spec"]["template"]["spec"]["containers"][0];
+    let port = xvs["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == ep["port"])
+        .unwrap_or_else(|| panic!("no containerPort named {}", ep["port"]));
+    assert_eq!(port["containerPort"], u64::from(metrics.port()));
+    assert_eq!(port["protocol"], "TCP");
 }
 
 fn configmap_data() -> serde_json::Map<String, Value> {
@@ -194,8 +381,11 @@ fn the_daemonset_runs_like_kube_proxys_beside_it() {
         port_of("healthz"),
         u64::from(cfg.admin.healthz_listen().port())
     );
-    assert_eq!(port_of("metrics"), u64::from(cfg.admin.listen.port()));
-    for kube_proxy in [10256, 10249] {
+    let metrics = cfg.admin.metrics_listen.expect("[admin] metrics_listen");
+    assert_eq!(port_of("metrics"), u64::from(metrics.port()));
+    for kube_proxy in [10256u16, 10249] {
+        assert_ne!(cfg.admin.listen.port(), kube_proxy);
+        let kube_proxy = u64::from(kube_proxy);
         assert_ne!(port_of("healthz"), kube_proxy);
         assert_ne!(port_of("metrics"), kube_proxy);
     }
@@ -291,12 +481,17 @@ fn the_cluster_role_grants_only_what_the_code_uses() {
 
 /// The Dockerfile's instructions, as dockerfile-parse reads them: (instruction, value).
 fn dockerfile() -> Vec<(String, String)> {
+    dockerfile_at("Dockerfile")
+}
+
+/// The instructions of the Dockerfile at `path` (from the repository's root).
+fn dockerfile_at(path: &str) -> Vec<(String, String)> {
     let v = python_json(
         "import json, sys\n\
          from dockerfile_parse import DockerfileParser\n\
          p = DockerfileParser(path=sys.argv[1])\n\
          print(json.dumps([[i['instruction'], i['value']] for i in p.structure]))",
-        &[&root().join("Dockerfile")],
+        &[&root().join(path)],
     );
     v.as_array()
         .unwrap()
@@ -312,8 +507,13 @@ fn dockerfile() -> Vec<(String, String)> {
 
 /// The Dockerfile's stages: (FROM value, instructions).
 fn stages() -> Vec<(String, Vec<(String, String)>)> {
+    stages_of(dockerfile())
+}
+
+/// The stages of a Dockerfile's instructions: (FROM value, instructions).
+fn stages_of(instructions: Vec<(String, String)>) -> Vec<(String, Vec<(String, String)>)> {
     let mut out: Vec<(String, Vec<(String, String)>)> = Vec::new();
-    for (ins, val) in dockerfile() {
+    for (ins, val) in instructions {
         if ins == "FROM" {
             out.push((val, Vec::new()));
         } else if let Some(s) = out.last_mut() {
@@ -427,6 +627,27 @@ fn the_dockerfile_builds_xvs_in_one_stage_and_ships_it_in_a_minimal_one() {
         "--bin {bin} is not this package's binary"
     );
     assert!(words.contains(&"--release") && words.contains(&"--locked"));
+    // The git revision reaches the build (the context has no .git): a build argument,
+    // declared in the stage before the cargo command, passed to it in its environment.
+    let arg_at = build
+        .iter()
+        .position(|(i, v)| i == "ARG" && v.starts_with("XVS_GIT_REVISION"))
+        .expect("ARG XVS_GIT_REVISION in the build stage");
+    let cargo_at = build
+        .iter()
+        .position(|(i, v)| i == "RUN" && v.contains("cargo build"))
+        .unwrap();
+    assert!(arg_at < cargo_at);
+    // `xvs --version` reads XVS_GIT_REVISION, xvs_build_info (slowpath/build.rs)
+    // XVS_REVISION: both get it.
+    assert!(
+        cargo.starts_with(
+            "XVS_GIT_REVISION=\"${XVS_GIT_REVISION}\" XVS_REVISION=\"${XVS_GIT_REVISION}\""
+        ),
+        "{cargo}"
+    );
+    let build_rs = std::fs::read_to_string(root().join("slowpath/build.rs")).unwrap();
+    assert!(build_rs.contains("std::env::var(\"XVS_REVISION\")"));
     assert!(
         cargo.contains(&format!("target/release/{bin} /out/{bin}")),
         "{cargo}"
@@ -483,6 +704,120 @@ fn the_dockerfile_builds_xvs_in_one_stage_and_ships_it_in_a_minimal_one() {
     // And nothing of the build toolchain.
     for p in &runtime_pkgs {
         assert!(!p.ends_with("-dev") && p != "clang" && p != "llvm", "{p}");
+    }
+    assert_revision_labels(runtime, "xvs");
+    // scripts/image passes the revision and the version to both builds.
+    let script = std::fs::read_to_string(root().join("scripts/image")).unwrap();
+    for want in [
+        "--build-arg \"XVS_GIT_REVISION=$XVS_GIT_REVISION\"",
+        "--build-arg \"XVS_VERSION=$version\"",
+        "git rev-parse HEAD",
+        "build \"$image\" Dockerfile .",
+        "build \"$bird_image\" deploy/bird/Dockerfile deploy/bird",
+    ] {
+        assert!(script.contains(want), "scripts/image lacks {want}");
+    }
+}
+
+/// The OCI labels of a final stage: its title, and its revision and version from the build
+/// arguments scripts/image passes (declared in that stage, so they are in scope).
+fn assert_revision_labels(stage: &[(String, String)], title: &str) {
+    for arg in ["XVS_GIT_REVISION=unknown", "XVS_VERSION=unknown"] {
+        assert!(
+            stage.iter().any(|(i, v)| i == "ARG" && v == arg),
+            "ARG {arg} in the stage: {stage:?}"
+        );
+    }
+    let labels: String = stage
+        .iter()
+        .filter(|(i, _)| i == "LABEL")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    for want in [
+        format!("org.opencontainers.image.title=\"{title}\""),
+        "org.opencontainers.image.revision=\"${XVS_GIT_REVISION}\"".to_owned(),
+        "org.opencontainers.image.version=\"${XVS_VERSION}\"".to_owned(),
+    ] {
+        assert!(labels.contains(&want), "{want} not in {labels}");
+    }
+}
+
+/// The files Debian's package `pkg` installs here (`dpkg -L`); scripts/deps installs bird2.
+fn package_files(pkg: &str) -> BTreeSet<String> {
+    let o = Command::new("dpkg")
+        .args(["-L", pkg])
+        .output()
+        .expect("dpkg");
+    assert!(
+        o.status.success(),
+        "{pkg} is not installed: run scripts/deps"
+    );
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn the_bird_image_is_debians_bird2_and_runs_as_the_daemonset_says() {
+    let stages = stages_of(dockerfile_at("deploy/bird/Dockerfile"));
+    assert_eq!(stages.len(), 1, "one stage");
+    let (from, ins) = &stages[0];
+    assert!(from.starts_with("${BIRD_BASE_IMAGE}"), "{from}");
+    let args: Vec<String> = dockerfile_at("deploy/bird/Dockerfile")
+        .into_iter()
+        .filter(|(i, _)| i == "ARG")
+        .map(|(_, v)| v)
+        .collect();
+    // The same Debian release as the runtime of xvs's image, and as this machine's bird2.
+    assert!(
+        args.iter()
+            .any(|a| a == "BIRD_BASE_IMAGE=docker.io/library/debian:12-slim"),
+        "{args:?}"
+    );
+    let os = std::fs::read_to_string("/etc/os-release").unwrap();
+    assert!(os.contains("VERSION_ID=\"12\""), "{os}");
+    // bird2 and nothing else; nothing copied from the context.
+    let pkgs: BTreeSet<String> = ins
+        .iter()
+        .filter(|(i, _)| i == "RUN")
+        .flat_map(|(_, v)| apt_installs(v))
+        .collect();
+    assert_eq!(pkgs, BTreeSet::from(["bird2".to_owned()]));
+    assert!(!ins.iter().any(|(i, _)| i == "COPY" || i == "ADD"));
+    assert_revision_labels(ins, "xvs-bird");
+    // ENTRYPOINT + CMD is the DaemonSet's command, whose binary bird2 installs.
+    let json_list = |i: &str| -> Vec<String> {
+        let v = &ins.iter().find(|(x, _)| x == i).unwrap().1;
+        serde_json::from_str(v).unwrap()
+    };
+    let mut image_cmd = json_list("ENTRYPOINT");
+    image_cmd.extend(json_list("CMD"));
+    let ds = docs("daemonset.yaml").remove(0);
+    let spec = &ds["spec"]["template"]["spec"];
+    let bird = spec["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "bird")
+        .expect("a bird container");
+    let ds_cmd: Vec<String> = serde_json::from_value(bird["command"].clone()).unwrap();
+    assert_eq!(ds_cmd, image_cmd);
+    assert!(package_files("bird2").contains(&ds_cmd[0]), "{}", ds_cmd[0]);
+    // The image scripts/image builds, xvs-bird:<version>, not a placeholder.
+    assert_eq!(
+        bird["image"],
+        format!("xvs-bird:{}", env!("CARGO_PKG_VERSION"))
+    );
+    // Its config and socket where the command says: the ConfigMap's bird.conf, the
+    // emptyDir shared with xvs.
+    let mounts = bird["volumeMounts"].as_array().unwrap();
+    for (dir, file) in [
+        ("/etc/bird", "/etc/bird/bird.conf"),
+        ("/run/bird", "/run/bird/bird.ctl"),
+    ] {
+        assert!(ds_cmd.iter().any(|a| a == file), "{ds_cmd:?}");
+        assert!(mounts.iter().any(|m| m["mountPath"] == dir), "{mounts:?}");
     }
 }
 

@@ -30,13 +30,43 @@ fn findings<'a>(out: &'a str, kind: &str) -> Vec<(&'a str, &'a str)> {
         .collect()
 }
 
+/// edge-node.toml as `nobody` can read it, its kubeconfig (which `xvs run` and `check` read
+/// first: `/etc/xvs/kubeconfig` is not on this machine) replaced by one that loads, owned by
+/// `nobody` with mode 0600 (its server is never contacted).
+fn edge_node_for_nobody(dir: &tempfile::TempDir) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path, m: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+    };
+    mode(dir.path(), 0o755);
+    let kc = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kc,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://198.18.0.10:6443\nusers:\n- name: u\n  user:\n    token: abc\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\ncurrent-context: x\n",
+    )
+    .unwrap();
+    mode(&kc, 0o600);
+    std::os::unix::fs::chown(&kc, Some(65534), Some(65534)).unwrap();
+    let text = std::fs::read_to_string(root().join("config/examples/edge-node.toml")).unwrap();
+    let text = text.replacen(
+        "kubeconfig = \"/etc/xvs/kubeconfig\"",
+        &format!("kubeconfig = \"{}\"", kc.display()),
+        1,
+    );
+    let cfg = dir.path().join("edge-node.toml");
+    std::fs::write(&cfg, text).unwrap();
+    mode(&cfg, 0o644);
+    cfg
+}
+
 /// The example edge node on this machine, restricted to core 0 and run as `nobody` without
 /// capabilities (so the result does not depend on the machine's size or the test's uid):
 /// its cores, its capabilities and both of its interfaces are listed in ONE run, exit 1;
 /// `xvs run` refuses with the same list.
 #[test]
 fn the_edge_node_example_lists_every_problem_at_once() {
-    let cfg = root().join("config/examples/edge-node.toml");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = edge_node_for_nobody(&dir);
     let cfg = cfg.to_str().unwrap();
     let as_nobody = |args: &[&str]| {
         Command::new("taskset")

@@ -594,6 +594,58 @@ fn unhealthy_backend_gets_no_new_flows() {
     lab.stop_xvs();
 }
 
+/// A service's own health check, end to end: web takes only 204 from `GET /` (the lab's
+/// backends answer 200), so its backends are judged down by its check and take no new
+/// flows, while echo, with no check of its own and `[health] probe = "none"`, is not probed
+/// at all.
+#[test]
+fn a_services_own_health_check_judges_its_backends() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut lab = Lab::up();
+    let config = lab_config().replacen(
+        "name = \"web\"\n",
+        "name = \"web\"\nhealth = { probe = \"http\", http_status = [204], rise = 1, fall = 2 }\n",
+        1,
+    ) + "\n[health]\ninterval = \"200ms\"\ntimeout = \"100ms\"\n";
+    lab.start_xvs(&config);
+    let t0 = std::time::Instant::now();
+    let down = |svc: &serde_json::Value| {
+        svc["backends"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|b| b["health"] == "down" && b["usable"] == false)
+    };
+    while !down(&service_json(&lab, "web")) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "{}",
+            service_json(&lab, "web")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let echo = service_json(&lab, "echo");
+    for b in echo["backends"].as_array().unwrap() {
+        assert!(b.get("health").is_none_or(|h| h.is_null()), "{echo}");
+        assert_eq!(b["usable"], true, "{echo}");
+    }
+    // No backend of web takes a new connection.
+    let o = lab.exec(
+        "c",
+        &[
+            "curl",
+            "-s",
+            "--max-time",
+            "2",
+            "-o",
+            "/dev/null",
+            "http://198.18.100.1/",
+        ],
+    );
+    assert!(!o.status.success(), "web answered with every backend down");
+    lab.stop_xvs();
+}
+
 /// `xvs run` with the Kubernetes source: a Service and its EndpointSlice from an API server
 /// (a small fake speaking the list/watch protocol) become a forwarding frontend. Until the
 /// API server has answered, `/healthz` is 503 and says why. Logs are JSON lines here.
@@ -1378,10 +1430,17 @@ fn services_stats_match_the_clients_and_backends_counts() {
         ));
     }
     assert_eq!(count(&bodies, "backend-1"), 3, "{bodies:?}");
-    // The table says the same.
+    // The table says the same (--exact: not scaled to kB).
     let o = lab.exec(
         "x",
-        &[xvs, "services", "--stats", "--admin", "127.0.0.1:10249"],
+        &[
+            xvs,
+            "services",
+            "--stats",
+            "--exact",
+            "--admin",
+            "127.0.0.1:10249",
+        ],
     );
     let out = String::from_utf8(o.stdout).unwrap();
     let rows: Vec<String> = out
@@ -1397,6 +1456,6 @@ fn services_stats_match_the_clients_and_backends_counts() {
         &[xvs, "services", "--rate", "--admin", "127.0.0.1:10249"],
     );
     let out = String::from_utf8(o.stdout).unwrap();
-    assert!(out.contains("CPS"), "{out}");
+    assert!(out.contains("CONNS/S") && out.contains("INBIT/S"), "{out}");
     lab.stop_xvs();
 }

@@ -4,6 +4,9 @@
 
 use std::net::IpAddr;
 
+use crate::schema::Config;
+use crate::span::KeyPath;
+
 /// Why `ip` cannot be a service's address (a frontend or a backend), or None: unspecified,
 /// loopback, multicast, broadcast, link-local (169.254/16, fe80::/10), or an IPv4-mapped
 /// IPv6 address (a v4 address in disguise, which would slip past the other checks). The
@@ -19,6 +22,26 @@ pub fn special_address(ip: IpAddr) -> Option<&'static str> {
         IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some() => "an IPv4-mapped IPv6 address",
         _ => return None,
     })
+}
+
+/// `[node] addresses` that are special addresses: NodePort frontends listen on the node's
+/// addresses, so an address no service may take cannot be one (`0.0.0.0` would make every
+/// NodePort a frontend of the unspecified address).
+pub(crate) fn node_addresses(c: &Config) -> Vec<(KeyPath, String)> {
+    c.node
+        .addresses
+        .iter()
+        .enumerate()
+        .filter_map(|(i, a)| {
+            let why = special_address(*a)?;
+            Some((
+                KeyPath::of(&["node", "addresses"]).index(i),
+                format!(
+                    "{a} cannot be a node address: it is {why}, and NodePort frontends listen on the node's addresses"
+                ),
+            ))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -55,5 +78,29 @@ mod tests {
             assert_eq!(why(s), None, "{s}");
         }
         assert_eq!(why("::1"), Some("a loopback address"));
+    }
+
+    #[test]
+    fn node_addresses_are_not_special() {
+        let e = crate::parse(
+            "[node]\naddresses = [\"198.18.0.1\", \"0.0.0.0\", \"::1\"]\n",
+            "t.toml",
+        )
+        .unwrap_err();
+        let p = e.problems();
+        assert_eq!(p.len(), 2, "{e}");
+        assert_eq!(p[0].key, "node.addresses[1]");
+        assert!(
+            p[0].message
+                .starts_with("0.0.0.0 cannot be a node address: it is the unspecified address"),
+            "{}",
+            p[0].message
+        );
+        assert_eq!(p[1].key, "node.addresses[2]");
+        crate::parse(
+            "[node]\naddresses = [\"198.18.0.1\", \"2001:2::1\"]\n",
+            "t.toml",
+        )
+        .unwrap();
     }
 }

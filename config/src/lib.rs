@@ -10,11 +10,14 @@
 mod address;
 mod cores;
 mod decap;
+pub mod health;
 mod reload;
 mod schema;
 mod span;
 mod types;
 mod validate;
+mod warn;
+mod wording;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -48,7 +51,7 @@ pub const LAB_TOML: &str = include_str!("../examples/lab.toml");
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Problem {
     /// Dotted path of the offending key, e.g. `services[0].vip`; empty for a syntax error
-    /// that is not inside a key.
+    /// that is not inside a key; `(file)` for the file as a whole (an empty file).
     pub key: String,
     /// 1-based line in the file.
     pub line: usize,
@@ -155,6 +158,26 @@ pub fn problem_at(text: &str, key: &KeyPath, message: String) -> Problem {
     }
 }
 
+/// The warnings of `c`, a valid config read from `text`: settings that are valid but
+/// dangerous (see `warn`'s module doc), located as validation's problems are. `xvs check`
+/// prints them (`--strict` refuses them); `xvs run` logs them.
+pub fn warnings(text: &str, c: &Config) -> Vec<Problem> {
+    let found = warn::warnings(c);
+    if found.is_empty() {
+        return Vec::new();
+    }
+    match toml::de::DeTable::parse(text) {
+        Ok(doc) => found
+            .into_iter()
+            .map(|(key, message)| span::locate(text, &doc, &key, message))
+            .collect(),
+        Err(_) => found
+            .into_iter()
+            .map(|(key, message)| problem_at(text, &key, message))
+            .collect(),
+    }
+}
+
 impl Config {
     /// Whether services come from Kubernetes rather than `[[services]]`.
     pub fn uses_kubernetes(&self) -> bool {
@@ -166,5 +189,7 @@ impl Config {
 mod tests;
 #[cfg(test)]
 mod tests_bfd;
+#[cfg(test)]
+mod tests_health;
 #[cfg(test)]
 mod tests_reject;

@@ -25,6 +25,23 @@ impl Written {
     pub fn has(&self, key: &str) -> bool {
         self.keys.contains(key)
     }
+
+    /// Why a reload refuses this file whatever the running config is: it is empty, or its
+    /// last line is cut. The daemon's controller refuses such a reload; `xvs check` refuses
+    /// such a file, which could start xvs but never reload it.
+    pub fn incomplete(&self) -> Option<&'static str> {
+        if self.keys.is_empty() {
+            return Some(
+                "the file is empty (nothing but whitespace or comments): a reload needs the complete config",
+            );
+        }
+        if !self.ends_with_newline {
+            return Some(
+                "the file's last line has no newline: it looks cut short (a write in progress?); replace the file atomically (write a temporary file, then rename it over this one) and end it with a newline",
+            );
+        }
+        None
+    }
 }
 
 /// [`crate::parse`], and what the text wrote explicitly.

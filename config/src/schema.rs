@@ -526,6 +526,9 @@ pub struct Service {
     pub new_conn_burst: Option<u32>,
     /// The SYN proxy for this service (TCP only; default: `[synproxy] mode`).
     pub synproxy: Option<SynproxyMode>,
+    /// This service's own health check: each key it sets replaces `[health]`'s.
+    #[serde(default)]
+    pub health: ServiceHealth,
 }
 
 impl Service {
@@ -582,6 +585,10 @@ pub struct Admin {
     /// port 10256, as configs written before the split do, the default is `listen`: one
     /// listener serves both sets). See [`Admin::healthz_listen`].
     pub healthz_listen: Option<SocketAddr>,
+    /// Only `/metrics`, for a Prometheus that scrapes the node from elsewhere (default: none,
+    /// `/metrics` is on `listen` only). Nothing else is served there: `/v1/flows` shows
+    /// client addresses, which a scraper has no business reading.
+    pub metrics_listen: Option<SocketAddr>,
     /// The control socket (a unix socket, mode 0600): everything `listen` serves plus
     /// freeze/drain when `enable_control` is set; `xvs status`, `xvs freeze`... use it.
     /// Default: `xvs.sock` in `[dataplane] state_dir` (`/run/xvs/xvs.sock`); see
@@ -605,6 +612,7 @@ impl Default for Admin {
         Admin {
             listen: default_admin_listen(),
             healthz_listen: None,
+            metrics_listen: None,
             socket: None,
             enable_control: false,
         }
@@ -665,7 +673,7 @@ impl Default for Log {
 }
 
 /// Kind of active health probe.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ProbeKind {
     /// No active probes: every backend counts as healthy.
@@ -673,11 +681,46 @@ pub enum ProbeKind {
     None,
     /// A TCP connect to the backend's address.
     Tcp,
-    /// An HTTP GET of `http_path`; 2xx and 3xx are healthy.
+    /// An HTTP GET of `http_path`; healthy on a status of `http_status` (default: any 2xx
+    /// or 3xx). keepalived's `HTTP_GET`.
     Http,
+    /// The same GET over TLS, the backend's certificate not verified (keepalived's
+    /// `SSL_GET`): a health check asks whether the backend answers, not who it is.
+    Https,
 }
 
-/// `[health]`: active probes for static-source backends.
+impl ProbeKind {
+    /// Every kind, in the order [`ProbeKind::name`] lists them.
+    pub const ALL: [ProbeKind; 4] = [
+        ProbeKind::None,
+        ProbeKind::Tcp,
+        ProbeKind::Http,
+        ProbeKind::Https,
+    ];
+
+    /// The name in the config file and the `xvs.io/health-check-probe` annotation.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProbeKind::None => "none",
+            ProbeKind::Tcp => "tcp",
+            ProbeKind::Http => "http",
+            ProbeKind::Https => "https",
+        }
+    }
+
+    /// The kind named `name` (exactly as [`ProbeKind::name`] spells it).
+    pub fn from_name(name: &str) -> Option<ProbeKind> {
+        ProbeKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// Whether it sends an HTTP request (`http_path`, `http_status` apply).
+    pub fn is_http(self) -> bool {
+        matches!(self, ProbeKind::Http | ProbeKind::Https)
+    }
+}
+
+/// `[health]`: active probes of every service's backends, and the defaults of each
+/// service's own [`ServiceHealth`].
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Health {
@@ -700,6 +743,31 @@ pub struct Health {
     /// Path for HTTP probes.
     #[serde(default = "default_http_path")]
     pub http_path: String,
+    /// The statuses an HTTP probe takes as healthy (keepalived's `status_code`); empty (the
+    /// default): any 2xx or 3xx.
+    #[serde(default)]
+    pub http_status: Vec<u16>,
+}
+
+/// A service's own health check (`[[services]] health`, or a Kubernetes Service's
+/// `xvs.io/health-check-*` annotations): each key set replaces `[health]`'s, each key
+/// absent takes it. `interval` and `timeout` are `[health]`'s for every service.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceHealth {
+    /// Probe kind (`none` turns the checks off for this service).
+    pub probe: Option<ProbeKind>,
+    /// The port probed instead of each backend's own (keepalived's `connect_port`): a
+    /// backend serving on 8080 with its health endpoint on 8081.
+    pub port: Option<u16>,
+    /// Path of HTTP probes.
+    pub http_path: Option<String>,
+    /// Healthy statuses of HTTP probes.
+    pub http_status: Option<Vec<u16>>,
+    /// Consecutive successes before a down backend is up.
+    pub rise: Option<u32>,
+    /// Consecutive failures before a backend is down.
+    pub fall: Option<u32>,
 }
 
 fn default_health_interval() -> Dur {
@@ -727,6 +795,7 @@ impl Default for Health {
             rise: default_rise(),
             fall: default_fall(),
             http_path: default_http_path(),
+            http_status: Vec::new(),
         }
     }
 }

@@ -6,7 +6,7 @@ use std::fmt;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
-use crate::Problem;
+use crate::{Problem, wording};
 
 /// One step of a key path.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -184,6 +184,12 @@ pub fn schema(
     }
     let inner = e.inner();
     let message = did_you_mean(&first_line(inner.message()));
+    let last_key = path.0.iter().rev().find_map(|s| match s {
+        Seg::Key(k) => Some(k.as_str()),
+        Seg::Index(_) => None,
+    });
+    let value = inner.span().and_then(|s| text.get(s)).map(str::trim);
+    let reworded = wording::reword(&message, last_key, value);
     // serde reports a missing key at its table; name the key itself.
     if let Some(field) = message
         .strip_prefix("missing field `")
@@ -196,7 +202,7 @@ pub fn schema(
             key: path.to_string(),
             line,
             column,
-            message,
+            message: reworded,
         };
     }
     let offset = inner
@@ -207,7 +213,7 @@ pub fn schema(
         key: path.to_string(),
         line,
         column,
-        message,
+        message: reworded,
     }
 }
 

@@ -139,7 +139,7 @@ fn misspelt_key_names_key_and_line() {
     assert_eq!(p.key, "services[0].schedular");
     assert_eq!(p.line, 10);
     assert_eq!(
-        p.message, "unknown field `schedular`: did you mean `scheduler`?",
+        p.message, "unknown key `schedular`: did you mean `scheduler`?",
         "a typo gets the key it meant, not the list of every key"
     );
     // A word that is no typo of any key keeps serde's list.
@@ -914,39 +914,39 @@ fn shared_vocabulary_errors_keep_their_words() {
     let p = svc("protocol = \"tcp\"", "protocol = \"icmp\"");
     assert_eq!(
         p.message,
-        "unknown variant `icmp`, expected one of `tcp`, `udp`, `sctp`"
+        "unknown value `icmp`: expected one of `tcp`, `udp`, `sctp`"
     );
     let p = svc("protocol = \"tcp\"", "protocol = \"icmpv6\"");
     assert_eq!(
         p.message,
-        "unknown variant `icmpv6`, expected one of `tcp`, `udp`, `sctp`"
+        "unknown value `icmpv6`: expected one of `tcp`, `udp`, `sctp`"
     );
     let p = svc("scheduler = \"wrr\"", "scheduler = \"fifo\"");
     assert_eq!(
         p.message,
-        "unknown variant `fifo`, expected one of `rr`, `wrr`, `lc`, `wlc`, `sed`, `nq`, `mh`, \
+        "unknown value `fifo`: expected one of `rr`, `wrr`, `lc`, `wlc`, `sed`, `nq`, `mh`, \
          `sh`, `dh`, `lblc`, `lblcr`"
     );
     let p = svc("scheduler = \"wrr\"", "scheduler = \"wr\"");
-    assert_eq!(p.message, "unknown variant `wr`: did you mean `rr`?");
+    assert_eq!(p.message, "unknown value `wr`: did you mean `rr`?");
     let p = svc("scheduler = \"wrr\"", "mode = \"dnat\"");
-    assert_eq!(p.message, "unknown variant `dnat`: did you mean `nat`?");
+    assert_eq!(p.message, "unknown value `dnat`: did you mean `nat`?");
     let p = svc("scheduler = \"wrr\"", "mode = \"bridge\"");
     assert_eq!(
         p.message,
-        "unknown variant `bridge`, expected `nat` or `fullnat`"
+        "unknown value `bridge`: expected `nat` or `fullnat`"
     );
     let p = problem("[dataplane]\nxdp_mode = \"skb\"\n");
     assert_eq!(
         p.message,
-        "unknown variant `skb`, expected one of `auto`, `native`, `generic`"
+        "unknown value `skb`: expected one of `auto`, `native`, `generic`"
     );
     let p = problem("[dataplane]\nzero_copy = true\n");
-    assert_eq!(p.message, "wanted string or table");
+    assert_eq!(p.message, "expected a string or a table");
     let p = problem("[dataplane]\nzero_copy = \"yes\"\n");
     assert_eq!(
         p.message,
-        "unknown variant `yes`, expected one of `auto`, `on`, `off`"
+        "unknown value `yes`: expected one of `auto`, `on`, `off`"
     );
     let k = "[kubernetes]\nexternal_ip_cidrs = [";
     let p = problem(&format!("{k}\"198.18.0.1/15\"]\n"));

@@ -43,6 +43,7 @@ const AFFINITY_TIMEOUT_MAX_S: u64 = 86400;
 
 pub fn validate(c: &Config) -> Found {
     let mut out = Found::new();
+    out.extend(crate::address::node_addresses(c));
     dataplane(c, &mut out);
     flowtable(c, &mut out);
     timeouts(c, &mut out);
@@ -930,8 +931,40 @@ fn health(c: &Config, out: &mut Found) {
     if h.fall == 0 {
         err(out, at("fall"), "must be at least 1");
     }
-    if !h.http_path.starts_with('/') {
-        err(out, at("http_path"), "must start with '/'");
+    if let Err(e) = crate::health::check_path(&h.http_path) {
+        err(out, at("http_path"), e);
+    }
+    if let Err(e) = crate::health::check_statuses(&h.http_status) {
+        err(out, at("http_status"), e);
+    }
+    for (i, s) in c.services.iter().enumerate() {
+        let at = |k: &str| KeyPath::of(&["services"]).index(i).key("health").key(k);
+        let own = &s.health;
+        if own.port == Some(0) {
+            err(out, at("port"), "port 0 cannot be probed");
+        }
+        if let Some(p) = &own.http_path
+            && let Err(e) = crate::health::check_path(p)
+        {
+            err(out, at("http_path"), e);
+        }
+        if let Some(st) = &own.http_status
+            && let Err(e) = crate::health::check_statuses(st)
+        {
+            err(out, at("http_status"), e);
+        }
+        if own.http_status.as_ref().is_some_and(Vec::is_empty) {
+            err(
+                out,
+                at("http_status"),
+                "an empty list takes no status; leave the key out for any 2xx or 3xx",
+            );
+        }
+        for (key, v) in [("rise", own.rise), ("fall", own.fall)] {
+            if v == Some(0) {
+                err(out, at(key), "must be at least 1");
+            }
+        }
     }
 }
 
@@ -990,16 +1023,8 @@ fn admin(c: &Config, out: &mut Found) {
     let a = &c.admin;
     let at = |k: &str| KeyPath::of(&["admin", k]);
     let (listen, healthz) = (a.listen, a.healthz_listen());
-    // Same port on the same address, or on an address and the wildcard of its family:
-    // the second bind would fail. Identical addresses mean one listener serves both.
-    let overlap = listen != healthz
-        && listen.port() == healthz.port()
-        && listen.port() != 0
-        && listen.is_ipv4() == healthz.is_ipv4()
-        && (listen.ip() == healthz.ip()
-            || listen.ip().is_unspecified()
-            || healthz.ip().is_unspecified());
-    if overlap {
+    // Identical addresses mean one listener serves both.
+    if listen != healthz && overlap(listen, healthz) {
         err(
             out,
             at("healthz_listen"),
@@ -1007,6 +1032,21 @@ fn admin(c: &Config, out: &mut Found) {
                 "{healthz} overlaps admin.listen {listen}: both cannot be bound; give them different ports, or the same address to serve both on one listener"
             ),
         );
+    }
+    if let Some(metrics) = a.metrics_listen {
+        // A listener of its own: even the same address as another would serve that one's
+        // endpoints, which is what it exists to keep apart.
+        for (key, other) in [("listen", listen), ("healthz_listen", healthz)] {
+            if metrics == other || overlap(metrics, other) {
+                err(
+                    out,
+                    at("metrics_listen"),
+                    format!(
+                        "{metrics} overlaps admin.{key} {other}: both cannot be bound; give metrics_listen a port of its own"
+                    ),
+                );
+            }
+        }
     }
     if let Some(socket) = &a.socket
         && (!socket.is_absolute() || socket.file_name().is_none())
@@ -1017,6 +1057,15 @@ fn admin(c: &Config, out: &mut Found) {
             format!("{} is not an absolute path to a file", socket.display()),
         );
     }
+}
+
+/// Whether binding `a` and `b` collides: the same port on the same address, or on an address
+/// and the wildcard of its family (port 0 asks for a fresh port each time).
+fn overlap(a: std::net::SocketAddr, b: std::net::SocketAddr) -> bool {
+    a.port() == b.port()
+        && a.port() != 0
+        && a.is_ipv4() == b.is_ipv4()
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
 }
 
 /// Levels a `[log] level` filter may name.

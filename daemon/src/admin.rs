@@ -264,7 +264,7 @@ impl AdminSource for DaemonState {
             .as_ref()
             .map(|h| h.judgements())
             .unwrap_or_default();
-        if !judged.is_empty() {
+        if !judged.plan.is_empty() {
             for v in &mut views {
                 v.set_health(&judged);
             }

@@ -236,7 +236,6 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
         let tx = ev_tx.clone();
         HealthChecker::spawn(
             rt.handle(),
-            &cfg.health,
             move |states| {
                 let _ = tx.send(Event::Health(states));
             },
@@ -433,11 +432,16 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
     let admin_cfg = AdminConfig {
         listen: cfg.admin.listen,
         healthz_listen: Some(cfg.admin.healthz_listen()),
+        metrics_listen: cfg.admin.metrics_listen,
         socket: Some(cfg.admin_socket()),
         control_enabled: cfg.admin.enable_control,
     };
     let admin = AdminServer::bind(&admin_cfg, Arc::clone(&state) as _)?;
-    let (admin_addr, healthz_addr) = (admin.local_addr(), admin.healthz_addr());
+    let (admin_addr, healthz_addr, metrics_addr) = (
+        admin.local_addr(),
+        admin.healthz_addr(),
+        admin.metrics_addr(),
+    );
     tasks.push(rt.spawn(admin.run(shutdown.clone())));
     tracing::info!(
         target: "xvs",
@@ -446,6 +450,7 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
         interfaces = %ifnames.join(", "),
         admin = %format!("http://{admin_addr}"),
         healthz = %healthz_addr.map_or_else(String::new, |a| format!("http://{a}")),
+        metrics = %metrics_addr.map_or_else(String::new, |a| format!("http://{a}/metrics")),
         socket = %cfg.admin_socket().display(),
         "ready"
     );
@@ -676,7 +681,7 @@ impl Io<'_> {
                     );
                 }
                 Action::Synced => self.sync.synced(None),
-                Action::HealthTargets(t) => self.health.set_targets(t),
+                Action::HealthTargets(plan) => self.health.set_plan(plan),
                 Action::HealthFailure(addr) => self.health.report_failure(addr),
                 Action::Solicit(ip) => self.neighbours.request(ip),
                 Action::HealthCheckNodePorts(ports) => {

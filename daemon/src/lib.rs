@@ -9,8 +9,10 @@
 //!   workers, the steering programs, ONE tokio runtime for the slowpath (Kubernetes source,
 //!   health checks, neighbours, admin servers, health-check node ports) with one shutdown
 //!   signal, and the loop that feeds the controller and performs its actions.
-//! - [`preflight`] and [`caps`]: what `xvs run` checks before it touches anything (and `xvs
-//!   check --host` lists), every problem at once; capabilities by name rather than uid 0.
+//! - [`startcheck`]: what `xvs run` refuses in a valid config without looking at the host
+//!   (`xvs check` runs it too); [`preflight`] and [`caps`]: what it checks of the host before
+//!   it touches anything (and `xvs check --host` lists), every problem at once;
+//!   capabilities by name rather than uid 0.
 //! - [`logging`]: `tracing` with `[log]` level and format; library logs (`log` users too) go
 //!   through it.
 //!
@@ -25,6 +27,7 @@ pub mod driver;
 pub mod hold;
 pub mod logging;
 pub mod preflight;
+pub mod startcheck;
 pub mod state;
 pub mod watch;
 

@@ -78,6 +78,7 @@ fn spec(name: &str, frontends: Vec<Frontend>, backends: &[&str]) -> ServiceSpec 
         frozen: false,
         synproxy: SynproxySetting::Off,
         no_endpoints: NoEndpoints::Reject,
+        health: Default::default(),
         cluster_ip: false,
     }
 }

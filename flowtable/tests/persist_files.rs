@@ -15,6 +15,15 @@ use std::time::Instant;
 use common::{BACKENDS, check, flow};
 use flowtable::*;
 
+/// The tests of this file, one at a time: one of them spawns a process, and a child between
+/// its fork and its exec holds every open file of this process, so another test's state
+/// file (and its `flock`) could outlive its table for that moment and refuse a reopen as
+/// "in use by another process".
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn config(capacity: usize) -> FlowTableConfig {
     FlowTableConfig::new(capacity, BACKENDS as usize)
 }
@@ -44,6 +53,7 @@ fn refused_field(opened: &Opened) -> &'static str {
 
 #[test]
 fn links_directories_and_loose_files_are_set_aside_never_followed() {
+    let _one = serial();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let v = victim(d);
@@ -96,6 +106,7 @@ fn links_directories_and_loose_files_are_set_aside_never_followed() {
 
 #[test]
 fn a_planted_temporary_is_never_written_through() {
+    let _one = serial();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let v = victim(d);
@@ -163,6 +174,7 @@ const REC: usize = RECORD_BYTES;
 
 #[test]
 fn export_files_are_refused_whole_or_record_by_record() {
+    let _one = serial();
     let dir = tempfile::tempdir().unwrap();
     let (path, good) = export(dir.path(), 40);
     let refused = |bytes: &[u8]| {
@@ -266,6 +278,7 @@ fn in_small_tmpfs(name: &str, size: &str) -> Option<PathBuf> {
 
 #[test]
 fn a_full_filesystem_is_a_refusal_with_exact_sizes_never_a_sigbus() {
+    let _one = serial();
     let Some(d) = in_small_tmpfs(
         "a_full_filesystem_is_a_refusal_with_exact_sizes_never_a_sigbus",
         "2m",
@@ -325,6 +338,7 @@ fn a_full_filesystem_is_a_refusal_with_exact_sizes_never_a_sigbus() {
 
 #[test]
 fn a_directory_where_a_resized_state_goes_costs_its_flows_not_the_start() {
+    let _one = serial();
     let dir = tempfile::tempdir().unwrap();
     let flows = dir.path().join("flows");
     let (t, _) = FlowTable::open(&flows, config(64), Instant::now(), &AnyFlow).unwrap();

@@ -1,8 +1,15 @@
-//! Active and passive health checks of backends (`[health]`).
+//! Active and passive health checks of backends (`[health]`, and each service's own check
+//! over it: `[[services]] health`, a Kubernetes Service's `xvs.io/health-check-*`).
 //!
 //! # Semantics
 //!
-//! - **Start up.** A backend the checker has not judged yet is [`Judgement::Unknown`]:
+//! - **Targets.** What is probed is a [`Plan`]: each service with a check ([`Check`]: its
+//!   own keys over `[health]`'s) and its backends. A [`Target`] is a backend with a check;
+//!   services with equal checks share a backend's target (one probe, one judgement), a
+//!   service with another check probes it on its own, and that judgement applies to that
+//!   service only. A service whose probe is `none` has no targets: its backends are never
+//!   judged, their source's readiness alone decides.
+//! - **Start up.** A target the checker has not judged yet is [`Judgement::Unknown`]:
 //!   *usable*, as IPVS and kube-proxy treat every endpoint without a health check (a restart
 //!   of xvs must not take every backend out of service until probes finish), but not
 //!   *verified*: the daemon announces a VIP over BGP only once one of its backends has passed
@@ -10,19 +17,21 @@
 //!   has not seen alive. The first passing probe makes it up; `fall` failed probes before
 //!   one passes make it down (`fall × interval`). Nothing carries over a restart: the first
 //!   probe of each process judges anew.
-//! - **Rise and fall.** An up backend goes down after `fall` *consecutive* failures; a down
-//!   backend comes back after `rise` consecutive successes. A success resets the failure
-//!   run and a failure resets the success run, so a flapping backend stays where it is
-//!   (pingora's and HAProxy's rule).
-//! - **Probes.** `tcp`: a TCP connect within `timeout`. `http`: connect, send
-//!   `GET <http_path> HTTP/1.0`, read the status line; 2xx and 3xx are healthy; everything
-//!   (connect, write, read) within one `timeout`. `none`: no probes at all, every backend is
-//!   up and passive reports are ignored (nothing would bring a backend back).
+//! - **Rise and fall** (the target's check's). An up target goes down after `fall`
+//!   *consecutive* failures; a down one comes back after `rise` consecutive successes. A
+//!   success resets the failure run and a failure resets the success run, so a flapping
+//!   backend stays where it is (pingora's and HAProxy's rule).
+//! - **Probes** ([`probe()`]), to the backend's address, on the check's `port` when it has
+//!   one. `tcp`: a TCP connect within `timeout`. `http`: connect, send
+//!   `GET <http_path> HTTP/1.0`, read the status line; healthy on a status of `http_status`,
+//!   or any 2xx or 3xx without one; everything (connect, write, read) within one `timeout`.
+//!   `https`: the same over TLS, the certificate not verified (keepalived's `SSL_GET`), the
+//!   handshake within the same `timeout`.
 //! - **Schedule.** Each backend is probed every `interval` from the start of its last probe,
 //!   never twice at once (not even when it leaves and comes back while a probe of it is
 //!   still running); new backends' first probes are spread over one interval.
-//! - **Passive.** [`HealthChecker::report_failure`] counts as one failed probe (the daemon
-//!   feeds SYNs that got no SYN-ACK).
+//! - **Passive.** [`HealthChecker::report_failure`] counts as one failed probe of every
+//!   target of that backend address (the daemon feeds SYNs that got no SYN-ACK).
 //! - **Bounded.** One scheduler task and at most [`PROBES_MAX`] probe tasks, whatever the
 //!   number of backends: the scheduler takes a permit of a [`Semaphore`] *before* it spawns
 //!   a probe, so a pool saturated by timeouts delays probes (earliest due first), it never
@@ -41,26 +50,26 @@
 //! The tasks run on the slowpath's tokio runtime, which needs its I/O and time drivers
 //! (`enable_all`). Every clock read is `tokio::time`'s.
 
+mod plan;
+mod probe;
+
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use config::ProbeKind;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+pub use plan::{Check, Plan, Target};
+pub use probe::{probe, probe_http, probe_tcp};
+
 /// Concurrent probes at most (the probe semaphore's permits).
 pub const PROBES_MAX: usize = 64;
 /// Passive reports waiting for the scheduler at most; more are dropped.
 pub const PASSIVE_PENDING_MAX: usize = 1024;
-/// Longest an HTTP status line may be.
-const STATUS_LINE_MAX: usize = 1024;
 
 const _: () = assert!(PROBES_MAX > 0 && PROBES_MAX <= Semaphore::MAX_PERMITS);
 
@@ -180,20 +189,9 @@ impl TargetStatus {
     }
 }
 
-/// Probe settings (from `[health]`).
-#[derive(Clone, Debug)]
-struct Settings {
-    probe: ProbeKind,
-    interval: Duration,
-    timeout: Duration,
-    rise: u32,
-    fall: u32,
-    http_path: String,
-}
-
 /// What the handle tells the scheduler, in the order it was told.
 enum Inbound {
-    Targets(Vec<SocketAddr>),
+    Targets(Arc<Plan>),
     Passive(SocketAddr),
 }
 
@@ -201,14 +199,20 @@ enum Inbound {
 #[derive(Default)]
 struct Shared {
     /// As of the last event the scheduler handled.
-    status: Mutex<HashMap<SocketAddr, TargetStatus>>,
+    status: Mutex<HashMap<Target, TargetStatus>>,
+    /// The plan last set (what the reader maps services' backends to targets with).
+    plan: Mutex<Arc<Plan>>,
     /// Passive reports sent and not yet received by the scheduler.
     passive_pending: AtomicUsize,
 }
 
 impl Shared {
-    fn status(&self) -> std::sync::MutexGuard<'_, HashMap<SocketAddr, TargetStatus>> {
+    fn status(&self) -> std::sync::MutexGuard<'_, HashMap<Target, TargetStatus>> {
         self.status.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn plan(&self) -> Arc<Plan> {
+        Arc::clone(&self.plan.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
@@ -217,7 +221,6 @@ impl Shared {
 pub struct HealthChecker {
     inbox: mpsc::UnboundedSender<Inbound>,
     shared: Arc<Shared>,
-    probe: ProbeKind,
     /// A child of the caller's `shutdown`: cancelled by it, or by dropping the checker.
     stop: CancellationToken,
     task: Option<JoinHandle<()>>,
@@ -225,77 +228,52 @@ pub struct HealthChecker {
 
 impl std::fmt::Debug for HealthChecker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HealthChecker")
-            .field("probe", &self.probe)
-            .finish_non_exhaustive()
+        f.debug_struct("HealthChecker").finish_non_exhaustive()
     }
 }
 
 impl HealthChecker {
-    /// Starts checking with `cfg` on `rt` (the slowpath runtime; no targets yet: see
-    /// [`HealthChecker::set_targets`]). `on_change` gets every target's judgement whenever
-    /// one changes. The tasks end when `shutdown` is cancelled. With `probe = "none"` no task
-    /// starts and `on_change` is dropped at once, never called.
+    /// Starts the checker on `rt` (the slowpath runtime) with nothing to probe yet (see
+    /// [`HealthChecker::set_plan`]). `on_change` gets every target's judgement whenever one
+    /// changes. The tasks end when `shutdown` is cancelled.
     pub fn spawn(
         rt: &tokio::runtime::Handle,
-        cfg: &config::Health,
-        on_change: impl FnMut(HashMap<SocketAddr, Judgement>) + Send + 'static,
+        on_change: impl FnMut(HashMap<Target, Judgement>) + Send + 'static,
         shutdown: CancellationToken,
     ) -> HealthChecker {
-        let settings = Settings {
-            probe: cfg.probe,
-            interval: cfg.interval.get().max(Duration::from_millis(1)),
-            timeout: cfg.timeout.get().max(Duration::from_millis(1)),
-            rise: cfg.rise.max(1),
-            fall: cfg.fall.max(1),
-            http_path: cfg.http_path.clone(),
-        };
         let (inbox, rx) = mpsc::unbounded_channel();
         let shared = Arc::<Shared>::default();
         let stop = shutdown.child_token();
-        let task = (settings.probe != ProbeKind::None).then(|| {
-            let scheduler = Scheduler {
-                settings: Arc::new(settings),
-                targets: HashMap::new(),
-                orphans: HashSet::new(),
-                shared: Arc::clone(&shared),
-                permits: Arc::new(Semaphore::new(PROBES_MAX)),
-                probes: JoinSet::new(),
-                due: Vec::new(),
-            };
-            rt.spawn(scheduler.run(rx, on_change, stop.clone()))
-        });
+        let scheduler = Scheduler {
+            targets: HashMap::new(),
+            by_addr: HashMap::new(),
+            orphans: HashSet::new(),
+            shared: Arc::clone(&shared),
+            permits: Arc::new(Semaphore::new(PROBES_MAX)),
+            probes: JoinSet::new(),
+            due: Vec::new(),
+        };
+        let task = Some(rt.spawn(scheduler.run(rx, on_change, stop.clone())));
         HealthChecker {
             inbox,
             shared,
-            probe: cfg.probe,
             stop,
             task,
         }
     }
 
-    /// Sets the backends to check. Known ones keep their state; new ones start unknown. Never
-    /// blocks; callable from any thread.
-    pub fn set_targets(&self, targets: Vec<SocketAddr>) {
-        if self.probe == ProbeKind::None {
-            let mut st = self.shared.status();
-            st.retain(|a, _| targets.contains(a));
-            for t in targets {
-                st.entry(t).or_insert_with(TargetStatus::new);
-            }
-            return;
-        }
+    /// Sets what to probe. Targets already known keep their state; new ones start unknown.
+    /// Never blocks; callable from any thread.
+    pub fn set_plan(&self, plan: Arc<Plan>) {
+        *self.shared.plan.lock().unwrap_or_else(|e| e.into_inner()) = Arc::clone(&plan);
         // Fails only once the scheduler has ended, when nothing is checked any more.
-        let _ = self.inbox.send(Inbound::Targets(targets));
+        let _ = self.inbox.send(Inbound::Targets(plan));
     }
 
-    /// A passive failure (e.g. a SYN that got no SYN-ACK): counted as one failed probe.
-    /// Ignored for unknown targets, with `probe = "none"`, and when
+    /// A passive failure of backend `addr` (e.g. a SYN that got no SYN-ACK): counted as one
+    /// failed probe of each of its targets. Ignored for an address no target has, and when
     /// [`PASSIVE_PENDING_MAX`] reports already wait. Never blocks; callable from any thread.
     pub fn report_failure(&self, addr: SocketAddr) {
-        if self.probe == ProbeKind::None {
-            return;
-        }
         let pending = &self.shared.passive_pending;
         if pending.fetch_add(1, Ordering::AcqRel) >= PASSIVE_PENDING_MAX {
             pending.fetch_sub(1, Ordering::AcqRel);
@@ -307,7 +285,7 @@ impl HealthChecker {
     }
 
     /// Every target's current status (as of the last event the scheduler handled).
-    pub fn status(&self) -> HashMap<SocketAddr, TargetStatus> {
+    pub fn status(&self) -> HashMap<Target, TargetStatus> {
         self.shared.status().clone()
     }
 
@@ -315,13 +293,15 @@ impl HealthChecker {
     pub fn reader(&self) -> HealthReader {
         HealthReader {
             shared: Arc::clone(&self.shared),
-            probing: self.probe != ProbeKind::None,
         }
     }
 
-    /// Whether `addr` takes new flows (unknown or up); targets the checker does not know do.
-    pub fn is_up(&self, addr: SocketAddr) -> bool {
-        self.shared.status().get(&addr).is_none_or(|s| s.tracker.up)
+    /// Whether `target` takes new flows (unknown or up); targets the checker does not know do.
+    pub fn is_up(&self, target: &Target) -> bool {
+        self.shared
+            .status()
+            .get(target)
+            .is_none_or(|s| s.tracker.up)
     }
 
     /// Waits for the checker's tasks to end (after `shutdown` is cancelled: this does not
@@ -341,29 +321,45 @@ impl HealthChecker {
 #[derive(Clone)]
 pub struct HealthReader {
     shared: Arc<Shared>,
-    probing: bool,
 }
 
 impl std::fmt::Debug for HealthReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HealthReader")
-            .field("probing", &self.probing)
-            .finish_non_exhaustive()
+        f.debug_struct("HealthReader").finish_non_exhaustive()
     }
 }
 
 impl HealthReader {
-    /// The judgement of every target, as of the last event the scheduler handled; empty
-    /// when nothing is probed (`probe = "none"`).
-    pub fn judgements(&self) -> HashMap<SocketAddr, Judgement> {
-        if !self.probing {
-            return HashMap::new();
-        }
-        self.shared
+    /// The judgement of every target, as of the last event the scheduler handled, with the
+    /// plan that says which target judges which service's backend.
+    pub fn judgements(&self) -> Judged {
+        let states = self
+            .shared
             .status()
             .iter()
-            .map(|(a, s)| (*a, s.tracker.judgement()))
-            .collect()
+            .map(|(t, s)| (t.clone(), s.tracker.judgement()))
+            .collect();
+        Judged {
+            plan: self.shared.plan(),
+            states,
+        }
+    }
+}
+
+/// What [`HealthReader::judgements`] returns.
+#[derive(Clone, Debug, Default)]
+pub struct Judged {
+    /// The plan the targets come from.
+    pub plan: Arc<Plan>,
+    /// Each target's judgement.
+    pub states: HashMap<Target, Judgement>,
+}
+
+impl Judged {
+    /// The judgement of backend `addr` of `service`; `None` when it is not probed.
+    pub fn get(&self, service: &str, addr: SocketAddr) -> Option<Judgement> {
+        let t = self.plan.target(service, addr)?;
+        Some(self.states.get(&t).copied().unwrap_or(Judgement::Unknown))
     }
 }
 
@@ -374,7 +370,7 @@ impl Drop for HealthChecker {
     }
 }
 
-struct Target {
+struct TargetState {
     status: TargetStatus,
     next_due: Instant,
     in_flight: bool,
@@ -382,29 +378,30 @@ struct Target {
 
 /// The outcome of one probe task.
 struct Probed {
-    addr: SocketAddr,
+    target: Target,
     outcome: Result<(), String>,
 }
 
 struct Scheduler {
-    settings: Arc<Settings>,
-    targets: HashMap<SocketAddr, Target>,
-    /// Addresses whose probe is still running although they left the targets: a target
-    /// that comes back waits for that probe to end (never two probes of one address).
-    /// At most [`PROBES_MAX`] entries, one per probe task.
-    orphans: HashSet<SocketAddr>,
+    targets: HashMap<Target, TargetState>,
+    /// The targets of each backend address (for passive reports).
+    by_addr: HashMap<SocketAddr, Vec<Target>>,
+    /// Targets whose probe is still running although they left: a target that comes back
+    /// waits for that probe to end (never two probes of one target). At most
+    /// [`PROBES_MAX`] entries, one per probe task.
+    orphans: HashSet<Target>,
     shared: Arc<Shared>,
     permits: Arc<Semaphore>,
     probes: JoinSet<Probed>,
     /// Scratch: the targets due now, earliest first.
-    due: Vec<(Instant, SocketAddr)>,
+    due: Vec<(Instant, Target)>,
 }
 
 impl Scheduler {
     async fn run(
         mut self,
         mut inbox: mpsc::UnboundedReceiver<Inbound>,
-        mut on_change: impl FnMut(HashMap<SocketAddr, Judgement>),
+        mut on_change: impl FnMut(HashMap<Target, Judgement>),
         stop: CancellationToken,
     ) {
         loop {
@@ -438,7 +435,7 @@ impl Scheduler {
                 on_change(
                     self.targets
                         .iter()
-                        .map(|(a, t)| (*a, t.status.tracker.judgement()))
+                        .map(|(t, s)| (t.clone(), s.status.tracker.judgement()))
                         .collect(),
                 );
             }
@@ -452,106 +449,116 @@ impl Scheduler {
     fn start_due_probes(&mut self, now: Instant) -> Option<Instant> {
         let mut wake: Option<Instant> = None;
         self.due.clear();
-        for (addr, t) in &self.targets {
+        for (target, t) in &self.targets {
             if t.in_flight {
                 continue;
             }
             if t.next_due <= now {
-                self.due.push((t.next_due, *addr));
+                self.due.push((t.next_due, target.clone()));
             } else {
                 wake = Some(wake.map_or(t.next_due, |w| w.min(t.next_due)));
             }
         }
         self.due.sort_unstable();
-        for &(_, addr) in &self.due {
+        for (_, target) in self.due.drain(..) {
             let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned() else {
                 // Saturated: the rest stay due; the next probe to finish frees a permit.
                 break;
             };
-            let Some(t) = self.targets.get_mut(&addr) else {
+            let Some(t) = self.targets.get_mut(&target) else {
                 continue;
             };
             t.in_flight = true;
-            t.next_due = now + self.settings.interval;
-            let settings = Arc::clone(&self.settings);
+            t.next_due = now + target.check.interval;
             self.probes.spawn(async move {
-                let outcome = probe(addr, &settings).await;
+                let outcome = probe(target.addr, &target.check).await;
                 drop(permit);
-                Probed { addr, outcome }
+                Probed { target, outcome }
             });
         }
         wake
     }
 
-    /// Applies one message; returns true when a backend's judgement changed.
+    /// Applies one message; returns true when a target's judgement changed.
     fn handle(&mut self, msg: Inbound) -> bool {
         match msg {
-            Inbound::Targets(list) => {
-                self.set_targets(list);
+            Inbound::Targets(plan) => {
+                self.set_targets(plan.targets());
                 false
             }
             Inbound::Passive(addr) => {
                 self.shared.passive_pending.fetch_sub(1, Ordering::AcqRel);
-                let s = &self.settings;
-                self.targets.get_mut(&addr).is_some_and(|t| {
-                    let why = Err("passive: connection attempt failed".to_owned());
-                    record(addr, t, why, s.rise, s.fall)
-                })
+                let Some(list) = self.by_addr.get(&addr) else {
+                    return false;
+                };
+                let mut changed = false;
+                for target in list {
+                    if let Some(t) = self.targets.get_mut(target) {
+                        let why = Err("passive: connection attempt failed".to_owned());
+                        changed |= record(target, t, why);
+                    }
+                }
+                changed
             }
         }
     }
 
-    /// Applies one finished probe; returns true when a backend's judgement changed.
+    /// Applies one finished probe; returns true when a target's judgement changed.
     fn finished(&mut self, done: Result<Probed, tokio::task::JoinError>) -> bool {
-        let Probed { addr, outcome } = match done {
+        let Probed { target, outcome } = match done {
             Ok(p) => p,
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
             // Only `shutdown()` aborts probes, and it waits for them itself.
             Err(_) => return false,
         };
-        if self.orphans.remove(&addr) {
+        if self.orphans.remove(&target) {
             // The probe of a target that left; a comeback may probe now.
-            if let Some(t) = self.targets.get_mut(&addr) {
+            if let Some(t) = self.targets.get_mut(&target) {
                 t.in_flight = false;
             }
             return false;
         }
-        let s = &self.settings;
-        self.targets.get_mut(&addr).is_some_and(|t| {
+        self.targets.get_mut(&target).is_some_and(|t| {
             t.in_flight = false;
-            record(addr, t, outcome, s.rise, s.fall)
+            record(&target, t, outcome)
         })
     }
 
-    fn set_targets(&mut self, list: Vec<SocketAddr>) {
-        let keep: HashSet<SocketAddr> = list.iter().copied().collect();
+    fn set_targets(&mut self, list: &[Target]) {
+        let keep: HashSet<&Target> = list.iter().collect();
         let orphans = &mut self.orphans;
-        self.targets.retain(|a, t| {
-            let kept = keep.contains(a);
+        self.targets.retain(|target, t| {
+            let kept = keep.contains(target);
             if !kept && t.in_flight {
-                orphans.insert(*a);
+                orphans.insert(target.clone());
             }
             kept
         });
-        let mut new: Vec<SocketAddr> = keep
-            .into_iter()
-            .filter(|a| !self.targets.contains_key(a))
+        // `list` is sorted: the spread below does not depend on hashing.
+        let new: Vec<&Target> = list
+            .iter()
+            .filter(|t| !self.targets.contains_key(*t))
             .collect();
-        // A stable order, so the spread does not depend on hashing.
-        new.sort_unstable();
         let now = Instant::now();
         let n = new.len() as u32;
-        for (i, addr) in new.into_iter().enumerate() {
+        for (i, target) in new.into_iter().enumerate() {
             // Spread first probes over one interval instead of probing everyone at once.
-            let offset = self.settings.interval * i as u32 / n.max(1);
+            let offset = target.check.interval * i as u32 / n.max(1);
             self.targets.insert(
-                addr,
-                Target {
+                target.clone(),
+                TargetState {
                     status: TargetStatus::new(),
                     next_due: now + offset,
-                    in_flight: self.orphans.contains(&addr),
+                    in_flight: self.orphans.contains(target),
                 },
             );
+        }
+        self.by_addr.clear();
+        for target in list {
+            self.by_addr
+                .entry(target.addr)
+                .or_default()
+                .push(target.clone());
         }
     }
 
@@ -559,114 +566,38 @@ impl Scheduler {
         let snapshot = self
             .targets
             .iter()
-            .map(|(a, t)| (*a, t.status.clone()))
+            .map(|(target, t)| (target.clone(), t.status.clone()))
             .collect();
         *self.shared.status() = snapshot;
     }
 }
 
-/// Records one outcome for `t`; returns true when its judgement changed.
-fn record(
-    addr: SocketAddr,
-    t: &mut Target,
-    outcome: Result<(), String>,
-    rise: u32,
-    fall: u32,
-) -> bool {
+/// Records one outcome for `target`; returns true when its judgement changed.
+fn record(target: &Target, t: &mut TargetState, outcome: Result<(), String>) -> bool {
     t.status.checks += 1;
     let ok = outcome.is_ok();
     t.status.last_error = outcome.err();
     let before = t.status.tracker.judgement();
-    let changed = t.status.tracker.record(ok, rise, fall);
+    let changed = t
+        .status
+        .tracker
+        .record(ok, target.check.rise, target.check.fall);
     let error = t.status.last_error.as_deref().unwrap_or_default();
     let checks = t.status.checks;
+    let (addr, probe) = (target.addr, target.check.probe.name());
     match (changed, before, t.status.tracker.judgement()) {
         // Every backend passes its first probe after a start: not worth a line each.
         (true, Judgement::Unknown, Judgement::Up) => {
-            tracing::debug!(backend = %addr, checks, "backend verified: its first probe passed");
+            tracing::debug!(backend = %addr, probe, checks, "backend verified: its first probe passed");
         }
-        (true, _, Judgement::Up) => tracing::info!(backend = %addr, checks, "backend up"),
-        (true, _, _) => tracing::warn!(backend = %addr, checks, error, "backend down"),
-        (false, _, _) if !ok => tracing::debug!(backend = %addr, error, "health check failed"),
+        (true, _, Judgement::Up) => tracing::info!(backend = %addr, probe, checks, "backend up"),
+        (true, _, _) => tracing::warn!(backend = %addr, probe, checks, error, "backend down"),
+        (false, _, _) if !ok => {
+            tracing::debug!(backend = %addr, probe, error, "health check failed")
+        }
         (false, _, _) => {}
     }
     changed
-}
-
-async fn probe(addr: SocketAddr, s: &Settings) -> Result<(), String> {
-    match s.probe {
-        ProbeKind::None => Ok(()),
-        ProbeKind::Tcp => probe_tcp(addr, s.timeout).await,
-        ProbeKind::Http => probe_http(addr, s.timeout, &s.http_path).await,
-    }
-}
-
-/// A TCP connect within `timeout`.
-pub async fn probe_tcp(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
-    match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
-        Ok(Ok(_conn)) => Ok(()),
-        Ok(Err(e)) => Err(format!("tcp connect: {e}")),
-        Err(_) => Err("tcp connect: timed out".to_owned()),
-    }
-}
-
-/// `GET path HTTP/1.0` within `timeout` (connect, write and read together); healthy on a
-/// 2xx or 3xx status line.
-pub async fn probe_http(addr: SocketAddr, timeout: Duration, path: &str) -> Result<(), String> {
-    let mut stage = "connecting";
-    let result = tokio::time::timeout(timeout, http_exchange(addr, path, &mut stage)).await;
-    result.unwrap_or_else(|_| Err(format!("http: timed out {stage}")))
-}
-
-/// One HTTP exchange, without a deadline; `stage` says how far it got.
-async fn http_exchange(
-    addr: SocketAddr,
-    path: &str,
-    stage: &mut &'static str,
-) -> Result<(), String> {
-    let mut conn = TcpStream::connect(addr)
-        .await
-        .map_err(|e| format!("http connect: {e}"))?;
-    *stage = "writing the request";
-    let req = format!(
-        "GET {path} HTTP/1.0\r\nHost: {addr}\r\nUser-Agent: xvs-health\r\nConnection: close\r\n\r\n"
-    );
-    conn.write_all(req.as_bytes())
-        .await
-        .map_err(|e| format!("http write: {e}"))?;
-    *stage = "waiting for the status line";
-    let mut buf = Vec::with_capacity(128);
-    let mut chunk = [0u8; 256];
-    while !buf.contains(&b'\n') && buf.len() < STATUS_LINE_MAX {
-        match conn.read(&mut chunk).await {
-            Ok(0) => break,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(format!("http read: {e}")),
-        }
-    }
-    status_verdict(&buf)
-}
-
-/// Judges the start of a response: healthy on a 2xx or 3xx status line.
-fn status_verdict(head: &[u8]) -> Result<(), String> {
-    let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
-    let line = String::from_utf8_lossy(line);
-    let mut parts = line.split_whitespace();
-    let (Some(version), Some(code)) = (parts.next(), parts.next()) else {
-        return Err("http: no status line".to_owned());
-    };
-    if !version.starts_with("HTTP/") {
-        return Err(format!(
-            "http: not an HTTP status line: {:?}",
-            line.trim_end()
-        ));
-    }
-    match code.parse::<u16>() {
-        Ok(200..=399) => Ok(()),
-        Ok(c) => Err(format!("http: status {c}")),
-        Err(_) => Err(format!("http: bad status code {code:?}")),
-    }
 }
 
 #[cfg(test)]
@@ -740,30 +671,5 @@ mod tests {
             assert!(!t.record(false, 3, 3));
         }
         assert!(!t.up, "never three successes in a row");
-    }
-
-    #[test]
-    fn status_lines_are_judged_by_their_code() {
-        for ok in [
-            &b"HTTP/1.0 200 OK\r\n"[..],
-            b"HTTP/1.1 204 No Content\r\nServer: x\r\n",
-            b"HTTP/1.0 302 Found\n",
-            b"HTTP/1.0 399",
-        ] {
-            assert_eq!(
-                status_verdict(ok),
-                Ok(()),
-                "{:?}",
-                String::from_utf8_lossy(ok)
-            );
-        }
-        let err = |head: &[u8]| status_verdict(head).unwrap_err();
-        assert_eq!(err(b"HTTP/1.0 500 Oops\r\n"), "http: status 500");
-        assert_eq!(err(b"HTTP/1.0 199 Early\r\n"), "http: status 199");
-        assert_eq!(err(b"HTTP/1.0 404 Not Found\r\n"), "http: status 404");
-        assert_eq!(err(b""), "http: no status line");
-        assert_eq!(err(b"HTTP/1.0\r\n"), "http: no status line");
-        assert!(err(b"SSH-2.0 OpenSSH\r\n").contains("not an HTTP status line"));
-        assert!(err(b"HTTP/1.0 abc\r\n").contains("bad status code"));
     }
 }

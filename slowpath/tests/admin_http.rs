@@ -643,6 +643,60 @@ fn one_listener_when_healthz_listen_equals_listen() {
 }
 
 #[test]
+fn the_metrics_listener_serves_metrics_and_nothing_else() {
+    let fake = Fake::new();
+    let cfg = AdminConfig {
+        metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+        ..tcp_config()
+    };
+    let s = Served::start(&cfg, Arc::clone(&fake) as _, patient());
+    let m = s.metrics.expect("a metrics listener");
+    assert_ne!(Some(m), s.healthz);
+    assert_ne!(m, s.listen);
+    let r = get(m, "/metrics");
+    assert_eq!(r.status, 200);
+    assert!(
+        r.body
+            .contains("xvs_admin_connections{listener=\"metrics\"}"),
+        "{}",
+        r.body
+    );
+    // What a scraper elsewhere has no business reading (client addresses), nor the probes.
+    for path in [
+        "/v1/flows",
+        "/v1/services",
+        "/v1/stats",
+        "/healthz",
+        "/livez",
+        "/nope",
+    ] {
+        assert_eq!(get(m, path).status, 404, "{path}");
+    }
+    assert_eq!(post(m, "/v1/freeze").status, 404);
+    assert!(fake.controls.lock().unwrap().is_empty());
+    // The other listeners are as they were.
+    assert_eq!(get(s.listen, "/v1/flows").status, 200);
+    assert_eq!(get(s.healthz(), "/metrics").status, 404);
+    s.stop();
+
+    // A taken address is refused naming the key.
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy = taken.local_addr().unwrap();
+    let cfg = AdminConfig {
+        metrics_listen: Some(busy),
+        ..tcp_config()
+    };
+    let e = AdminServer::bind(&cfg, Fake::new() as Arc<dyn AdminSource>)
+        .err()
+        .expect("metrics_listen is taken");
+    assert!(
+        e.to_string()
+            .starts_with(&format!("[admin] metrics_listen {busy}: ")),
+        "{e}"
+    );
+}
+
+#[test]
 fn flows_filter_before_the_limit_and_say_when_they_truncate() {
     let fake = Fake::new();
     let s = serve(&fake);

@@ -1,201 +1,24 @@
 //! The health checker against real sockets on 127.0.0.1, on a two-worker runtime like the
 //! daemon's. Intervals are tens of milliseconds; waits are generous and only bound how long a
-//! failure takes to show.
+//! failure takes to show. Each test probes with one check (a [`Plan`] of one service) unless
+//! it says otherwise, so its judgements are by backend address. The per-service settings
+//! (port, path, statuses, HTTPS, rise and fall) are in `health_service.rs`.
+
+mod health_common;
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::{Arc, OnceLock, Weak};
-use std::thread::JoinHandle;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use config::{Dur, Health, ProbeKind};
-use slowpath::health::{HealthChecker, Judgement, PROBES_MAX, TargetStatus};
-use tokio::runtime::Runtime;
+use config::ProbeKind;
+use slowpath::health::{HealthChecker, Judgement, PROBES_MAX, Plan};
 use tokio_util::sync::CancellationToken;
 
-const WAIT: Duration = Duration::from_secs(10);
-
-fn cfg(probe: ProbeKind, interval_ms: u64, timeout_ms: u64, rise: u32, fall: u32) -> Health {
-    Health {
-        probe,
-        interval: Dur(Duration::from_millis(interval_ms)),
-        timeout: Dur(Duration::from_millis(timeout_ms)),
-        rise,
-        fall,
-        http_path: "/healthz".into(),
-    }
-}
-
-fn runtime() -> Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-type Change = (
-    HashMap<SocketAddr, Judgement>,
-    HashMap<SocketAddr, TargetStatus>,
-);
-
-/// A checker on its own runtime, with its shutdown token.
-struct Checker {
-    rt: Runtime,
-    hc: Arc<HealthChecker>,
-    shutdown: CancellationToken,
-}
-
-impl std::ops::Deref for Checker {
-    type Target = HealthChecker;
-    fn deref(&self) -> &HealthChecker {
-        &self.hc
-    }
-}
-
-impl Checker {
-    /// Cancels the token and joins the checker, failing the test if that takes over `WAIT`.
-    fn stop(self) {
-        self.shutdown.cancel();
-        // `on_change` may hold a strong reference for a moment (see `checker`).
-        let t0 = Instant::now();
-        let mut hc = self.hc;
-        let hc = loop {
-            match Arc::try_unwrap(hc) {
-                Ok(hc) => break hc,
-                Err(again) => hc = again,
-            }
-            assert!(t0.elapsed() < WAIT, "the checker is still referenced");
-            std::thread::sleep(Duration::from_millis(1));
-        };
-        join_within_wait(&self.rt, hc);
-    }
-}
-
-/// Joins `hc`, failing the test if it takes over `WAIT`.
-fn join_within_wait(rt: &Runtime, hc: HealthChecker) {
-    rt.block_on(async { tokio::time::timeout(WAIT, hc.join()).await })
-        .expect("the checker ends within WAIT of the cancellation");
-}
-
-/// A checker whose `on_change` reports the new states together with the checker's status at
-/// that moment (the counts that caused the flip).
-fn checker(c: &Health) -> (Checker, Receiver<Change>) {
-    let (tx, rx) = mpsc::channel();
-    let slot: Arc<OnceLock<Weak<HealthChecker>>> = Arc::default();
-    let slot2 = Arc::clone(&slot);
-    let rt = runtime();
-    let shutdown = CancellationToken::new();
-    let hc = Arc::new(HealthChecker::spawn(
-        rt.handle(),
-        c,
-        move |states| {
-            let status = slot2
-                .get()
-                .and_then(Weak::upgrade)
-                .map(|c| c.status())
-                .unwrap_or_default();
-            let _ = tx.send((states, status));
-        },
-        shutdown.clone(),
-    ));
-    slot.set(Arc::downgrade(&hc)).unwrap();
-    (Checker { rt, hc, shutdown }, rx)
-}
-
-/// Accepts and closes connections until stopped; dropping it closes the listener.
-struct TcpServer {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl TcpServer {
-    fn bind(addr: SocketAddr) -> TcpServer {
-        let l = TcpListener::bind(addr).unwrap();
-        l.set_nonblocking(true).unwrap();
-        let addr = l.local_addr().unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let s = Arc::clone(&stop);
-        let thread = std::thread::spawn(move || {
-            while !s.load(Ordering::SeqCst) {
-                match l.accept() {
-                    Ok((c, _)) => drop(c),
-                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
-                }
-            }
-        });
-        TcpServer {
-            addr,
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for TcpServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Answers every request with the current `code`, counting requests.
-struct HttpServer {
-    addr: SocketAddr,
-    code: Arc<AtomicU16>,
-    requests: Arc<AtomicUsize>,
-}
-
-impl HttpServer {
-    fn start(code: u16) -> HttpServer {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap();
-        let code = Arc::new(AtomicU16::new(code));
-        let requests = Arc::new(AtomicUsize::new(0));
-        let (c2, r2) = (Arc::clone(&code), Arc::clone(&requests));
-        std::thread::spawn(move || {
-            for conn in l.incoming() {
-                let Ok(mut conn) = conn else { continue };
-                let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 512];
-                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match conn.read(&mut chunk) {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                }
-                let head = String::from_utf8_lossy(&buf);
-                assert!(head.starts_with("GET /healthz HTTP/1.0\r\n"), "{head}");
-                r2.fetch_add(1, Ordering::SeqCst);
-                let code = c2.load(Ordering::SeqCst);
-                let _ = write!(
-                    conn,
-                    "HTTP/1.0 {code} Whatever\r\nContent-Length: 0\r\n\r\n"
-                );
-            }
-        });
-        HttpServer {
-            addr,
-            code,
-            requests,
-        }
-    }
-}
-
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(t0.elapsed() < WAIT, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
+use health_common::*;
 
 #[test]
 fn tcp_backend_falls_and_rises_with_exact_counts() {
@@ -210,7 +33,7 @@ fn tcp_backend_falls_and_rises_with_exact_counts() {
         .expect("the first probe's change");
     assert_eq!(states, HashMap::from([(addr, Judgement::Up)]));
     assert_eq!(status[&addr].checks, 1);
-    assert_eq!(hc.reader().judgements(), states, "what the admin API reads");
+    assert_eq!(hc.judgements(), states, "what the admin API reads");
     wait_until("a few successful probes", || {
         hc.status().get(&addr).is_some_and(|s| s.checks >= 3)
     });
@@ -248,17 +71,23 @@ fn http_probe_judges_the_status_code() {
     let addr = server.addr;
     let (hc, changes) = checker(&cfg(ProbeKind::Http, 20, 20, 2, 2));
     hc.set_targets(vec![addr]);
-    wait_until("three 200s", || server.requests.load(Ordering::SeqCst) >= 3);
+    wait_until("three 200s", || server.requests() >= 3);
+    assert!(
+        server
+            .heads()
+            .iter()
+            .all(|h| h.starts_with("GET /healthz HTTP/1.0\r\n")),
+        "{:?}",
+        server.heads()
+    );
     let (states, _) = changes.recv_timeout(WAIT).expect("verified");
     assert_eq!(states[&addr], Judgement::Up);
     assert!(changes.try_recv().is_err(), "200 is healthy");
     assert!(hc.is_up(addr));
 
     server.code.store(302, Ordering::SeqCst);
-    let seen = server.requests.load(Ordering::SeqCst);
-    wait_until("three 302s", || {
-        server.requests.load(Ordering::SeqCst) >= seen + 3
-    });
+    let seen = server.requests();
+    wait_until("three 302s", || server.requests() >= seen + 3);
     assert!(changes.try_recv().is_err(), "3xx is healthy");
 
     server.code.store(500, Ordering::SeqCst);
@@ -327,18 +156,6 @@ fn passive_failures_count_like_failed_probes() {
     hc.stop();
 }
 
-/// `n` addresses on `ip` that refuse connections: bound, never listening, held until the
-/// vector drops (so no other test's listener can take the port meanwhile).
-fn refusing(ip: &str, n: usize) -> Vec<tokio::net::TcpSocket> {
-    (0..n)
-        .map(|_| {
-            let s = tokio::net::TcpSocket::new_v4().unwrap();
-            s.bind(SocketAddr::new(ip.parse().unwrap(), 0)).unwrap();
-            s
-        })
-        .collect()
-}
-
 #[test]
 fn many_backends_share_the_bounded_pool() {
     // More targets than probes may run at once, all refusing: every one is judged.
@@ -390,15 +207,17 @@ fn a_saturated_pool_delays_probes_and_cancelling_aborts_them() {
         let alive = Arc::clone(&alive);
         HealthChecker::spawn(
             rt.handle(),
-            &cfg(ProbeKind::Http, 20, 60_000, 1, 1),
             move |states| {
                 let _alive = &alive;
-                let _ = tx.send(states);
+                let _ = tx.send(by_addr(states));
             },
             shutdown.clone(),
         )
     };
-    hc.set_targets(addrs.clone());
+    hc.set_plan(plan_of(
+        &cfg(ProbeKind::Http, 20, 60_000, 1, 1),
+        addrs.clone(),
+    ));
     wait_until("PROBES_MAX probes connected", || {
         accept_all(&mut held);
         held.len() >= PROBES_MAX
@@ -408,7 +227,7 @@ fn a_saturated_pool_delays_probes_and_cancelling_aborts_them() {
     std::thread::sleep(Duration::from_millis(200));
     accept_all(&mut held);
     assert_eq!(held.len(), PROBES_MAX, "at most PROBES_MAX probes at once");
-    let status = hc.status();
+    let status = by_addr(hc.status());
     assert_eq!(status.len(), addrs.len());
     assert!(status.values().all(|s| s.checks == 0), "none has finished");
 
@@ -484,21 +303,22 @@ fn cancelling_ends_the_checker_and_drops_its_callback() {
         let (alive, calls) = (Arc::clone(&alive), Arc::clone(&calls));
         HealthChecker::spawn(
             rt.handle(),
-            &cfg(ProbeKind::Tcp, 10, 20, 1, 1),
             move |states| {
                 let _alive = &alive;
                 calls.fetch_add(1, Ordering::SeqCst);
-                let _ = tx.send(states);
+                let _ = tx.send(by_addr(states));
             },
             shutdown.clone(),
         )
     };
-    hc.set_targets(vec![addr]);
+    hc.set_plan(plan_of(&cfg(ProbeKind::Tcp, 10, 20, 1, 1), vec![addr]));
     let states = changes.recv_timeout(WAIT).expect("a down flip");
     assert_eq!(states, HashMap::from([(addr, Judgement::Down)]));
     // Probes keep running until the token is cancelled.
     wait_until("more probes", || {
-        hc.status().get(&addr).is_some_and(|s| s.checks >= 3)
+        by_addr(hc.status())
+            .get(&addr)
+            .is_some_and(|s| s.checks >= 3)
     });
     shutdown.cancel();
     join_within_wait(&rt, hc);
@@ -513,18 +333,39 @@ fn cancelling_ends_the_checker_and_drops_its_callback() {
 }
 
 #[test]
-fn probe_none_keeps_everyone_up() {
-    let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
-    let (hc, changes) = checker(&cfg(ProbeKind::None, 20, 20, 1, 1));
-    hc.set_targets(vec![addr]);
+fn a_service_without_a_check_is_not_probed() {
+    // `none` in [health], nothing of its own: no target, no probe, passive reports ignored.
+    let server = HttpServer::start(200);
+    let addr = server.addr;
+    let mut spec = fastpath::snapshot::ServiceSpec::from_config(
+        &config::parse(
+            "[dataplane]\nmode = \"nat\"\n[[services]]\nname = \"web\"\nvip = \"198.18.100.1\"\nport = 80\nprotocol = \"tcp\"\nbackends = [{ addr = \"198.18.1.1:80\" }]\n",
+            "t.toml",
+        )
+        .unwrap(),
+    );
+    // The server's loopback address, which the config would refuse as a backend.
+    spec[0].backends[0].addr = addr;
+    let plan = Plan::of(&spec, &config::Health::default());
+    assert!(
+        !Plan::of(
+            &spec,
+            &config::Health {
+                probe: ProbeKind::Tcp,
+                ..config::Health::default()
+            }
+        )
+        .is_empty(),
+        "with a probe it would be"
+    );
+    assert!(plan.is_empty());
+    let (hc, changes) = checker(&cfg(ProbeKind::Tcp, 20, 20, 1, 1));
+    hc.hc.set_plan(Arc::new(plan));
     hc.report_failure(addr);
     std::thread::sleep(Duration::from_millis(100));
-    assert!(hc.is_up(addr));
-    assert_eq!(hc.status()[&addr].checks, 0);
+    assert_eq!(server.requests(), 0);
+    assert!(hc.status().is_empty());
     assert!(changes.try_recv().is_err());
-    assert!(
-        hc.reader().judgements().is_empty(),
-        "nothing probed, nothing judged"
-    );
+    assert!(hc.judgements().is_empty(), "nothing probed, nothing judged");
     hc.stop();
 }

@@ -90,7 +90,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use config::{Config, ProbeKind, RemovedBackendPolicy, Written};
+use config::{Config, RemovedBackendPolicy, Written};
 use fastpath::passive::SynWatch;
 use fastpath::snapshot::{AdoptedIds, L2Table, Neighbour, ServiceSpec, Snapshot, SnapshotBuilder};
 use flowtable::FlowTable;
@@ -116,7 +116,7 @@ pub enum Event {
     /// A new model from the Kubernetes source.
     Model(Box<K8sModel>),
     /// The health checker's judgements changed: every target's ([`health`]).
-    Health(HashMap<SocketAddr, slowpath::health::Judgement>),
+    Health(HashMap<slowpath::health::Target, slowpath::health::Judgement>),
     /// Routes and neighbours changed.
     L2(L2Table),
     /// The config file, as the driver read it after [`Action::LoadConfig`].
@@ -205,8 +205,8 @@ pub enum Action {
     },
     /// A periodic pass found nothing to publish: record it as a sync.
     Synced,
-    /// The backends the health checker probes.
-    HealthTargets(Vec<SocketAddr>),
+    /// What the health checker probes (sent when it changes).
+    HealthTargets(Arc<slowpath::health::Plan>),
     /// A passive health failure of one backend (counts as one failed probe).
     HealthFailure(SocketAddr),
     /// Ask the kernel to resolve this next hop.
@@ -262,6 +262,9 @@ pub struct Controller {
     specs: Vec<ServiceSpec>,
     /// The health checker's judgements ([`health`]).
     health: health::HealthState,
+    /// `[health]` as the daemon started with it: every service's health-check defaults
+    /// (the checker's settings are not reloaded; a service's own keys are).
+    health_defaults: config::Health,
     l2: L2Table,
     /// The last snapshot built (and, once acknowledged, published).
     current: Option<Arc<Snapshot>>,
@@ -351,7 +354,8 @@ impl Controller {
         let mut c = Controller {
             builder,
             specs,
-            health: health::HealthState::new(cfg.health.probe != ProbeKind::None),
+            health: health::HealthState::default(),
+            health_defaults: cfg.health.clone(),
             l2,
             current: None,
             flows,
@@ -461,6 +465,7 @@ impl Controller {
                 self.refusals.set_source(&model.problems);
                 self.builder.set_service_cidrs(&model.service_cidrs);
                 self.specs = model.specs;
+                self.send_health_targets();
                 self.source_ready = true;
                 self.mark_dirty(now);
             }
@@ -577,15 +582,15 @@ impl Controller {
         // Health and per-service freezes are applied to a copy, made only when there is
         // something to apply (10,000 Services: the copy alone would cost milliseconds).
         let adjusted;
-        let down = self.health.down();
-        let specs: &[ServiceSpec] = if down.is_empty() && self.frozen_services.is_empty() {
+        let health = &self.health;
+        let specs: &[ServiceSpec] = if !health.any_down() && self.frozen_services.is_empty() {
             &self.specs
         } else {
             let mut v = self.specs.clone();
             for s in &mut v {
                 // Health applies to what the source says is usable (readiness stays).
                 for b in &mut s.backends {
-                    b.usable &= !down.contains(&b.addr);
+                    b.usable &= !health.is_down(&s.name, b.addr);
                 }
                 s.frozen |= self.frozen_services.iter().any(|f| names(f, &s.name));
             }
@@ -598,6 +603,7 @@ impl Controller {
         self.refusals.set_built(&refused);
         let snap = Arc::new(snap);
         self.note_explicit_removals();
+        self.health.forget_left();
         self.awaiting = Some((snap.generation, since));
         self.current = Some(Arc::clone(&snap));
         let mut steering = SteerSet::of(&snap, &self.cfg.dataplane);
@@ -677,7 +683,7 @@ impl Controller {
         for ip in unresolved(&snap, &self.l2) {
             self.actions.push_back(Action::Solicit(ip));
         }
-        if self.cfg.health.probe != ProbeKind::None {
+        if !self.health.plan().is_empty() {
             for addr in self.passive.sample(&self.syn_watch, &snap) {
                 self.actions.push_back(Action::HealthFailure(addr));
             }
@@ -710,17 +716,8 @@ impl Controller {
     /// Why the file `new` (which wrote `written`) cannot replace the running config, if it
     /// cannot: the reload rules of the module doc.
     pub fn refusal(&self, new: &Config, written: &Written) -> Option<String> {
-        if written.keys.is_empty() {
-            return Some(
-                "the file is empty (nothing but whitespace or comments): a reload needs the complete config"
-                    .to_owned(),
-            );
-        }
-        if !written.ends_with_newline {
-            return Some(
-                "the file's last line has no newline: it looks cut short (a write in progress?); replace the file atomically (write a temporary file, then rename it over this one) and end it with a newline"
-                    .to_owned(),
-            );
+        if let Some(why) = written.incomplete() {
+            return Some(why.to_owned());
         }
         if new.kubernetes.is_some() != self.cfg.kubernetes.is_some() {
             let (was, is) = if new.kubernetes.is_some() {
@@ -818,11 +815,14 @@ impl Controller {
         self.emit_announcement();
     }
 
-    /// Tells the health checker its targets: every backend of the static source.
+    /// Tells the health checker what to probe when that changed: the backends of every
+    /// service whose check (its own keys over `[health]`) is not `none`.
     fn send_health_targets(&mut self) {
-        let targets = health_targets(&self.specs);
-        self.health.set_targets(&targets);
-        self.actions.push_back(Action::HealthTargets(targets));
+        let plan = slowpath::health::Plan::of(&self.specs, &self.health_defaults);
+        if self.health.set_plan(plan) {
+            let plan = Arc::clone(self.health.plan());
+            self.actions.push_back(Action::HealthTargets(plan));
+        }
     }
 
     /// The policy the removal passes apply.
@@ -863,17 +863,6 @@ fn unresolved(snap: &Snapshot, l2: &L2Table) -> Vec<IpAddr> {
         .flat_map(|s| s.backends.iter().map(|b| b.addr.ip()))
         .chain(gateways)
         .filter(|ip| snap.next_hop(*ip, 0).is_none())
-        .collect();
-    v.sort_unstable();
-    v.dedup();
-    v
-}
-
-/// Every backend address of `specs`, for the health checker.
-fn health_targets(specs: &[ServiceSpec]) -> Vec<SocketAddr> {
-    let mut v: Vec<SocketAddr> = specs
-        .iter()
-        .flat_map(|s| s.backends.iter().map(|b| b.addr))
         .collect();
     v.sort_unstable();
     v.dedup();

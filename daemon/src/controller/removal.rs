@@ -156,10 +156,14 @@ impl super::Controller {
         }
         // Every change of the static source's services is a reload's: the operator's.
         let operator = self.cfg.kubernetes.is_none();
-        let down = self.health.down();
-        for b in old.services.iter().flat_map(|s| s.backends.iter()) {
-            if fresh.contains(&b.id) && (operator || down.contains(&b.addr)) {
-                self.expedite.insert(b.id);
+        let health = &self.health;
+        for s in old.services.iter() {
+            for b in &s.backends {
+                let judged_down =
+                    health.is_down(&s.name, b.addr) || health.left_down(&s.name, b.addr);
+                if fresh.contains(&b.id) && (operator || judged_down) {
+                    self.expedite.insert(b.id);
+                }
             }
         }
     }

@@ -50,6 +50,22 @@ pub(super) enum Seen {
     Announce(slowpath::bgp::Include),
 }
 
+/// The checker's judgements of backend addresses: every target of the controller's plan
+/// with that address (the tests' services share one check).
+pub(super) fn judged(h: &Harness, list: &[(&str, Judgement)]) -> Event {
+    let plan = Arc::clone(h.ctl.health.plan());
+    let mut states = HashMap::new();
+    for (a, j) in list {
+        let a: SocketAddr = a.parse().unwrap();
+        let targets: Vec<_> = plan.targets().iter().filter(|t| t.addr == a).collect();
+        assert!(!targets.is_empty(), "{a} is not probed");
+        for t in targets {
+            states.insert(t.clone(), *j);
+        }
+    }
+    Event::Health(states)
+}
+
 pub(super) fn lab_l2() -> L2Table {
     L2Table {
         neighbours: ["198.18.1.1", "198.18.1.2", "198.18.1.3", "198.18.0.2"]
@@ -158,7 +174,9 @@ impl Harness {
                     );
                 }
                 Action::Synced => self.log.push(Seen::Synced),
-                Action::HealthTargets(t) => self.log.push(Seen::HealthTargets(t)),
+                Action::HealthTargets(plan) => self.log.push(Seen::HealthTargets(
+                    plan.targets().iter().map(|t| t.addr).collect(),
+                )),
                 Action::HealthFailure(a) => self.log.push(Seen::HealthFailure(a)),
                 Action::Solicit(ip) => self.log.push(Seen::Solicit(ip)),
                 Action::HealthCheckNodePorts(p) => {
@@ -253,9 +271,17 @@ fn static_source_is_ready_once_its_first_snapshot_is_published() {
     assert_eq!(h.published(), 1);
     assert_eq!(h.status.not_ready, None);
     assert_eq!(h.status.pending_since, None);
-    // The health checker got every backend first.
+    // Nothing to probe ([health] probe = "none"): the health checker is told nothing.
+    assert!(
+        !h.log.iter().any(|s| matches!(s, Seen::HealthTargets(_))),
+        "{:?}",
+        h.log
+    );
+    // With probes it gets every backend first.
+    let mut p = Harness::new(&(CFG.to_owned() + "[health]\nprobe = \"tcp\"\n"));
+    p.step(TICK);
     assert_eq!(
-        h.log[0],
+        p.log[0],
         Seen::HealthTargets(
             [
                 "198.18.1.1:53",
@@ -267,6 +293,14 @@ fn static_source_is_ready_once_its_first_snapshot_is_published() {
             .map(|a| a.parse().unwrap())
             .collect()
         )
+    );
+    assert_eq!(
+        p.log
+            .iter()
+            .filter(|s| matches!(s, Seen::HealthTargets(_)))
+            .count(),
+        1,
+        "told again only when the plan changes"
     );
     // Nothing changes: no publish, but a sync every sync_period (30 s) keeps healthz fresh.
     for _ in 0..299 {
@@ -582,8 +616,8 @@ fn health_changes_and_passive_failures() {
     let mut h = Harness::new(&text);
     h.step(TICK);
     // The checker marks .1:80 down: the next snapshot takes no new flows to it.
-    let down: SocketAddr = "198.18.1.1:80".parse().unwrap();
-    h.event(Event::Health(HashMap::from([(down, Judgement::Down)])));
+    let ev = judged(&h, &[("198.18.1.1:80", Judgement::Down)]);
+    h.event(ev);
     h.step(TICK);
     for p in 0..4 {
         assert_eq!(

@@ -1,13 +1,10 @@
 //! The controller's `[bgp]` rules on the fake clock (see [`super::bgp`]).
 
-use std::collections::HashMap;
-use std::net::SocketAddr;
-
 use slowpath::bgp::Include;
 use slowpath::health::Judgement;
 
 use super::testlab::{CFG, ip};
-use super::tests::{Harness, Seen, TICK, steps};
+use super::tests::{Harness, Seen, TICK, judged, steps};
 use super::*;
 
 /// The lab's two services, a SNAT address, a peer's as backup, BGP on.
@@ -34,9 +31,19 @@ fn counts(i: &Include) -> (usize, usize, usize) {
     (i.vips, i.snat, i.backups)
 }
 
+const ALL: [&str; 4] = [
+    "198.18.1.1:53",
+    "198.18.1.1:80",
+    "198.18.1.2:53",
+    "198.18.1.2:80",
+];
+
 #[test]
 fn announces_once_ready_withdraws_on_drain_and_before_the_stop() {
-    let mut h = Harness::new(&bgp_cfg(""));
+    let mut h = Harness::new(&(bgp_cfg("") + "[health]\nprobe = \"tcp\"\n"));
+    // Every backend has passed a probe (see below for before).
+    let up = judged(&h, &ALL.map(|a| (a, Judgement::Up)));
+    h.event(up);
     // Flow sync's start-up dumps are in (see the last test for before).
     h.ctl.set_peers_ready(true);
     assert!(announced(&h).is_empty(), "nothing before the first publish");
@@ -59,20 +66,23 @@ fn announces_once_ready_withdraws_on_drain_and_before_the_stop() {
     }
 
     // Every backend of web down: its VIP goes.
-    let down: HashMap<SocketAddr, Judgement> = [
-        ("198.18.1.1:80", Judgement::Down),
-        ("198.18.1.2:80", Judgement::Down),
-    ]
-    .into_iter()
-    .map(|(a, j)| (a.parse().unwrap(), j))
-    .collect();
-    h.event(Event::Health(down));
+    let down = judged(
+        &h,
+        &[
+            ("198.18.1.1:53", Judgement::Up),
+            ("198.18.1.2:53", Judgement::Up),
+            ("198.18.1.1:80", Judgement::Down),
+            ("198.18.1.2:80", Judgement::Down),
+        ],
+    );
+    h.event(down);
     steps(&mut h, 2);
     let a = announced(&h);
     assert_eq!(a.len(), 2);
     assert_eq!(counts(a[1]), (1, 1, 1));
     assert!(!a[1].text.contains("198.18.100.80/32"));
-    h.event(Event::Health(HashMap::new()));
+    let up = judged(&h, &ALL.map(|a| (a, Judgement::Up)));
+    h.event(up);
     steps(&mut h, 2);
     assert_eq!(counts(announced(&h)[2]), (2, 1, 1));
 
@@ -169,10 +179,6 @@ fn a_reload_cannot_change_sync_and_the_node_announces_only_once_the_peers_flows_
     assert_eq!(h.status.reloads_failed, 1, "[sync] changes need a restart");
 }
 
-fn judged(list: &[(&str, Judgement)]) -> Event {
-    Event::Health(list.iter().map(|(a, j)| (a.parse().unwrap(), *j)).collect())
-}
-
 #[test]
 fn with_probes_a_vip_is_announced_only_once_one_of_its_backends_passed_one() {
     let mut h = Harness::new(&(bgp_cfg("") + "[health]\nprobe = \"tcp\"\n"));
@@ -196,7 +202,7 @@ fn with_probes_a_vip_is_announced_only_once_one_of_its_backends_passed_one() {
     );
     // web's .1 passes its first probe: web is announced, with no snapshot to publish.
     let published = h.published();
-    h.event(judged(&[("198.18.1.1:80", Judgement::Up)]));
+    h.event(judged(&h, &[("198.18.1.1:80", Judgement::Up)]));
     let a = announced(&h);
     assert_eq!(a.len(), 2);
     assert_eq!(counts(a[1]), (1, 1, 1));
@@ -209,18 +215,24 @@ fn with_probes_a_vip_is_announced_only_once_one_of_its_backends_passed_one() {
     assert_eq!(h.published(), published, "forwarding had nothing to change");
     // A down backend is no better than an unknown one: .1:80 down, .2:80 unknown; .2:53
     // down, .1:53 unknown. Nothing is announced.
-    h.event(judged(&[
-        ("198.18.1.1:80", Judgement::Down),
-        ("198.18.1.2:53", Judgement::Down),
-    ]));
+    h.event(judged(
+        &h,
+        &[
+            ("198.18.1.1:80", Judgement::Down),
+            ("198.18.1.2:53", Judgement::Down),
+        ],
+    ));
     steps(&mut h, 2);
     assert_eq!(counts(announced(&h).last().unwrap()), (0, 1, 1));
     // dns's .1 passes: dns is announced.
-    h.event(judged(&[
-        ("198.18.1.1:80", Judgement::Down),
-        ("198.18.1.2:53", Judgement::Down),
-        ("198.18.1.1:53", Judgement::Up),
-    ]));
+    h.event(judged(
+        &h,
+        &[
+            ("198.18.1.1:80", Judgement::Down),
+            ("198.18.1.2:53", Judgement::Down),
+            ("198.18.1.1:53", Judgement::Up),
+        ],
+    ));
     steps(&mut h, 2);
     let last = announced(&h).pop().unwrap();
     assert_eq!(counts(last), (1, 1, 1));
@@ -238,10 +250,13 @@ fn a_restart_that_adopts_the_flow_table_verifies_no_backend() {
     let mut first = Harness::new(&cfg);
     first.ctl.set_peers_ready(true);
     first.step(TICK);
-    first.event(judged(&[
-        ("198.18.1.1:53", Judgement::Up),
-        ("198.18.1.1:80", Judgement::Up),
-    ]));
+    first.event(judged(
+        &first,
+        &[
+            ("198.18.1.1:53", Judgement::Up),
+            ("198.18.1.1:80", Judgement::Up),
+        ],
+    ));
     assert_eq!(counts(announced(&first).pop().unwrap()), (2, 1, 1));
     let web = [198, 18, 100, 80];
     assert!(
@@ -261,14 +276,15 @@ fn a_restart_that_adopts_the_flow_table_verifies_no_backend() {
     );
     assert_eq!(counts(announced(&h)[0]), (0, 1, 1));
     // Its own first probe does.
-    h.event(judged(&[("198.18.1.2:80", Judgement::Up)]));
+    h.event(judged(&h, &[("198.18.1.2:80", Judgement::Up)]));
     assert_eq!(counts(announced(&h).pop().unwrap()), (1, 1, 1));
 }
 
 #[test]
 fn unprobed_backends_count_when_ready_per_their_source() {
-    // Kubernetes endpoints are not probed (their readiness is the EndpointSlice's), even
-    // with [health] probe set: ready ones make a VIP announced at once.
+    // The endpoints of a Kubernetes Service without xvs.io/health-check-probe are not
+    // probed (their readiness is the EndpointSlice's), even with [health] probe set: ready
+    // ones make a VIP announced at once.
     let text = format!(
         "{}[bgp]\nenable = true\ninclude = \"/x/bird-xvs.conf\"\n[health]\nprobe = \"tcp\"\n",
         super::tests::K8S_CFG
@@ -280,6 +296,10 @@ fn unprobed_backends_count_when_ready_per_their_source() {
     // dns: every endpoint not ready.
     for b in &mut specs[0].backends {
         b.usable = false;
+    }
+    // As the source translates a Service without xvs.io/health-check-probe.
+    for s in &mut specs {
+        s.health.probe = Some(config::ProbeKind::None);
     }
     h.event(Event::Model(Box::new(slowpath::k8s::K8sModel {
         specs,

@@ -1,16 +1,16 @@
 //! Endpoint removal on the fake clock (see [`super::removal`]): what the cause of a removal
 //! does to the grace, the second pass, and the ids.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use config::ProbeKind;
 use fastpath::pipeline::{Pipeline, PipelineConfig, Verdict};
 use lb_algos::AffinityTable;
 use slowpath::health::Judgement;
 
 use super::testlab::{CFG, dst_of, frame, ip};
-use super::tests::{ACK, DNS, Harness, K8S_CFG, SYN, TICK, WEB, steps, without_backend_1};
+use super::tests::{ACK, DNS, Harness, K8S_CFG, SYN, TICK, WEB, judged, steps, without_backend_1};
 use super::*;
 
 fn addr(s: &str) -> SocketAddr {
@@ -20,11 +20,18 @@ fn addr(s: &str) -> SocketAddr {
 /// A model of the Kubernetes source with the lab's two services, less the backends at
 /// `gone`.
 fn model_without(gone: &[&str]) -> Event {
+    model_of(gone, ProbeKind::None)
+}
+
+/// The lab's services from the Kubernetes source, without the backends `gone`, each probed
+/// with `probe` (its `xvs.io/health-check-probe`).
+fn model_of(gone: &[&str], probe: ProbeKind) -> Event {
     let cfg = config::parse(CFG, "t.toml").unwrap();
     let mut specs = ServiceSpec::from_config(&cfg);
     for s in &mut specs {
         s.backends
             .retain(|b| !gone.contains(&b.addr.to_string().as_str()));
+        s.health.probe = Some(probe);
     }
     Event::Model(Box::new(slowpath::k8s::K8sModel {
         specs,
@@ -35,9 +42,13 @@ fn model_without(gone: &[&str]) -> Event {
 /// A Kubernetes-sourced harness with both services published and, rr, a UDP flow (client
 /// port 1000) and a TCP flow (2000) on backend .1, and the same on .2 (1001, 2001).
 fn k8s_with_flows() -> Harness {
+    k8s_with_flows_probed(ProbeKind::None)
+}
+
+fn k8s_with_flows_probed(probe: ProbeKind) -> Harness {
     let mut h = Harness::new(K8S_CFG);
     h.step(TICK);
-    h.event(model_without(&[]));
+    h.event(model_of(&[], probe));
     h.step(TICK);
     with_flows(&mut h);
     h
@@ -188,15 +199,20 @@ fn an_endpoint_that_vanishes_from_kubernetes_keeps_the_grace_and_may_come_back()
 
 #[test]
 fn a_backend_judged_down_that_leaves_the_kubernetes_source_is_removed_at_once() {
-    let mut h = k8s_with_flows();
+    // Both Services have xvs.io/health-check-probe: tcp.
+    let mut h = k8s_with_flows_probed(ProbeKind::Tcp);
     // Health checks judge .1 down in both services: it takes no new flow, its UDP flow is
     // re-steered (another backend is usable), its TCP flow continues.
-    h.event(Event::Health(HashMap::from([
-        (addr("198.18.1.1:53"), Judgement::Down),
-        (addr("198.18.1.1:80"), Judgement::Down),
-        (addr("198.18.1.2:53"), Judgement::Up),
-        (addr("198.18.1.2:80"), Judgement::Up),
-    ])));
+    let ev = judged(
+        &h,
+        &[
+            ("198.18.1.1:53", Judgement::Down),
+            ("198.18.1.1:80", Judgement::Down),
+            ("198.18.1.2:53", Judgement::Up),
+            ("198.18.1.2:80", Judgement::Up),
+        ],
+    );
+    h.event(ev);
     h.step(TICK);
     assert_eq!(acted(&h), (1, 0));
     assert_eq!(
@@ -210,7 +226,10 @@ fn a_backend_judged_down_that_leaves_the_kubernetes_source_is_removed_at_once() 
     );
     // Then it leaves the EndpointSlices: known down, no churn to wait for. Its TCP flow
     // ends at the next tick, not after the grace.
-    h.event(model_without(&["198.18.1.1:53", "198.18.1.1:80"]));
+    h.event(model_of(
+        &["198.18.1.1:53", "198.18.1.1:80"],
+        ProbeKind::Tcp,
+    ));
     h.step(TICK);
     assert_eq!(acted(&h), (1, 1));
     assert_eq!(h.send(&frame(false, 2000, WEB, 80, ACK)), None);

@@ -72,8 +72,17 @@ fn refused_names(cfg: &Config) -> Vec<String> {
         .collect()
 }
 
+/// These tests, one at a time: one of them spawns a process, and a child between its fork
+/// and its exec holds every open file of this process, so another test's state file (and
+/// its `flock`) could outlive its table for that moment and refuse a reopen as in use.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn a_state_dir_others_may_write_refuses_the_start() {
+    let _one = serial();
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path());
     std::fs::create_dir(&cfg.dataplane.state_dir).unwrap();
@@ -104,6 +113,7 @@ fn a_state_dir_others_may_write_refuses_the_start() {
 
 #[test]
 fn a_bad_neighbour_costs_only_itself_never_the_flow_table() {
+    let _one = serial();
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path());
     left_with(&cfg, &[flow(1000, 0), flow(1001, 1)]);
@@ -136,6 +146,7 @@ fn a_bad_neighbour_costs_only_itself_never_the_flow_table() {
 
 #[test]
 fn planted_temporaries_are_set_aside_and_their_targets_untouched() {
+    let _one = serial();
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path());
     let victim = dir.path().join("victim");
@@ -161,6 +172,7 @@ fn planted_temporaries_are_set_aside_and_their_targets_untouched() {
 
 #[test]
 fn flows_the_config_cannot_own_are_dropped_and_counted() {
+    let _one = serial();
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path());
     let mut foreign_vip = flow(1002, 0);
@@ -192,6 +204,7 @@ fn flows_the_config_cannot_own_are_dropped_and_counted() {
 
 #[test]
 fn a_bad_export_is_set_aside_and_the_start_goes_on() {
+    let _one = serial();
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path());
     std::fs::create_dir(&cfg.dataplane.state_dir).unwrap();
@@ -233,6 +246,7 @@ fn a_bad_export_is_set_aside_and_the_start_goes_on() {
 
 #[test]
 fn a_damaged_or_exposed_cookie_key_is_replaced() {
+    let _one = serial();
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path());
     let t = open(&cfg, Instant::now()).unwrap();
@@ -277,6 +291,7 @@ fn a_damaged_or_exposed_cookie_key_is_replaced() {
 
 #[test]
 fn cleanup_removes_refused_files_and_temporaries_never_a_links_target() {
+    let _one = serial();
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path());
     left_with(&cfg, &[flow(1000, 0)]);
@@ -302,6 +317,7 @@ fn cleanup_removes_refused_files_and_temporaries_never_a_links_target() {
 
 #[test]
 fn a_directory_in_the_way_of_a_resize_is_set_aside_and_the_flows_imported() {
+    let _one = serial();
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path());
     left_with(&cfg, &[flow(1000, 0), flow(1001, 1)]);

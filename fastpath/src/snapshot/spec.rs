@@ -75,6 +75,9 @@ pub struct ServiceSpec {
     pub frozen: bool,
     /// The SYN proxy (TCP frontends), with the global setting folded in.
     pub synproxy: SynproxySetting,
+    /// The service's own health check, over `[health]` (the daemon's health checker reads
+    /// it; the snapshot does not).
+    pub health: config::ServiceHealth,
     /// What a new flow gets when no backend is usable.
     pub no_endpoints: NoEndpoints,
     /// The frontends' addresses are ClusterIPs (kube-proxy's `cluster-ips` set): a packet to
@@ -179,6 +182,7 @@ impl ServiceSpec {
                 }),
                 frozen: false,
                 synproxy: SynproxySetting::of(s.synproxy_or(c.synproxy.mode), c),
+                health: s.health.clone(),
                 // IPVS answers a service without a usable destination.
                 no_endpoints: NoEndpoints::Reject,
                 cluster_ip: false,

@@ -248,6 +248,7 @@ fn spec(name: &str, vip: u8, backends: &[u8]) -> ServiceSpec {
         rate_limit: None,
         frozen: false,
         synproxy: SynproxySetting::Off,
+        health: Default::default(),
         no_endpoints: crate::snapshot::NoEndpoints::Reject,
         cluster_ip: false,
     }

@@ -73,6 +73,8 @@ pub struct AdminConfig {
     /// served separately. If equal to `listen` (and not port 0), one listener serves the
     /// `listen` set.
     pub healthz_listen: Option<SocketAddr>,
+    /// `[admin] metrics_listen` (default none): ONLY /metrics, for a Prometheus elsewhere.
+    pub metrics_listen: Option<SocketAddr>,
     /// `[admin] socket` (default /run/xvs/xvs.sock): a unix socket, mode 0600, serving
     /// everything `listen` serves plus the control endpoints. None: no socket.
     pub socket: Option<PathBuf>,
@@ -111,10 +113,10 @@ impl Default for AdminLimits {
 /// Why the admin server could not start. Every message names the `[admin]` key at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
-    /// A TCP address (`listen` or `healthz_listen`) could not be bound.
+    /// A TCP address (`listen`, `healthz_listen`, `metrics_listen`) could not be bound.
     #[error("[admin] {key} {addr}: {source}")]
     Listen {
-        /// The config key: `listen` or `healthz_listen`.
+        /// The config key: `listen`, `healthz_listen` or `metrics_listen`.
         key: &'static str,
         /// The address asked for.
         addr: SocketAddr,
@@ -158,6 +160,8 @@ pub(super) enum Exposure {
     Listen,
     /// `[admin] healthz_listen`: probes only.
     Healthz,
+    /// `[admin] metrics_listen`: `/metrics` only.
+    Metrics,
     /// `[admin] socket`: everything, control included.
     Socket,
 }
@@ -168,6 +172,7 @@ impl Exposure {
         match self {
             Exposure::Listen => "listen",
             Exposure::Healthz => "healthz",
+            Exposure::Metrics => "metrics",
             Exposure::Socket => "socket",
         }
     }
@@ -226,6 +231,7 @@ pub struct AdminServer {
     bound: Vec<Bound>,
     local: SocketAddr,
     healthz: Option<SocketAddr>,
+    metrics: Option<SocketAddr>,
     socket: Option<SocketFile>,
     api: Arc<Api>,
     limits: AdminLimits,
@@ -264,7 +270,7 @@ impl AdminServer {
                 rejected: AtomicU64::new(0),
             })
         };
-        let mut bound = Vec::with_capacity(3);
+        let mut bound = Vec::with_capacity(4);
         let (listen, local) = tcp("listen", cfg.listen)?;
         bound.push(Bound {
             listener: StdListener::Tcp(listen),
@@ -279,6 +285,18 @@ impl AdminServer {
                 bound.push(Bound {
                     listener: StdListener::Tcp(l),
                     stats: stats(Exposure::Healthz),
+                });
+                Some(addr)
+            }
+        };
+        // Always a listener of its own (the config refuses an address another one has).
+        let metrics = match cfg.metrics_listen {
+            None => None,
+            Some(a) => {
+                let (l, addr) = tcp("metrics_listen", a)?;
+                bound.push(Bound {
+                    listener: StdListener::Tcp(l),
+                    stats: stats(Exposure::Metrics),
                 });
                 Some(addr)
             }
@@ -306,6 +324,7 @@ impl AdminServer {
             bound,
             local,
             healthz,
+            metrics,
             socket,
             api,
             limits,
@@ -323,6 +342,11 @@ impl AdminServer {
         self.healthz
     }
 
+    /// The `metrics_listen` address (the real port when 0 was asked), when there is one.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics
+    }
+
     /// The unix socket's path, when there is one.
     pub fn socket_path(&self) -> Option<&Path> {
         self.socket.as_ref().map(SocketFile::path)
@@ -337,6 +361,7 @@ impl AdminServer {
             bound,
             local,
             healthz,
+            metrics,
             socket,
             api,
             limits,
@@ -344,6 +369,7 @@ impl AdminServer {
         info!(
             listen = %local,
             healthz = ?healthz,
+            metrics = ?metrics,
             socket = ?socket.as_ref().map(SocketFile::path),
             control = api.control_enabled,
             "admin API serving"

@@ -1,16 +1,19 @@
-//! The admin HTTP API, served on three exposures, like kube-proxy's split between its metrics
-//! and healthz addresses.
+//! The admin HTTP API, served on up to four exposures, like kube-proxy's split between its
+//! metrics and healthz addresses.
 //!
 //! | exposure | config | serves |
 //! |---|---|---|
 //! | `listen` | `[admin] listen`, default 127.0.0.1:10249 (kube-proxy's metrics address) | `/healthz`, `/livez`, `/metrics`, the read-only `/v1/*`; control endpoints answer 403 |
 //! | `healthz` | `[admin] healthz_listen`, default 0.0.0.0:10256 (kube-proxy's healthz port) | only `/healthz` and `/livez`; every other path is 404 |
+//! | `metrics` | `[admin] metrics_listen`, default none | only `/metrics`; every other path is 404 |
 //! | `socket` | `[admin] socket`, default /run/xvs/xvs.sock, a unix socket of mode 0600 | what `listen` serves, plus the control endpoints |
 //!
 //! The health port is the one that must be reachable from outside the node (load balancers,
-//! the kubelet's probes), so it answers nothing else: `/v1/flows` (client addresses) and
-//! `/metrics` stay on loopback, and state changes need the owner of the socket file (root),
-//! not merely a route to the node.
+//! the kubelet's probes), so it answers nothing else: `/v1/flows` (client addresses) stays
+//! on loopback, and state changes need the owner of the socket file (root), not merely a
+//! route to the node. A cluster Prometheus gets `/metrics` alone on `metrics_listen`: the
+//! counters and the service and backend names of the metrics' labels, nothing about
+//! clients.
 //!
 //! | endpoint | answer |
 //! |---|---|

@@ -40,6 +40,12 @@ type Shared = State<Arc<Api>>;
 /// The endpoints `exposure` serves; every other path is 404.
 pub(super) fn router(api: Arc<Api>, exposure: Exposure) -> Router {
     let read = |m: MethodRouter<Arc<Api>>| m.fallback(method_not_allowed);
+    if exposure == Exposure::Metrics {
+        return Router::new()
+            .route("/metrics", read(get(metrics)))
+            .fallback(not_found)
+            .with_state(api);
+    }
     let mut r = Router::new()
         .route("/healthz", read(get(healthz)))
         .route("/livez", read(get(livez)));

@@ -5,7 +5,7 @@
 //! The `from_*` helpers build views from the daemon's own types, so the daemon's
 //! [`AdminSource`](super::AdminSource) is a few lines of glue.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -230,10 +230,11 @@ impl ServiceView {
         }
     }
 
-    /// Fills in each backend's health-check judgement from `judged` (the probed ones).
-    pub fn set_health(&mut self, judged: &HashMap<SocketAddr, crate::health::Judgement>) {
+    /// Fills in each backend's health-check judgement from `judged` (the ones this
+    /// service's check probes).
+    pub fn set_health(&mut self, judged: &crate::health::Judged) {
         for b in &mut self.backends {
-            b.health = judged.get(&b.addr).map(|j| j.name().to_owned());
+            b.health = judged.get(&self.name, b.addr).map(|j| j.name().to_owned());
         }
     }
 

@@ -89,9 +89,9 @@ pub struct Inputs<'a> {
     pub backups: &'a [IpAddr],
     /// This node's own addresses (NodePort frontends listen on them): never announced.
     pub node_addresses: &'a [IpAddr],
-    /// Backends health checks probe that no probe has passed yet, sorted: they do not make
-    /// their services' VIPs announced.
-    pub unverified: &'a [SocketAddr],
+    /// (service, backend) pairs health checks probe that no probe has passed yet, sorted:
+    /// they do not make that service's VIPs announced.
+    pub unverified: &'a [(String, SocketAddr)],
     /// The node drains: nothing is announced.
     pub draining: bool,
 }
@@ -103,7 +103,11 @@ pub fn announcement(snap: &Snapshot, i: &Inputs<'_>) -> Announcement {
         return a;
     }
     for s in snap.services.iter() {
-        let verified = |b: &SocketAddr| i.unverified.binary_search(b).is_err();
+        let verified = |b: &SocketAddr| {
+            i.unverified
+                .binary_search_by(|(n, a)| (n.as_str(), a).cmp(&(s.name.as_str(), b)))
+                .is_err()
+        };
         if !s
             .backends
             .iter()
@@ -177,6 +181,7 @@ mod tests {
             rate_limit: None,
             frozen: false,
             synproxy: SynproxySetting::Off,
+            health: Default::default(),
             no_endpoints: fastpath::snapshot::NoEndpoints::Reject,
             cluster_ip: false,
         }
@@ -259,9 +264,14 @@ mod tests {
                 &["198.18.100.2"],
                 &[("198.18.1.1:81", 1, true), ("198.18.1.2:81", 1, false)],
             ),
+            // web's first backend, under a check of its own.
+            spec("web2", &["198.18.100.3"], &[("198.18.1.1:80", 1, true)]),
         ]);
-        let vips = |unverified: &[&str]| {
-            let mut u: Vec<SocketAddr> = unverified.iter().map(|a| a.parse().unwrap()).collect();
+        let vips = |unverified: &[(&str, &str)]| {
+            let mut u: Vec<(String, SocketAddr)> = unverified
+                .iter()
+                .map(|(s, a)| (s.to_string(), a.parse().unwrap()))
+                .collect();
             u.sort_unstable();
             let a = announcement(
                 &snap,
@@ -272,13 +282,30 @@ mod tests {
             );
             a.routes.keys().map(|ip| ip.to_string()).collect::<Vec<_>>()
         };
-        assert_eq!(vips(&[]), ["198.18.100.1", "198.18.100.2"]);
+        assert_eq!(vips(&[]), ["198.18.100.1", "198.18.100.2", "198.18.100.3"]);
         assert_eq!(
-            vips(&["198.18.1.1:80", "198.18.1.1:81"]),
-            ["198.18.100.1"],
+            vips(&[("web", "198.18.1.1:80"), ("api", "198.18.1.1:81")]),
+            ["198.18.100.1", "198.18.100.3"],
             "web's .2 is verified; api's .1 is not, and its .2 is down"
         );
-        assert!(vips(&["198.18.1.1:80", "198.18.1.2:80", "198.18.1.1:81"]).is_empty());
+        // What web's check has not verified says nothing of web2's.
+        assert_eq!(
+            vips(&[
+                ("web", "198.18.1.1:80"),
+                ("web", "198.18.1.2:80"),
+                ("api", "198.18.1.1:81")
+            ]),
+            ["198.18.100.3"]
+        );
+        assert!(
+            vips(&[
+                ("web", "198.18.1.1:80"),
+                ("web", "198.18.1.2:80"),
+                ("api", "198.18.1.1:81"),
+                ("web2", "198.18.1.1:80")
+            ])
+            .is_empty()
+        );
     }
 
     #[test]

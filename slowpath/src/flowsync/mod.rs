@@ -111,7 +111,7 @@ impl FlowSyncConfig {
         let listen = s.listen.ok_or("[sync] listen is not set")?;
         let path = s.key_file.as_ref().ok_or("[sync] key_file is not set")?;
         let bytes =
-            std::fs::read(path).map_err(|e| format!("[sync] key_file {}: {e}", path.display()))?;
+            read_key(path).map_err(|e| format!("[sync] key_file {}: {e}", path.display()))?;
         let key =
             Key::new(&bytes).map_err(|e| format!("[sync] key_file {}: {e}", path.display()))?;
         Ok(FlowSyncConfig {
@@ -124,6 +124,30 @@ impl FlowSyncConfig {
             max_messages_per_second: s.max_messages_per_second,
         })
     }
+}
+
+/// Largest key file read: a key is 32 bytes or more, not a file of data.
+const KEY_FILE_MAX: u64 = 4096;
+
+/// The key file's bytes: a regular file (following links, as a Secret volume's are) of at
+/// most [`KEY_FILE_MAX`] bytes, so that a key file named wrongly (`/dev/zero`, a FIFO, a
+/// log) is refused instead of read for ever.
+fn read_key(path: &std::path::Path) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".to_owned());
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(KEY_FILE_MAX + 1).read_to_end(&mut bytes))
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > KEY_FILE_MAX {
+        return Err(format!(
+            "larger than {KEY_FILE_MAX} bytes: a key is 32 random bytes or more, not a file of data"
+        ));
+    }
+    Ok(bytes)
 }
 
 /// Flow sync's counters (read by the metrics and `/v1/stats`).

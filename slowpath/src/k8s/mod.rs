@@ -80,6 +80,22 @@ pub const ANN_NEW_CONN_BURST: &str = "xvs.io/new-conn-burst";
 /// Annotation: the SYN proxy of every TCP spec of the Service, `off`, `on` or `auto`
 /// (default: `[synproxy] mode`).
 pub const ANN_SYNPROXY: &str = "xvs.io/synproxy";
+/// Annotation: the Service's health check probe, `tcp`, `http` or `https` (or `none`).
+/// Without it the Service's endpoints are not probed (their readiness is the
+/// EndpointSlice's); the other `xvs.io/health-check-*` annotations say how, `[health]` fills
+/// in what they leave out. They are taken together: one bad value and the endpoints are not
+/// probed, with a problem naming it.
+pub const ANN_HEALTH_PROBE: &str = "xvs.io/health-check-probe";
+/// Annotation: the port probed instead of each endpoint's own.
+pub const ANN_HEALTH_PORT: &str = "xvs.io/health-check-port";
+/// Annotation: the path of HTTP(S) probes (`/ready`).
+pub const ANN_HEALTH_PATH: &str = "xvs.io/health-check-path";
+/// Annotation: the statuses HTTP(S) probes take as healthy, comma-separated (`200,204`).
+pub const ANN_HEALTH_STATUS: &str = "xvs.io/health-check-status";
+/// Annotation: consecutive successes before a down endpoint is up.
+pub const ANN_HEALTH_RISE: &str = "xvs.io/health-check-rise";
+/// Annotation: consecutive failures before an endpoint is down.
+pub const ANN_HEALTH_FALL: &str = "xvs.io/health-check-fall";
 /// Annotation on EndpointSlices: when the change that made the endpoints controller write
 /// the slice happened (the start of network programming latency).
 pub const ANN_LAST_CHANGE_TRIGGER_TIME: &str = "endpoints.kubernetes.io/last-change-trigger-time";
@@ -234,6 +250,14 @@ pub enum K8sError {
         path: String,
         /// kube's error.
         source: kube::config::KubeconfigError,
+    },
+    /// The kubeconfig is not a file to read: not a regular file, or too large.
+    #[error("kubeconfig {path}: {why}")]
+    KubeconfigFile {
+        /// The file.
+        path: String,
+        /// What it is instead.
+        why: String,
     },
     /// No kubeconfig was given and the in-cluster configuration is missing.
     #[error("in-cluster configuration: {0}")]

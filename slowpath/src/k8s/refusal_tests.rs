@@ -460,3 +460,190 @@ fn the_nodes_own_addresses() {
         [fe("198.18.0.9", 30080)]
     );
 }
+
+fn with_annotations(svc: Service, annotations: Value) -> Service {
+    let mut svc = svc;
+    svc.metadata.annotations = serde_json::from_value(annotations).unwrap();
+    svc
+}
+
+/// The `xvs.io/health-check-*` annotations are the Service's own health check, on every one
+/// of its specs; a Service without `xvs.io/health-check-probe` is not probed (its endpoints'
+/// readiness is the EndpointSlice's), whatever `[health]` says.
+#[test]
+fn health_check_annotations_set_the_services_check() {
+    let svc = with_annotations(
+        web(json!({"externalIPs": ["198.18.200.7"]})),
+        json!({
+            "xvs.io/health-check-probe": "https",
+            "xvs.io/health-check-port": " 8443 ",
+            "xvs.io/health-check-path": "/ready?full=1",
+            "xvs.io/health-check-status": "200, 204",
+            "xvs.io/health-check-rise": "4",
+            "xvs.io/health-check-fall": "1",
+        }),
+    );
+    let m = model(&[svc, canary()], &[]);
+    assert_eq!(m.problems, vec![]);
+    let want = config::ServiceHealth {
+        probe: Some(config::ProbeKind::Https),
+        port: Some(8443),
+        http_path: Some("/ready?full=1".to_owned()),
+        http_status: Some(vec![200, 204]),
+        rise: Some(4),
+        fall: Some(1),
+    };
+    for name in ["ns/web:http", "ns/web:http/ext"] {
+        assert_eq!(spec(&m, name).health, want, "{name}");
+    }
+    let not_probed = config::ServiceHealth {
+        probe: Some(config::ProbeKind::None),
+        ..config::ServiceHealth::default()
+    };
+    assert_eq!(spec(&m, "ns/canary:http").health, not_probed);
+    // Only the probe: the rest from [health].
+    let probe_only = with_annotations(web(json!({})), json!({"xvs.io/health-check-probe": "tcp"}));
+    let m = model(&[probe_only], &[]);
+    assert_eq!(
+        spec(&m, "ns/web:http").health,
+        config::ServiceHealth {
+            probe: Some(config::ProbeKind::Tcp),
+            ..config::ServiceHealth::default()
+        }
+    );
+    // `none` turns probes off for the Service whatever [health] says.
+    let off = with_annotations(web(json!({})), json!({"xvs.io/health-check-probe": "none"}));
+    let m = model(&[off], &[]);
+    assert_eq!(
+        spec(&m, "ns/web:http").health.probe,
+        Some(config::ProbeKind::None)
+    );
+}
+
+/// One bad health-check annotation: that Service's endpoints are not probed (all of its
+/// health annotations ignored, since half a check could probe the wrong port or path), with
+/// one problem per bad value naming the annotation and the value; the rest of the Service
+/// (its other annotations, its specs) and every other Service are as they were.
+#[test]
+fn a_bad_health_check_annotation_is_refused_for_its_service_alone() {
+    let cases = [
+        (
+            "xvs.io/health-check-probe",
+            "grpc",
+            "\"grpc\" is not a probe",
+        ),
+        ("xvs.io/health-check-port", "0", "\"0\" is not a port"),
+        ("xvs.io/health-check-port", "http", "\"http\" is not a port"),
+        (
+            "xvs.io/health-check-port",
+            "65536",
+            "\"65536\" is not a port",
+        ),
+        ("xvs.io/health-check-path", "ready", "must start with '/'"),
+        (
+            "xvs.io/health-check-path",
+            "/ready\r\nX-Forged: 1",
+            "only visible ASCII",
+        ),
+        ("xvs.io/health-check-path", "/a b", "only visible ASCII"),
+        (
+            "xvs.io/health-check-status",
+            "200,ok",
+            "\"ok\" is not a status code",
+        ),
+        (
+            "xvs.io/health-check-status",
+            "99",
+            "99 is not an HTTP status",
+        ),
+        (
+            "xvs.io/health-check-status",
+            "",
+            "\"\" is not a status code",
+        ),
+        (
+            "xvs.io/health-check-rise",
+            "0",
+            "\"0\" is not a positive integer",
+        ),
+        (
+            "xvs.io/health-check-fall",
+            "-3",
+            "\"-3\" is not a positive integer",
+        ),
+    ];
+    let good = with_annotations(
+        canary(),
+        json!({"xvs.io/health-check-probe": "http", "xvs.io/health-check-path": "/ok"}),
+    );
+    for (key, value, says) in cases {
+        let mut ann = json!({
+            "xvs.io/health-check-probe": "http",
+            "xvs.io/health-check-path": "/ready",
+            "xvs.io/scheduler": "mh",
+        });
+        ann[key] = json!(value);
+        let bad = with_annotations(web(json!({})), ann);
+        let m = model(&[bad, good.clone()], &[]);
+        assert_eq!(
+            names(&m),
+            ["ns/canary:http", "ns/web:http"],
+            "{key}={value:?}"
+        );
+        let w = spec(&m, "ns/web:http");
+        assert_eq!(
+            w.health.probe,
+            Some(config::ProbeKind::None),
+            "{key}={value:?}"
+        );
+        assert_eq!(
+            w.health,
+            config::ServiceHealth {
+                probe: Some(config::ProbeKind::None),
+                ..config::ServiceHealth::default()
+            }
+        );
+        assert_eq!(
+            w.scheduler,
+            config::SchedulerKind::Mh,
+            "its other annotations apply"
+        );
+        let canary = spec(&m, "ns/canary:http");
+        assert_eq!(canary.health.http_path.as_deref(), Some("/ok"));
+        assert_eq!(m.problems.len(), 1, "{key}={value:?}: {:#?}", m.problems);
+        let p = &m.problems[0];
+        assert_eq!(
+            (p.object.as_str(), p.kind),
+            ("Service ns/web", ProblemKind::Invalid)
+        );
+        assert!(p.reason.starts_with(&format!("{key}: ")), "{}", p.reason);
+        assert!(p.reason.contains(says), "{key}={value:?}: {}", p.reason);
+        assert!(
+            p.reason.ends_with("(its endpoints are not probed)"),
+            "{}",
+            p.reason
+        );
+        assert!(
+            !p.reason.contains('\n') && !p.reason.contains('\r'),
+            "one line"
+        );
+    }
+    // How to probe without whether: refused the same way, naming the missing annotation.
+    let no_probe = with_annotations(
+        web(json!({})),
+        json!({"xvs.io/health-check-path": "/ready"}),
+    );
+    let m = model(&[no_probe], &[]);
+    assert_eq!(
+        spec(&m, "ns/web:http").health.probe,
+        Some(config::ProbeKind::None)
+    );
+    assert_eq!(m.problems.len(), 1, "{:#?}", m.problems);
+    assert!(
+        m.problems[0]
+            .reason
+            .starts_with("xvs.io/health-check-probe: not set"),
+        "{}",
+        m.problems[0].reason
+    );
+}

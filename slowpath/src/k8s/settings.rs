@@ -1,19 +1,23 @@
 //! What a Service's annotations and fields say for all of its specs: scheduler, flags,
-//! mode, session affinity, weights, rate limit, SYN proxy ([`common`]), and its source ranges
-//! ([`source_ranges`]). An invalid value falls back to the default with a [`Problem`](super::Problem).
+//! mode, session affinity, weights, rate limit, SYN proxy, health check ([`common`]), and its
+//! source ranges ([`source_ranges`]). An invalid value falls back to the default with a
+//! [`Problem`](super::Problem); the health-check annotations fall back together ([`health`]).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use config::{Cidr, Config, Mode, SchedFlag, SchedulerKind, SynproxyMode};
+use config::{
+    Cidr, Config, Mode, ProbeKind, SchedFlag, SchedulerKind, ServiceHealth, SynproxyMode,
+};
 use fastpath::snapshot::{RateLimit, SynproxySetting};
 use k8s_openapi::api::core::v1::{Service, ServiceSpec as K8sServiceSpec};
 
 use super::translate::Out;
 use super::{
-    ANN_LB_SOURCE_RANGES, ANN_MODE, ANN_NEW_CONN_BURST, ANN_NEW_CONN_RATE, ANN_SCHEDULER,
-    ANN_SCHEDULER_FLAGS, ANN_SYNPROXY, ANN_WEIGHTS, ProblemKind,
+    ANN_HEALTH_FALL, ANN_HEALTH_PATH, ANN_HEALTH_PORT, ANN_HEALTH_PROBE, ANN_HEALTH_RISE,
+    ANN_HEALTH_STATUS, ANN_LB_SOURCE_RANGES, ANN_MODE, ANN_NEW_CONN_BURST, ANN_NEW_CONN_RATE,
+    ANN_SCHEDULER, ANN_SCHEDULER_FLAGS, ANN_SYNPROXY, ANN_WEIGHTS, ProblemKind,
 };
 
 /// The session affinity timeout when a ClientIP Service does not set one (3 hours).
@@ -28,6 +32,7 @@ pub(super) struct Common {
     pub(super) weights: HashMap<IpAddr, u32>,
     pub(super) rate_limit: Option<RateLimit>,
     pub(super) synproxy: SynproxySetting,
+    pub(super) health: ServiceHealth,
 }
 
 pub(super) fn common(
@@ -149,6 +154,7 @@ pub(super) fn common(
         }),
     };
     Common {
+        health: health(&ann, object, out),
         synproxy: SynproxySetting::of(synproxy_mode, cfg),
         scheduler,
         flags,
@@ -157,6 +163,107 @@ pub(super) fn common(
         weights,
         rate_limit,
     }
+}
+
+/// The Service's own health check from its `xvs.io/health-check-*` annotations. A Service is
+/// probed only when `xvs.io/health-check-probe` says so (its endpoints' readiness is
+/// otherwise the EndpointSlice's, the kubelet's probes); the other annotations say how, and
+/// `[health]` fills in what they leave out. They are one setting: a check half of whose keys
+/// were refused could probe the wrong port or path and take every endpoint down, so one bad
+/// value (or how-to-probe annotations without `xvs.io/health-check-probe`) and none of them
+/// applies: the endpoints are not probed, with a problem for each bad value.
+fn health<'a>(
+    ann: &impl Fn(&str) -> Option<&'a str>,
+    object: &str,
+    out: &mut Out,
+) -> ServiceHealth {
+    let not_probed = ServiceHealth {
+        probe: Some(ProbeKind::None),
+        ..ServiceHealth::default()
+    };
+    let mut h = ServiceHealth::default();
+    let mut bad = Vec::new();
+    let mut take = |key: &'static str, why: Result<(), String>| {
+        if let Err(e) = why {
+            bad.push((key, e));
+        }
+    };
+    if let Some(v) = ann(ANN_HEALTH_PROBE) {
+        take(
+            ANN_HEALTH_PROBE,
+            match ProbeKind::from_name(v) {
+                Some(k) => {
+                    h.probe = Some(k);
+                    Ok(())
+                }
+                None => Err(format!("{v:?} is not a probe (none, tcp, http or https)")),
+            },
+        );
+    }
+    if let Some(v) = ann(ANN_HEALTH_PORT) {
+        take(
+            ANN_HEALTH_PORT,
+            match v.parse::<u16>() {
+                Ok(p) if p > 0 => {
+                    h.port = Some(p);
+                    Ok(())
+                }
+                _ => Err(format!("{v:?} is not a port (1-65535)")),
+            },
+        );
+    }
+    if let Some(v) = ann(ANN_HEALTH_PATH) {
+        take(
+            ANN_HEALTH_PATH,
+            config::health::check_path(v).map(|()| h.http_path = Some(v.to_owned())),
+        );
+    }
+    if let Some(v) = ann(ANN_HEALTH_STATUS) {
+        take(
+            ANN_HEALTH_STATUS,
+            config::health::parse_statuses(v).map(|s| h.http_status = Some(s)),
+        );
+    }
+    for (key, slot) in [
+        (ANN_HEALTH_RISE, &mut h.rise),
+        (ANN_HEALTH_FALL, &mut h.fall),
+    ] {
+        if let Some(v) = ann(key) {
+            take(
+                key,
+                match v.parse::<u32>() {
+                    Ok(n) if n > 0 => {
+                        *slot = Some(n);
+                        Ok(())
+                    }
+                    _ => Err(format!("{v:?} is not a positive integer")),
+                },
+            );
+        }
+    }
+    if ann(ANN_HEALTH_PROBE).is_none() && h != ServiceHealth::default() {
+        bad.push((
+            ANN_HEALTH_PROBE,
+            "not set, and the other xvs.io/health-check-* annotations only say how to probe"
+                .to_owned(),
+        ));
+    }
+    if bad.is_empty() {
+        return match h.probe {
+            Some(_) => h,
+            None => not_probed,
+        };
+    }
+    for (key, e) in bad {
+        out.problem(
+            object,
+            ProblemKind::Invalid,
+            format!(
+                "{key}: {e}; the Service's health-check annotations are ignored (its endpoints are not probed)"
+            ),
+        );
+    }
+    not_probed
 }
 
 /// Parses `IP=WEIGHT,IP=WEIGHT` (whitespace allowed around items).

@@ -225,6 +225,9 @@ pub fn spawn(
     }
 }
 
+/// Largest kubeconfig read (certificates inline included, they are a few KiB).
+const KUBECONFIG_MAX: u64 = 1 << 20;
+
 /// Builds the API client of `cfg`'s `[kubernetes]` table: the kubeconfig it names, else the
 /// in-cluster configuration. Fails at once when neither is usable; reaching the API server
 /// is [`watch`]'s business.
@@ -240,6 +243,19 @@ async fn client(k: &Kubernetes) -> Result<Client, K8sError> {
                 path: path.display().to_string(),
                 source,
             };
+            // Read whole by kube: a device or a huge file would be read for ever.
+            let file = |why: String| K8sError::KubeconfigFile {
+                path: path.display().to_string(),
+                why,
+            };
+            match std::fs::metadata(path) {
+                Ok(m) if !m.is_file() => return Err(file("not a regular file".to_owned())),
+                Ok(m) if m.len() > KUBECONFIG_MAX => {
+                    return Err(file(format!("larger than {KUBECONFIG_MAX} bytes")));
+                }
+                // A missing file is kube's to say.
+                _ => {}
+            }
             let kc = Kubeconfig::read_from(path).map_err(err)?;
             kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
                 .await

@@ -151,6 +151,11 @@ fn cluster_ip_service_gets_its_ready_endpoints() {
             synproxy: SynproxySetting::Auto {
                 embryonic_max: 1000
             },
+            // No xvs.io/health-check-probe: not probed, whatever [health] says.
+            health: config::ServiceHealth {
+                probe: Some(config::ProbeKind::None),
+                ..Default::default()
+            },
             no_endpoints: fastpath::snapshot::NoEndpoints::Reject,
             cluster_ip: true,
             backends: vec![

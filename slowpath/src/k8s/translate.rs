@@ -450,6 +450,7 @@ fn translate_into(
                     rate_limit: common.rate_limit,
                     frozen: false,
                     synproxy: common.synproxy,
+                    health: common.health.clone(),
                     no_endpoints,
                     cluster_ip: rank == RANK_CLUSTER_IP,
                 };

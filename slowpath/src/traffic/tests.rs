@@ -29,6 +29,7 @@ fn spec(name: &str, vip: &str, backends: &[&str]) -> ServiceSpec {
         rate_limit: None,
         frozen: false,
         synproxy: Default::default(),
+        health: Default::default(),
         no_endpoints: fastpath::snapshot::NoEndpoints::Reject,
         cluster_ip: false,
     }

@@ -357,6 +357,7 @@ pub struct Served {
     pub done: Option<tokio::task::JoinHandle<()>>,
     pub listen: SocketAddr,
     pub healthz: Option<SocketAddr>,
+    pub metrics: Option<SocketAddr>,
     pub socket: Option<PathBuf>,
 }
 
@@ -370,6 +371,7 @@ impl Served {
             .unwrap();
         let token = CancellationToken::new();
         let (listen, healthz) = (server.local_addr(), server.healthz_addr());
+        let metrics = server.metrics_addr();
         let socket = server.socket_path().map(Path::to_owned);
         let done = Some(rt.spawn(server.run(token.clone())));
         Served {
@@ -378,6 +380,7 @@ impl Served {
             done,
             listen,
             healthz,
+            metrics,
             socket,
         }
     }
@@ -409,6 +412,7 @@ pub fn tcp_config() -> AdminConfig {
     AdminConfig {
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         healthz_listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+        metrics_listen: None,
         socket: None,
         control_enabled: false,
     }
