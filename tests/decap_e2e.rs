@@ -405,3 +405,32 @@ impl Net {
             .unwrap_or(0)
     }
 }
+
+/// A missing interface among good ones: exit 1 with one line naming it, and nothing changed:
+/// no program on the good interface, no pins, no VIP on `lo`.
+#[test]
+fn a_missing_interface_changes_nothing() {
+    let _serial = common::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let net = Net::up();
+    let o = net.decap(&[
+        "--interface",
+        "b0",
+        "--interface",
+        "nosuch0",
+        "--vip",
+        "198.18.100.1:80=8080",
+        "--vips-on-lo",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("xvs decap: interface nosuch0 not found"),
+        "{err}"
+    );
+    assert!(!net.xdp_on_b0());
+    assert!(!net.lo_addrs().contains("198.18.100.1"));
+    let left = std::fs::read_dir(&net.pins).map_or(0, |d| d.count());
+    assert_eq!(left, 0, "no pins");
+    assert_eq!(net.status(), [("attached".to_owned(), "0".to_owned())]);
+}

@@ -358,10 +358,14 @@ fn check_vips(
         if let VipEntry::Translate(t) = entry {
             let proto = t.protocol.name();
             if let Some(other) = by_port.get(&(vip, t.protocol, t.port)) {
-                refuse(format!(
-                    "{vip} port {}/{proto} is already translated (to {other})",
-                    t.port
-                ));
+                refuse(if *other == t.target {
+                    format!("{vip} port {}/{proto} to {other} is listed twice", t.port)
+                } else {
+                    format!(
+                        "{vip} port {}/{proto} is already translated to {other}, not to {}",
+                        t.port, t.target
+                    )
+                });
                 continue;
             }
             if let Some(other) = by_target.get(&(vip, t.protocol, t.target)) {
