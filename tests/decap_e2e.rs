@@ -434,3 +434,239 @@ fn a_missing_interface_changes_nothing() {
     assert_eq!(left, 0, "no pins");
     assert_eq!(net.status(), [("attached".to_owned(), "0".to_owned())]);
 }
+
+/// One VIP of the DSR lab: the backend side that serves it and how the node delivers to it.
+struct Case {
+    vip: &'static str,
+    encap: &'static str,
+    /// 1: kernel decap, HTTP on :80; 2: `xvs decap` translating 80 to the HTTP on :8080.
+    backend: u8,
+}
+
+const CASES: [Case; 12] = [
+    Case {
+        vip: "198.18.100.11",
+        encap: "ipip",
+        backend: 1,
+    },
+    Case {
+        vip: "198.18.100.13",
+        encap: "gue",
+        backend: 1,
+    },
+    Case {
+        vip: "198.18.100.15",
+        encap: "l2",
+        backend: 1,
+    },
+    Case {
+        vip: "2001:2:0:100::11",
+        encap: "ipip",
+        backend: 1,
+    },
+    Case {
+        vip: "2001:2:0:100::13",
+        encap: "gue",
+        backend: 1,
+    },
+    Case {
+        vip: "2001:2:0:100::15",
+        encap: "l2",
+        backend: 1,
+    },
+    Case {
+        vip: "198.18.100.12",
+        encap: "ipip",
+        backend: 2,
+    },
+    Case {
+        vip: "198.18.100.14",
+        encap: "gue",
+        backend: 2,
+    },
+    Case {
+        vip: "198.18.100.16",
+        encap: "l2",
+        backend: 2,
+    },
+    Case {
+        vip: "2001:2:0:100::12",
+        encap: "ipip",
+        backend: 2,
+    },
+    Case {
+        vip: "2001:2:0:100::14",
+        encap: "gue",
+        backend: 2,
+    },
+    Case {
+        vip: "2001:2:0:100::16",
+        encap: "l2",
+        backend: 2,
+    },
+];
+
+impl Case {
+    fn v6(&self) -> bool {
+        self.vip.contains(':')
+    }
+
+    fn url(&self, path: &str) -> String {
+        if self.v6() {
+            format!("http://[{}]{path}", self.vip)
+        } else {
+            format!("http://{}{path}", self.vip)
+        }
+    }
+
+    /// The relay's route: `VIP=ENCAP,BACKEND_IP,BACKEND_MAC`.
+    fn route(&self) -> String {
+        let b = self.backend;
+        let (ip, mac) = if self.v6() {
+            (format!("2001:2:0:1::{b}"), format!("02:00:00:00:01:0{b}"))
+        } else {
+            (format!("198.18.1.{b}"), format!("02:00:00:00:01:0{b}"))
+        };
+        format!("{}={},{ip},{mac}", self.vip, self.encap)
+    }
+}
+
+/// Direct server return end to end with real TCP clients: the client's packets to each VIP
+/// reach the backend encapsulated (IPIP, GUE; or plain for L2) through the node, and the
+/// backend answers the client straight over its own segment. Backend 1 is the kernel's
+/// decap (VIPs on lo; IPIP/ip6tnl/FOU where the kernel has them), backend 2 `xvs decap`
+/// with port translation 80 -> 8080. For every VIP: curl answers from the right backend and
+/// a 32 MiB download arrives intact (sha256), none of its bytes through the node: the
+/// client's link to the node and the node's link to the backends carry under 1 MiB of it,
+/// the client's link on the backends' segment all of it, and the node relayed no more
+/// packets than the client sent. The backends' routes to the client name that path.
+#[test]
+fn dsr_downloads_bypass_the_node_behind_kernel_and_xvs_decap() {
+    let _serial = common::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut lab = common::dsr::DsrLab::up();
+    let tunnels = lab.kernel_tunnels();
+    if !tunnels {
+        eprintln!(
+            "NOTE: this kernel has no IPIP/ip6tnl/FOU (CONFIG_NET_IPIP, CONFIG_IPV6_TUNNEL, \
+             CONFIG_NET_FOU): backend 1's kernel decap runs for L2 only"
+        );
+    }
+    let cases: Vec<&Case> = CASES
+        .iter()
+        .filter(|c| tunnels || c.backend == 2 || c.encap == "l2")
+        .collect();
+    let kernel_vips: Vec<&str> = cases
+        .iter()
+        .filter(|c| c.backend == 1)
+        .map(|c| c.vip)
+        .collect();
+    lab.kernel_decap(&kernel_vips, tunnels);
+    let mut args = vec!["--interface", "b0", "--vips-on-lo"];
+    let translations: Vec<String> = cases
+        .iter()
+        .filter(|c| c.backend == 2)
+        .map(|c| {
+            if c.v6() {
+                format!("[{}]:80=8080/tcp", c.vip)
+            } else {
+                format!("{}:80=8080/tcp", c.vip)
+            }
+        })
+        .collect();
+    for t in &translations {
+        args.extend(["--vip", t]);
+    }
+    let o = lab.xvs_decap(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let routes: Vec<String> = cases.iter().map(|c| c.route()).collect();
+    lab.start_relay(&routes);
+
+    let want = common::dsr::pattern_sha256(lab.lab.dir.path(), common::dsr::DOWNLOAD);
+    let mut client_sent = 0;
+    for c in &cases {
+        let name = lab.curl(&c.url("/name"));
+        assert_eq!(name, format!("backend-{}\n", c.backend), "{}", c.vip);
+
+        let before = Stats::read(&lab);
+        let got = lab.download_sha256(&c.url(&format!("/bytes/{}", common::dsr::DOWNLOAD)));
+        let after = Stats::read(&lab);
+        assert_eq!(got, want, "{} ({}) download", c.vip, c.encap);
+        let d = after.minus(&before);
+        let mib = 1 << 20;
+        assert!(
+            d.client_return_rx >= common::dsr::DOWNLOAD as u64,
+            "{}: {d:?}",
+            c.vip
+        );
+        assert!(
+            d.client_node_rx < mib,
+            "{}: replies crossed the node: {d:?}",
+            c.vip
+        );
+        assert!(
+            d.node_backend_rx < mib,
+            "{}: replies reached the node: {d:?}",
+            c.vip
+        );
+        client_sent += d.client_node_tx_packets;
+    }
+    let relayed = lab.stop_relay();
+    let total: u64 = relayed.values().sum();
+    for c in &cases {
+        assert!(relayed[c.vip] > 0, "{}: {relayed:?}", c.vip);
+    }
+    // The node relays the client's packets (its ACKs and requests), no more: far fewer
+    // than the ~23k frames of each download, which it never saw.
+    assert!(
+        total <= client_sent + 20 * cases.len() as u64,
+        "{total} > {client_sent}"
+    );
+
+    for c in &cases {
+        let b = format!("b{}", c.backend);
+        let (client, via) = if c.v6() {
+            ("2001:2::2", "via 2001:2:0:1::c8 dev b0")
+        } else {
+            ("198.18.0.2", "via 198.18.1.200 dev b0")
+        };
+        let r = lab.route_to_client(&b, client, c.vip);
+        assert!(r.contains(via), "{b} from {}: {r}", c.vip);
+    }
+    let s = lab.decap_status();
+    let n = |k: &str| s[k].parse::<u64>().unwrap();
+    assert!(n("decap_ipip") > 0 && n("decap_gue") > 0, "{s:?}");
+    assert!(n("in_translated") > 0 && n("out_translated") > 0, "{s:?}");
+}
+
+/// The interface counters the DSR test compares before and after a download.
+#[derive(Debug)]
+struct Stats {
+    /// Bytes the client received on its link to the node (c0).
+    client_node_rx: u64,
+    /// Packets the client sent on its link to the node.
+    client_node_tx_packets: u64,
+    /// Bytes the client received on its link on the backends' segment (c1).
+    client_return_rx: u64,
+    /// Bytes the node received from the backends' segment (xvs-b0).
+    node_backend_rx: u64,
+}
+
+impl Stats {
+    fn read(lab: &common::dsr::DsrLab) -> Stats {
+        Stats {
+            client_node_rx: lab.link_stat("c", "c0", "rx_bytes"),
+            client_node_tx_packets: lab.link_stat("c", "c0", "tx_packets"),
+            client_return_rx: lab.link_stat("c", "c1", "rx_bytes"),
+            node_backend_rx: lab.link_stat("x", "xvs-b0", "rx_bytes"),
+        }
+    }
+
+    fn minus(&self, before: &Stats) -> Stats {
+        Stats {
+            client_node_rx: self.client_node_rx - before.client_node_rx,
+            client_node_tx_packets: self.client_node_tx_packets - before.client_node_tx_packets,
+            client_return_rx: self.client_return_rx - before.client_return_rx,
+            node_backend_rx: self.node_backend_rx - before.node_backend_rx,
+        }
+    }
+}
