@@ -1,14 +1,18 @@
-//! `xvs decap` end to end on a veth pair between two network namespaces this file creates
-//! (and always removes): `n`, standing for the xvs node and the client, and `b`, a backend
-//! running a UDP echo on the VIPs' port 9053 behind the real `xvs decap` binary, which
-//! translates the service port 53 to it. `tests/assets/dsr-send.py` in `n` sends a UDP request from the
-//! client's address as an xvs node in DSR mode would deliver it (IPIP, GUE, or plain for L2)
-//! and prints the reply the backend sends straight back. Needs root:
-//! `cargo test -p xvs --test decap_e2e`. Addresses: 198.18.0.0/15 and 2001:2::/48 only.
+//! `xvs decap` end to end, needs root: `cargo test -p xvs --test decap_e2e`. Addresses:
+//! 198.18.0.0/15 and 2001:2::/48 only, in namespaces the tests create and always remove.
 //!
-//! The full path (a real xvs node, curl, 32 MiB downloads, kernel decap beside it) is
-//! `tests/dsr_e2e.rs`; this file covers the command's lifecycle: attach, re-attach in
-//! place, a changed VIP set, `--detach`, and `--wait` ended by SIGTERM.
+//! The command's lifecycle (attach, re-attach in place, a changed VIP set, `--detach`,
+//! `--wait` ended by SIGTERM, a missing interface) on a veth pair between two namespaces:
+//! `n`, standing for the xvs node and the client, and `b`, a backend running a UDP echo on
+//! the VIPs' port 9053 behind the real `xvs decap`, which translates the service port 53 to
+//! it. `tests/assets/dsr-send.py` in `n` sends one UDP request from the client's address as
+//! an xvs node in DSR mode delivers it (IPIP, GUE, or plain for L2) and prints the reply the
+//! backend sends straight back.
+//!
+//! Direct server return with real TCP clients in the DSR lab (`tests/common/dsr.rs`): curl
+//! and 32 MiB downloads per VIP behind `xvs decap` (80 -> 8080) and behind kernel decap,
+//! the replies bypassing the node. The node's DSR encapsulation is
+//! `tests/assets/dsr-relay.py`, a stand-in for `xvs run` in DSR mode.
 
 mod common;
 
@@ -101,6 +105,10 @@ impl Net {
             "link set b0 up",
             "route add 198.18.0.0/24 via 198.18.1.254",
             "-6 route add 2001:2::/64 via 2001:2:0:1::fe",
+            // The first reply must not wait for neighbour discovery (while b0's link-local
+            // address is still tentative it can be slow): the node's MAC is known.
+            "neigh replace 198.18.1.254 lladdr 02:00:00:00:01:fe dev b0 nud permanent",
+            "-6 neigh replace 2001:2:0:1::fe lladdr 02:00:00:00:01:fe dev b0 nud permanent",
         ] {
             net.ip(&net.b, cmd);
         }

@@ -135,7 +135,7 @@ impl DsrLab {
                 .is_ok_and(|o| o.status.success())
         };
         ok(&["link", "show", "tunl0"]) && ok(&["link", "show", "ip6tnl0"]) && {
-            let fou = ok(&["fou", "add", "port", "6080", "gue"]);
+            let fou = ok(&["fou", "add", "port", "6080", "ipproto", "4"]);
             fou && ok(&["fou", "del", "port", "6080"])
         }
     }
@@ -162,8 +162,8 @@ impl DsrLab {
         if tunnels {
             self.ip("b1", "link set tunl0 up");
             self.ip("b1", "link set ip6tnl0 up");
-            self.ip("b1", "fou add port 6080 gue");
-            self.ip("b1", "fou add port 6080 gue -6");
+            self.ip("b1", "fou add port 6080 ipproto 4");
+            self.ip("b1", "fou add port 6080 ipproto 41 -6");
             self.must("b1", &["sysctl", "-qw", "net.ipv4.conf.tunl0.rp_filter=0"]);
         }
         std::fs::create_dir_all(self.www.join("bytes")).unwrap();
