@@ -17,7 +17,7 @@
 //!   VIP:target back to the service port, so the client sees the port it connected to.
 //!
 //! The kernel then delivers the inner packet, addressed to the VIP, to a local socket only if
-//! the VIP is local (on `lo`, or a `local` route): `xvs decap` can add it (see the README).
+//! the VIP is local (on `lo`, or a `local` route): `xvs decap` can add it (`docs/decap.md`).
 //!
 //! # Lifecycle and pinned layout
 //!
