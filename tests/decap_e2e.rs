@@ -655,7 +655,7 @@ struct Stats {
     client_node_tx_packets: u64,
     /// Bytes the client received on its link on the backends' segment (c1).
     client_return_rx: u64,
-    /// Bytes the node received from the backends' segment (xvs-b0).
+    /// Bytes the backends' segment sent toward the node (the switch's port to it).
     node_backend_rx: u64,
 }
 
@@ -665,7 +665,7 @@ impl Stats {
             client_node_rx: lab.link_stat("c", "c0", "rx_bytes"),
             client_node_tx_packets: lab.link_stat("c", "c0", "tx_packets"),
             client_return_rx: lab.link_stat("c", "c1", "rx_bytes"),
-            node_backend_rx: lab.link_stat("x", "xvs-b0", "rx_bytes"),
+            node_backend_rx: lab.link_stat("s", "up0", "tx_bytes"),
         }
     }
 

@@ -361,3 +361,12 @@ impl Drop for DsrLab {
         // Then `lab` drops: the processes in the namespaces, the namespaces.
     }
 }
+
+/// The lab's `xvs run` config with `services` (TOML `[[services]]` tables) instead of
+/// lab.toml's, its `[node]`, `[dataplane]`, `[admin]` and `[[neighbours]]` kept.
+pub fn xvs_config(services: &str) -> String {
+    let lab = super::lab_config();
+    let head = &lab[..lab.find("[[services]]").expect("lab.toml has services")];
+    let neighbours = &lab[lab.find("[[neighbours]]").expect("lab.toml has neighbours")..];
+    format!("{head}{services}\n{neighbours}")
+}
