@@ -22,7 +22,7 @@ use serde::Deserialize;
 use vocab::{Protocol, XdpMode};
 
 use crate::span::{self, KeyPath};
-use crate::{Error, special_address};
+use crate::{DEFAULT_GUE_PORT, Error, special_address};
 
 /// Most VIPs `xvs decap` takes (its `vips` map holds this many).
 pub const DECAP_VIPS_MAX: usize = 4096;
@@ -30,8 +30,6 @@ pub const DECAP_VIPS_MAX: usize = 4096;
 pub const DECAP_PORTS_MAX: usize = 16384;
 /// Most interfaces `xvs decap` attaches to.
 pub const DECAP_INTERFACES_MAX: usize = 64;
-/// The GUE port when none is given (Katran's, and `[dataplane] gue_port`'s default).
-pub const DEFAULT_GUE_PORT: u16 = 6080;
 /// Where `xvs decap` pins its programs when no `bpf_pin_root` is given.
 pub const DEFAULT_DECAP_PIN_ROOT: &str = "/sys/fs/bpf/xvs-decap";
 

@@ -934,7 +934,7 @@ fn shared_vocabulary_errors_keep_their_words() {
     let p = svc("scheduler = \"wrr\"", "mode = \"bridge\"");
     assert_eq!(
         p.message,
-        "unknown value `bridge`: expected `nat` or `fullnat`"
+        "unknown value `bridge`: expected one of `nat`, `fullnat`, `dsr`"
     );
     let p = problem("[dataplane]\nxdp_mode = \"skb\"\n");
     assert_eq!(
