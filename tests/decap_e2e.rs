@@ -11,8 +11,8 @@
 //!
 //! Direct server return with real TCP clients in the DSR lab (`tests/common/dsr.rs`): curl
 //! and 32 MiB downloads per VIP behind `xvs decap` (80 -> 8080) and behind kernel decap,
-//! the replies bypassing the node. The node's DSR encapsulation is
-//! `tests/assets/dsr-relay.py`, a stand-in for `xvs run` in DSR mode.
+//! the replies bypassing the node, which is `xvs run` with DSR services, or
+//! `tests/assets/dsr-relay.py` standing in for another load balancer's encapsulation.
 
 mod common;
 
@@ -539,17 +539,75 @@ impl Case {
     }
 }
 
-/// Direct server return end to end with real TCP clients: the client's packets to each VIP
-/// reach the backend encapsulated (IPIP, GUE; or plain for L2) through the node, and the
-/// backend answers the client straight over its own segment. Backend 1 is the kernel's
-/// decap (VIPs on lo; IPIP/ip6tnl/FOU where the kernel has them), backend 2 `xvs decap`
-/// with port translation 80 -> 8080. For every VIP: curl answers from the right backend and
-/// a 32 MiB download arrives intact (sha256), none of its bytes through the node: the
-/// client's link to the node and the node's link to the backends carry under 1 MiB of it,
-/// the client's link on the backends' segment all of it, and the node relayed no more
-/// packets than the client sent. The backends' routes to the client name that path.
+/// Direct server return end to end with real TCP clients, through `xvs run` with one DSR
+/// service per VIP: the client's packets to each VIP reach the backend encapsulated (IPIP,
+/// GUE; or plain for L2), and the backend answers the client straight over its own
+/// segment. Backend 1 is the kernel's decap (VIPs on lo; IPIP/ip6tnl/FOU where the kernel
+/// has them), backend 2 `xvs decap` with port translation 80 -> 8080. For every VIP: curl
+/// answers from the right backend and a 32 MiB download arrives intact (sha256), none of
+/// its bytes through the node: the client's link to the node and the node's port on the
+/// backends' segment carry under 1 MiB of it, the client's link on the backends' segment
+/// all of it, and xvs received and sent no more frames than the client sent (its workers'
+/// counters). The backends' routes to the client name that path.
 #[test]
 fn dsr_downloads_bypass_the_node_behind_kernel_and_xvs_decap() {
+    dsr_lab(Node::Xvs);
+}
+
+/// The same with `tests/assets/dsr-relay.py` as the node: the backend side alone, against
+/// encapsulation that is not xvs's own (as a Katran or IPVS node would send it).
+#[test]
+fn dsr_downloads_through_a_stand_in_node() {
+    dsr_lab(Node::Relay);
+}
+
+/// What encapsulates the client's packets in the DSR lab.
+#[derive(Clone, Copy, PartialEq)]
+enum Node {
+    /// `xvs run` with a DSR service per VIP.
+    Xvs,
+    /// `tests/assets/dsr-relay.py`.
+    Relay,
+}
+
+/// The `[[services]]` of `xvs run` for the DSR lab: one per case, its backend's port the
+/// one it listens on (8080 behind `xvs decap`, except for L2, whose packet keeps its port).
+fn services(cases: &[&Case]) -> String {
+    let mut out = String::new();
+    for (i, c) in cases.iter().enumerate() {
+        let b = c.backend;
+        let port = if b == 2 && c.encap != "l2" { 8080 } else { 80 };
+        let addr = if c.v6() {
+            format!("[2001:2:0:1::{b}]:{port}")
+        } else {
+            format!("198.18.1.{b}:{port}")
+        };
+        out.push_str(&format!(
+            "[[services]]\nname = \"dsr{i}\"\nvip = \"{}\"\nport = 80\nprotocol = \"tcp\"\n\
+             scheduler = \"rr\"\nmode = \"dsr\"\nencap = \"{}\"\nbackends = [{{ addr = \"{addr}\" }}]\n\n",
+            c.vip, c.encap
+        ));
+    }
+    out
+}
+
+/// The frames xvs received and sent, summed over its workers (`/v1/stats`).
+fn xvs_frames(lab: &common::Lab) -> (u64, u64) {
+    let (code, body) = common::admin(lab, "GET", "/v1/stats");
+    assert_eq!(code, "200", "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let sum = |k: &str| {
+        v["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w[k].as_u64().unwrap())
+            .sum()
+    };
+    (sum("rx"), sum("tx"))
+}
+
+fn dsr_lab(node: Node) {
     let _serial = common::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mut lab = common::dsr::DsrLab::up();
     let tunnels = lab.kernel_tunnels();
@@ -586,8 +644,15 @@ fn dsr_downloads_bypass_the_node_behind_kernel_and_xvs_decap() {
     }
     let o = lab.xvs_decap(&args);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let routes: Vec<String> = cases.iter().map(|c| c.route()).collect();
-    lab.start_relay(&routes);
+    match node {
+        Node::Xvs => lab
+            .lab
+            .start_xvs(&common::dsr::xvs_config(&services(&cases))),
+        Node::Relay => {
+            let routes: Vec<String> = cases.iter().map(|c| c.route()).collect();
+            lab.start_relay(&routes);
+        }
+    }
 
     let want = common::dsr::pattern_sha256(lab.lab.dir.path(), common::dsr::DOWNLOAD);
     let mut client_sent = 0;
@@ -596,6 +661,7 @@ fn dsr_downloads_bypass_the_node_behind_kernel_and_xvs_decap() {
         assert_eq!(name, format!("backend-{}\n", c.backend), "{}", c.vip);
 
         let before = Stats::read(&lab);
+        let frames = (node == Node::Xvs).then(|| xvs_frames(&lab.lab));
         let got = lab.download_sha256(&c.url(&format!("/bytes/{}", common::dsr::DOWNLOAD)));
         let after = Stats::read(&lab);
         assert_eq!(got, want, "{} ({}) download", c.vip, c.encap);
@@ -616,19 +682,29 @@ fn dsr_downloads_bypass_the_node_behind_kernel_and_xvs_decap() {
             "{}: replies reached the node: {d:?}",
             c.vip
         );
+        if let Some((rx0, tx0)) = frames {
+            // xvs saw the client's packets (requests, ACKs) and sent each on, encapsulated:
+            // no more, far fewer than the ~23k frames of the download it never saw.
+            let (rx, tx) = xvs_frames(&lab.lab);
+            let sent = d.client_node_tx_packets;
+            assert!(rx - rx0 <= sent, "{}: xvs rx {} > {sent}", c.vip, rx - rx0);
+            assert!(tx - tx0 <= sent, "{}: xvs tx {} > {sent}", c.vip, tx - tx0);
+            assert!(tx - tx0 > 0, "{}: xvs sent nothing", c.vip);
+        }
         client_sent += d.client_node_tx_packets;
     }
-    let relayed = lab.stop_relay();
-    let total: u64 = relayed.values().sum();
-    for c in &cases {
-        assert!(relayed[c.vip] > 0, "{}: {relayed:?}", c.vip);
+    if node == Node::Relay {
+        let relayed = lab.stop_relay();
+        let total: u64 = relayed.values().sum();
+        for c in &cases {
+            assert!(relayed[c.vip] > 0, "{}: {relayed:?}", c.vip);
+        }
+        // The node relays the client's packets (its ACKs and requests), no more.
+        assert!(
+            total <= client_sent + 20 * cases.len() as u64,
+            "{total} > {client_sent}"
+        );
     }
-    // The node relays the client's packets (its ACKs and requests), no more: far fewer
-    // than the ~23k frames of each download, which it never saw.
-    assert!(
-        total <= client_sent + 20 * cases.len() as u64,
-        "{total} > {client_sent}"
-    );
 
     for c in &cases {
         let b = format!("b{}", c.backend);
