@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand};
 use mimalloc::MiMalloc;
 
 mod check;
+mod decap;
 mod host;
 mod pcap;
 mod run;
@@ -203,6 +204,10 @@ enum Command {
         #[arg(long, requires = "wait_for")]
         pins: Option<PathBuf>,
     },
+    /// The backend side of direct server return, on a backend host or Kubernetes node:
+    /// decapsulate IPIP/GUE for the VIPs and translate ports (XDP in, tc out), pinned so it
+    /// stays attached; --detach removes it (config/examples/decap.toml documents the file).
+    Decap(decap::Args),
     /// Run the load balancer (needs the capabilities `xvs run` names, and the configured
     /// interfaces).
     Run {
@@ -445,6 +450,7 @@ fn main() -> ExitCode {
         Command::Drain { admin } => control(&admin, "drain", None),
         Command::Undrain { admin } => control(&admin, "undrain", None),
         Command::Run { config } => run::main(config.as_ref()),
+        Command::Decap(args) => decap::main(args),
         Command::Cleanup {
             config,
             wait_for,

@@ -9,6 +9,8 @@
 
 mod address;
 mod cores;
+mod decap;
+mod dsr;
 pub mod health;
 mod reload;
 mod schema;
@@ -23,6 +25,11 @@ use std::path::{Path, PathBuf};
 
 pub use address::special_address;
 pub use cores::{CoreError, CorePlan, Cores, cpu_list};
+pub use decap::{
+    DECAP_INTERFACES_MAX, DECAP_PORTS_MAX, DECAP_VIPS_MAX, DEFAULT_DECAP_PIN_ROOT, DecapArgs,
+    DecapConfig, PortTranslation, VipEntry, decap_from_args, parse_decap,
+};
+pub use dsr::{DSR_MTU_MAX, DSR_MTU_MIN};
 pub use reload::{Written, load_written, parse_written};
 pub use schema::*;
 pub use span::KeyPath;
@@ -31,7 +38,7 @@ pub use validate::{
     BACKENDS_MAX, BFD_INTERVAL_MAX, BFD_INTERVAL_MIN, BFD_MULTIPLIER_MAX, BGP_BACKUP_PREPEND_MAX,
     FLOW_BYTES, FLOWS_MAX, IDLE_BACKOFF_MAX, MH_TABLE_SIZE_MAX, UMEM_FRAMES_MAX, WRR_SEQUENCE_MAX,
 };
-pub use vocab::{Cidr, Mode, Protocol, SchedulerKind, XdpMode, ZeroCopy};
+pub use vocab::{Cidr, Encap, Mode, Protocol, SchedulerKind, XdpMode, ZeroCopy};
 
 /// Most Service CIDRs xvs takes, `[kubernetes] service_cidrs` and the ServiceCIDR objects'
 /// together (the steering program's LPM trie holds this many; a cluster has one or two per
@@ -183,6 +190,8 @@ impl Config {
 mod tests;
 #[cfg(test)]
 mod tests_bfd;
+#[cfg(test)]
+mod tests_dsr;
 #[cfg(test)]
 mod tests_health;
 #[cfg(test)]

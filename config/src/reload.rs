@@ -102,6 +102,10 @@ impl Dataplane {
             bpf_pin_root,
             reject_rate,
             reject_burst,
+            gue_port,
+            ipip_source_prefix,
+            dsr_mss_clamp,
+            dsr_mtu,
         } = self;
         let mut out = Vec::new();
         let mut cmp = |differs: bool, key: &'static str| {
@@ -175,6 +179,16 @@ impl Dataplane {
             *reject_burst != other.reject_burst,
             "dataplane.reject_burst",
         );
+        cmp(*gue_port != other.gue_port, "dataplane.gue_port");
+        cmp(
+            *ipip_source_prefix != other.ipip_source_prefix,
+            "dataplane.ipip_source_prefix",
+        );
+        cmp(
+            *dsr_mss_clamp != other.dsr_mss_clamp,
+            "dataplane.dsr_mss_clamp",
+        );
+        cmp(*dsr_mtu != other.dsr_mtu, "dataplane.dsr_mtu");
         out
     }
 }

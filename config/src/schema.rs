@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use crate::cores::Cores;
-use vocab::{Cidr, Mode, Protocol, SchedulerKind, XdpMode, ZeroCopy};
+use vocab::{Cidr, Encap, Mode, Protocol, SchedulerKind, XdpMode, ZeroCopy};
 
 use crate::types::{Dur, Mac, PortRange};
 
@@ -63,6 +63,25 @@ impl Config {
             .socket
             .clone()
             .unwrap_or_else(|| self.dataplane.state_dir.join("xvs.sock"))
+    }
+
+    /// The outer source address of DSR `ipip` and `gue` packets of one family (`v6`) when
+    /// `[dataplane] ipip_source_prefix` does not give one: the first of `[node] addresses`
+    /// of that family, else the first of `[dataplane] snat_addresses`.
+    pub fn dsr_outer_source(&self, v6: bool) -> Option<IpAddr> {
+        let family = |a: &&IpAddr| a.is_ipv6() == v6;
+        (self.node.addresses.iter().find(family))
+            .or_else(|| self.dataplane.snat_addresses.iter().find(family))
+            .copied()
+    }
+
+    /// Whether DSR `ipip` and `gue` packets of one family (`v6`) have an outer source: the
+    /// family's `[dataplane] ipip_source_prefix`, or [`Config::dsr_outer_source`].
+    pub fn has_dsr_source(&self, v6: bool) -> bool {
+        self.dataplane
+            .ipip_source_prefix
+            .is_some_and(|c| c.addr.is_ipv6() == v6)
+            || self.dsr_outer_source(v6).is_some()
     }
 
     /// `[flowtable] removal_grace`, else two `min_sync_period`s (of `[kubernetes]`, else
@@ -218,6 +237,27 @@ pub struct Dataplane {
     /// `icmp_msgs_burst`).
     #[serde(default = "default_reject_burst")]
     pub reject_burst: u32,
+    /// The UDP destination port of DSR services with `encap = "gue"`: the port the backends'
+    /// GUE decapsulation listens on (Katran's 6080).
+    #[serde(default = "default_gue_port")]
+    pub gue_port: u16,
+    /// Outer source addresses of the DSR services' `ipip` and `gue` packets of this prefix's
+    /// family: one address of the prefix per flow, from the flow's hash, so that a backend's
+    /// NIC spreads the encapsulated flows over its receive queues (RSS hashes the outer
+    /// header; Katran's trick). Absent, and for the other family: the node's address
+    /// ([`Config::dsr_outer_source`]).
+    pub ipip_source_prefix: Option<Cidr>,
+    /// Clamp the MSS option of the client SYNs xvs forwards to DSR backends to what fits the
+    /// path once encapsulated (`dsr_mtu` minus the IP and TCP headers and the
+    /// encapsulation's).
+    #[serde(default = "yes")]
+    pub dsr_mss_clamp: bool,
+    /// The largest IP packet on the path to DSR backends, encapsulation included: a client
+    /// packet that would exceed it once encapsulated is answered with ICMP fragmentation
+    /// needed (IPv4 with DF) or packet too big (IPv6) carrying what is left for it. Absent:
+    /// the smallest MTU of `interfaces`, read at start (1500 where xvs reads no interface:
+    /// `xvs pcap`, `xvs sim`).
+    pub dsr_mtu: Option<u32>,
 }
 
 fn default_snat_ports() -> PortRange {
@@ -259,6 +299,11 @@ fn default_reject_rate() -> u32 {
 fn default_reject_burst() -> u32 {
     50
 }
+/// The GUE port when `[dataplane] gue_port` is not set (Katran's).
+pub const DEFAULT_GUE_PORT: u16 = 6080;
+fn default_gue_port() -> u16 {
+    DEFAULT_GUE_PORT
+}
 
 impl Default for Dataplane {
     fn default() -> Self {
@@ -287,6 +332,10 @@ impl Default for Dataplane {
             bpf_pin_root: default_bpf_pin_root(),
             reject_rate: default_reject_rate(),
             reject_burst: default_reject_burst(),
+            gue_port: default_gue_port(),
+            ipip_source_prefix: None,
+            dsr_mss_clamp: true,
+            dsr_mtu: None,
         }
     }
 }
@@ -511,8 +560,11 @@ pub struct Service {
     /// Scheduler flags.
     #[serde(default)]
     pub flags: Vec<SchedFlag>,
-    /// Forwarding mode (default: `[dataplane] mode`).
+    /// Forwarding mode (default: `[dataplane] mode`): `nat`, `fullnat` or `dsr`.
     pub mode: Option<Mode>,
+    /// A DSR service's encapsulation: `ipip` (default), `gue` or `l2`. Only with
+    /// `mode = "dsr"`.
+    pub encap: Option<Encap>,
     /// ClientIP session affinity with this timeout, when present.
     pub session_affinity_timeout: Option<Dur>,
     /// Backends; an empty list is allowed (new flows are refused).
@@ -537,9 +589,13 @@ impl Service {
         self.synproxy.unwrap_or(default)
     }
 
-    /// The service's forwarding mode, given the dataplane default.
+    /// The service's forwarding mode, given the dataplane default; a DSR mode carries the
+    /// service's `encap`.
     pub fn mode_or(&self, default: Mode) -> Mode {
-        self.mode.unwrap_or(default)
+        match self.mode.unwrap_or(default) {
+            Mode::Dsr(e) => Mode::Dsr(self.encap.unwrap_or(e)),
+            m => m,
+        }
     }
     /// Whether `flag` is set.
     pub fn has_flag(&self, flag: SchedFlag) -> bool {

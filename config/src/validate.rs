@@ -11,7 +11,7 @@ use vocab::{Mode, SchedulerKind};
 use crate::schema::{Config, SchedFlag};
 use crate::span::KeyPath;
 
-type Found = Vec<(KeyPath, String)>;
+pub(crate) type Found = Vec<(KeyPath, String)>;
 
 /// Largest batch the workers handle per poll; bounds per-batch stack arrays.
 pub const BATCH_SIZE_MAX: u32 = 1024;
@@ -56,6 +56,7 @@ pub fn validate(c: &Config) -> Found {
     synproxy(c, &mut out);
     sync(c, &mut out);
     bgp(c, &mut out);
+    crate::dsr::validate(c, &mut out);
     out
 }
 

@@ -3,6 +3,7 @@
 
 /// Flow sync's per-worker flow log (in the flow table's crate, which records state changes).
 pub use flowtable::log as flowlog;
+pub mod decap;
 pub mod limit;
 pub mod passive;
 pub mod pipeline;

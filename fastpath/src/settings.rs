@@ -12,7 +12,7 @@ use std::net::IpAddr;
 
 use config::{Config, Dataplane};
 
-use crate::pipeline::{CookieKey, DEFAULT_MAC, PipelineConfig, snat};
+use crate::pipeline::{CookieKey, DEFAULT_MAC, DsrSettings, PipelineConfig, snat};
 use crate::worker::{BATCH_MAX, SWEEP_BUDGET, SWEEP_ROUND, WorkerSpec};
 use crate::xsk::XskSettings;
 
@@ -91,6 +91,41 @@ impl PipelineConfig {
             reject_limit: crate::limit::RateLimit {
                 rate: c.dataplane.reject_rate,
                 burst: c.dataplane.reject_burst,
+            },
+            dsr: DsrSettings::from_config(c),
+        }
+    }
+}
+
+impl DsrSettings {
+    /// The DSR keys of `[dataplane]` and the node's outer source addresses
+    /// ([`Config::dsr_outer_source`]); the MTU is `dsr_mtu`, else 1500 (the daemon sets the
+    /// interfaces' when `dsr_mtu` is absent).
+    pub fn from_config(c: &Config) -> Self {
+        let dp = &c.dataplane;
+        let source = |v6: bool| c.dsr_outer_source(v6);
+        let prefix = dp.ipip_source_prefix.map(|p| (p.addr, p.prefix));
+        DsrSettings {
+            gue_port: dp.gue_port,
+            mtu: dp
+                .dsr_mtu
+                .map_or(1500, |m| m.min(u32::from(u16::MAX)) as u16),
+            mss_clamp: dp.dsr_mss_clamp,
+            source_v4: match source(false) {
+                Some(IpAddr::V4(a)) => Some(a),
+                _ => None,
+            },
+            source_v6: match source(true) {
+                Some(IpAddr::V6(a)) => Some(a),
+                _ => None,
+            },
+            prefix_v4: match prefix {
+                Some((IpAddr::V4(a), len)) => Some((a, len)),
+                _ => None,
+            },
+            prefix_v6: match prefix {
+                Some((IpAddr::V6(a), len)) => Some((a, len)),
+                _ => None,
             },
         }
     }

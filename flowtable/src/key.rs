@@ -167,8 +167,17 @@ impl FlowData {
         FlowKey::new(self.proto, self.client, self.vip).expect("client and VIP of one family")
     }
 
-    /// The reply-direction tuple (backend → SNAT address).
+    /// The reply-direction tuple (backend → SNAT address). A one-way flow's
+    /// ([`FLAG_ONE_WAY`](crate::FLAG_ONE_WAY), direct server return) is the tuple its
+    /// backend's replies carry, VIP → client, which never comes through xvs: backend → client
+    /// would be the same for one client's flows to two VIPs that share a backend (common with
+    /// DSR, whose backends hold every VIP), and the second could not be inserted. No lookup
+    /// ever matches it (entries compare the backend's address for the reply direction).
     pub fn reply_key(&self) -> FlowKey {
+        if self.flags & crate::FLAG_ONE_WAY != 0 {
+            return FlowKey::new(self.proto, self.vip, self.client)
+                .expect("VIP and client of one family");
+        }
         FlowKey::new(self.proto, self.backend, self.snat).expect("backend and SNAT of one family")
     }
 

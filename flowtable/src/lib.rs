@@ -204,7 +204,7 @@ pub use table::{
     previous_path,
 };
 pub use table::{
-    CAPACITY_MAX, Error, ExpiredFlow, FLAG_SLOW, FlowHandle, FlowHit, FlowTable, FlowTableConfig,
-    FlowTableStats, FlowView, InsertError, PendingV4, RST_AHEAD_BYTES, RST_BEHIND_BYTES, RstWindow,
-    SEQ_BITS, SweepStats, Tick, V4Flow, V4Hit, V4Key, v4_csum_delta,
+    CAPACITY_MAX, Error, ExpiredFlow, FLAG_ONE_WAY, FLAG_SLOW, FlowHandle, FlowHit, FlowTable,
+    FlowTableConfig, FlowTableStats, FlowView, InsertError, PendingV4, RST_AHEAD_BYTES,
+    RST_BEHIND_BYTES, RstWindow, SEQ_BITS, SweepStats, Tick, V4Flow, V4Hit, V4Key, v4_csum_delta,
 };

@@ -4,6 +4,12 @@
 //! *input* rows are packets in the original direction (client → VIP), the *output* rows packets
 //! in the reply direction (backend → client/SNAT). As in IPVS, a packet's event is RST if RST is
 //! set, else SYN, else FIN, else ACK; a packet with none of them moves the flow to CLOSE.
+//! A one-way flow (the table's `FLAG_ONE_WAY`: direct server return, whose replies go from the
+//! backend straight to the client) sees only the original direction: it follows IPVS's
+//! *input-only* rows instead ([`FlowState::next_one_way`]; IPVS uses them for its DR and TUN
+//! connections until an output packet shows up, `IP_VS_CONN_F_NOOUTPUT`): the client's SYN
+//! makes SYN_RECV, its ACK ESTABLISHED, its FIN FIN_WAIT (not CLOSE_WAIT: the backend's FIN
+//! is never seen, so FIN_WAIT's timeout ends the flow), its RST CLOSE.
 //! UDP and ICMP have one state each. SCTP uses a two-state model: ESTABLISHED, and CLOSING after
 //! an ABORT or a SHUTDOWN chunk: pass the flags [`vocab::sctp_events`] gives for the chunk
 //! type ([`TcpFlags::RST`] for ABORT, [`TcpFlags::FIN`] for SHUTDOWN/SHUTDOWN-ACK/
@@ -62,10 +68,11 @@ use TcpState::{
     SynRecv as SR, SynSent as SS, TimeWait as TW,
 };
 
-/// `[direction][event][state] -> next state`; events: 0 SYN, 1 FIN, 2 ACK, 3 RST.
-/// Columns: NO, ES, SS, SR, FW, TW, CL, CW, LA, LI, SA.
+/// `[rows][event][state] -> next state`; rows: 0 input (original direction), 1 output (reply
+/// direction), 2 input-only (the original direction of a one-way flow); events: 0 SYN, 1 FIN,
+/// 2 ACK, 3 RST. Columns: NO, ES, SS, SR, FW, TW, CL, CW, LA, LI, SA.
 #[rustfmt::skip]
-const TCP_NEXT: [[[TcpState; 11]; 4]; 2] = [
+const TCP_NEXT: [[[TcpState; 11]; 4]; 3] = [
     // INPUT (original direction)
     [
         /*syn*/ [SR, ES, ES, SR, SR, SR, SR, SR, SR, SR, SR],
@@ -80,11 +87,36 @@ const TCP_NEXT: [[[TcpState; 11]; 4]; 2] = [
         /*ack*/ [ES, ES, SS, ES, FW, TW, CL, CW, LA, ES, ES],
         /*rst*/ [CL, CL, SS, CL, CL, TW, CL, CL, CL, CL, CL],
     ],
+    // INPUT-ONLY (original direction of a one-way flow; IPVS's third block)
+    [
+        /*syn*/ [SR, ES, ES, SR, SR, SR, SR, SR, SR, SR, SR],
+        /*fin*/ [CL, FW, SS, TW, FW, TW, CL, CW, LA, LI, TW],
+        /*ack*/ [CL, ES, SS, ES, FW, TW, CL, CW, CL, LI, ES],
+        /*rst*/ [CL, CL, CL, SR, CL, CL, CL, CL, LA, LI, CL],
+    ],
 ];
+
+/// Row of [`TCP_NEXT`] for the original direction of a one-way flow.
+const INPUT_ONLY: usize = 2;
 
 impl TcpState {
     /// The state after a packet with `flags` travelling in `dir`.
     pub fn next(self, dir: Direction, flags: TcpFlags) -> TcpState {
+        let d = match dir {
+            Direction::Original => 0,
+            Direction::Reply => 1,
+        };
+        self.next_in(d, flags)
+    }
+
+    /// The state after a client packet with `flags` of a one-way flow (IPVS's input-only
+    /// rows).
+    pub fn next_one_way(self, flags: TcpFlags) -> TcpState {
+        self.next_in(INPUT_ONLY, flags)
+    }
+
+    /// The state after a packet with `flags`, from row block `d` of [`TCP_NEXT`].
+    fn next_in(self, d: usize, flags: TcpFlags) -> TcpState {
         let event = if flags.contains(TcpFlags::RST) {
             3
         } else if flags.contains(TcpFlags::SYN) {
@@ -95,10 +127,6 @@ impl TcpState {
             2
         } else {
             return TcpState::Close;
-        };
-        let d = match dir {
-            Direction::Original => 0,
-            Direction::Reply => 1,
         };
         TCP_NEXT[d][event][self as usize]
     }
@@ -143,6 +171,24 @@ impl FlowState {
     pub fn next(self, dir: Direction, flags: TcpFlags) -> FlowState {
         match self {
             FlowState::Tcp(s) => FlowState::Tcp(s.next(dir, flags)),
+            s => s.next_datagram(flags),
+        }
+    }
+
+    /// The state after a client packet with `flags` of a one-way flow: TCP by IPVS's
+    /// input-only rows, every other protocol as [`next`](Self::next) has it (their models
+    /// do not read the direction).
+    pub fn next_one_way(self, flags: TcpFlags) -> FlowState {
+        match self {
+            FlowState::Tcp(s) => FlowState::Tcp(s.next_one_way(flags)),
+            s => s.next_datagram(flags),
+        }
+    }
+
+    /// [`next`](Self::next) for the protocols other than TCP (no direction read).
+    fn next_datagram(self, flags: TcpFlags) -> FlowState {
+        match self {
+            FlowState::Tcp(_) => self,
             FlowState::Sctp(s) => {
                 let closing = flags.contains(TcpFlags::RST) || flags.contains(TcpFlags::FIN);
                 if closing {
@@ -384,6 +430,45 @@ mod tests {
         assert_eq!(LI.next(Out, A), ES);
         assert_eq!(CW.next(Out, F), TW);
         assert_eq!(TcpState::None.next(Out, S), SS);
+    }
+
+    /// The client's packets alone take a one-way flow from SYN_RECV to ESTABLISHED and, by
+    /// its FIN, to FIN_WAIT (IPVS's input-only rows), where the input rows would leave it
+    /// waiting in CLOSE_WAIT for a backend FIN that never comes by.
+    #[test]
+    fn one_way_flows_follow_the_input_only_rows() {
+        let one_way = |steps: &[(TcpFlags, TcpState)]| {
+            let mut s = FlowState::initial(Protocol::Tcp, steps[0].0);
+            assert_eq!(s, FlowState::Tcp(steps[0].1), "first packet");
+            for (i, &(f, want)) in steps.iter().enumerate().skip(1) {
+                s = s.next_one_way(f);
+                assert_eq!(s, FlowState::Tcp(want), "step {i}: {f:?}");
+            }
+        };
+        one_way(&[(S, SR), (A, ES), (A, ES), (F, FW), (A, FW), (F, FW)]);
+        one_way(&[(S, SR), (A, ES), (R, CL)]);
+        one_way(&[(S, SR), (S, SR), (A, ES), (F, FW), (S, SR)]);
+        assert_eq!(ES.next(In, F), CW, "the input rows differ there");
+        assert_eq!(FW.next(In, F), TW);
+        assert_eq!(TcpState::SynAck.next_one_way(R), CL);
+        // The rows agree on a new flow's first packet (the insert reads the input rows).
+        for f in 0..=u8::MAX {
+            assert_eq!(
+                TcpState::None.next_one_way(TcpFlags(f)),
+                TcpState::None.next(In, TcpFlags(f)),
+                "{f:#x}"
+            );
+        }
+        // Every cell, against the kernel's third block.
+        for (si, &st) in TCP_STATES.iter().enumerate() {
+            for (e, fl) in [S, TcpFlags::FIN, A, R].into_iter().enumerate() {
+                assert_eq!(st.next_one_way(fl), TCP_NEXT[INPUT_ONLY][e][si]);
+            }
+        }
+        let u = FlowState::initial(Protocol::Udp, A);
+        assert_eq!(u.next_one_way(R), FlowState::Udp);
+        let c = FlowState::initial(Protocol::Sctp, S).next_one_way(TcpFlags::FIN);
+        assert_eq!(c, FlowState::Sctp(SctpState::Closing));
     }
 
     #[test]

@@ -43,9 +43,9 @@ mod v4;
 use counts::BackendCount;
 use entry::{Cold, Entry};
 use stats::Counters;
-use touch::CODES_PAD;
+use touch::{CODES_PAD, ROWS};
 
-pub use entry::FLAG_SLOW;
+pub use entry::{FLAG_ONE_WAY, FLAG_SLOW};
 pub use error::{Error, InsertError};
 pub use handle::{ExpiredFlow, FlowHandle, FlowHit, FlowView, Tick};
 #[cfg(not(loom))]
@@ -103,7 +103,8 @@ pub struct FlowTable {
     cold: Slab<Cold>,
     /// IPv6 flows' sequence words (an IPv4 flow's is in its hot line).
     seq6: Slab<AtomicU64>,
-    /// 1 once a [`FLAG_SLOW`] flow was inserted or adopted (this process).
+    /// 1 once a [`FLAG_SLOW`] or [`FLAG_ONE_WAY`] flow was inserted or adopted (this
+    /// process).
     slow_seen: AtomicUsize,
     index: Index,
     /// Free-list head: `tag:32 | entry+1:32` (0 in the low half = empty). The tag defeats ABA.
@@ -127,7 +128,7 @@ pub struct FlowTable {
     /// learns it again from the next flood packet.
     pressure_until: Padded<AtomicU64>,
     /// `FlowState::next` on state codes: `[dir][flags_index(flags)][code]`, for `touch`.
-    next_code: [[[u8; CODES_PAD]; 16]; 2],
+    next_code: [[[u8; CODES_PAD]; 16]; ROWS],
     seeds: [u64; 6],
     epoch: Instant,
     /// The state file, locked while the table lives (a table made by `open`).

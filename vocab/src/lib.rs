@@ -8,7 +8,7 @@
 //! - TCP header flags ([`TcpFlags`]), and the SCTP chunk types ([`sctp`]) that the flow
 //!   table's state machine reads as TCP flags ([`sctp_events`]);
 //! - the scheduler kinds, by their IPVS names ([`SchedulerKind`]);
-//! - modes: forwarding ([`Mode`]), XDP attach ([`XdpMode`]), AF_XDP bind ([`ZeroCopy`]);
+//! - modes: forwarding ([`Mode`], a DSR service's [`Encap`]), XDP attach ([`XdpMode`]), AF_XDP bind ([`ZeroCopy`]);
 //! - IP prefixes ([`Cidr`]).
 //!
 //! Plain values with their names, numbers, parsing and formatting: no behaviour (no state
@@ -28,7 +28,7 @@ pub mod sctp;
 mod tcp;
 
 pub use cidr::Cidr;
-pub use mode::{Mode, XdpMode, ZeroCopy};
+pub use mode::{Encap, Mode, XdpMode, ZeroCopy};
 pub use protocol::Protocol;
 pub use scheduler::{SchedulerKind, UnknownScheduler};
 pub use sctp::sctp_events;

@@ -40,7 +40,7 @@ use std::time::Instant;
 use flowtable::{PendingV4, V4Key};
 
 use super::create::{Begun, NewV4};
-use super::{Pipeline, Verdict, fast, guard, reject};
+use super::{Pipeline, Verdict, dsr, fast, guard, reject};
 
 /// Frames between the stages of one frame in [`Pipeline::process_batch`]: the prefetch
 /// distance.
@@ -320,6 +320,8 @@ impl Pipeline {
                 let verdict = self.synproxy_room(frames, i, now);
                 return Some(self.count(verdict));
             }
+            // A DSR service's: the general path's (the waiting ones first, there).
+            Err(dsr::GENERAL) => return Some(self.general_staged(frames, i, now, verdicts)),
             Err(verdict) => {
                 let verdict = match reject::pending_reason(verdict) {
                     Some(reason) => self.reject_room(frames, i, reason, now),
@@ -344,7 +346,8 @@ impl Pipeline {
     }
 
     /// Frame `i` through the general path (the waiting flows finished first), counted; an
-    /// ACK that the SYN proxy turns into a SYN gets the buffer's room.
+    /// ACK that the SYN proxy turns into a SYN, a reject's ICMP error and a DSR packet's
+    /// encapsulation get the buffer's room.
     #[inline(never)]
     fn general_staged<B: FrameBatch + ?Sized>(
         &mut self,
@@ -359,7 +362,13 @@ impl Pipeline {
             v = self.synproxy_room(frames, i, now);
         }
         let len = frames.frame(i).len();
-        if v == reject::NO_ROOM {
+        if v == dsr::ENCAP {
+            let (r, n) = self.encap_room(frames.buffer(i), len);
+            if r.tx_port().is_some() && n != len {
+                frames.set_len(i, n);
+            }
+            v = r;
+        } else if v == reject::NO_ROOM {
             // A reject's ICMP error: again, with the buffer's room.
             let (r, n) = self.reject_again(frames.buffer(i), len, now);
             if r.tx_port().is_some() && n != len {

@@ -6,7 +6,9 @@
 //! [`Pipeline::new_flow`] for any classified packet, and [`Pipeline::new_flow_v4`] for the
 //! fast path's IPv4 TCP/UDP frames, which inserts a [`V4Flow`] and rewrites with
 //! [`nat::rewrite_v4`]: the same flow, verdict and bytes, without `SocketAddr`s or
-//! `FlowKey`s.
+//! `FlowKey`s. A DSR service's packets are handed from the fast path to the general one
+//! before anything is decided ([`dsr::GENERAL`]); their flows are nat flows marked
+//! [`dsr::flags`], whose packets leave through `dsr`.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Instant;
@@ -20,8 +22,8 @@ use vocab::{Mode, sctp, sctp_events};
 
 use super::classify::{PROTO_TCP, Packet};
 use super::{
-    DropReason, FLAG_FULLNAT, FLAG_SYNPROXY, Pipeline, RejectReason, SNAT_TRIES, SYNPROXY, Verdict,
-    fast, l4_protocol, nat, reject,
+    DropReason, FLAG_DSR, FLAG_FULLNAT, FLAG_SYNPROXY, Pipeline, RejectReason, SNAT_TRIES,
+    SYNPROXY, Verdict, dsr, fast, l4_protocol, nat, reject,
 };
 use crate::snapshot::{Frontend, NoBackend, NoEndpoints, ServiceEntry};
 
@@ -46,13 +48,14 @@ impl Pipeline {
     /// the caller hands it the frame), whether the packet may open a flow, source ranges,
     /// the freeze switches, the rate limit, then the scheduler; a service without a usable
     /// backend rejects or drops as it says (`NoEndpoints`). `Err` is the packet's verdict,
-    /// or a [`reject::pending`] one that the caller builds.
+    /// or a [`reject::pending`] one that the caller builds; for the IPv4 shortcut (`fast`),
+    /// a DSR service's packet is [`dsr::GENERAL`] before any check.
     #[inline]
     pub(super) fn schedule(
         &self,
         t: &FlowTuple,
         (protocol, flags, ttl): (Protocol, u8, u8),
-        synproxy: bool,
+        (synproxy, fast): (bool, bool),
         now: Instant,
     ) -> Result<Scheduled, Verdict> {
         let fe = Frontend {
@@ -65,6 +68,9 @@ impl Pipeline {
         let Some(svc) = snapshot.service_for(&fe) else {
             return Err(self.unserved(t.src, t.dst, ttl));
         };
+        if fast && matches!(svc.mode, Mode::Dsr(_)) {
+            return Err(dsr::GENERAL);
+        }
         self.source_check(t.src).map_err(Verdict::Drop)?;
         if ttl <= 1 {
             return Err(Verdict::Drop(DropReason::TtlExceeded));
@@ -156,7 +162,7 @@ impl Pipeline {
             dst_port: p.dport,
         };
         let may = matches!(proxy, Proxy::May);
-        let s = match self.schedule(&tuple, (l4_protocol(p), p.flags, p.ttl), may, now) {
+        let s = match self.schedule(&tuple, (l4_protocol(p), p.flags, p.ttl), (may, false), now) {
             Ok(s) => s,
             Err(SYNPROXY) if may => return self.synproxy_miss(frame, now),
             Err(v) => match reject::pending_reason(v) {
@@ -165,6 +171,16 @@ impl Pipeline {
                 Some(reason) => return self.reject_in(frame, reason, now),
                 None => return v,
             },
+        };
+        let way = match s.mode {
+            Mode::Dsr(encap) => {
+                let hash = dsr::flow_hash(p.src, p.sport, p.dst, p.dport, p.proto);
+                match self.dsr_way(frame, p, (encap, s.backend.ip()), hash, now) {
+                    Ok(w) => Some(w),
+                    Err(v) => return v,
+                }
+            }
+            _ => None,
         };
         let Some(mut nh) = self.next_hop(s.backend.ip()) else {
             return Verdict::Slow;
@@ -179,10 +195,10 @@ impl Pipeline {
             service_id: s.service_id,
             backend_id: s.backend_id,
             snapshot_gen: s.snapshot_gen,
-            flags: if let Proxy::Proxied(_) = proxy {
-                FLAG_SYNPROXY
-            } else {
-                0
+            flags: match (proxy, s.mode) {
+                (Proxy::Proxied(_), _) => FLAG_SYNPROXY,
+                (_, Mode::Dsr(encap)) => dsr::flags(encap),
+                _ => 0,
             },
         };
         let flags = flowtable::TcpFlags(p.flags);
@@ -248,8 +264,48 @@ impl Pipeline {
             self.traffic.connection(data.backend_id);
         }
         self.traffic.packet(data.backend_id, false, p.ip_len());
+        if let Some(way) = way {
+            return self.dsr_created(frame, p, &data, way, nh, now);
+        }
         let to = nat::after(&data, Direction::Original);
         self.send(frame, p, &to, nh, now)
+    }
+
+    /// The first packet of a new DSR flow on its `way` out (another worker's flow, adopted
+    /// on a lost race, on its own way: its backend's next hop `nh`).
+    #[cold]
+    #[inline(never)]
+    fn dsr_created(
+        &mut self,
+        frame: &mut [u8],
+        p: &Packet,
+        data: &FlowData,
+        mut way: dsr::Way,
+        nh: crate::snapshot::NextHop,
+        now: Instant,
+    ) -> Verdict {
+        match dsr::encap_of(data.flags) {
+            Some(encap) if data.flags & FLAG_DSR != 0 => {
+                if data.backend.ip() != way.backend || encap != way.encap {
+                    let hash = dsr::flow_hash(p.src, p.sport, p.dst, p.dport, p.proto);
+                    match self.dsr_way(frame, p, (encap, data.backend.ip()), hash, now) {
+                        Ok(w) => way = w,
+                        Err(v) => return v,
+                    }
+                }
+                if let super::classify::Frag::First(id) = p.frag {
+                    let key = super::frag::FragKey::new(p, id);
+                    self.frags
+                        .insert_dsr(key, way.backend, (way.encap, way.hash), now);
+                }
+                self.dsr_emit(frame, p, &way)
+            }
+            // (The winner of the race made the flow another way: its way out.)
+            _ => {
+                let to = nat::after(data, Direction::Original);
+                self.send(frame, p, &to, nh, now)
+            }
+        }
     }
 
     /// Every SNAT port tried was taken: ends the oldest embryonic flow among their holders
@@ -310,6 +366,7 @@ impl Pipeline {
         let mut nv = match self.prepare_v4(v, key, now) {
             Ok(nv) => nv,
             Err(SYNPROXY) => return self.synproxy_miss(frame, now),
+            Err(dsr::GENERAL) => return self.run_general(frame, now),
             Err(verdict) => match reject::pending_reason(verdict) {
                 Some(reason) => return self.reject_in(frame, reason, now),
                 None => return verdict,
@@ -337,7 +394,7 @@ impl Pipeline {
             dst: IpAddr::V4(Ipv4Addr::from_bits(v.dst())),
             dst_port: v.dport(),
         };
-        let s = self.schedule(&tuple, (v.protocol, v.flags, v.ttl), true, now)?;
+        let s = self.schedule(&tuple, (v.protocol, v.flags, v.ttl), (true, true), now)?;
         let SocketAddr::V4(backend) = s.backend else {
             return Err(Verdict::Drop(DropReason::NoBackend));
         };

@@ -6,7 +6,9 @@
 //! same datagram gets the same L3 rewrite (addresses, TTL, IPv4 header checksum; it has no L4
 //! header). An unmatched later fragment is dropped (`FragmentNoMatch`), never guessed: fragments
 //! arriving before their first fragment are not buffered. Works for IPv4 and for IPv6 fragment
-//! headers alike.
+//! headers alike. A first fragment of a DSR flow records its encapsulation instead (the
+//! backend, the encapsulation, the flow's hash): its later fragments go out encapsulated
+//! the same way, unchanged inside (`dsr`).
 //!
 //! Fixed size, allocated at start: a set-associative array of [`WAYS`]-entry buckets. Entries
 //! live `timeout` after the first fragment; an insert takes a free or expired way, else the way
@@ -14,6 +16,8 @@
 
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
+
+use vocab::Encap;
 
 use super::classify::Packet;
 
@@ -62,9 +66,17 @@ impl FragKey {
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     key: FragKey,
-    new_src: IpAddr,
-    new_dst: IpAddr,
+    to: FragTo,
     expires: Instant,
+}
+
+/// Where a datagram's later fragments go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FragTo {
+    /// Rewritten to these source and destination addresses.
+    Nat(IpAddr, IpAddr),
+    /// Unchanged, encapsulated to this backend (DSR) with this encapsulation and flow hash.
+    Dsr(IpAddr, Encap, u32),
 }
 
 /// A fixed-size fragment table.
@@ -93,6 +105,22 @@ impl FragTable {
 
     /// Records the first fragment of `key`, translated to `new_src → new_dst`.
     pub fn insert(&mut self, key: FragKey, new_src: IpAddr, new_dst: IpAddr, now: Instant) {
+        self.put(key, FragTo::Nat(new_src, new_dst), now);
+    }
+
+    /// Records the first fragment of `key`, of a DSR flow encapsulated to `backend` with
+    /// `encap` (the flow's hash `hash`).
+    pub fn insert_dsr(
+        &mut self,
+        key: FragKey,
+        backend: IpAddr,
+        (encap, hash): (Encap, u32),
+        now: Instant,
+    ) {
+        self.put(key, FragTo::Dsr(backend, encap, hash), now);
+    }
+
+    fn put(&mut self, key: FragKey, to: FragTo, now: Instant) {
         let range = self.bucket(&key);
         let bucket = &mut self.entries[range];
         let way = bucket
@@ -110,18 +138,17 @@ impl FragTable {
             });
         bucket[way] = Some(Entry {
             key,
-            new_src,
-            new_dst,
+            to,
             expires: now + self.timeout,
         });
     }
 
-    /// The translation of a later fragment of `key`, while fresh.
-    pub fn lookup(&self, key: &FragKey, now: Instant) -> Option<(IpAddr, IpAddr)> {
+    /// Where a later fragment of `key` goes, while fresh.
+    pub fn lookup(&self, key: &FragKey, now: Instant) -> Option<FragTo> {
         self.entries[self.bucket(key)]
             .iter()
             .flatten()
             .find(|e| e.key == *key && e.expires > now)
-            .map(|e| (e.new_src, e.new_dst))
+            .map(|e| e.to)
     }
 }

@@ -1,6 +1,7 @@
 //! The general path: a frame [`classify`] accepted, looked up by its [`FlowKey`], then
-//! `forward` (a known flow), `new_flow` (`create`), `later_fragment` ([`frag`]) or `icmp`
-//! (an ICMP error about a flow, [`icmp`]); and a packet's tuple (`flow_key`, `key_of`).
+//! `forward` (a known flow; a DSR flow's by [`dsr`]), `new_flow` (`create`),
+//! `later_fragment` ([`frag`]) or `icmp` (an ICMP error about a flow, [`icmp`]); and a
+//! packet's tuple (`flow_key`, `key_of`).
 //! The IPv4 shortcut ([`fast`](super::fast)) sends here every frame it does not take.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -12,7 +13,9 @@ use super::classify::{
     self, Frag, PROTO_ICMP, PROTO_ICMPV6, PROTO_SCTP, PROTO_TCP, PROTO_UDP, Packet,
 };
 use super::nat::{self, Endpoints};
-use super::{DropReason, FLAG_SYNPROXY, Pipeline, Verdict, frag, guard, hygiene, icmp, reuse};
+use super::{
+    DropReason, FLAG_DSR, FLAG_SYNPROXY, Pipeline, Verdict, dsr, frag, guard, hygiene, icmp, reuse,
+};
 use crate::snapshot::NextHop;
 
 impl Pipeline {
@@ -24,7 +27,7 @@ impl Pipeline {
         };
         match p.proto {
             PROTO_TCP | PROTO_UDP | PROTO_SCTP => {}
-            PROTO_ICMP | PROTO_ICMPV6 if p.has_l4() => return self.icmp(frame, &p),
+            PROTO_ICMP | PROTO_ICMPV6 if p.has_l4() => return self.icmp(frame, &p, now),
             _ => return Verdict::Pass,
         }
         if let Frag::Later(id) = p.frag {
@@ -135,6 +138,9 @@ impl Pipeline {
         now: Instant,
         touch: bool,
     ) -> Verdict {
+        if hit.flags & FLAG_DSR != 0 {
+            return self.dsr_known(frame, p, hit, now, touch);
+        }
         if hit.flags & FLAG_SYNPROXY != 0 {
             return self.proxied(frame, p, hit, now, touch);
         }
@@ -208,13 +214,35 @@ impl Pipeline {
         Verdict::Tx(nh.port)
     }
 
+    /// A packet of a known DSR flow: the original direction's (the reply tuple of a DSR flow
+    /// is never anyone's: a packet matching it is not the flow's, and goes to the kernel).
+    #[cold]
+    #[inline(never)]
+    fn dsr_known(
+        &mut self,
+        frame: &mut [u8],
+        p: &Packet,
+        hit: &FlowHit,
+        now: Instant,
+        touch: bool,
+    ) -> Verdict {
+        if hit.dir == Direction::Reply {
+            return Verdict::Pass;
+        }
+        self.dsr_forward(frame, p, hit, now, touch)
+    }
+
     /// A non-first fragment: follows its first fragment's translation, or is dropped.
     fn later_fragment(&mut self, frame: &mut [u8], p: &Packet, id: u32, now: Instant) -> Verdict {
         if p.frag_end > hygiene::DATAGRAM_MAX {
             return Verdict::Drop(DropReason::OversizedFragment);
         }
-        let Some((src, dst)) = self.frags.lookup(&frag::FragKey::new(p, id), now) else {
-            return Verdict::Drop(DropReason::FragmentNoMatch);
+        let (src, dst) = match self.frags.lookup(&frag::FragKey::new(p, id), now) {
+            Some(frag::FragTo::Nat(src, dst)) => (src, dst),
+            Some(frag::FragTo::Dsr(backend, encap, hash)) => {
+                return self.dsr_fragment(frame, p, backend, (encap, hash), now);
+            }
+            None => return Verdict::Drop(DropReason::FragmentNoMatch),
         };
         if p.ttl <= 1 {
             return Verdict::Drop(DropReason::TtlExceeded);
@@ -237,7 +265,7 @@ impl Pipeline {
         Verdict::Tx(nh.port)
     }
 
-    fn icmp(&mut self, frame: &mut [u8], p: &Packet) -> Verdict {
+    fn icmp(&mut self, frame: &mut [u8], p: &Packet, now: Instant) -> Verdict {
         let Some(m) = icmp::match_error(frame, p, &self.flows) else {
             return Verdict::Pass;
         };
@@ -246,6 +274,9 @@ impl Pipeline {
         }
         if p.ttl <= 1 {
             return Verdict::Drop(DropReason::TtlExceeded);
+        }
+        if let Some(encap) = m.dsr {
+            return self.dsr_icmp(frame, p, &m, encap, now);
         }
         let Some(nh) = self.next_hop(m.outer.dst.ip()) else {
             return Verdict::Slow;
@@ -259,6 +290,34 @@ impl Pipeline {
         );
         self.counters.icmp_translated += 1;
         Verdict::Tx(nh.port)
+    }
+
+    /// An ICMP error about a DSR flow (matched `m`): sent on to the flow's backend unchanged,
+    /// encapsulated as the flow's packets are.
+    #[cold]
+    #[inline(never)]
+    fn dsr_icmp(
+        &mut self,
+        frame: &mut [u8],
+        p: &Packet,
+        m: &icmp::IcmpMatch,
+        encap: vocab::Encap,
+        now: Instant,
+    ) -> Verdict {
+        let (client, vip) = m.quoted_reversed();
+        let hash = dsr::flow_hash(
+            client.ip(),
+            client.port(),
+            vip.ip(),
+            vip.port(),
+            m.quoted_proto(),
+        );
+        let way = match self.dsr_way(frame, p, (encap, m.outer.dst.ip()), hash, now) {
+            Ok(w) => w,
+            Err(v) => return v,
+        };
+        self.counters.icmp_translated += 1;
+        self.dsr_emit(frame, p, &way)
     }
 
     /// Why a matched ICMP error must not be translated: its addresses, then its checksums

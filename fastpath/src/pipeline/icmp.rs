@@ -18,7 +18,9 @@
 //! whole quoted SCTP packet's CRC32c, is wrong is dropped, never sent on with a valid one.
 //! The incremental updates keep a wrong checksum wrong.
 //!
-//! Errors that match no flow, or quote too little to hold the ports, are passed to the kernel.
+//! Errors about a DSR flow are not translated: they go to its backend as they are
+//! (`dsr`). Errors that match no flow, or quote too little to hold the ports, are passed to
+//! the kernel.
 //! Quoted IPv6 packets must carry the L4 header right after the fixed header.
 
 use std::net::{IpAddr, SocketAddr};
@@ -39,6 +41,9 @@ use crate::wire::{
 pub(crate) struct IcmpMatch {
     /// New outer source and destination (ports unused).
     pub outer: Endpoints,
+    /// The flow is a DSR flow with this encapsulation, matched in its original direction:
+    /// the error goes to its backend (`outer.dst`) unchanged, encapsulated.
+    pub dsr: Option<vocab::Encap>,
     /// New quoted source and destination.
     pub inner: Endpoints,
     /// Offset of the quoted IP header.
@@ -146,6 +151,10 @@ pub(crate) fn match_error(frame: &[u8], p: &Packet, flows: &FlowTable) -> Option
     let key = super::key_of(proto, emb_dst, emb_dport, emb_src, emb_sport);
     let (h, dir) = flows.lookup(&key)?;
     let data: FlowData = flows.get(h)?.data;
+    let dsr = super::dsr::encap_of(data.flags);
+    if dsr.is_some() && dir == Direction::Reply {
+        return None; // a DSR flow's reply tuple is no one's (see `dsr`)
+    }
     let fullnat = data.flags & FLAG_FULLNAT != 0;
     let out = after(&data, dir);
     let outer_src = if fullnat || dir == Direction::Reply {
@@ -169,6 +178,7 @@ pub(crate) fn match_error(frame: &[u8], p: &Packet, flows: &FlowTable) -> Option
     };
     Some(IcmpMatch {
         outer,
+        dsr,
         inner,
         emb,
         emb_hlen,
@@ -179,6 +189,22 @@ pub(crate) fn match_error(frame: &[u8], p: &Packet, flows: &FlowTable) -> Option
         emb_sport,
         emb_dport,
     })
+}
+
+impl IcmpMatch {
+    /// The quoted packet's tuple reversed (its destination, then its source): for an error
+    /// in a flow's original direction, its client and VIP endpoints.
+    pub(crate) fn quoted_reversed(&self) -> (SocketAddr, SocketAddr) {
+        (
+            SocketAddr::new(self.emb_dst, self.emb_dport),
+            SocketAddr::new(self.emb_src, self.emb_sport),
+        )
+    }
+
+    /// The quoted packet's L4 protocol number.
+    pub(crate) fn quoted_proto(&self) -> u8 {
+        self.emb_proto
+    }
 }
 
 /// Where the quoted SCTP packet of a matched error lies in the frame, when the quote holds

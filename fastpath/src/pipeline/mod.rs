@@ -72,6 +72,12 @@
 //!   to a ClusterIP is rejected (`UnservedPort`), one to another address inside a Service
 //!   CIDR dropped (`ServiceCidr`); both after the source checks and the TTL. Rejects are
 //!   rate-limited per worker (`RejectRateLimited`) and counted in [`Counters::rejects`].
+//! - **Direct server return** ([`dsr`]): a DSR service's packets leave unchanged inside an
+//!   encapsulation (IPIP, GUE) or with only their MACs changed (L2), TTL included; their
+//!   flows see the client's direction only. They take the general path (the IPv4
+//!   shortcut's lookup skips their flows, its new-flow path hands them over before
+//!   scheduling); a packet too big once encapsulated is answered as a reject
+//!   (`PacketTooBig`) or dropped (`TooBig`).
 
 use std::cell::Cell;
 use std::sync::Arc;
@@ -89,6 +95,7 @@ use crate::traffic::Traffic;
 mod batch;
 pub(crate) mod classify;
 mod create;
+pub mod dsr;
 pub(crate) mod fast;
 pub mod frag;
 mod general;
@@ -105,6 +112,7 @@ pub mod snat;
 pub mod synproxy;
 
 pub use batch::{FrameBatch, STAGE_DISTANCE, WAITING_MAX};
+pub use dsr::{DsrSettings, FLAG_DSR};
 use general::l4_protocol;
 pub(crate) use general::{flow_key, key_of};
 pub use guard::HoldReason;
@@ -126,7 +134,8 @@ pub enum Verdict {
     /// Not ours: hand it to the kernel (XDP_PASS).
     Pass,
     /// Answered in its stead: the frame was rewritten into a reject (a TCP RST, an ICMP or
-    /// ICMPv6 port unreachable) to its sender, to transmit on `port` (see [`reject`]).
+    /// ICMPv6 port unreachable, a DSR packet's fragmentation needed or packet too big) to
+    /// its sender, to transmit on `port` (see [`reject`]).
     Reject {
         /// Why, counted in [`Counters::rejects`].
         reason: RejectReason,
@@ -268,6 +277,19 @@ drop_reasons! {
     /// A reject's ICMP error did not fit the frame's buffer (only through `process`, whose
     /// frames cannot grow; never in the workers).
     RejectNoRoom = "reject_no_room",
+    /// A DSR packet's encapsulation did not fit the frame's buffer (through `process`, whose
+    /// frames cannot grow; in the workers, only an encapsulated frame longer than a UMEM
+    /// frame).
+    EncapNoRoom = "encap_no_room",
+    /// A DSR packet too big for `[dataplane] dsr_mtu` once encapsulated that may not be
+    /// answered: IPv4 without DF (a fragment among them), or an ICMP error about a flow.
+    TooBig = "too_big",
+    /// A DSR packet (`ipip`, `gue`) of a family without an outer source address (`[node]
+    /// addresses`, `[dataplane] snat_addresses` or `ipip_source_prefix`).
+    NoEncapSource = "no_encap_source",
+    /// An `l2` DSR packet whose backend is reached through a gateway: only the MACs change,
+    /// so the backend must be on the link.
+    DsrNotOnLink = "dsr_not_on_link",
 }
 
 /// What `schedule` answers for a packet the SYN proxy takes (its callers hand the frame
@@ -351,10 +373,11 @@ impl Counters {
 }
 
 /// Whether a verdict says the frame needs room to grow (the SYN proxy's SYN to a backend, a
-/// reject's ICMP error): a caller with room runs it again with it.
+/// reject's ICMP error, a DSR packet's encapsulation): a caller with room runs it again with
+/// it.
 #[inline(always)]
 fn wants_room(v: Verdict) -> bool {
-    v == SYNPROXY || v == reject::NO_ROOM
+    v == SYNPROXY || v == reject::NO_ROOM || v == dsr::ENCAP
 }
 
 /// Bit in `FlowData::flags`: the flow is full-NAT.
@@ -401,6 +424,8 @@ pub struct Pipeline {
     traffic: Arc<Traffic>,
     /// The rejects' state ([`reject`]), boxed: only the miss path reads it.
     rejects: Box<reject::RejectState>,
+    /// The DSR state ([`dsr`]), boxed: only DSR packets read it.
+    dsr: Box<dsr::DsrState>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -457,6 +482,7 @@ impl Pipeline {
             log: None,
             traffic,
             rejects: Box::new(reject::RejectState::new(reject_limit, tick_now)),
+            dsr: Box::new(dsr::DsrState::new()),
         }
     }
 
@@ -536,8 +562,9 @@ impl Pipeline {
 
     /// Processes one frame in place. See the module docs for the rules. The frame cannot
     /// grow: a client ACK that the SYN proxy would turn into a SYN to a backend is dropped
-    /// (`SynproxyNoRoom`), and so is a reject whose ICMP error does not fit
-    /// (`RejectNoRoom`); [`process_frame`](Self::process_frame) has room.
+    /// (`SynproxyNoRoom`), and so are a reject whose ICMP error does not fit
+    /// (`RejectNoRoom`) and a DSR packet to encapsulate (`EncapNoRoom`);
+    /// [`process_frame`](Self::process_frame) has room.
     #[inline]
     pub fn process(&mut self, frame: &mut [u8], now: Instant) -> Verdict {
         #[cfg(debug_assertions)]
@@ -564,9 +591,10 @@ impl Pipeline {
     }
 
     /// [`process`](Self::process) for the frame `buf[..*len]` in a buffer that may hold a
-    /// longer one: the SYN proxy's SYN to a backend (12 bytes longer than the client's ACK)
-    /// and a reject's ICMP error (28 or 48 bytes longer than what it quotes) are made there,
-    /// and `*len` set to the frame's new length for a `Tx` or `Reject` verdict.
+    /// longer one: the SYN proxy's SYN to a backend (12 bytes longer than the client's ACK),
+    /// a reject's ICMP error (28 or 48 bytes longer than what it quotes) and a DSR packet's
+    /// encapsulation (20 to 48 bytes) are made there, and `*len` set to the frame's new
+    /// length for a `Tx` or `Reject` verdict.
     pub fn process_frame(&mut self, buf: &mut [u8], len: &mut usize, now: Instant) -> Verdict {
         #[cfg(debug_assertions)]
         let counted = invariants::counted(&self.counters);
@@ -607,6 +635,9 @@ impl Pipeline {
         if let Verdict::Drop(r) = v {
             self.counters.drops[r as usize] -= 1;
         }
+        if v == dsr::ENCAP {
+            return self.encap_room(buf, n);
+        }
         // An ACK with a valid cookie (its SYN to the backend), or a reject's ICMP error.
         let (v, len) = if v == SYNPROXY {
             self.synproxy_grow(buf, n, true, now)
@@ -617,6 +648,17 @@ impl Pipeline {
             return self.reject_again(buf, n, now);
         }
         (v, len)
+    }
+
+    /// A DSR packet's encapsulation ([`dsr::ENCAP`]) written into the frame `buf[..n]`: the
+    /// verdict, uncounted, and the frame's length.
+    #[cold]
+    #[inline(never)]
+    fn encap_room(&mut self, buf: &mut [u8], n: usize) -> (Verdict, usize) {
+        match self.encap_apply(buf, n) {
+            Some(len) => (Verdict::Tx(self.dsr.pending_port()), len),
+            None => (dsr::ENCAP, n),
+        }
     }
 
     /// [`process`](Self::process) without the fixed-offset shortcut ([`fast`]): every frame
@@ -795,11 +837,11 @@ impl Pipeline {
     }
 
     /// Whether a fast-path frame (`v`, `key`) whose shortcut lookup missed belongs to a flow
-    /// the SYN proxy opened (which that lookup skips): once the table ever held one, a TCP
-    /// miss looks again with the general lookup (the index slots are warm).
+    /// that lookup skips (one the SYN proxy opened, a DSR flow): once the table ever held
+    /// one, a miss looks again with the general lookup (the index slots are warm).
     #[inline(always)]
-    pub(super) fn proxied_miss(&self, v: &fast::V4, key: &V4Key) -> bool {
-        v.proto == classify::PROTO_TCP && self.flows.has_slow_flows() && self.proxied_flow(key)
+    pub(super) fn proxied_miss(&self, _v: &fast::V4, key: &V4Key) -> bool {
+        self.flows.has_slow_flows() && self.proxied_flow(key)
     }
 
     /// [`proxied_miss`](Self::proxied_miss)'s second look.

@@ -38,6 +38,13 @@
 //! - **Order.** The packet's checksum, then room, then the client's next hop (unknown:
 //!   `Slow`, no token taken), then a token, then the frame is rewritten. Counted in
 //!   `Counters::rejects`, not in `drops`.
+//! - **Packet too big** ([`RejectReason::PacketTooBig`], `dsr`): a DSR packet too big for
+//!   its encapsulation gets the same ICMP error built here (the one builder of ICMP errors,
+//!   [`IcmpError`]) with another type: fragmentation needed (type 3 code 4) / packet too big
+//!   (ICMPv6 type 2), the MTU left for it in the header (RFC 1191, RFC 4443 3.2), whatever
+//!   its protocol (a TCP segment included), from the address it was sent to. As a router
+//!   does, its checksum is not verified first; the same room, next hop and rate limit
+//!   apply.
 //!
 //! [`FrameBatch::buffer`]: super::FrameBatch::buffer
 //! [`WorkerBucket`]: crate::limit::WorkerBucket
@@ -62,12 +69,18 @@ pub enum RejectReason {
     NoEndpoints,
     /// A port or protocol a ClusterIP does not serve.
     UnservedPort,
+    /// A DSR packet too big once encapsulated (`[dataplane] dsr_mtu`): ICMP fragmentation
+    /// needed, ICMPv6 packet too big.
+    PacketTooBig,
 }
 
 impl RejectReason {
     /// Every reason, in counter-index order.
-    pub const ALL: &'static [RejectReason] =
-        &[RejectReason::NoEndpoints, RejectReason::UnservedPort];
+    pub const ALL: &'static [RejectReason] = &[
+        RejectReason::NoEndpoints,
+        RejectReason::UnservedPort,
+        RejectReason::PacketTooBig,
+    ];
     /// Number of reasons (size of the counter array).
     pub const COUNT: usize = Self::ALL.len();
 
@@ -76,6 +89,7 @@ impl RejectReason {
         match self {
             RejectReason::NoEndpoints => "no_endpoints",
             RejectReason::UnservedPort => "unserved_port",
+            RejectReason::PacketTooBig => "packet_too_big",
         }
     }
 }
@@ -128,6 +142,8 @@ pub(super) struct RejectState {
     no_room_reason: RejectReason,
     /// The length of the last reject built (a frame's new length: its caller sets it).
     pub(super) len: usize,
+    /// The MTU a [`RejectReason::PacketTooBig`] answer carries (set before asking for it).
+    pub(super) too_big_mtu: u16,
 }
 
 impl RejectState {
@@ -136,6 +152,7 @@ impl RejectState {
             limit: WorkerBucket::new(limit, epoch),
             no_room_reason: RejectReason::NoEndpoints,
             len: 0,
+            too_big_mtu: 0,
         }
     }
 }
@@ -144,8 +161,36 @@ impl RejectState {
 enum Reply {
     /// An RST (or RST|ACK) segment.
     Rst(Seg),
-    /// Port unreachable quoting `quote` bytes of the packet.
-    Icmp { quote: usize },
+    /// An ICMP error quoting `quote` bytes of the packet.
+    Icmp { kind: IcmpError, quote: usize },
+}
+
+/// An ICMP error xvs builds about a packet ([`write_icmp`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum IcmpError {
+    /// Destination unreachable, port unreachable (ICMP 3/3, ICMPv6 1/4).
+    PortUnreachable,
+    /// Fragmentation needed (ICMP 3/4, the MTU in the low half of the second word) /
+    /// packet too big (ICMPv6 2/0, the MTU in the second word).
+    TooBig(u16),
+}
+
+impl IcmpError {
+    /// The ICMP (`v6`: ICMPv6) header's first 8 bytes, checksum zero.
+    fn header(self, v6: bool) -> [u8; ICMP_HDR] {
+        match (self, v6) {
+            (IcmpError::PortUnreachable, false) => [3, 3, 0, 0, 0, 0, 0, 0],
+            (IcmpError::PortUnreachable, true) => [1, 4, 0, 0, 0, 0, 0, 0],
+            (IcmpError::TooBig(mtu), false) => {
+                let [a, b] = mtu.to_be_bytes();
+                [3, 4, 0, 0, 0, 0, a, b]
+            }
+            (IcmpError::TooBig(mtu), true) => {
+                let [a, b] = mtu.to_be_bytes();
+                [2, 0, 0, 0, 0, 0, a, b]
+            }
+        }
+    }
 }
 
 impl Pipeline {
@@ -216,7 +261,8 @@ impl Pipeline {
             Ok(p) => p,
             Err(v) => return (v, len),
         };
-        let reply = match reply_of(frame, &p, buf.len()) {
+        let too_big = (reason == RejectReason::PacketTooBig).then_some(self.rejects.too_big_mtu);
+        let reply = match reply_of(frame, &p, buf.len(), too_big) {
             Ok(r) => r,
             Err(v) => {
                 if v == NO_ROOM {
@@ -240,7 +286,7 @@ impl Pipeline {
                 }
                 end
             }
-            Reply::Icmp { quote } => write_icmp(buf, len, &p, quote),
+            Reply::Icmp { kind, quote } => write_icmp(buf, len, &p, kind, quote),
         };
         buf[..6].copy_from_slice(&nh.dst_mac);
         buf[6..12].copy_from_slice(&nh.src_mac.unwrap_or(self.config.mac));
@@ -282,11 +328,17 @@ fn l4_checksum_ok(frame: &[u8], p: &Packet) -> bool {
     }
 }
 
-/// What to answer to `p` (in `frame`), in a buffer of `room` bytes; `Err`: the packet's
-/// verdict instead (an RST is not answered, nor is a segment or datagram whose checksum is
-/// wrong; [`NO_ROOM`]).
-fn reply_of(frame: &[u8], p: &Packet, room: usize) -> Result<Reply, Verdict> {
-    let hdr = ip_hdr_len(p.v6);
+/// What to answer to `p` (in `frame`), in a buffer of `room` bytes; with `too_big`, the
+/// packet-too-big error carrying that MTU; `Err`: the packet's verdict instead (an RST is
+/// not answered, nor is a segment or datagram whose checksum is wrong; [`NO_ROOM`]).
+fn reply_of(frame: &[u8], p: &Packet, room: usize, too_big: Option<u16>) -> Result<Reply, Verdict> {
+    if let Some(mtu) = too_big {
+        if p.proto == PROTO_ICMP || p.proto == PROTO_ICMPV6 {
+            // (Not reached: `dsr` drops those. An ICMP error is never answered with one.)
+            return Err(Verdict::Drop(DropReason::TooBig));
+        }
+        return icmp_reply(p, room, IcmpError::TooBig(mtu));
+    }
     if !l4_checksum_ok(frame, p) {
         let r = if p.proto == PROTO_TCP {
             DropReason::BadTcpChecksum
@@ -331,6 +383,13 @@ fn reply_of(frame: &[u8], p: &Packet, room: usize) -> Result<Reply, Verdict> {
         // (Not reached: ICMP opens no flow. An ICMP error is never answered with one.)
         return Err(Verdict::Pass);
     }
+    icmp_reply(p, room, IcmpError::PortUnreachable)
+}
+
+/// The ICMP error `kind` about `p`, quoting as much of it as RFC 1812 / RFC 4443 allow and
+/// `room` holds; [`NO_ROOM`] when that is less than the IP header(s) and 8 bytes.
+fn icmp_reply(p: &Packet, room: usize, kind: IcmpError) -> Result<Reply, Verdict> {
+    let hdr = ip_hdr_len(p.v6);
     let max = if p.v6 { ICMP6_MAX } else { ICMP4_MAX };
     let at = p.l3 + hdr + ICMP_HDR;
     let want = p.ip_len().min(max - hdr - ICMP_HDR);
@@ -340,12 +399,12 @@ fn reply_of(frame: &[u8], p: &Packet, room: usize) -> Result<Reply, Verdict> {
     if quote < least {
         return Err(NO_ROOM);
     }
-    Ok(Reply::Icmp { quote })
+    Ok(Reply::Icmp { kind, quote })
 }
 
-/// Writes the port unreachable about `p` (the frame `buf[..len]`) quoting `quote` bytes:
+/// Writes the ICMP error `kind` about `p` (the frame `buf[..len]`) quoting `quote` bytes:
 /// the quote moved into place first, then the IP and ICMP headers; returns the new length.
-fn write_icmp(buf: &mut [u8], len: usize, p: &Packet, quote: usize) -> usize {
+fn write_icmp(buf: &mut [u8], len: usize, p: &Packet, kind: IcmpError, quote: usize) -> usize {
     let hdr = ip_hdr_len(p.v6);
     let icmp = p.l3 + hdr;
     let end = icmp + ICMP_HDR + quote;
@@ -360,7 +419,7 @@ fn write_icmp(buf: &mut [u8], len: usize, p: &Packet, quote: usize) -> usize {
             h[16..20].copy_from_slice(&d.octets());
             let c = checksum::checksum(h);
             h[10..12].copy_from_slice(&c.to_be_bytes());
-            buf[icmp..icmp + ICMP_HDR].copy_from_slice(&[3, 3, 0, 0, 0, 0, 0, 0]);
+            buf[icmp..icmp + ICMP_HDR].copy_from_slice(&kind.header(false));
             let c = checksum::checksum(&buf[icmp..end]);
             buf[icmp + 2..icmp + 4].copy_from_slice(&c.to_be_bytes());
         }
@@ -371,7 +430,7 @@ fn write_icmp(buf: &mut [u8], len: usize, p: &Packet, quote: usize) -> usize {
             h[4..6].copy_from_slice(&plen.to_be_bytes());
             h[8..24].copy_from_slice(&s.octets());
             h[24..40].copy_from_slice(&d.octets());
-            buf[icmp..icmp + ICMP_HDR].copy_from_slice(&[1, 4, 0, 0, 0, 0, 0, 0]);
+            buf[icmp..icmp + ICMP_HDR].copy_from_slice(&kind.header(true));
             let c =
                 checksum::l4_checksum_v6(&s.octets(), &d.octets(), PROTO_ICMPV6, &buf[icmp..end]);
             buf[icmp + 2..icmp + 4].copy_from_slice(&c.to_be_bytes());

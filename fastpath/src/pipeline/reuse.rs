@@ -11,7 +11,9 @@
 //!   association in its closing state (after ABORT or SHUTDOWN) is one too: this covers
 //!   IPVS's INIT on a CLOSED association, and, since the flow table has one closing state,
 //!   an INIT during a SHUTDOWN exchange as well.
-//! - The flow: TCP TIME_WAIT or CLOSE, SCTP closing ([`ended`](Pipeline::ended)). A SYN on a
+//! - The flow: TCP TIME_WAIT or CLOSE, SCTP closing ([`ended`](Pipeline::ended)); for a DSR
+//!   flow, TCP FIN_WAIT too (where its client's FIN leaves it, the backend's never being
+//!   seen: IPVS's `conn_reuse_mode` bit 2 for its DR and TUN connections). A SYN on a
 //!   flow in any other state (a retransmitted SYN, SYN_RECV, ESTABLISHED...), a SYN-ACK, and
 //!   every packet in the reply direction keep the flow, as before.
 //! - The old flow is removed with [`FlowTable::remove`] (which releases its backend counts
@@ -33,7 +35,7 @@
 
 use flowtable::{FlowHandle, FlowState, SctpState, TcpFlags, TcpState};
 
-use super::Pipeline;
+use super::{FLAG_DSR, Pipeline};
 
 /// Whether a packet with these flags (TCP flags, or SCTP's mapped chunk type) may open a
 /// connection again on a flow that has ended: SYN without ACK, RST and FIN (SCTP: INIT).
@@ -43,8 +45,9 @@ pub(super) fn reopens(flags: u8) -> bool {
 }
 
 impl Pipeline {
-    /// Whether flow `h` has ended (TCP TIME_WAIT or CLOSE, SCTP closing): a [`reopens`]
-    /// packet in the original direction then starts a new flow. Reads only.
+    /// Whether flow `h` has ended (TCP TIME_WAIT or CLOSE, SCTP closing; a DSR flow's TCP
+    /// FIN_WAIT): a [`reopens`] packet in the original direction then starts a new flow.
+    /// Reads only.
     #[cold]
     #[inline(never)]
     pub(super) fn ended(&self, h: FlowHandle) -> bool {
@@ -53,7 +56,7 @@ impl Pipeline {
                 v.state,
                 FlowState::Tcp(TcpState::TimeWait | TcpState::Close)
                     | FlowState::Sctp(SctpState::Closing)
-            )
+            ) || (v.data.flags & FLAG_DSR != 0 && v.state == FlowState::Tcp(TcpState::FinWait))
         })
     }
 

@@ -4,7 +4,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
-use super::CookieKey;
+use super::{CookieKey, DsrSettings};
 use crate::limit::RateLimit;
 
 /// Per-worker settings.
@@ -37,6 +37,8 @@ pub struct PipelineConfig {
     /// This worker's reject rate limit (`[dataplane] reject_rate`, `reject_burst`; rate 0:
     /// every reject is dropped instead).
     pub reject_limit: RateLimit,
+    /// Direct server return: encapsulation, MTU, MSS clamp, outer sources.
+    pub dsr: DsrSettings,
 }
 
 impl PipelineConfig {

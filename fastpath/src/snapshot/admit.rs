@@ -3,7 +3,9 @@
 //! [`FlowCheck`] the daemon gives the flow table. The table already refuses what no table
 //! may hold (see `flowtable`'s persist module); this is the config's part:
 //!
-//! - the flags byte holds only bits the pipeline sets (full-NAT, peer, SYN proxy);
+//! - the flags byte holds only bits the pipeline sets (full-NAT, peer, SYN proxy, DSR and
+//!   its encapsulation), in combinations it makes (a DSR flow is neither full-NAT nor the
+//!   SYN proxy's, and names a known encapsulation);
 //! - the service id is below [`SERVICE_IDS_MAX`] and the backend id below
 //!   `[flowtable] backends_max` (the builder never hands out more, and adopting an id
 //!   reserves every id below it);
@@ -24,7 +26,8 @@ use flowtable::{FlowCheck, FlowData, FlowState, Protocol, Refusal};
 
 use super::Frontend;
 use super::spec::ServiceSpec;
-use crate::pipeline::{FLAG_FULLNAT, FLAG_PEER, FLAG_SYNPROXY};
+use crate::pipeline::dsr::{DSR_FLAGS, encap_of};
+use crate::pipeline::{FLAG_DSR, FLAG_FULLNAT, FLAG_PEER, FLAG_SYNPROXY};
 
 // One lookup or three per adopted flow: SipHash would cost more than the rest of the check.
 type HashMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
@@ -36,7 +39,7 @@ type HashSet<K> = std::collections::HashSet<K, ahash::RandomState>;
 pub const SERVICE_IDS_MAX: u32 = 1 << 18;
 
 /// The flow bits the pipeline sets.
-const FLAGS_KNOWN: u8 = FLAG_FULLNAT | FLAG_PEER | FLAG_SYNPROXY;
+const FLAGS_KNOWN: u8 = FLAG_FULLNAT | FLAG_PEER | FLAG_SYNPROXY | DSR_FLAGS;
 
 /// The config's view of flows read from a state file (see the module doc).
 #[derive(Debug)]
@@ -124,6 +127,19 @@ impl FlowCheck for StateCheck {
             return Err(Refusal::new(
                 "flags",
                 format!("{:#04x} (unknown bits)", d.flags),
+            ));
+        }
+        if d.flags & DSR_FLAGS != 0
+            && (encap_of(d.flags).is_none() || d.flags & (FLAG_FULLNAT | FLAG_SYNPROXY) != 0)
+        {
+            return Err(Refusal::new(
+                "flags",
+                format!(
+                    "{:#04x} (no DSR flow the pipeline makes: DSR bit {}, encapsulation code {}, full-NAT or SYN proxy)",
+                    d.flags,
+                    d.flags & FLAG_DSR != 0,
+                    (d.flags & DSR_FLAGS & !FLAG_DSR) >> 3
+                ),
             ));
         }
         if d.service_id >= SERVICE_IDS_MAX {
@@ -224,6 +240,23 @@ backends = [{ addr = "198.18.1.3:53" }]
         let mut d = flow();
         d.flags |= 0x10;
         assert_eq!(field(&c, d), Some("flags"));
+        // DSR flows: a nat flow with the DSR bit and a known encapsulation.
+        let mut d = flow();
+        d.snat = d.client;
+        for e in vocab::Encap::ALL {
+            d.flags = crate::pipeline::dsr::flags(e);
+            assert_eq!(field(&c, d), None, "{e:?}");
+            d.flags |= FLAG_PEER;
+            assert_eq!(field(&c, d), None, "{e:?} from a peer");
+        }
+        for bad in [
+            FLAG_DSR | 0x18, // encapsulation code 3
+            0x08,            // an encapsulation without the DSR bit
+            crate::pipeline::dsr::flags(vocab::Encap::Gue) | FLAG_SYNPROXY,
+        ] {
+            d.flags = bad;
+            assert_eq!(field(&c, d), Some("flags"), "{bad:#x}");
+        }
         let mut d = flow();
         d.service_id = SERVICE_IDS_MAX;
         assert_eq!(field(&c, d), Some("service_id"));

@@ -280,6 +280,7 @@ impl SnapshotBuilder {
             .collect();
         self.order = ids;
         self.generation += 1;
+        // (The entries' settings: a DSR service's is off.)
         let synproxy_any = list.iter().any(|s| s.synproxy != SynproxySetting::Off);
         Ok(Snapshot {
             generation: self.generation,
@@ -563,7 +564,11 @@ impl SnapshotBuilder {
             limiter: s.rate_limit.map(|l| TokenBucket::new(l, self.epoch)),
             frozen: s.frozen,
             rate_limited: AtomicU64::new(0),
-            synproxy: s.synproxy,
+            // The SYN proxy needs the replies, which a DSR service never sees.
+            synproxy: match s.mode {
+                vocab::Mode::Dsr(_) => SynproxySetting::Off,
+                _ => s.synproxy,
+            },
             no_endpoints: s.no_endpoints,
         }))
     }

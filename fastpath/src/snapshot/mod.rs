@@ -122,6 +122,14 @@ impl Snapshot {
         })
     }
 
+    /// Whether `dst` is on a link of ours: no route, or its longest matching route has no
+    /// gateway (a DSR `l2` backend must be).
+    #[inline]
+    pub fn on_link(&self, dst: IpAddr) -> bool {
+        let route = self.routes.iter().find(|r| r.prefix.contains(dst));
+        route.is_none_or(|r| r.gateway.is_none())
+    }
+
     /// Whether any frontend uses `vip` (a binary search).
     #[inline]
     pub fn is_vip(&self, vip: IpAddr) -> bool {

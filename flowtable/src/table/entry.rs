@@ -10,6 +10,8 @@ use super::FlowTable;
 use super::v4::v4_csum_delta;
 use crate::key::{FlowData, FlowKey, Protocol, bits_addr};
 use crate::state::FlowState;
+#[cfg(doc)]
+use crate::state::TcpFlags;
 use crate::sync::{AtomicU64, Ordering, fence};
 use lb_algos::BackendId;
 use std::net::SocketAddr;
@@ -68,6 +70,18 @@ const _: () = assert!(
 /// rewrite (the SYN proxy's): they cost the shortcut's hits nothing, not even a test. A
 /// table that ever held one says so ([`FlowTable::has_slow_flows`]).
 pub const FLAG_SLOW: u8 = 0x80;
+
+/// A bit of [`FlowData::flags`] that the table reads: a flow whose replies never pass
+/// through here (direct server return: the backend answers the client directly), so that
+/// only its original direction is ever seen. Its TCP state follows IPVS's input-only rows
+/// ([`FlowState::next_one_way`]) in [`FlowTable::touch`] and [`FlowTable::on_packet`]; and,
+/// as a [`FLAG_SLOW`] flow, [`FlowTable::lookup_v4`] does not return it (its packets need
+/// more than the shortcut's rewrite: an encapsulation) and a table that ever held one says
+/// so ([`FlowTable::has_slow_flows`]).
+pub const FLAG_ONE_WAY: u8 = 0x04;
+
+/// The flag bits that keep a flow from [`FlowTable::lookup_v4`].
+pub(super) const SLOW_FLAGS: u8 = FLAG_SLOW | FLAG_ONE_WAY;
 
 pub(super) const ST_FREE: u64 = 0;
 pub(super) const ST_INSERTING: u64 = 1;
@@ -155,7 +169,7 @@ pub(super) fn v4_halves(w: u64) -> (u128, u128) {
 }
 
 impl FlowTable {
-    /// Whether a [`FLAG_SLOW`] flow was ever in this table (inserted, imported or adopted by
+    /// Whether a [`FLAG_SLOW`] (or [`FLAG_ONE_WAY`]) flow was ever in this table (inserted, imported or adopted by
     /// this process): [`lookup_v4`](Self::lookup_v4)'s misses need a second look then. One
     /// relaxed load.
     #[inline]
@@ -163,10 +177,10 @@ impl FlowTable {
         self.slow_seen.load(Ordering::Relaxed) != 0
     }
 
-    /// Notes a [`FLAG_SLOW`] flow.
+    /// Notes a [`FLAG_SLOW`] or [`FLAG_ONE_WAY`] flow.
     #[inline]
     pub(super) fn saw_flags(&self, flags: u8) {
-        if flags & FLAG_SLOW != 0 && self.slow_seen.load(Ordering::Relaxed) == 0 {
+        if flags & SLOW_FLAGS != 0 && self.slow_seen.load(Ordering::Relaxed) == 0 {
             self.slow_seen.store(1, Ordering::Relaxed);
         }
     }

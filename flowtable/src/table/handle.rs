@@ -70,6 +70,12 @@ impl FlowHit {
     pub fn backend_id(&self) -> BackendId {
         BackendId(self.backend)
     }
+
+    /// The flow's state when it was found.
+    #[inline]
+    pub fn state(&self) -> FlowState {
+        FlowState::from_u8(super::entry::ctl_state(self.ctl))
+    }
 }
 
 /// Identifies one incarnation of one entry. A handle to a removed or recycled flow is detected

@@ -5,7 +5,7 @@
 use super::FlowTable;
 use super::entry::debug_transition;
 use super::entry::{
-    FLAG_SLOW, GEN_MASK, ST_INSERTING, W_ADDR, W_CTL, W_IDS, W_META, W_PORTS, W_V4_CSUM, ctl,
+    GEN_MASK, SLOW_FLAGS, ST_INSERTING, W_ADDR, W_CTL, W_IDS, W_META, W_PORTS, W_V4_CSUM, ctl,
     ctl_gen, ctl_readable, ctl_status,
 };
 use super::error::InsertError;
@@ -105,8 +105,8 @@ fn fold16(s: u64) -> u16 {
 }
 
 /// What `hit_v4` compares of `meta >> 32`: protocol, family, and the flags byte's
-/// [`FLAG_SLOW`] bit.
-const SHORTCUT_MASK: u64 = 0xffff | (FLAG_SLOW as u64) << 16;
+/// [`FLAG_SLOW`](super::FLAG_SLOW) and [`FLAG_ONE_WAY`](super::FLAG_ONE_WAY) bits.
+const SHORTCUT_MASK: u64 = 0xffff | (SLOW_FLAGS as u64) << 16;
 
 /// [`FlowHit`](crate::FlowHit) for an IPv4 flow, from [`FlowTable::lookup_v4`](crate::FlowTable::lookup_v4): the outgoing endpoints packed
 /// like a [`V4Key`]'s and the checksum adjustment, 32 bytes.
@@ -277,7 +277,8 @@ impl FlowTable {
             .rotate_left(32 * r as u32);
         let csum = entry.w[W_V4_CSUM].load(Ordering::Relaxed) >> (32 * r);
         // One test for the protocol and family, the ports and the addresses; and that the
-        // flow is no `FLAG_SLOW` one (meta bit 55, which no key has).
+        // flow is no `FLAG_SLOW` or `FLAG_ONE_WAY` one (meta bits 55 and 50, which no key
+        // has).
         let differ = ((meta >> 32) & SHORTCUT_MASK ^ k.misc() >> 32)
             | u64::from(ports as u32 ^ k.ports)
             | (key_addrs ^ k.addrs);
@@ -311,9 +312,10 @@ impl FlowTable {
         now: Tick,
         seq: impl FnOnce() -> u32,
     ) -> Option<FlowState> {
+        // (A `FLAG_ONE_WAY` flow is never a `V4Hit`: its direction's rows are the usual.)
         self.touch_ctl(
             hit.entry,
-            hit.reply,
+            usize::from(hit.reply),
             hit.backend,
             hit.ctl,
             tcp_flags,
