@@ -6,4 +6,5 @@ pub mod health;
 pub mod k8s;
 pub mod neigh;
 pub mod repeat;
+pub mod service;
 pub mod traffic;

@@ -384,6 +384,23 @@ impl AdminServer {
     }
 }
 
+/// The admin servers, once bound ([`AdminServer::bind`]), as a [`crate::service::Service`]:
+/// binding is what can fail, so it happens first and `start` only runs them.
+impl crate::service::Service for AdminServer {
+    type Handle = ();
+    type Error = Infallible;
+    const NAME: &'static str = "the admin servers";
+
+    fn start(
+        self,
+        rt: &tokio::runtime::Handle,
+        shutdown: &CancellationToken,
+    ) -> Result<crate::service::Running<()>, Infallible> {
+        let task = rt.spawn(self.run(shutdown.clone()));
+        Ok(crate::service::Running { handle: (), task })
+    }
+}
+
 enum Listener {
     Tcp(tokio::net::TcpListener),
     Unix(tokio::net::UnixListener),

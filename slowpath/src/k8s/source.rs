@@ -354,6 +354,47 @@ fn not_served(e: &watcher::Error) -> bool {
     }
 }
 
+/// The Kubernetes source as a [`crate::service::Service`] on the caller's runtime: [`watch`]
+/// with `client` (from [`connect`]), `cfg` and `on_model`; its handle is the source's stats.
+pub struct WatchService<F> {
+    /// The API client, built before anything of the node is touched.
+    pub client: Client,
+    /// The config whose `[kubernetes]` the source follows.
+    pub cfg: Config,
+    /// Gets every model.
+    pub on_model: F,
+}
+
+impl<F> crate::service::Service for WatchService<F>
+where
+    F: FnMut(K8sModel) + Send + 'static,
+{
+    type Handle = Arc<SourceStats>;
+    type Error = std::convert::Infallible;
+    const NAME: &'static str = "the Kubernetes source";
+
+    fn start(
+        self,
+        rt: &tokio::runtime::Handle,
+        shutdown: &CancellationToken,
+    ) -> Result<crate::service::Running<Arc<SourceStats>>, Self::Error> {
+        let stats = Arc::new(SourceStats::default());
+        let (task_stats, stop) = (Arc::clone(&stats), shutdown.clone());
+        let WatchService {
+            client,
+            cfg,
+            on_model,
+        } = self;
+        let task = rt.spawn(async move {
+            watch(client, &cfg, task_stats, on_model, stop).await;
+        });
+        Ok(crate::service::Running {
+            handle: stats,
+            task,
+        })
+    }
+}
+
 /// Runs the watchers until `stop` is cancelled (see the module doc): `on_model` gets every
 /// model, `stats` is kept current.
 pub async fn watch(
