@@ -280,6 +280,19 @@ impl SnapshotBuilder {
             .collect();
         self.order = ids;
         self.generation += 1;
+        debug_assert!(
+            list.iter()
+                .flat_map(|s| s.backends.iter())
+                .all(|b| b.id.0 < self.backends_max),
+            "builder rule: backend ids come from the builder's own range (below backends_max)"
+        );
+        debug_assert!(
+            self.order.iter().all(|&id| {
+                self.slot(id)
+                    .is_some_and(|x| self.names.get(x.spec.name.as_str()) == Some(&id))
+            }),
+            "builder rule: one service id per name, kept across builds"
+        );
         let synproxy_any = list.iter().any(|s| s.synproxy != SynproxySetting::Off);
         Ok(Snapshot {
             generation: self.generation,
@@ -608,6 +621,10 @@ impl SnapshotBuilder {
 
     /// Gives back what a failed build took.
     fn rollback(&mut self, undo: Undo) {
+        debug_assert!(
+            self.slots.len() >= undo.slots_len && self.next >= undo.next,
+            "builder rule: a failed build is undone (it only added slots and took ids)"
+        );
         self.slots.truncate(undo.slots_len);
         self.seen.truncate(undo.slots_len);
         self.free_ids.extend(undo.free_ids.into_iter().rev());
