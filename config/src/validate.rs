@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use vocab::{Mode, SchedulerKind};
 
-use crate::schema::{Config, SchedFlag};
+use crate::schema::{Config, Dataplane, SchedFlag};
 use crate::span::KeyPath;
 
 type Found = Vec<(KeyPath, String)>;
@@ -111,26 +111,7 @@ fn bgp(c: &Config, out: &mut Found) {
             ),
         );
     }
-    let name = &b.liveness_device;
-    if let Some(why) = bad_ifname(name) {
-        err(
-            out,
-            at("liveness_device"),
-            format!("{name:?} cannot be a device name: {why}"),
-        );
-    } else if name.contains(['"', '\\']) {
-        err(
-            out,
-            at("liveness_device"),
-            format!("{name:?}: no '\"' or '\\', it is written into BIRD's config as a string"),
-        );
-    } else if c.dataplane.interfaces.iter().any(|i| &i.name == name) {
-        err(
-            out,
-            at("liveness_device"),
-            format!("{name:?} is an interface of dataplane.interfaces: xvs creates this device"),
-        );
-    }
+    liveness_device(c, out);
     bfd(c, out);
     let mut seen = std::collections::BTreeSet::new();
     for (i, n) in b.neighbors.iter().enumerate() {
@@ -159,6 +140,31 @@ fn bgp(c: &Config, out: &mut Found) {
                 ),
             );
         }
+    }
+}
+
+/// `[bgp] liveness_device`: a device name xvs creates, safe in BIRD's config.
+fn liveness_device(c: &Config, out: &mut Found) {
+    let at = |k: &str| KeyPath::of(&["bgp", k]);
+    let name = &c.bgp.liveness_device;
+    if let Some(why) = bad_ifname(name) {
+        err(
+            out,
+            at("liveness_device"),
+            format!("{name:?} cannot be a device name: {why}"),
+        );
+    } else if name.contains(['"', '\\']) {
+        err(
+            out,
+            at("liveness_device"),
+            format!("{name:?}: no '\"' or '\\', it is written into BIRD's config as a string"),
+        );
+    } else if c.dataplane.interfaces.iter().any(|i| &i.name == name) {
+        err(
+            out,
+            at("liveness_device"),
+            format!("{name:?} is an interface of dataplane.interfaces: xvs creates this device"),
+        );
     }
 }
 
@@ -233,6 +239,36 @@ fn sync(c: &Config, out: &mut Found) {
             "empty: name the other nodes of the tier ({ address = \"IP:PORT\", snat_addresses = [...] })",
         );
     }
+    sync_peers(c, out);
+    let interval = s.interval.get();
+    if interval < std::time::Duration::from_millis(1)
+        || interval > std::time::Duration::from_secs(1)
+    {
+        err(
+            out,
+            at("interval"),
+            format!("{interval:?}: must be between 1ms and 1s"),
+        );
+    }
+    if s.refresh.get() < std::time::Duration::from_secs(1) {
+        err(
+            out,
+            at("refresh"),
+            format!("{:?}: must be at least 1s", s.refresh.get()),
+        );
+    }
+    if s.max_messages_per_second == 0 {
+        err(
+            out,
+            at("max_messages_per_second"),
+            "0: sync could send nothing",
+        );
+    }
+}
+
+/// `[sync] peers`: unicast, not this node, listed once, with SNAT addresses of their own.
+fn sync_peers(c: &Config, out: &mut Found) {
+    let s = &c.sync;
     let mut seen = std::collections::BTreeSet::new();
     for (i, p) in s.peers.iter().enumerate() {
         let here = KeyPath::of(&["sync", "peers"]).index(i).key("address");
@@ -266,30 +302,6 @@ fn sync(c: &Config, out: &mut Found) {
                 );
             }
         }
-    }
-    let interval = s.interval.get();
-    if interval < std::time::Duration::from_millis(1)
-        || interval > std::time::Duration::from_secs(1)
-    {
-        err(
-            out,
-            at("interval"),
-            format!("{interval:?}: must be between 1ms and 1s"),
-        );
-    }
-    if s.refresh.get() < std::time::Duration::from_secs(1) {
-        err(
-            out,
-            at("refresh"),
-            format!("{:?}: must be at least 1s", s.refresh.get()),
-        );
-    }
-    if s.max_messages_per_second == 0 {
-        err(
-            out,
-            at("max_messages_per_second"),
-            "0: sync could send nothing",
-        );
     }
 }
 
@@ -347,6 +359,15 @@ fn is_prime(n: u32) -> bool {
 
 fn dataplane(c: &Config, out: &mut Found) {
     let dp = &c.dataplane;
+    dataplane_paths_and_limits(dp, out);
+    dataplane_memory(dp, out);
+    dataplane_tables(dp, out);
+    dataplane_interfaces_and_cores(dp, out);
+    dataplane_snat(c, out);
+}
+
+/// `[dataplane]`'s paths, reject burst and restart hold.
+fn dataplane_paths_and_limits(dp: &Dataplane, out: &mut Found) {
     let at = |k: &str| KeyPath::of(&["dataplane", k]);
     if !dp.state_dir.is_absolute() {
         err(
@@ -376,6 +397,11 @@ fn dataplane(c: &Config, out: &mut Found) {
             "at most 1h: a node whose xvs does not come back drops VIP traffic that long",
         );
     }
+}
+
+/// `[dataplane]`'s rings, batch, UMEM and frames.
+fn dataplane_memory(dp: &Dataplane, out: &mut Found) {
+    let at = |k: &str| KeyPath::of(&["dataplane", k]);
     for (key, v) in [
         ("rx_ring_size", dp.rx_ring_size),
         ("tx_ring_size", dp.tx_ring_size),
@@ -438,6 +464,11 @@ fn dataplane(c: &Config, out: &mut Found) {
             ),
         );
     }
+}
+
+/// `[dataplane]`'s Maglev table and idle back-off.
+fn dataplane_tables(dp: &Dataplane, out: &mut Found) {
+    let at = |k: &str| KeyPath::of(&["dataplane", k]);
     if dp.mh_table_size > MH_TABLE_SIZE_MAX {
         err(
             out,
@@ -465,6 +496,11 @@ fn dataplane(c: &Config, out: &mut Found) {
             ),
         );
     }
+}
+
+/// `[dataplane]`'s interfaces, their workers' cores and the slowpath's core.
+fn dataplane_interfaces_and_cores(dp: &Dataplane, out: &mut Found) {
+    let at = |k: &str| KeyPath::of(&["dataplane", k]);
     let mut names = HashSet::new();
     for (i, ifc) in dp.interfaces.iter().enumerate() {
         let p = at("interfaces").index(i);
@@ -515,6 +551,12 @@ fn dataplane(c: &Config, out: &mut Found) {
             format!("core {sc} also runs a fastpath worker"),
         );
     }
+}
+
+/// `[dataplane]`'s SNAT addresses and ports.
+fn dataplane_snat(c: &Config, out: &mut Found) {
+    let dp = &c.dataplane;
+    let at = |k: &str| KeyPath::of(&["dataplane", k]);
     let mut snat = HashSet::new();
     for (i, a) in dp.snat_addresses.iter().enumerate() {
         if let Some(why) = bad_snat(c, *a) {
@@ -688,6 +730,10 @@ fn timeouts(c: &Config, out: &mut Found) {
     }
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "[[services]]' checks, one per key of a service"
+)]
 fn services(c: &Config, out: &mut Found) {
     let mut names = HashMap::new();
     let mut frontends = HashMap::new();

@@ -52,6 +52,10 @@ pub struct Maglev {
 
 impl Maglev {
     /// Builds the lookup table.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "Maglev's population loop as in the paper (permutations, then the fill), kept whole to read against it"
+    )]
     pub fn build(backends: &[Backend], params: &SchedParams) -> Result<Maglev, BuildError> {
         let m = params.mh_table_size;
         if m > TABLE_SIZE_MAX {

@@ -226,6 +226,10 @@ fn objects_specs(
     Ok((model.specs, model.service_cidrs))
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "`xvs sim`'s sequence: load, build, replay, report"
+)]
 pub fn main(args: Args) -> ExitCode {
     let mut cfg = match &args.config {
         Some(path) => match crate::load_config(Some(path)) {

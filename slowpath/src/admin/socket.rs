@@ -51,6 +51,10 @@ impl Drop for SocketFile {
 }
 
 /// Binds `path` (a non-blocking listener) as the module docs say.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the control socket's checks before and after bind (owner, mode, stale file), in order"
+)]
 pub(super) fn bind(path: &Path) -> Result<(UnixListener, SocketFile), AdminError> {
     let fail = |what: &'static str| {
         move |source: io::Error| AdminError::Socket {

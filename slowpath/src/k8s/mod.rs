@@ -25,6 +25,7 @@
 //! Semantics follow kube-proxy (see `shared/seeds/virtual-ips-and-service-proxies.md`); the
 //! rules are listed on [`build_model`].
 
+mod addresses;
 mod cidrs;
 pub mod dump;
 mod endpoints;

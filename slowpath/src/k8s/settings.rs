@@ -35,6 +35,10 @@ pub(super) struct Common {
     pub(super) health: ServiceHealth,
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "the xvs.io/* annotations, one per block, each with its refusal"
+)]
 pub(super) fn common(
     svc: &Service,
     spec: &K8sServiceSpec,
@@ -172,6 +176,10 @@ pub(super) fn common(
 /// were refused could probe the wrong port or path and take every endpoint down, so one bad
 /// value (or how-to-probe annotations without `xvs.io/health-check-probe`) and none of them
 /// applies: the endpoints are not probed, with a problem for each bad value.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one annotation per line of the per-service health-check settings"
+)]
 fn health<'a>(
     ann: &impl Fn(&str) -> Option<&'a str>,
     object: &str,
