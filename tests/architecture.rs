@@ -203,7 +203,7 @@ const LINTED_CRATES: [&str; 9] = [
 /// Exceptions to the 70-line limit in product code: this number may only go down (issue
 /// #31's target is 10). One of them is `fastpath/src/pipeline/`'s module-wide exception,
 /// which covers six functions until the DSR change lands.
-const LONG_FUNCTIONS_MAX: usize = 16;
+const LONG_FUNCTIONS_MAX: usize = 10;
 
 /// Every `.rs` file under `dir`.
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {

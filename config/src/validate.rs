@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use vocab::{Mode, SchedulerKind};
 
-use crate::schema::{Config, Dataplane, SchedFlag};
+use crate::schema::{Config, Dataplane, SchedFlag, Service};
 use crate::span::KeyPath;
 
 type Found = Vec<(KeyPath, String)>;
@@ -730,15 +730,9 @@ fn timeouts(c: &Config, out: &mut Found) {
     }
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "[[services]]' checks, one per key of a service"
-)]
 fn services(c: &Config, out: &mut Found) {
     let mut names = HashMap::new();
     let mut frontends = HashMap::new();
-    let default_mode = c.dataplane.mode;
-    let has_snat = |v4: bool| c.dataplane.snat_addresses.iter().any(|a| a.is_ipv4() == v4);
     for (i, s) in c.services.iter().enumerate() {
         let p = KeyPath::of(&["services"]).index(i);
         if s.name.is_empty() {
@@ -762,115 +756,132 @@ fn services(c: &Config, out: &mut Found) {
                 ),
             );
         }
-        if s.port == 0 {
-            err(out, p.key("port"), "port 0 is not a valid frontend port");
-        }
-        if let Some(why) = crate::special_address(s.vip) {
+        service_settings(c, s, &p, out);
+        service_backends(c, s, &p, out);
+    }
+}
+
+/// One service's frontend and scheduler flags, then its policies.
+fn service_settings(c: &Config, s: &Service, p: &KeyPath, out: &mut Found) {
+    if s.port == 0 {
+        err(out, p.key("port"), "port 0 is not a valid frontend port");
+    }
+    if let Some(why) = crate::special_address(s.vip) {
+        err(
+            out,
+            p.key("vip"),
+            format!("{} cannot be a virtual IP: it is {why}", s.vip),
+        );
+    } else if c.node.addresses.contains(&s.vip) {
+        err(
+            out,
+            p.key("vip"),
+            format!(
+                "{} is this node's own address (node.addresses): a service may not take it",
+                s.vip
+            ),
+        );
+    }
+    for (j, f) in s.flags.iter().enumerate() {
+        if s.scheduler != SchedulerKind::Mh {
+            let name = match f {
+                SchedFlag::MhPort => "mh-port",
+                SchedFlag::MhFallback => "mh-fallback",
+            };
             err(
                 out,
-                p.key("vip"),
-                format!("{} cannot be a virtual IP: it is {why}", s.vip),
-            );
-        } else if c.node.addresses.contains(&s.vip) {
-            err(
-                out,
-                p.key("vip"),
+                p.key("flags").index(j),
                 format!(
-                    "{} is this node's own address (node.addresses): a service may not take it",
-                    s.vip
+                    "flag {name} only applies to scheduler mh, not {}",
+                    s.scheduler.name()
                 ),
             );
         }
-        for (j, f) in s.flags.iter().enumerate() {
-            if s.scheduler != SchedulerKind::Mh {
-                let name = match f {
-                    SchedFlag::MhPort => "mh-port",
-                    SchedFlag::MhFallback => "mh-fallback",
-                };
-                err(
-                    out,
-                    p.key("flags").index(j),
-                    format!(
-                        "flag {name} only applies to scheduler mh, not {}",
-                        s.scheduler.name()
-                    ),
-                );
-            }
-        }
-        if let Some(t) = s.session_affinity_timeout {
-            let secs = t.get().as_secs();
-            if secs == 0 || secs > AFFINITY_TIMEOUT_MAX_S {
-                err(
-                    out,
-                    p.key("session_affinity_timeout"),
-                    format!("must be between 1s and {AFFINITY_TIMEOUT_MAX_S}s (Kubernetes' limit)"),
-                );
-            }
-        }
-        match (s.new_conn_rate, s.new_conn_burst) {
-            (Some(0), _) => err(
-                out,
-                p.key("new_conn_rate"),
-                "must be at least 1 (new connections per second); remove it for no limit"
-                    .to_owned(),
-            ),
-            (_, Some(0)) => err(
-                out,
-                p.key("new_conn_burst"),
-                "must be at least 1".to_owned(),
-            ),
-            (None, Some(_)) => err(
-                out,
-                p.key("new_conn_burst"),
-                "needs new_conn_rate (the burst of which rate?)".to_owned(),
-            ),
-            _ => {}
-        }
-        if s.mode_or(default_mode) == Mode::Fullnat && !has_snat(s.vip.is_ipv4()) {
-            let family = if s.vip.is_ipv4() { "IPv4" } else { "IPv6" };
+    }
+    service_policies(c, s, p, out);
+}
+
+/// One service's affinity timeout, rate limit and forwarding mode.
+fn service_policies(c: &Config, s: &Service, p: &KeyPath, out: &mut Found) {
+    let default_mode = c.dataplane.mode;
+    let has_snat = |v4: bool| c.dataplane.snat_addresses.iter().any(|a| a.is_ipv4() == v4);
+    if let Some(t) = s.session_affinity_timeout {
+        let secs = t.get().as_secs();
+        if secs == 0 || secs > AFFINITY_TIMEOUT_MAX_S {
             err(
                 out,
-                p.key("mode"),
-                format!(
-                    "full-NAT needs an {family} address in dataplane.snat_addresses (or mode = \"nat\")"
-                ),
+                p.key("session_affinity_timeout"),
+                format!("must be between 1s and {AFFINITY_TIMEOUT_MAX_S}s (Kubernetes' limit)"),
             );
         }
-        let mut backends = HashSet::new();
-        for (j, b) in s.backends.iter().enumerate() {
-            let bp = p.key("backends").index(j);
-            if b.addr.is_ipv4() != s.vip.is_ipv4() {
-                err(
-                    out,
-                    bp.key("addr"),
-                    format!("{} is not in the VIP's address family", b.addr),
-                );
-            } else if b.addr.port() == 0 {
-                err(
-                    out,
-                    bp.key("addr"),
-                    format!("{}: port 0 is not a valid backend port", b.addr),
-                );
-            } else if let Some(why) = bad_backend(c, b.addr.ip()) {
-                err(
-                    out,
-                    bp.key("addr"),
-                    format!("{} cannot be a backend: {why}", b.addr),
-                );
-            } else if !backends.insert(b.addr) {
-                err(out, bp.key("addr"), format!("{} is listed twice", b.addr));
-            }
-            if b.weight > 65535 {
-                err(
-                    out,
-                    bp.key("weight"),
-                    format!("{} is above the maximum weight 65535", b.weight),
-                );
-            }
+    }
+    match (s.new_conn_rate, s.new_conn_burst) {
+        (Some(0), _) => err(
+            out,
+            p.key("new_conn_rate"),
+            "must be at least 1 (new connections per second); remove it for no limit".to_owned(),
+        ),
+        (_, Some(0)) => err(
+            out,
+            p.key("new_conn_burst"),
+            "must be at least 1".to_owned(),
+        ),
+        (None, Some(_)) => err(
+            out,
+            p.key("new_conn_burst"),
+            "needs new_conn_rate (the burst of which rate?)".to_owned(),
+        ),
+        _ => {}
+    }
+    if s.mode_or(default_mode) == Mode::Fullnat && !has_snat(s.vip.is_ipv4()) {
+        let family = if s.vip.is_ipv4() { "IPv4" } else { "IPv6" };
+        err(
+            out,
+            p.key("mode"),
+            format!(
+                "full-NAT needs an {family} address in dataplane.snat_addresses (or mode = \"nat\")"
+            ),
+        );
+    }
+}
+
+/// One service's backends: in the VIP's family, usable, listed once, weighted within
+/// bounds, and as many as its scheduler takes.
+fn service_backends(c: &Config, s: &Service, p: &KeyPath, out: &mut Found) {
+    let mut backends = HashSet::new();
+    for (j, b) in s.backends.iter().enumerate() {
+        let bp = p.key("backends").index(j);
+        if b.addr.is_ipv4() != s.vip.is_ipv4() {
+            err(
+                out,
+                bp.key("addr"),
+                format!("{} is not in the VIP's address family", b.addr),
+            );
+        } else if b.addr.port() == 0 {
+            err(
+                out,
+                bp.key("addr"),
+                format!("{}: port 0 is not a valid backend port", b.addr),
+            );
+        } else if let Some(why) = bad_backend(c, b.addr.ip()) {
+            err(
+                out,
+                bp.key("addr"),
+                format!("{} cannot be a backend: {why}", b.addr),
+            );
+        } else if !backends.insert(b.addr) {
+            err(out, bp.key("addr"), format!("{} is listed twice", b.addr));
         }
-        if let Some(msg) = scheduler_limit(s, c.dataplane.mh_table_size) {
-            err(out, p.key("backends"), msg);
+        if b.weight > 65535 {
+            err(
+                out,
+                bp.key("weight"),
+                format!("{} is above the maximum weight 65535", b.weight),
+            );
         }
+    }
+    if let Some(msg) = scheduler_limit(s, c.dataplane.mh_table_size) {
+        err(out, p.key("backends"), msg);
     }
 }
 
