@@ -387,22 +387,24 @@ fn check_vips(
             vips.push(vip);
         }
     }
-    if vips.len() > DECAP_VIPS_MAX {
-        problems.push((
-            Field::Vips(None),
-            format!("{} VIPs, at most {DECAP_VIPS_MAX}", vips.len()),
-        ));
-    }
-    if ports.len() > DECAP_PORTS_MAX {
-        problems.push((
-            Field::Vips(None),
-            format!(
-                "{} port translations, at most {DECAP_PORTS_MAX}",
-                ports.len()
-            ),
-        ));
-    }
+    check_counts(vips.len(), ports.len(), problems);
     (vips, ports)
+}
+
+/// The maps' bounds: at most [`DECAP_VIPS_MAX`] VIPs and [`DECAP_PORTS_MAX`] translations.
+fn check_counts(vips: usize, ports: usize, problems: &mut Vec<(Field, String)>) {
+    if vips > DECAP_VIPS_MAX {
+        problems.push((
+            Field::Vips(None),
+            format!("{vips} VIPs, at most {DECAP_VIPS_MAX}"),
+        ));
+    }
+    if ports > DECAP_PORTS_MAX {
+        problems.push((
+            Field::Vips(None),
+            format!("{ports} port translations, at most {DECAP_PORTS_MAX}"),
+        ));
+    }
 }
 
 #[cfg(test)]

@@ -269,6 +269,10 @@ fn note_other_proxies<'a>(
     }
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "`xvs sim`'s sequence: load, build, replay, report"
+)]
 pub fn main(args: Args) -> ExitCode {
     let mut cfg = match &args.config {
         Some(path) => match crate::load_config(Some(path)) {

@@ -137,6 +137,66 @@ fn http_response(state: &HcState) -> Response<Full<Bytes>> {
     resp
 }
 
+/// The healthCheckNodePort servers of `externalTrafficPolicy: Local` Services as a
+/// [`crate::service::Service`]: they follow the latest list of ports sent to the handle. A
+/// port that cannot be bound is retried at the next list, its failure logged with backoff.
+#[derive(Debug, Default)]
+pub struct HealthCheckNodePortService;
+
+impl crate::service::Service for HealthCheckNodePortService {
+    type Handle = tokio::sync::mpsc::UnboundedSender<Vec<HealthCheckNodePort>>;
+    type Error = std::convert::Infallible;
+    const NAME: &'static str = "the healthCheckNodePort servers";
+
+    fn start(
+        self,
+        rt: &tokio::runtime::Handle,
+        shutdown: &tokio_util::sync::CancellationToken,
+    ) -> Result<crate::service::Running<Self::Handle>, Self::Error> {
+        let (handle, rx) = tokio::sync::mpsc::unbounded_channel();
+        let task = rt.spawn(follow(rx, shutdown.clone()));
+        Ok(crate::service::Running { handle, task })
+    }
+}
+
+/// Serves the ports of the latest list received on `rx` until `shutdown`.
+async fn follow(
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Vec<HealthCheckNodePort>>,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    // kube-proxy binds these on every address of the node.
+    let mut servers = HealthCheckServers::new(std::net::Ipv6Addr::UNSPECIFIED.into());
+    // A port that cannot be bound fails again at every model: logged with backoff.
+    let mut failing: HashMap<u16, crate::repeat::RepeatLog> = HashMap::new();
+    loop {
+        let ports = tokio::select! {
+            p = rx.recv() => match p {
+                Some(p) => p,
+                None => return,
+            },
+            () = shutdown.cancelled() => return,
+        };
+        let failed = servers.update(&ports).await;
+        let now = std::time::Instant::now();
+        for (port, e) in &failed {
+            if let Some(errors) = failing.entry(*port).or_default().failed(now) {
+                tracing::warn!(port, errors, error = %e, "healthCheckNodePort not served (retried at the next sync)");
+            }
+        }
+        failing.retain(|port, log| {
+            if failed.iter().any(|(p, _)| p == port) {
+                return true;
+            }
+            if let Some(errors) = log.recovered()
+                && servers.ports().contains(port)
+            {
+                tracing::info!(port, errors, "healthCheckNodePort served");
+            }
+            false
+        });
+    }
+}
+
 /// The set of health-check listeners, kept in line with the model's
 /// [`HealthCheckNodePort`]s. Must be used inside a tokio runtime.
 #[derive(Debug)]
