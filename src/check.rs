@@ -163,47 +163,53 @@ pub fn summary(name: &str, c: &Config) -> String {
     }
     let _ = writeln!(s, "services:");
     for svc in &c.services {
-        let frontend = match svc.vip {
-            std::net::IpAddr::V4(a) => format!("{a}:{}", svc.port),
-            std::net::IpAddr::V6(a) => format!("[{a}]:{}", svc.port),
-        };
-        let mut sched = svc.scheduler.name().to_owned();
-        for f in &svc.flags {
-            sched.push_str(match f {
-                config::SchedFlag::MhPort => "+mh-port",
-                config::SchedFlag::MhFallback => "+mh-fallback",
-            });
-        }
-        let affinity = svc
-            .session_affinity_timeout
-            .map_or(String::new(), |t| format!(", ClientIP affinity {t}"));
-        let limit = svc.new_conn_rate.map_or(String::new(), |r| {
-            format!(
-                ", at most {r} new connections/s (burst {})",
-                svc.new_conn_burst.unwrap_or(r)
-            )
-        });
-        let _ = writeln!(
-            s,
-            "  {} {}/{} scheduler {} mode {}, {} backends{}{}",
-            svc.name,
-            frontend,
-            svc.protocol.name(),
-            sched,
-            svc.mode_or(dp.mode).name(),
-            svc.backends.len(),
-            affinity,
-            limit
-        );
-        if let Some(check) = slowpath::health::Check::resolve(&c.health, &svc.health) {
-            let _ = writeln!(s, "    health: {}", check.describe());
-        }
-        for b in &svc.backends {
-            let drain = if b.weight == 0 { " (drain)" } else { "" };
-            let _ = writeln!(s, "    -> {} weight {}{}", b.addr, b.weight, drain);
-        }
+        service_lines(&mut s, c, svc);
     }
     s
+}
+
+/// A service's lines of the summary: what it is, its health check, its backends.
+fn service_lines(s: &mut String, c: &Config, svc: &config::Service) {
+    let dp = &c.dataplane;
+    let frontend = match svc.vip {
+        std::net::IpAddr::V4(a) => format!("{a}:{}", svc.port),
+        std::net::IpAddr::V6(a) => format!("[{a}]:{}", svc.port),
+    };
+    let mut sched = svc.scheduler.name().to_owned();
+    for f in &svc.flags {
+        sched.push_str(match f {
+            config::SchedFlag::MhPort => "+mh-port",
+            config::SchedFlag::MhFallback => "+mh-fallback",
+        });
+    }
+    let affinity = svc
+        .session_affinity_timeout
+        .map_or(String::new(), |t| format!(", ClientIP affinity {t}"));
+    let limit = svc.new_conn_rate.map_or(String::new(), |r| {
+        format!(
+            ", at most {r} new connections/s (burst {})",
+            svc.new_conn_burst.unwrap_or(r)
+        )
+    });
+    let _ = writeln!(
+        s,
+        "  {} {}/{} scheduler {} mode {}, {} backends{}{}",
+        svc.name,
+        frontend,
+        svc.protocol.name(),
+        sched,
+        svc.mode_or(dp.mode).name(),
+        svc.backends.len(),
+        affinity,
+        limit
+    );
+    if let Some(check) = slowpath::health::Check::resolve(&c.health, &svc.health) {
+        let _ = writeln!(s, "    health: {}", check.describe());
+    }
+    for b in &svc.backends {
+        let drain = if b.weight == 0 { " (drain)" } else { "" };
+        let _ = writeln!(s, "    -> {} weight {}{}", b.addr, b.weight, drain);
+    }
 }
 
 fn log_format(f: config::LogFormat) -> &'static str {

@@ -5,6 +5,8 @@
 //! control command or, for `status`, is unhealthy); 2 a bad configuration (what `xvs check`
 //! refuses; with `check --strict`, also a warning) or bad arguments (clap's usage errors, a
 //! malformed `xvs flows` filter, a bad line of `xvs sim --flows`).
+// Product functions stay within clippy.toml's 70 lines; tests may be longer.
+#![cfg_attr(not(test), warn(clippy::too_many_lines))]
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,6 +15,7 @@ use clap::{Parser, Subcommand};
 use mimalloc::MiMalloc;
 
 mod check;
+mod decap;
 mod host;
 mod pcap;
 mod run;
@@ -203,6 +206,10 @@ enum Command {
         #[arg(long, requires = "wait_for")]
         pins: Option<PathBuf>,
     },
+    /// The backend side of direct server return, on a backend host or Kubernetes node:
+    /// decapsulate IPIP/GUE for the VIPs and translate ports (XDP in, tc out), pinned so it
+    /// stays attached; --detach removes it (config/examples/decap.toml documents the file).
+    Decap(decap::Args),
     /// Run the load balancer (needs the capabilities `xvs run` names, and the configured
     /// interfaces).
     Run {
@@ -371,12 +378,7 @@ fn main() -> ExitCode {
             config,
             strict,
             host,
-        } => match (path.or(config), host) {
-            (file, true) => host::main(file.as_ref()),
-            (Some(file), false) => check::main(&file, strict),
-            // clap requires a file without --host.
-            (None, false) => ExitCode::from(EXIT_BAD_CONFIG),
-        },
+        } => check(path.or(config), strict, host),
         Command::Sim {
             config,
             objects,
@@ -408,18 +410,7 @@ fn main() -> ExitCode {
             stats,
             rate,
             exact,
-        } => {
-            let show = match (stats, rate) {
-                (true, _) => status::ServicesShow::Stats,
-                (_, true) => status::ServicesShow::Rate,
-                _ => status::ServicesShow::Connections,
-            };
-            status::main(
-                status::StatusCmd::Services(show),
-                &admin.endpoint(),
-                admin.output(exact),
-            )
-        }
+        } => services(&admin, stats, rate, exact),
         Command::Flows {
             admin,
             limit,
@@ -427,28 +418,50 @@ fn main() -> ExitCode {
             backend,
             client,
             vip,
-        } => status::main(
-            status::StatusCmd::Flows {
-                limit,
-                filter: status::FlowQuery {
-                    service,
-                    backend,
-                    client,
-                    vip,
-                },
-            },
-            &admin.endpoint(),
-            admin.output(false),
-        ),
+        } => {
+            let filter = status::FlowQuery {
+                service,
+                backend,
+                client,
+                vip,
+            };
+            let cmd = status::StatusCmd::Flows { limit, filter };
+            status::main(cmd, &admin.endpoint(), admin.output(false))
+        }
         Command::Freeze { admin, service } => control(&admin, "freeze", service),
         Command::Unfreeze { admin, service } => control(&admin, "unfreeze", service),
         Command::Drain { admin } => control(&admin, "drain", None),
         Command::Undrain { admin } => control(&admin, "undrain", None),
         Command::Run { config } => run::main(config.as_ref()),
+        Command::Decap(args) => decap::main(args),
         Command::Cleanup {
             config,
             wait_for,
             pins,
         } => cleanup(config.as_ref(), wait_for.zip(pins)),
     }
+}
+
+/// `xvs check FILE` (`--strict`), or `xvs check --host [FILE]`.
+fn check(file: Option<PathBuf>, strict: bool, host: bool) -> ExitCode {
+    match (file, host) {
+        (file, true) => host::main(file.as_ref()),
+        (Some(file), false) => check::main(&file, strict),
+        // clap requires a file without --host.
+        (None, false) => ExitCode::from(EXIT_BAD_CONFIG),
+    }
+}
+
+/// `xvs services`: connections per backend, or (`--stats`, `--rate`) traffic.
+fn services(admin: &AdminArgs, stats: bool, rate: bool, exact: bool) -> ExitCode {
+    let show = match (stats, rate) {
+        (true, _) => status::ServicesShow::Stats,
+        (_, true) => status::ServicesShow::Rate,
+        _ => status::ServicesShow::Connections,
+    };
+    status::main(
+        status::StatusCmd::Services(show),
+        &admin.endpoint(),
+        admin.output(exact),
+    )
 }

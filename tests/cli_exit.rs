@@ -424,3 +424,43 @@ fn cleanup() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(!state.join("flows.export").exists());
 }
+
+#[test]
+fn decap() {
+    let dir = tempfile::tempdir().unwrap();
+    let pins = dir.path().join("pins");
+    let pins = pins.to_str().unwrap();
+    assert_eq!(code(&["decap"]), Some(2));
+    assert_eq!(
+        code(&["decap", "--interface", "lo", "--vip", "198.18.100.1:0=80"]),
+        Some(2)
+    );
+    assert_eq!(code(&["decap", "--status", "--detach"]), Some(2));
+    let bad = write(
+        dir.path(),
+        "decap.toml",
+        b"interfaces = [\"lo\"]\nvips = []\n",
+    );
+    assert_eq!(code(&["decap", "--config", bad.to_str().unwrap()]), Some(2));
+    // A pin root off bpffs: a runtime failure, before anything is attached.
+    let o = xvs(&[
+        "decap",
+        "--interface",
+        "lo",
+        "--vip",
+        "198.18.100.1",
+        "--pin-root",
+        pins,
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("not on a bpf file system"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!Path::new(pins).exists());
+    // Nothing pinned there: attached=0, success.
+    let o = xvs(&["decap", "--status", "--pin-root", pins]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "attached=0\n");
+}

@@ -353,3 +353,52 @@ fn rejects_and_drops_as_kube_proxy() {
         ]
     );
 }
+
+/// A Service another proxy owns (kube-proxy's service-proxy-name label) is skipped, as the
+/// daemon skips it, and the dry run says so instead of printing nothing for its VIP; with
+/// the config naming that proxy, it is simulated and the unlabelled one is the skipped one.
+#[test]
+fn services_of_another_proxy_are_named_when_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let objects = dir.path().join("objects.json");
+    let svc = |name: &str, vip: &str, label: Option<&str>| {
+        let mut meta = serde_json::json!({"namespace": "ns", "name": name});
+        if let Some(l) = label {
+            meta["labels"] = serde_json::json!({"service.kubernetes.io/service-proxy-name": l});
+        }
+        serde_json::json!({"apiVersion": "v1", "kind": "Service", "metadata": meta,
+            "spec": {"type": "ClusterIP", "clusterIP": vip, "clusterIPs": [vip],
+                "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}})
+    };
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [
+        svc("mine", "198.18.100.1", None),
+        svc("theirs", "198.18.100.2", Some("xvs")),
+        svc("theirs2", "198.18.100.3", Some("xvs")),
+    ]});
+    std::fs::write(&objects, list.to_string()).unwrap();
+    let o = sim(&objects, "", &["--node", "edge-1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(
+            "2 Service(s) labelled service.kubernetes.io/service-proxy-name=xvs skipped (another proxy's; set [kubernetes] service_proxy_name"
+        ),
+        "{}",
+        stderr(&o)
+    );
+    let config = dir.path().join("xvs.toml");
+    std::fs::write(&config, "[kubernetes]\nservice_proxy_name = \"xvs\"\n").unwrap();
+    let o = sim(
+        &objects,
+        "",
+        &["--node", "edge-1", "--config", config.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains(
+            "1 Service(s) without the label service.kubernetes.io/service-proxy-name=xvs skipped"
+        ),
+        "{e}"
+    );
+    assert!(!e.contains("labelled"), "{e}");
+}

@@ -2,7 +2,7 @@
 //! (`deploy/prometheus/xvs-rules.yaml`) pass `promtool check rules` and their unit tests
 //! (`promtool test rules deploy/prometheus/xvs-rules.test.yaml`), every alert has a test
 //! that expects it to fire, and every metric the rules and the Grafana dashboard
-//! (`deploy/grafana/xvs.json`) query is a family xvs exports (README's Metrics table, which
+//! (`deploy/grafana/xvs.json`) query is a family xvs exports (docs/metrics.md's table, which
 //! `slowpath/tests/admin_metrics_parsers.rs` keeps equal to `/metrics`).
 //!
 //! promtool comes from Debian's `prometheus` package (`scripts/deps`); a missing one fails the
@@ -46,9 +46,9 @@ fn yaml(path: &Path) -> Value {
     serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
-/// The metric families of README's Metrics table.
+/// The metric families of docs/metrics.md's table.
 fn families() -> BTreeSet<String> {
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(root().join("docs/metrics.md")).unwrap();
     let f: BTreeSet<String> = readme
         .lines()
         .filter_map(|l| l.strip_prefix("| `")?.split_once("` |"))

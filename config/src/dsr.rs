@@ -69,6 +69,13 @@ pub(crate) fn validate(c: &Config, out: &mut Found) {
             format!("{mtu} is not between {DSR_MTU_MIN} and {DSR_MTU_MAX}"),
         ));
     }
+    services(c, out);
+}
+
+/// The DSR checks of each service: `encap` only with DSR, no SYN proxy, an outer source of
+/// the VIP's family for `ipip`/`gue`, no port translation for `l2`.
+fn services(c: &Config, out: &mut Found) {
+    let dp = &c.dataplane;
     for (i, s) in c.services.iter().enumerate() {
         let p = KeyPath::of(&["services"]).index(i);
         let Mode::Dsr(encap) = s.mode_or(dp.mode) else {

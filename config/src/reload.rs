@@ -76,8 +76,21 @@ impl Dataplane {
     /// The keys (`dataplane.interfaces`, ...) whose values differ between `self` and
     /// `other`, in the order of the schema.
     pub fn differences(&self, other: &Dataplane) -> Vec<&'static str> {
-        // Destructured, so that a new key cannot be forgotten here.
-        let Dataplane {
+        // Destructured with the same list that is compared, so that a new key cannot be
+        // forgotten here (a field missing from the list fails the build).
+        macro_rules! differences {
+            ($($key:ident),* $(,)?) => {{
+                let Dataplane { $($key),* } = self;
+                let mut out = Vec::new();
+                $(
+                    if *$key != other.$key {
+                        out.push(concat!("dataplane.", stringify!($key)));
+                    }
+                )*
+                out
+            }};
+        }
+        differences!(
             interfaces,
             allow_fewer_queues,
             cores,
@@ -106,89 +119,6 @@ impl Dataplane {
             ipip_source_prefix,
             dsr_mss_clamp,
             dsr_mtu,
-        } = self;
-        let mut out = Vec::new();
-        let mut cmp = |differs: bool, key: &'static str| {
-            if differs {
-                out.push(key);
-            }
-        };
-        cmp(*interfaces != other.interfaces, "dataplane.interfaces");
-        cmp(
-            *allow_fewer_queues != other.allow_fewer_queues,
-            "dataplane.allow_fewer_queues",
-        );
-        cmp(*cores != other.cores, "dataplane.cores");
-        cmp(
-            *slowpath_core != other.slowpath_core,
-            "dataplane.slowpath_core",
-        );
-        cmp(*mode != other.mode, "dataplane.mode");
-        cmp(
-            *snat_addresses != other.snat_addresses,
-            "dataplane.snat_addresses",
-        );
-        cmp(
-            *snat_port_range != other.snat_port_range,
-            "dataplane.snat_port_range",
-        );
-        cmp(*umem_frames != other.umem_frames, "dataplane.umem_frames");
-        cmp(*frame_size != other.frame_size, "dataplane.frame_size");
-        cmp(
-            *rx_ring_size != other.rx_ring_size,
-            "dataplane.rx_ring_size",
-        );
-        cmp(
-            *tx_ring_size != other.tx_ring_size,
-            "dataplane.tx_ring_size",
-        );
-        cmp(*batch_size != other.batch_size, "dataplane.batch_size");
-        cmp(*xdp_mode != other.xdp_mode, "dataplane.xdp_mode");
-        cmp(*zero_copy != other.zero_copy, "dataplane.zero_copy");
-        cmp(
-            *idle_backoff != other.idle_backoff,
-            "dataplane.idle_backoff",
-        );
-        cmp(
-            *napi_busy_poll != other.napi_busy_poll,
-            "dataplane.napi_busy_poll",
-        );
-        cmp(
-            *pass_to_kernel != other.pass_to_kernel,
-            "dataplane.pass_to_kernel",
-        );
-        cmp(
-            *mh_table_size != other.mh_table_size,
-            "dataplane.mh_table_size",
-        );
-        cmp(
-            *drain_timeout != other.drain_timeout,
-            "dataplane.drain_timeout",
-        );
-        cmp(*state_dir != other.state_dir, "dataplane.state_dir");
-        cmp(
-            *restart_hold != other.restart_hold,
-            "dataplane.restart_hold",
-        );
-        cmp(
-            *bpf_pin_root != other.bpf_pin_root,
-            "dataplane.bpf_pin_root",
-        );
-        cmp(*reject_rate != other.reject_rate, "dataplane.reject_rate");
-        cmp(
-            *reject_burst != other.reject_burst,
-            "dataplane.reject_burst",
-        );
-        cmp(*gue_port != other.gue_port, "dataplane.gue_port");
-        cmp(
-            *ipip_source_prefix != other.ipip_source_prefix,
-            "dataplane.ipip_source_prefix",
-        );
-        cmp(
-            *dsr_mss_clamp != other.dsr_mss_clamp,
-            "dataplane.dsr_mss_clamp",
-        );
-        cmp(*dsr_mtu != other.dsr_mtu, "dataplane.dsr_mtu");
-        out
+        )
     }
 }

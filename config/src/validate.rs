@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use vocab::{Mode, SchedulerKind};
 
-use crate::schema::{Config, SchedFlag};
+use crate::schema::{Config, Dataplane, SchedFlag, Service};
 use crate::span::KeyPath;
 
 pub(crate) type Found = Vec<(KeyPath, String)>;
@@ -112,26 +112,7 @@ fn bgp(c: &Config, out: &mut Found) {
             ),
         );
     }
-    let name = &b.liveness_device;
-    if let Some(why) = bad_ifname(name) {
-        err(
-            out,
-            at("liveness_device"),
-            format!("{name:?} cannot be a device name: {why}"),
-        );
-    } else if name.contains(['"', '\\']) {
-        err(
-            out,
-            at("liveness_device"),
-            format!("{name:?}: no '\"' or '\\', it is written into BIRD's config as a string"),
-        );
-    } else if c.dataplane.interfaces.iter().any(|i| &i.name == name) {
-        err(
-            out,
-            at("liveness_device"),
-            format!("{name:?} is an interface of dataplane.interfaces: xvs creates this device"),
-        );
-    }
+    liveness_device(c, out);
     bfd(c, out);
     let mut seen = std::collections::BTreeSet::new();
     for (i, n) in b.neighbors.iter().enumerate() {
@@ -160,6 +141,31 @@ fn bgp(c: &Config, out: &mut Found) {
                 ),
             );
         }
+    }
+}
+
+/// `[bgp] liveness_device`: a device name xvs creates, safe in BIRD's config.
+fn liveness_device(c: &Config, out: &mut Found) {
+    let at = |k: &str| KeyPath::of(&["bgp", k]);
+    let name = &c.bgp.liveness_device;
+    if let Some(why) = bad_ifname(name) {
+        err(
+            out,
+            at("liveness_device"),
+            format!("{name:?} cannot be a device name: {why}"),
+        );
+    } else if name.contains(['"', '\\']) {
+        err(
+            out,
+            at("liveness_device"),
+            format!("{name:?}: no '\"' or '\\', it is written into BIRD's config as a string"),
+        );
+    } else if c.dataplane.interfaces.iter().any(|i| &i.name == name) {
+        err(
+            out,
+            at("liveness_device"),
+            format!("{name:?} is an interface of dataplane.interfaces: xvs creates this device"),
+        );
     }
 }
 
@@ -234,6 +240,36 @@ fn sync(c: &Config, out: &mut Found) {
             "empty: name the other nodes of the tier ({ address = \"IP:PORT\", snat_addresses = [...] })",
         );
     }
+    sync_peers(c, out);
+    let interval = s.interval.get();
+    if interval < std::time::Duration::from_millis(1)
+        || interval > std::time::Duration::from_secs(1)
+    {
+        err(
+            out,
+            at("interval"),
+            format!("{interval:?}: must be between 1ms and 1s"),
+        );
+    }
+    if s.refresh.get() < std::time::Duration::from_secs(1) {
+        err(
+            out,
+            at("refresh"),
+            format!("{:?}: must be at least 1s", s.refresh.get()),
+        );
+    }
+    if s.max_messages_per_second == 0 {
+        err(
+            out,
+            at("max_messages_per_second"),
+            "0: sync could send nothing",
+        );
+    }
+}
+
+/// `[sync] peers`: unicast, not this node, listed once, with SNAT addresses of their own.
+fn sync_peers(c: &Config, out: &mut Found) {
+    let s = &c.sync;
     let mut seen = std::collections::BTreeSet::new();
     for (i, p) in s.peers.iter().enumerate() {
         let here = KeyPath::of(&["sync", "peers"]).index(i).key("address");
@@ -267,30 +303,6 @@ fn sync(c: &Config, out: &mut Found) {
                 );
             }
         }
-    }
-    let interval = s.interval.get();
-    if interval < std::time::Duration::from_millis(1)
-        || interval > std::time::Duration::from_secs(1)
-    {
-        err(
-            out,
-            at("interval"),
-            format!("{interval:?}: must be between 1ms and 1s"),
-        );
-    }
-    if s.refresh.get() < std::time::Duration::from_secs(1) {
-        err(
-            out,
-            at("refresh"),
-            format!("{:?}: must be at least 1s", s.refresh.get()),
-        );
-    }
-    if s.max_messages_per_second == 0 {
-        err(
-            out,
-            at("max_messages_per_second"),
-            "0: sync could send nothing",
-        );
     }
 }
 
@@ -348,6 +360,15 @@ fn is_prime(n: u32) -> bool {
 
 fn dataplane(c: &Config, out: &mut Found) {
     let dp = &c.dataplane;
+    dataplane_paths_and_limits(dp, out);
+    dataplane_memory(dp, out);
+    dataplane_tables(dp, out);
+    dataplane_interfaces_and_cores(dp, out);
+    dataplane_snat(c, out);
+}
+
+/// `[dataplane]`'s paths, reject burst and restart hold.
+fn dataplane_paths_and_limits(dp: &Dataplane, out: &mut Found) {
     let at = |k: &str| KeyPath::of(&["dataplane", k]);
     if !dp.state_dir.is_absolute() {
         err(
@@ -377,6 +398,11 @@ fn dataplane(c: &Config, out: &mut Found) {
             "at most 1h: a node whose xvs does not come back drops VIP traffic that long",
         );
     }
+}
+
+/// `[dataplane]`'s rings, batch, UMEM and frames.
+fn dataplane_memory(dp: &Dataplane, out: &mut Found) {
+    let at = |k: &str| KeyPath::of(&["dataplane", k]);
     for (key, v) in [
         ("rx_ring_size", dp.rx_ring_size),
         ("tx_ring_size", dp.tx_ring_size),
@@ -439,6 +465,11 @@ fn dataplane(c: &Config, out: &mut Found) {
             ),
         );
     }
+}
+
+/// `[dataplane]`'s Maglev table and idle back-off.
+fn dataplane_tables(dp: &Dataplane, out: &mut Found) {
+    let at = |k: &str| KeyPath::of(&["dataplane", k]);
     if dp.mh_table_size > MH_TABLE_SIZE_MAX {
         err(
             out,
@@ -466,6 +497,11 @@ fn dataplane(c: &Config, out: &mut Found) {
             ),
         );
     }
+}
+
+/// `[dataplane]`'s interfaces, their workers' cores and the slowpath's core.
+fn dataplane_interfaces_and_cores(dp: &Dataplane, out: &mut Found) {
+    let at = |k: &str| KeyPath::of(&["dataplane", k]);
     let mut names = HashSet::new();
     for (i, ifc) in dp.interfaces.iter().enumerate() {
         let p = at("interfaces").index(i);
@@ -516,6 +552,12 @@ fn dataplane(c: &Config, out: &mut Found) {
             format!("core {sc} also runs a fastpath worker"),
         );
     }
+}
+
+/// `[dataplane]`'s SNAT addresses and ports.
+fn dataplane_snat(c: &Config, out: &mut Found) {
+    let dp = &c.dataplane;
+    let at = |k: &str| KeyPath::of(&["dataplane", k]);
     let mut snat = HashSet::new();
     for (i, a) in dp.snat_addresses.iter().enumerate() {
         if let Some(why) = bad_snat(c, *a) {
@@ -692,8 +734,6 @@ fn timeouts(c: &Config, out: &mut Found) {
 fn services(c: &Config, out: &mut Found) {
     let mut names = HashMap::new();
     let mut frontends = HashMap::new();
-    let default_mode = c.dataplane.mode;
-    let has_snat = |v4: bool| c.dataplane.snat_addresses.iter().any(|a| a.is_ipv4() == v4);
     for (i, s) in c.services.iter().enumerate() {
         let p = KeyPath::of(&["services"]).index(i);
         if s.name.is_empty() {
@@ -717,115 +757,132 @@ fn services(c: &Config, out: &mut Found) {
                 ),
             );
         }
-        if s.port == 0 {
-            err(out, p.key("port"), "port 0 is not a valid frontend port");
-        }
-        if let Some(why) = crate::special_address(s.vip) {
+        service_settings(c, s, &p, out);
+        service_backends(c, s, &p, out);
+    }
+}
+
+/// One service's frontend and scheduler flags, then its policies.
+fn service_settings(c: &Config, s: &Service, p: &KeyPath, out: &mut Found) {
+    if s.port == 0 {
+        err(out, p.key("port"), "port 0 is not a valid frontend port");
+    }
+    if let Some(why) = crate::special_address(s.vip) {
+        err(
+            out,
+            p.key("vip"),
+            format!("{} cannot be a virtual IP: it is {why}", s.vip),
+        );
+    } else if c.node.addresses.contains(&s.vip) {
+        err(
+            out,
+            p.key("vip"),
+            format!(
+                "{} is this node's own address (node.addresses): a service may not take it",
+                s.vip
+            ),
+        );
+    }
+    for (j, f) in s.flags.iter().enumerate() {
+        if s.scheduler != SchedulerKind::Mh {
+            let name = match f {
+                SchedFlag::MhPort => "mh-port",
+                SchedFlag::MhFallback => "mh-fallback",
+            };
             err(
                 out,
-                p.key("vip"),
-                format!("{} cannot be a virtual IP: it is {why}", s.vip),
-            );
-        } else if c.node.addresses.contains(&s.vip) {
-            err(
-                out,
-                p.key("vip"),
+                p.key("flags").index(j),
                 format!(
-                    "{} is this node's own address (node.addresses): a service may not take it",
-                    s.vip
+                    "flag {name} only applies to scheduler mh, not {}",
+                    s.scheduler.name()
                 ),
             );
         }
-        for (j, f) in s.flags.iter().enumerate() {
-            if s.scheduler != SchedulerKind::Mh {
-                let name = match f {
-                    SchedFlag::MhPort => "mh-port",
-                    SchedFlag::MhFallback => "mh-fallback",
-                };
-                err(
-                    out,
-                    p.key("flags").index(j),
-                    format!(
-                        "flag {name} only applies to scheduler mh, not {}",
-                        s.scheduler.name()
-                    ),
-                );
-            }
-        }
-        if let Some(t) = s.session_affinity_timeout {
-            let secs = t.get().as_secs();
-            if secs == 0 || secs > AFFINITY_TIMEOUT_MAX_S {
-                err(
-                    out,
-                    p.key("session_affinity_timeout"),
-                    format!("must be between 1s and {AFFINITY_TIMEOUT_MAX_S}s (Kubernetes' limit)"),
-                );
-            }
-        }
-        match (s.new_conn_rate, s.new_conn_burst) {
-            (Some(0), _) => err(
-                out,
-                p.key("new_conn_rate"),
-                "must be at least 1 (new connections per second); remove it for no limit"
-                    .to_owned(),
-            ),
-            (_, Some(0)) => err(
-                out,
-                p.key("new_conn_burst"),
-                "must be at least 1".to_owned(),
-            ),
-            (None, Some(_)) => err(
-                out,
-                p.key("new_conn_burst"),
-                "needs new_conn_rate (the burst of which rate?)".to_owned(),
-            ),
-            _ => {}
-        }
-        if s.mode_or(default_mode) == Mode::Fullnat && !has_snat(s.vip.is_ipv4()) {
-            let family = if s.vip.is_ipv4() { "IPv4" } else { "IPv6" };
+    }
+    service_policies(c, s, p, out);
+}
+
+/// One service's affinity timeout, rate limit and forwarding mode.
+fn service_policies(c: &Config, s: &Service, p: &KeyPath, out: &mut Found) {
+    let default_mode = c.dataplane.mode;
+    let has_snat = |v4: bool| c.dataplane.snat_addresses.iter().any(|a| a.is_ipv4() == v4);
+    if let Some(t) = s.session_affinity_timeout {
+        let secs = t.get().as_secs();
+        if secs == 0 || secs > AFFINITY_TIMEOUT_MAX_S {
             err(
                 out,
-                p.key("mode"),
-                format!(
-                    "full-NAT needs an {family} address in dataplane.snat_addresses (or mode = \"nat\")"
-                ),
+                p.key("session_affinity_timeout"),
+                format!("must be between 1s and {AFFINITY_TIMEOUT_MAX_S}s (Kubernetes' limit)"),
             );
         }
-        let mut backends = HashSet::new();
-        for (j, b) in s.backends.iter().enumerate() {
-            let bp = p.key("backends").index(j);
-            if b.addr.is_ipv4() != s.vip.is_ipv4() {
-                err(
-                    out,
-                    bp.key("addr"),
-                    format!("{} is not in the VIP's address family", b.addr),
-                );
-            } else if b.addr.port() == 0 {
-                err(
-                    out,
-                    bp.key("addr"),
-                    format!("{}: port 0 is not a valid backend port", b.addr),
-                );
-            } else if let Some(why) = bad_backend(c, b.addr.ip()) {
-                err(
-                    out,
-                    bp.key("addr"),
-                    format!("{} cannot be a backend: {why}", b.addr),
-                );
-            } else if !backends.insert(b.addr) {
-                err(out, bp.key("addr"), format!("{} is listed twice", b.addr));
-            }
-            if b.weight > 65535 {
-                err(
-                    out,
-                    bp.key("weight"),
-                    format!("{} is above the maximum weight 65535", b.weight),
-                );
-            }
+    }
+    match (s.new_conn_rate, s.new_conn_burst) {
+        (Some(0), _) => err(
+            out,
+            p.key("new_conn_rate"),
+            "must be at least 1 (new connections per second); remove it for no limit".to_owned(),
+        ),
+        (_, Some(0)) => err(
+            out,
+            p.key("new_conn_burst"),
+            "must be at least 1".to_owned(),
+        ),
+        (None, Some(_)) => err(
+            out,
+            p.key("new_conn_burst"),
+            "needs new_conn_rate (the burst of which rate?)".to_owned(),
+        ),
+        _ => {}
+    }
+    if s.mode_or(default_mode) == Mode::Fullnat && !has_snat(s.vip.is_ipv4()) {
+        let family = if s.vip.is_ipv4() { "IPv4" } else { "IPv6" };
+        err(
+            out,
+            p.key("mode"),
+            format!(
+                "full-NAT needs an {family} address in dataplane.snat_addresses (or mode = \"nat\")"
+            ),
+        );
+    }
+}
+
+/// One service's backends: in the VIP's family, usable, listed once, weighted within
+/// bounds, and as many as its scheduler takes.
+fn service_backends(c: &Config, s: &Service, p: &KeyPath, out: &mut Found) {
+    let mut backends = HashSet::new();
+    for (j, b) in s.backends.iter().enumerate() {
+        let bp = p.key("backends").index(j);
+        if b.addr.is_ipv4() != s.vip.is_ipv4() {
+            err(
+                out,
+                bp.key("addr"),
+                format!("{} is not in the VIP's address family", b.addr),
+            );
+        } else if b.addr.port() == 0 {
+            err(
+                out,
+                bp.key("addr"),
+                format!("{}: port 0 is not a valid backend port", b.addr),
+            );
+        } else if let Some(why) = bad_backend(c, b.addr.ip()) {
+            err(
+                out,
+                bp.key("addr"),
+                format!("{} cannot be a backend: {why}", b.addr),
+            );
+        } else if !backends.insert(b.addr) {
+            err(out, bp.key("addr"), format!("{} is listed twice", b.addr));
         }
-        if let Some(msg) = scheduler_limit(s, c.dataplane.mh_table_size) {
-            err(out, p.key("backends"), msg);
+        if b.weight > 65535 {
+            err(
+                out,
+                bp.key("weight"),
+                format!("{} is above the maximum weight 65535", b.weight),
+            );
         }
+    }
+    if let Some(msg) = scheduler_limit(s, c.dataplane.mh_table_size) {
+        err(out, p.key("backends"), msg);
     }
 }
 

@@ -12,7 +12,7 @@
 //! - `[bgp]` announcing static services' VIPs that no health probe checks;
 //! - `[log] level = "off"`: not even refusals are logged.
 //!
-//! What needs the machine (a key file others can read) is the daemon's (`xvs-daemon`'s
+//! What needs the machine (a key file others can read) is the daemon's (`daemon`'s
 //! start-up checks).
 
 use crate::schema::{Config, ProbeKind};

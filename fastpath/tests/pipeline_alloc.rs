@@ -4,8 +4,6 @@
 //! The batches also check that `process_batch` gives what `process` gives frame by frame,
 //! new flows (staged inserts) included.
 
-mod pipeline_common;
-
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::Arc;
@@ -15,9 +13,9 @@ use std::time::Instant;
 use fastpath::pipeline::{Counters, DropReason, Pipeline, PipelineConfig, Verdict};
 use fastpath::settings::flow_table_config;
 use fastpath::snapshot::SnapshotBuilder;
+use fastpath::testing::*;
 use flowtable::FlowTable;
 use lb_algos::AffinityTable;
-use pipeline_common::*;
 
 struct Counting;
 

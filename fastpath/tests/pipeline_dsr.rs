@@ -7,10 +7,10 @@
 //! Expected frames are built with etherparse (its own checksums), so they check the
 //! pipeline's headers and checksums independently.
 
-mod pipeline_common;
-
 use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
+
+use fastpath::testing::*;
 
 use etherparse::{
     IpNumber, Ipv4Header, Ipv6FlowLabel, Ipv6Header, PacketBuilder, TcpHeader, TcpOptionElement,
@@ -19,7 +19,6 @@ use etherparse::{
 use fastpath::pipeline::dsr::flow_hash;
 use fastpath::pipeline::{DropReason, FrameBatch, Pipeline, RejectReason, Verdict};
 use flowtable::{FlowKey, FlowState, Protocol, TcpState};
-use pipeline_common::*;
 
 const DSR_CONFIG: &str = r#"
 [dataplane]

@@ -16,17 +16,15 @@
 //! a zero UDP checksum, a bad TCP data offset, a VLAN tag, Ethernet padding, truncation;
 //! the clock jumps past flow timeouts now and then.
 
-mod pipeline_common;
-
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use etherparse::{IpNumber, PacketBuilder, TcpHeader};
 use fastpath::pipeline::{FrameBatch, Pipeline, Verdict};
+use fastpath::testing::*;
 use fastpath::wire::checksum;
 use flowtable::{FlowKey, FlowView, Protocol};
 use lb_algos::BackendId;
-use pipeline_common::*;
 use proptest::prelude::*;
 
 /// Room after each frame, for the SYN proxy's SYN to a backend (12 bytes longer).

@@ -3,8 +3,6 @@
 //! pipeline configured through `config::parse` → `SnapshotBuilder`, with a fake clock.
 //! Every transmitted frame is compared byte for byte and its checksums recomputed in full.
 
-mod pipeline_common;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -15,8 +13,8 @@ use etherparse::{
 };
 use fastpath::pipeline::{DropReason, Pipeline, RejectReason, Verdict};
 use fastpath::snapshot::{ServiceSpec, SnapshotBuilder};
+use fastpath::testing::*;
 use fastpath::wire::checksum;
-use pipeline_common::*;
 
 struct Step {
     desc: &'static str,

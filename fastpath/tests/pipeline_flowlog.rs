@@ -2,15 +2,13 @@
 //! creates and every state change it makes, on the IPv4 shortcut, the batched path and the
 //! general path (IPv6), and nothing for packets that change no state.
 
-mod pipeline_common;
-
 use std::sync::Arc;
 use std::time::Instant;
 
 use fastpath::flowlog::{FlowEvent, FlowLog};
 use fastpath::pipeline::{Pipeline, Verdict};
+use fastpath::testing::*;
 use flowtable::{FlowHandle, FlowState, TcpState};
-use pipeline_common::*;
 
 const V6: &str = r#"
 [[services]]

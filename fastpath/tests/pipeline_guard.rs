@@ -6,15 +6,13 @@
 //! (`process_general`) and IPv6 (the general path), on a full-NAT service built from the
 //! fixture config.
 
-mod pipeline_common;
-
 use std::net::SocketAddr;
 use std::time::Instant;
 
 use etherparse::{PacketBuilder, TcpHeader};
 use fastpath::pipeline::{HoldReason, Pipeline, Verdict};
+use fastpath::testing::*;
 use flowtable::{FlowKey, FlowState, Protocol, RST_AHEAD_BYTES, TcpState};
-use pipeline_common::*;
 
 const FIN_: u8 = 0x01;
 const SYN_: u8 = 0x02;

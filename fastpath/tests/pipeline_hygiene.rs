@@ -3,15 +3,13 @@
 //! fragments), through `process` and `process_batch`, and proptests generating frames with
 //! each bad property. Frames for no frontend stay `Pass`.
 
-mod pipeline_common;
-
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Instant;
 
 use etherparse::{Icmpv4Type, Icmpv6Type, PacketBuilder, icmpv4::DestUnreachableHeader};
 use fastpath::pipeline::{DropReason, Pipeline, Verdict};
+use fastpath::testing::*;
 use fastpath::wire::checksum;
-use pipeline_common::*;
 use proptest::prelude::*;
 
 const C4: &str = "198.18.0.1:40001";

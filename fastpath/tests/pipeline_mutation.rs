@@ -9,8 +9,6 @@
 //! the quote with the ICMP checksum made right again (a corrupt quote in a valid error).
 //! Frames recomputed from scratch (ICMP, SCTP) must not be transmitted at all.
 
-mod pipeline_common;
-
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -18,10 +16,10 @@ use etherparse::{Icmpv4Type, Icmpv6Type, PacketBuilder, icmpv4::DestUnreachableH
 use fastpath::pipeline::{Pipeline, PipelineConfig, Verdict};
 use fastpath::settings::flow_table_config;
 use fastpath::snapshot::{Snapshot, SnapshotBuilder};
+use fastpath::testing::*;
 use fastpath::wire::checksum;
 use flowtable::FlowTable;
 use lb_algos::AffinityTable;
-use pipeline_common::*;
 
 fn be16(d: &[u8], at: usize) -> usize {
     usize::from(u16::from_be_bytes([d[at], d[at + 1]]))

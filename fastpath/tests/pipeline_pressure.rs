@@ -6,15 +6,13 @@
 //! worker sweeps it. Without pressure handling the legitimate SYNs fail with
 //! `snat_ports_exhausted` once the ports are held by half-open flows.
 
-mod pipeline_common;
-
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use etherparse::{NetSlice, SlicedPacket, TransportSlice};
 use fastpath::pipeline::{DropReason, Pipeline, Verdict};
+use fastpath::testing::*;
 use fastpath::worker::{SWEEP_BUDGET, SWEEP_ROUND};
-use pipeline_common::*;
 
 const LAB_CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
 

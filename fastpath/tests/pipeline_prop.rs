@@ -2,14 +2,12 @@
 //! lengths/flags/offsets) never make `Pipeline::process` panic, and a frame it does not
 //! transmit is left as it came.
 
-mod pipeline_common;
-
 use std::cell::RefCell;
 use std::time::Instant;
 
 use etherparse::{Icmpv4Type, PacketBuilder, icmpv4::DestUnreachableHeader};
 use fastpath::pipeline::{Pipeline, Verdict};
-use pipeline_common::*;
+use fastpath::testing::*;
 use proptest::prelude::*;
 
 fn seeds() -> Vec<Vec<u8>> {

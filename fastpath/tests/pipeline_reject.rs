@@ -8,8 +8,6 @@
 //! Expected frames are built with etherparse (its own checksums), so they check the
 //! pipeline's headers and checksums independently.
 
-mod pipeline_common;
-
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
@@ -23,9 +21,9 @@ use fastpath::settings::flow_table_config;
 use fastpath::snapshot::{
     BackendSpec, Frontend, L2Table, NoEndpoints, ServiceSpec, SnapshotBuilder, SynproxySetting,
 };
+use fastpath::testing::*;
 use flowtable::FlowTable;
 use lb_algos::AffinityTable;
-use pipeline_common::*;
 use vocab::{Mode, Protocol, SchedulerKind};
 
 const C4: &str = "198.18.0.1:40001";

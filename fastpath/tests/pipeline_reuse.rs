@@ -6,16 +6,14 @@
 //! backend it got is drained, and the same client port connects again. Forwarded frames are
 //! compared byte for byte and their checksums recomputed.
 
-mod pipeline_common;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
 use fastpath::pipeline::{DropReason, Pipeline, Verdict};
 use fastpath::snapshot::{ServiceSpec, SnapshotBuilder};
+use fastpath::testing::*;
 use flowtable::{ConnCounts, FlowKey, FlowState, Protocol, SctpState, TcpState};
-use pipeline_common::*;
 
 /// Two-backend services beside the fixture's "two" (fullnat, IPv4): nat, ClientIP affinity,
 /// IPv6 (the general path) and SCTP.

@@ -4,14 +4,12 @@
 //! IPv6, nat and fullnat; forged and old cookies; `auto` and `off`. Every transmitted frame's
 //! checksums are recomputed from scratch.
 
-mod pipeline_common;
-
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use etherparse::{PacketBuilder, SlicedPacket, TransportSlice};
 use fastpath::pipeline::{DropReason, FrameBatch, Pipeline, Verdict};
-use pipeline_common::*;
+use fastpath::testing::*;
 
 /// The fixture config with the SYN proxy on for every TCP service.
 fn config_on() -> String {

@@ -2,7 +2,7 @@
 //! installed). Brings small rigs up, runs every target available here for ~2 s at 20 kpps
 //! with 64 flows, and asserts behaviour, not rates: traffic reaches every backend, the JSON
 //! result has every key, checksums verify at the sinks, `report` writes Markdown and SVG.
-//! The restart scenario runs short (2,000 flows, 2 s runs): xvs killed and stopped under
+//! The restart scenario runs short (2,000 flows, 5 s runs): xvs killed and stopped under
 //! load adopts every flow and loses none.
 //! Every rig is removed on every exit path (perf-lab run tears its own down; the guard here
 //! removes any leftover, even after a panic).
@@ -123,6 +123,10 @@ fn run_scenario(
 ) -> serde_json::Value {
     let flows = if scenario == "restart" { "2000" } else { "64" };
     let latency_rate = if scenario == "restart" { "0" } else { "10000" };
+    // A restart comes halfway: 2.5 s leave the new process room to be ready and forward
+    // again on a loaded machine (under the whole test suite a start took 1.1 s, and with 1 s
+    // left the trial ended before the first packet came back).
+    let duration = if scenario == "restart" { "5" } else { "2" };
     let mut args = vec![
         "run",
         "--prefix",
@@ -132,7 +136,7 @@ fn run_scenario(
         "--target",
         target,
         "--duration",
-        "2",
+        duration,
         "--rate",
         "20000",
         "--latency-rate",

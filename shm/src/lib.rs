@@ -15,6 +15,8 @@
 //! - Identity and time across processes: [`boot_id`], [`monotonic_ns`] and the conversions
 //!   between it and `Instant` (which reads CLOCK_MONOTONIC on Linux), so a state can store
 //!   its clock epoch and the next process can continue it.
+// Product functions stay within clippy.toml's 70 lines; tests may be longer.
+#![cfg_attr(not(test), warn(clippy::too_many_lines))]
 
 use std::fs::File;
 use std::io;

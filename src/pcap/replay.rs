@@ -134,20 +134,15 @@ pub fn replay<R: Read, W: Write>(
     Ok(summary)
 }
 
-/// The pipeline tests' fixtures, shared with `fastpath/tests` rather than copied.
-#[cfg(test)]
-#[path = "../../fastpath/tests/pipeline_common/mod.rs"]
-mod pipeline_common;
-
 #[cfg(test)]
 mod tests {
     //! Fixture frames through the replay (moved from `fastpath/tests`, with the replay).
 
     use std::time::Duration;
 
-    use super::pipeline_common::*;
     use super::replay;
     use ::pcap::{PcapReader, PcapWriter, Resolution};
+    use fastpath::testing::*;
 
     const C4: &str = "198.18.0.1:40001";
     const VIP: &str = "198.18.100.1:80";

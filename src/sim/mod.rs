@@ -213,6 +213,14 @@ fn objects_specs(
     for (kind, n) in &objects.skipped {
         eprintln!("xvs sim: {}: {n} {kind} object(s) skipped", path.display());
     }
+    let labels = objects.services.iter().map(|s| {
+        s.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(k8s::LABEL_SERVICE_PROXY_NAME))
+            .map(String::as_str)
+    });
+    note_other_proxies(cfg, path, labels);
     let model = k8s::build_model_with(
         &objects.services,
         &objects.slices,
@@ -226,6 +234,45 @@ fn objects_specs(
     Ok((model.specs, model.service_cidrs))
 }
 
+/// Says on stderr which Services the translation skips because their
+/// `service.kubernetes.io/service-proxy-name` label is not this config's
+/// `[kubernetes] service_proxy_name` (the daemon skips them silently: they are another
+/// proxy's; a dry run that prints nothing for them would look like a bug).
+fn note_other_proxies<'a>(
+    cfg: &Config,
+    path: &Path,
+    labels: impl Iterator<Item = Option<&'a str>>,
+) {
+    let ours = cfg
+        .kubernetes
+        .as_ref()
+        .and_then(|k| k.service_proxy_name.as_deref());
+    let mut skipped: std::collections::BTreeMap<&str, usize> = Default::default();
+    for label in labels {
+        if label != ours {
+            *skipped.entry(label.unwrap_or("")).or_default() += 1;
+        }
+    }
+    for (label, n) in skipped {
+        let why = match (label, ours) {
+            ("", Some(o)) => format!("without the label {}={o}", k8s::LABEL_SERVICE_PROXY_NAME),
+            (l, _) => format!("labelled {}={l}", k8s::LABEL_SERVICE_PROXY_NAME),
+        };
+        let hint = match ours {
+            None => " (another proxy's; set [kubernetes] service_proxy_name in --config to simulate them)".to_owned(),
+            Some(o) => format!(" (not [kubernetes] service_proxy_name = {o:?}'s)"),
+        };
+        eprintln!(
+            "xvs sim: {}: {n} Service(s) {why} skipped{hint}",
+            path.display()
+        );
+    }
+}
+
+#[expect(
+    clippy::too_many_lines,
+    reason = "`xvs sim`'s sequence: load, build, replay, report"
+)]
 pub fn main(args: Args) -> ExitCode {
     let mut cfg = match &args.config {
         Some(path) => match crate::load_config(Some(path)) {

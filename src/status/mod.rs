@@ -16,12 +16,18 @@
 
 use std::fmt;
 use std::fmt::Write as _;
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::os::unix::net::UnixStream;
+use std::io::{self, Write};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
+
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper::body::Bytes;
+use hyper::header::{ACCEPT, CONNECTION, CONTENT_LENGTH, HOST, HeaderValue, USER_AGENT};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpStream, UnixStream};
 
 use slowpath::admin::{FlowsResponse, HealthzBody, ServicesResponse, StatsView};
 
@@ -33,10 +39,10 @@ use render::{render_flows, render_services, render_status};
 
 /// Connect timeout.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// Read/write timeout once connected.
+/// Longest wait, once connected, for the response head and then for each piece of the body.
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
-/// Largest response accepted (10 000 flows are a few MiB).
-const RESPONSE_MAX: u64 = 64 << 20;
+/// Largest response body accepted (10 000 flows are a few MiB).
+const RESPONSE_MAX: usize = 64 << 20;
 
 /// Where a running xvs answers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -321,12 +327,22 @@ fn get(admin: &Endpoint, path: &str) -> Result<(u16, String), String> {
     request(admin, "GET", path)
 }
 
-/// A connection to the admin API.
-trait Conn: Read + Write {}
-impl<T: Read + Write> Conn for T {}
-
-/// One request: the status code and the body.
+/// One request: the status code and the body. The client is hyper's (the admin server's
+/// stack) on a one-thread runtime of its own: the CLI is otherwise synchronous.
 fn request(admin: &Endpoint, method: &str, path: &str) -> Result<(u16, String), String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .map_err(|e| format!("starting the admin API client: {e}"))?;
+    rt.block_on(request_async(admin, method, path))
+}
+
+async fn request_async(
+    admin: &Endpoint,
+    method: &str,
+    path: &str,
+) -> Result<(u16, String), String> {
     let unreachable = |e: io::Error| {
         let why = match e.kind() {
             io::ErrorKind::ConnectionRefused => "connection refused".to_owned(),
@@ -342,56 +358,94 @@ fn request(admin: &Endpoint, method: &str, path: &str) -> Result<(u16, String), 
             admin.hint()
         )
     };
-    let io_err = |e: io::Error| format!("reading from the xvs admin API at {admin}: {e}");
-    let mut conn: Box<dyn Conn> = match admin {
+    match admin {
         Endpoint::Tcp(a) => {
-            let c = TcpStream::connect_timeout(a, CONNECT_TIMEOUT).map_err(unreachable)?;
-            c.set_read_timeout(Some(IO_TIMEOUT)).map_err(io_err)?;
-            c.set_write_timeout(Some(IO_TIMEOUT)).map_err(io_err)?;
-            Box::new(c)
+            let c = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(a))
+                .await
+                .map_err(|_| unreachable(io::ErrorKind::TimedOut.into()))?
+                .map_err(unreachable)?;
+            exchange(c, admin, method, path, &a.to_string()).await
         }
         Endpoint::Unix(p) => {
-            let c = UnixStream::connect(p).map_err(unreachable)?;
-            c.set_read_timeout(Some(IO_TIMEOUT)).map_err(io_err)?;
-            c.set_write_timeout(Some(IO_TIMEOUT)).map_err(io_err)?;
-            Box::new(c)
+            let c = UnixStream::connect(p).await.map_err(unreachable)?;
+            exchange(c, admin, method, path, "localhost").await
         }
-    };
-    let host = match admin {
-        Endpoint::Tcp(a) => a.to_string(),
-        Endpoint::Unix(_) => "localhost".to_owned(),
-    };
-    write!(
-        conn,
-        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: xvs-cli\r\nAccept: application/json\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )
-    .map_err(io_err)?;
-    let mut raw = Vec::new();
-    conn.take(RESPONSE_MAX)
-        .read_to_end(&mut raw)
-        .map_err(io_err)?;
-    parse_response(&raw)
-        .ok_or_else(|| format!("malformed HTTP response from {admin} to {method} {path}"))
+    }
 }
 
-/// Splits an HTTP/1.x response into status and body (honouring Content-Length when present).
-fn parse_response(raw: &[u8]) -> Option<(u16, String)> {
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let head = std::str::from_utf8(&raw[..split]).ok()?;
-    let mut body = &raw[split + 4..];
-    let mut lines = head.split("\r\n");
-    let status = lines.next()?;
-    if !status.starts_with("HTTP/1.") {
-        return None;
-    }
-    let code = status.split(' ').nth(1)?.parse().ok()?;
-    for l in lines {
-        if let Some((k, v)) = l.split_once(':')
-            && k.trim().eq_ignore_ascii_case("content-length")
-        {
-            let n: usize = v.trim().parse().ok()?;
-            body = body.get(..n)?;
+/// One HTTP/1.1 exchange on `conn`: the response head within [`IO_TIMEOUT`], then the body
+/// (at most [`RESPONSE_MAX`] bytes) with no pause longer than [`IO_TIMEOUT`].
+async fn exchange<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+    conn: S,
+    admin: &Endpoint,
+    method: &str,
+    path: &str,
+    host: &str,
+) -> Result<(u16, String), String> {
+    let failed = |e: hyper::Error| {
+        if e.is_parse() || e.is_incomplete_message() || e.is_parse_too_large() {
+            format!("malformed HTTP response from {admin} to {method} {path}: {e}")
+        } else {
+            format!("reading from the xvs admin API at {admin}: {e}")
+        }
+    };
+    let timed_out = || format!("reading from the xvs admin API at {admin}: timed out");
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(conn))
+        .await
+        .map_err(failed)?;
+    // Ends with the connection (the server closes it: `Connection: close`).
+    tokio::spawn(connection);
+    let req = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(HOST, host)
+        .header(USER_AGENT, HeaderValue::from_static("xvs-cli"))
+        .header(ACCEPT, HeaderValue::from_static("application/json"))
+        .header(CONTENT_LENGTH, HeaderValue::from_static("0"))
+        .header(CONNECTION, HeaderValue::from_static("close"))
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| format!("{method} {path}: {e}"))?;
+    let resp = tokio::time::timeout(IO_TIMEOUT, sender.send_request(req))
+        .await
+        .map_err(|_| timed_out())?
+        .map_err(failed)?;
+    let code = resp.status().as_u16();
+    let mut body = Limited::new(resp.into_body(), RESPONSE_MAX);
+    let mut raw = Vec::new();
+    loop {
+        let frame = tokio::time::timeout(IO_TIMEOUT, body.frame())
+            .await
+            .map_err(|_| timed_out())?;
+        match frame {
+            None => break,
+            Some(Ok(f)) => {
+                if let Ok(data) = f.into_data() {
+                    raw.extend_from_slice(&data);
+                }
+            }
+            // A body cut short of its Content-Length or over the bound is malformed; a
+            // failing socket is a read error.
+            Some(Err(e))
+                if io_cause(&*e).is_some_and(|io| io.kind() != io::ErrorKind::UnexpectedEof) =>
+            {
+                return Err(format!("reading from the xvs admin API at {admin}: {e}"));
+            }
+            Some(Err(e)) => {
+                return Err(format!(
+                    "malformed HTTP response from {admin} to {method} {path}: {e}"
+                ));
+            }
         }
     }
-    Some((code, String::from_utf8_lossy(body).into_owned()))
+    Ok((code, String::from_utf8_lossy(&raw).into_owned()))
+}
+
+/// The I/O error under `e`, if any.
+fn io_cause<'a>(mut e: &'a (dyn std::error::Error + 'static)) -> Option<&'a io::Error> {
+    loop {
+        if let Some(io) = e.downcast_ref::<io::Error>() {
+            return Some(io);
+        }
+        e = e.source()?;
+    }
 }

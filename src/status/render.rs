@@ -168,20 +168,7 @@ pub(super) fn render_status(
         s.generation, s.sync.syncs, s.sync.reloads_ok, s.sync.reloads_failed
     );
     if let Some(b) = &s.bgp {
-        let _ = writeln!(
-            o,
-            "bgp:        {}, BIRD {}; announcing {} VIPs, {} SNAT, {} backups; {} reconfigures, {} errors{}",
-            if b.live { "live" } else { "NOT live" },
-            if b.in_sync { "in sync" } else { "NOT in sync" },
-            b.vips,
-            b.snat,
-            b.backups,
-            b.reconfigures,
-            b.errors,
-            b.last_error
-                .as_deref()
-                .map_or_else(String::new, |e| format!("; last error: {e}"))
-        );
+        bgp_line(&mut o, b);
     }
     let t = &s.flowtable;
     let pct = if t.capacity == 0 {
@@ -202,6 +189,24 @@ pub(super) fn render_status(
     );
     o.push_str(&frames(s, num));
     o
+}
+
+/// The BGP line of `xvs status` (`[bgp]` on).
+fn bgp_line(o: &mut String, b: &slowpath::admin::BgpView) {
+    let _ = writeln!(
+        o,
+        "bgp:        {}, BIRD {}; announcing {} VIPs, {} SNAT, {} backups; {} reconfigures, {} errors{}",
+        if b.live { "live" } else { "NOT live" },
+        if b.in_sync { "in sync" } else { "NOT in sync" },
+        b.vips,
+        b.snat,
+        b.backups,
+        b.reconfigures,
+        b.errors,
+        b.last_error
+            .as_deref()
+            .map_or_else(String::new, |e| format!("; last error: {e}"))
+    );
 }
 
 /// The workers', drops' and steering's tables of `xvs status` (frames, unless named).
@@ -240,32 +245,12 @@ fn frames(s: &StatsView, num: Num) -> String {
             &rows,
         ));
     }
-    let mut drops: std::collections::BTreeMap<&str, u64> = Default::default();
-    for w in &s.workers {
-        for (r, n) in &w.drops {
-            *drops.entry(r).or_default() += n;
-        }
-    }
-    let nonzero: Vec<Vec<String>> = drops
-        .iter()
-        .filter(|(_, n)| **n > 0)
-        .map(|(r, n)| vec![(*r).to_owned(), num.count(*n)])
-        .collect();
+    let nonzero = by_reason(s, |w| &w.drops, num);
     if !nonzero.is_empty() {
         o.push_str("\ndrops:\n");
         o.push_str(&table("  ", &["REASON", "FRAMES"], &nonzero));
     }
-    let mut rejects: std::collections::BTreeMap<&str, u64> = Default::default();
-    for w in &s.workers {
-        for (r, n) in &w.rejects {
-            *rejects.entry(r).or_default() += n;
-        }
-    }
-    let nonzero: Vec<Vec<String>> = rejects
-        .iter()
-        .filter(|(_, n)| **n > 0)
-        .map(|(r, n)| vec![(*r).to_owned(), num.count(*n)])
-        .collect();
+    let nonzero = by_reason(s, |w| &w.rejects, num);
     if !nonzero.is_empty() {
         o.push_str("\nrejects (answered with an RST or a port unreachable):\n");
         o.push_str(&table("  ", &["REASON", "FRAMES"], &nonzero));
@@ -286,6 +271,24 @@ fn frames(s: &StatsView, num: Num) -> String {
         o.push_str(&table("  ", &["INTERFACE", "REDIRECTED", "PASSED"], &rows));
     }
     o
+}
+
+/// The reasons with frames, summed over the workers (`field` picks a worker's counts).
+fn by_reason(
+    s: &StatsView,
+    field: fn(&slowpath::admin::WorkerView) -> &std::collections::BTreeMap<String, u64>,
+    num: Num,
+) -> Vec<Vec<String>> {
+    let mut sum: std::collections::BTreeMap<&str, u64> = Default::default();
+    for w in &s.workers {
+        for (r, n) in field(w) {
+            *sum.entry(r).or_default() += n;
+        }
+    }
+    sum.iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(r, n)| vec![(*r).to_owned(), num.count(*n)])
+        .collect()
 }
 
 /// A service's backends and its total (`(service)`), with their traffic
@@ -346,39 +349,7 @@ pub(super) fn render_services(r: &ServicesResponse, show: ServicesShow, exact: b
         if i > 0 {
             o.push('\n');
         }
-        let frontends: Vec<String> = s
-            .frontends
-            .iter()
-            .map(|f| {
-                let ip = match f.vip {
-                    std::net::IpAddr::V6(v6) => format!("[{v6}]"),
-                    v4 => v4.to_string(),
-                };
-                format!("{ip}:{}/{}", f.port, f.protocol)
-            })
-            .collect();
-        let _ = write!(
-            o,
-            "{}  {}  {} {}",
-            s.name,
-            frontends.join(" "),
-            s.scheduler,
-            s.mode
-        );
-        if let Some(t) = s.affinity_timeout_s {
-            let _ = write!(o, "  affinity {t}s");
-        }
-        if let Some(l) = s.rate_limit {
-            let _ = write!(
-                o,
-                "  limit {}/s burst {} ({} refused)",
-                l.rate, l.burst, s.rate_limited
-            );
-        }
-        if s.frozen {
-            o.push_str("  FROZEN");
-        }
-        o.push('\n');
+        service_line(&mut o, s);
         if s.backends.is_empty() {
             o.push_str("  (no backends)\n");
             continue;
@@ -409,6 +380,44 @@ pub(super) fn render_services(r: &ServicesResponse, show: ServicesShow, exact: b
         }
     }
     o
+}
+
+/// A service's line of `xvs services`: name, frontends, scheduler and mode, and what
+/// limits it.
+fn service_line(o: &mut String, s: &ServiceView) {
+    let frontends: Vec<String> = s
+        .frontends
+        .iter()
+        .map(|f| {
+            let ip = match f.vip {
+                std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+                v4 => v4.to_string(),
+            };
+            format!("{ip}:{}/{}", f.port, f.protocol)
+        })
+        .collect();
+    let _ = write!(
+        o,
+        "{}  {}  {} {}",
+        s.name,
+        frontends.join(" "),
+        s.scheduler,
+        s.mode
+    );
+    if let Some(t) = s.affinity_timeout_s {
+        let _ = write!(o, "  affinity {t}s");
+    }
+    if let Some(l) = s.rate_limit {
+        let _ = write!(
+            o,
+            "  limit {}/s burst {} ({} refused)",
+            l.rate, l.burst, s.rate_limited
+        );
+    }
+    if s.frozen {
+        o.push_str("  FROZEN");
+    }
+    o.push('\n');
 }
 
 pub(super) fn render_flows(r: &FlowsResponse) -> String {

@@ -2,6 +2,7 @@
 //! unique prefix, the real `xvs run` binary inside, and real clients (curl, python).
 #![allow(dead_code)]
 
+pub mod dsr;
 pub mod tier;
 
 use std::io::{BufRead, BufReader, Read};

@@ -1,4 +1,8 @@
 //! TCP header flags.
+//!
+//! Test what a packet means through the methods, not a mask of the raw byte: a SYN is
+//! `TcpFlags(f).handshake() == TcpFlags::SYN` (a SYN-ACK `== TcpFlags::SYN | TcpFlags::ACK`),
+//! a pure ACK `events() == TcpFlags::ACK`.
 
 /// TCP header flag bits as they appear in the header's flags byte (pass the byte as is). The
 /// one definition: the flow table's state machine (`flowtable::TcpFlags`), the wire views

@@ -97,6 +97,10 @@ impl Controller {
         };
         self.announce_inputs = Some(inputs);
         if self.announced.as_ref() != Some(&inc) {
+            debug_assert!(
+                self.synced_once && !self.stopping,
+                "BGP rule: announce only once ready, never once stopping"
+            );
             self.log_announcement(&inc);
             self.announced = Some(inc.clone());
             self.actions.push_back(Action::Announce(inc));

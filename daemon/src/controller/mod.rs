@@ -555,11 +555,19 @@ impl Controller {
                     .is_some_and(|t| now.saturating_duration_since(t) >= self.sync_period)
             {
                 // A periodic pass that finds nothing to publish still counts as a sync.
+                debug_assert!(
+                    self.dirty_since.is_none() && self.awaiting.is_none(),
+                    "sync-age rule: a periodic sync only when nothing waits to be published"
+                );
                 self.last_sync = Some(now);
                 self.actions.push_back(Action::Synced);
             }
         }
         if self.second_pass.is_some_and(|t| now >= t) {
+            debug_assert!(
+                self.current.is_some(),
+                "removal rule: a second pass follows a publish"
+            );
             self.second_pass = None;
             let due = self.end_removed_flows(now);
             let n = reclaim_ids(&self.flows, &mut self.builder, &due);
@@ -579,6 +587,10 @@ impl Controller {
     }
 
     fn publish(&mut self, since: Instant) {
+        debug_assert!(
+            self.awaiting.is_none() && !self.stopping,
+            "publish rule: one snapshot at a time (none while one awaits its acknowledgement), none once stopping"
+        );
         // Health and per-service freezes are applied to a copy, made only when there is
         // something to apply (10,000 Services: the copy alone would cost milliseconds).
         let adjusted;
@@ -626,6 +638,12 @@ impl Controller {
             );
             return;
         }
+        debug_assert!(
+            self.current
+                .as_ref()
+                .is_some_and(|s| s.generation == generation),
+            "publish rule: the acknowledged snapshot is the one last built"
+        );
         self.awaiting = None;
         if let Some(e) = steer_error {
             self.counters.publish_failures += 1;
@@ -637,12 +655,20 @@ impl Controller {
                 // Every service the source has is in this snapshot: adopted ids that no
                 // service or backend claimed belong to what is gone.
                 let n = self.builder.settle_adopted();
+                debug_assert!(
+                    !self.builder.adopting(),
+                    "adoption rule: once the source's first model is published, no adopted id waits to be claimed"
+                );
                 tracing::info!(
                     backends = n,
                     "adopted backend ids of backends that are gone retired"
                 );
             }
         }
+        debug_assert!(
+            self.source_ready || !self.synced_once,
+            "ready rule: ready only once the source's first model was published"
+        );
         self.last_sync = Some(now);
         self.retirees.update(self.builder.retired(), now);
         self.retirees.expedite(&std::mem::take(&mut self.expedite));
@@ -677,6 +703,10 @@ impl Controller {
     }
 
     fn housekeeping(&mut self) {
+        debug_assert!(
+            !self.stopping,
+            "passive-health rule: no housekeeping once stopping"
+        );
         let Some(snap) = self.current.clone() else {
             return;
         };
@@ -708,6 +738,14 @@ impl Controller {
     fn stop(&mut self, why: StopReason) {
         if !self.stopping {
             self.withdraw_all();
+            debug_assert!(
+                !self.cfg.bgp.enable
+                    || self
+                        .announced
+                        .as_ref()
+                        .is_none_or(|a| a.vips + a.snat + a.backups == 0),
+                "drain rule: a stop withdraws every BGP route of the node first"
+            );
             self.stopping = true;
             self.actions.push_back(Action::Stop(why));
         }
@@ -791,6 +829,11 @@ impl Controller {
             }
         };
         // `refusal` made sure the dataplane and the source are the running ones.
+        debug_assert!(
+            self.cfg.dataplane.differences(&new.dataplane).is_empty()
+                && new.kubernetes.is_some() == self.cfg.kubernetes.is_some(),
+            "reload rule: a reload never changes the dataplane or the source"
+        );
         let kubernetes = self.cfg.kubernetes.take();
         self.cfg = new;
         if kubernetes.is_some() {

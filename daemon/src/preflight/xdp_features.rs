@@ -3,10 +3,20 @@
 //! programs natively and binds AF_XDP sockets in zero-copy mode. Read-only; no privilege
 //! needed. Unknown (`None`) on an older kernel or any netlink failure: the caller says so
 //! rather than guess.
+//!
+//! The netlink stack is the workspace's (`netlink-sys` sockets, `netlink-packet-core`
+//! messages and attributes, as the neighbour watcher uses); only the 4-byte generic netlink
+//! header and the two commands are this file's ([`Genl`]).
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
+
+use netlink_packet_core::{
+    DecodeError, DefaultNla, Emitable, NLM_F_REQUEST, NetlinkDeserializable, NetlinkHeader,
+    NetlinkMessage, NetlinkPayload, NetlinkSerializable, Nla, NlasIterator, Parseable,
+};
+use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_GENERIC};
 
 const GENL_ID_CTRL: u16 = 0x10;
 const CTRL_CMD_GETFAMILY: u8 = 3;
@@ -19,12 +29,8 @@ const NETDEV_A_DEV_XDP_FEATURES: u16 = 3;
 const XDP_ACT_BASIC: u64 = 1;
 /// `NETDEV_XDP_ACT_XSK_ZEROCOPY`: AF_XDP sockets bind in zero-copy mode.
 const XDP_ACT_XSK_ZEROCOPY: u64 = 8;
-
-const NLMSG_ERROR: u16 = 2;
-const NLM_F_REQUEST: u16 = 1;
-const NLMSG_HDR_LEN: usize = 16;
+/// `struct genlmsghdr`: cmd, version, reserved.
 const GENL_HDR_LEN: usize = 4;
-const NLA_TYPE_MASK: u16 = 0x3fff;
 
 /// What a driver can do with XDP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,16 +52,11 @@ pub fn of(ifname: &str) -> Option<XdpFeatures> {
     }
     let sock = socket().ok()?;
     let family = family_id(&sock, "netdev").ok()?;
-    let reply = request(
-        &sock,
-        family,
-        NETDEV_CMD_DEV_GET,
-        &attr(NETDEV_A_DEV_IFINDEX, &ifindex.to_ne_bytes()),
-    )
-    .ok()?;
-    let bits = attrs(&reply)
-        .find(|(t, _)| *t == NETDEV_A_DEV_XDP_FEATURES)
-        .and_then(|(_, v)| Some(u64::from_ne_bytes(v.get(..8)?.try_into().ok()?)))?;
+    let ifindex = DefaultNla::new(NETDEV_A_DEV_IFINDEX, ifindex.to_ne_bytes().to_vec());
+    let reply = request(&sock, Genl::new(family, NETDEV_CMD_DEV_GET, vec![ifindex])).ok()?;
+    let bits = reply
+        .value(NETDEV_A_DEV_XDP_FEATURES)
+        .and_then(|v| Some(u64::from_ne_bytes(v.get(..8)?.try_into().ok()?)))?;
     Some(decode(bits))
 }
 
@@ -66,20 +67,10 @@ fn decode(bits: u64) -> XdpFeatures {
     }
 }
 
-fn socket() -> io::Result<OwnedFd> {
-    // SAFETY: plain syscall; the fd is checked and owned below.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            libc::NETLINK_GENERIC,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor nothing else owns.
-    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+fn socket() -> io::Result<Socket> {
+    let mut sock = Socket::new(NETLINK_GENERIC)?;
+    sock.bind_auto()?;
+    sock.connect(&SocketAddr::new(0, 0))?;
     // A kernel that never answers must not hang the check.
     let tv = libc::timeval {
         tv_sec: 2,
@@ -98,91 +89,98 @@ fn socket() -> io::Result<OwnedFd> {
     Ok(sock)
 }
 
-fn family_id(sock: &OwnedFd, name: &str) -> io::Result<u16> {
+fn family_id(sock: &Socket, name: &str) -> io::Result<u16> {
     let mut value = name.as_bytes().to_vec();
     value.push(0);
+    let name = DefaultNla::new(CTRL_ATTR_FAMILY_NAME, value);
     let reply = request(
         sock,
-        GENL_ID_CTRL,
-        CTRL_CMD_GETFAMILY,
-        &attr(CTRL_ATTR_FAMILY_NAME, &value),
+        Genl::new(GENL_ID_CTRL, CTRL_CMD_GETFAMILY, vec![name]),
     )?;
-    attrs(&reply)
-        .find(|(t, _)| *t == CTRL_ATTR_FAMILY_ID)
-        .and_then(|(_, v)| Some(u16::from_ne_bytes(v.get(..2)?.try_into().ok()?)))
+    reply
+        .value(CTRL_ATTR_FAMILY_ID)
+        .and_then(|v| Some(u16::from_ne_bytes(v.get(..2)?.try_into().ok()?)))
         .ok_or_else(|| io::Error::other("no family id in the reply"))
 }
 
-/// Sends one request and returns the attributes of its reply (after the genl header).
-fn request(sock: &OwnedFd, ty: u16, cmd: u8, attrs: &[u8]) -> io::Result<Vec<u8>> {
-    let len = NLMSG_HDR_LEN + GENL_HDR_LEN + attrs.len();
-    let mut m = Vec::with_capacity(len);
-    m.extend_from_slice(&(len as u32).to_ne_bytes());
-    m.extend_from_slice(&ty.to_ne_bytes());
-    m.extend_from_slice(&NLM_F_REQUEST.to_ne_bytes());
-    m.extend_from_slice(&1u32.to_ne_bytes()); // sequence
-    m.extend_from_slice(&0u32.to_ne_bytes()); // port id: the kernel fills it
-    m.extend_from_slice(&[cmd, 1, 0, 0]); // genlmsghdr: cmd, version, reserved
-    m.extend_from_slice(attrs);
-    // SAFETY: zeroed sockaddr_nl addresses the kernel (pid 0).
-    let mut addr: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-    addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-    // SAFETY: `m` and `addr` are valid for the lengths passed.
-    let n = unsafe {
-        libc::sendto(
-            sock.as_raw_fd(),
-            m.as_ptr().cast(),
-            m.len(),
-            0,
-            (&raw const addr).cast(),
-            std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
-        )
-    };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
+/// Sends one request and returns its reply.
+fn request(sock: &Socket, genl: Genl) -> io::Result<Genl> {
+    let mut header = NetlinkHeader::default();
+    header.flags = NLM_F_REQUEST;
+    header.sequence_number = 1;
+    let mut msg = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(genl));
+    msg.finalize();
+    let mut buf = vec![0; msg.buffer_len()];
+    msg.serialize(&mut buf);
+    sock.send(&buf, 0)?;
+    let (datagram, _) = sock.recv_from_full()?;
+    let reply = NetlinkMessage::<Genl>::deserialize(&datagram)
+        .map_err(|e| io::Error::other(format!("generic netlink reply: {e}")))?;
+    match reply.payload {
+        NetlinkPayload::InnerMessage(genl) => Ok(genl),
+        NetlinkPayload::Error(e) => Err(match e.code {
+            Some(code) => io::Error::from_raw_os_error(-code.get()),
+            None => io::Error::other("unexpected ACK"),
+        }),
+        _ => Err(io::Error::other("unexpected generic netlink reply")),
     }
-    let mut buf = vec![0u8; 16 * 1024];
-    // SAFETY: `buf` is valid for writes of its length.
-    let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let buf = &buf[..n as usize];
-    let short = || io::Error::other("short generic netlink reply");
-    let hdr = buf.get(..NLMSG_HDR_LEN).ok_or_else(short)?;
-    let mlen = u32::from_ne_bytes(hdr[0..4].try_into().expect("4 bytes")) as usize;
-    let mty = u16::from_ne_bytes(hdr[4..6].try_into().expect("2 bytes"));
-    let payload = buf.get(NLMSG_HDR_LEN..mlen).ok_or_else(short)?;
-    if mty == NLMSG_ERROR {
-        let code = payload.get(..4).map_or(-libc::EPROTO, |b| {
-            i32::from_ne_bytes(b.try_into().expect("4 bytes"))
-        });
-        return Err(io::Error::from_raw_os_error(-code));
-    }
-    Ok(payload.get(GENL_HDR_LEN..).ok_or_else(short)?.to_vec())
 }
 
-fn attr(ty: u16, value: &[u8]) -> Vec<u8> {
-    let mut buf = Vec::with_capacity(4 + value.len() + 3);
-    buf.extend_from_slice(&((4 + value.len()) as u16).to_ne_bytes());
-    buf.extend_from_slice(&ty.to_ne_bytes());
-    buf.extend_from_slice(value);
-    buf.resize(buf.len().next_multiple_of(4), 0);
-    buf
+/// A generic netlink message: the family (the netlink message type), the command and the
+/// attributes; what the crates leave to each family.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Genl {
+    family: u16,
+    cmd: u8,
+    attrs: Vec<DefaultNla>,
 }
 
-/// The (type, value) pairs of a run of netlink attributes; stops at the first malformed one.
-fn attrs(mut buf: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    std::iter::from_fn(move || {
-        let len = usize::from(u16::from_ne_bytes(buf.get(0..2)?.try_into().ok()?));
-        let ty = u16::from_ne_bytes(buf.get(2..4)?.try_into().ok()?) & NLA_TYPE_MASK;
-        if len < 4 {
-            return None;
-        }
-        let value = buf.get(4..len)?;
-        buf = buf.get(len.next_multiple_of(4)..).unwrap_or(&[]);
-        Some((ty, value))
-    })
+impl Genl {
+    fn new(family: u16, cmd: u8, attrs: Vec<DefaultNla>) -> Genl {
+        Genl { family, cmd, attrs }
+    }
+
+    /// The value of the first attribute of type `kind`.
+    fn value(&self, kind: u16) -> Option<Vec<u8>> {
+        self.attrs.iter().find(|a| a.kind() == kind).map(|a| {
+            let mut v = vec![0; a.value_len()];
+            a.emit_value(&mut v);
+            v
+        })
+    }
+}
+
+impl NetlinkSerializable for Genl {
+    fn message_type(&self) -> u16 {
+        self.family
+    }
+
+    fn buffer_len(&self) -> usize {
+        GENL_HDR_LEN + self.attrs.as_slice().buffer_len()
+    }
+
+    fn serialize(&self, buffer: &mut [u8]) {
+        buffer[..GENL_HDR_LEN].copy_from_slice(&[self.cmd, 1, 0, 0]);
+        self.attrs.as_slice().emit(&mut buffer[GENL_HDR_LEN..]);
+    }
+}
+
+impl NetlinkDeserializable for Genl {
+    type Error = DecodeError;
+
+    fn deserialize(header: &NetlinkHeader, payload: &[u8]) -> Result<Genl, DecodeError> {
+        let cmd = *payload
+            .first()
+            .ok_or_else(|| DecodeError::from("no generic netlink header"))?;
+        let rest = payload
+            .get(GENL_HDR_LEN..)
+            .ok_or_else(|| DecodeError::from("short generic netlink header"))?;
+        // A malformed attribute refuses the whole reply: the caller then says "unknown".
+        let attrs = NlasIterator::new(rest)
+            .map(|nla| DefaultNla::parse(&nla?))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Genl::new(header.message_type, cmd, attrs))
+    }
 }
 
 #[cfg(test)]
@@ -205,14 +203,28 @@ mod tests {
 
     #[test]
     fn attributes_are_padded_and_read_back() {
-        let mut buf = attr(CTRL_ATTR_FAMILY_NAME, b"netdev\0");
-        assert_eq!(buf.len(), 12);
-        buf.extend(attr(CTRL_ATTR_FAMILY_ID, &7u16.to_ne_bytes()));
-        let got: Vec<_> = attrs(&buf).collect();
-        assert_eq!(got[0], (CTRL_ATTR_FAMILY_NAME, &b"netdev\0"[..]));
-        assert_eq!(got[1], (CTRL_ATTR_FAMILY_ID, &7u16.to_ne_bytes()[..]));
-        // A truncated attribute ends the walk instead of reading past the buffer.
-        assert_eq!(attrs(&buf[..14]).count(), 1);
+        let genl = Genl::new(
+            GENL_ID_CTRL,
+            CTRL_CMD_GETFAMILY,
+            vec![
+                DefaultNla::new(CTRL_ATTR_FAMILY_NAME, b"netdev\0".to_vec()),
+                DefaultNla::new(CTRL_ATTR_FAMILY_ID, 7u16.to_ne_bytes().to_vec()),
+            ],
+        );
+        // Header, a 7-byte value padded to 12, a 2-byte value padded to 8.
+        assert_eq!(NetlinkSerializable::buffer_len(&genl), 4 + 12 + 8);
+        let mut buf = vec![0; NetlinkSerializable::buffer_len(&genl)];
+        genl.serialize(&mut buf);
+        assert_eq!(&buf[..4], &[CTRL_CMD_GETFAMILY, 1, 0, 0]);
+        let mut header = NetlinkHeader::default();
+        header.message_type = GENL_ID_CTRL;
+        let back = Genl::deserialize(&header, &buf).unwrap();
+        assert_eq!(back, genl);
+        assert_eq!(back.value(CTRL_ATTR_FAMILY_NAME).unwrap(), b"netdev\0");
+        assert_eq!(back.value(CTRL_ATTR_FAMILY_ID).unwrap(), 7u16.to_ne_bytes());
+        // A truncated attribute refuses the reply instead of reading past the buffer.
+        assert!(Genl::deserialize(&header, &buf[..18]).is_err());
+        assert!(Genl::deserialize(&header, &buf[..2]).is_err());
     }
 
     /// On this kernel (6.3 or later) the loopback device answers: no native XDP.

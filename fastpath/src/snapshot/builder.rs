@@ -162,6 +162,10 @@ impl SnapshotBuilder {
     /// that failed in the first stage that had failures (names, then frontends, then
     /// entries: a later stage needs the earlier ones settled). On error the builder is left
     /// as it was.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the build's stages (ids by name, removed, changed, commit) share its undo log; split with the builder's next change"
+    )]
     pub(super) fn try_build(
         &mut self,
         services: &[ServiceSpec],
@@ -281,6 +285,19 @@ impl SnapshotBuilder {
         self.order = ids;
         self.generation += 1;
         // (The entries' settings: a DSR service's is off.)
+        debug_assert!(
+            list.iter()
+                .flat_map(|s| s.backends.iter())
+                .all(|b| b.id.0 < self.backends_max),
+            "builder rule: backend ids come from the builder's own range (below backends_max)"
+        );
+        debug_assert!(
+            self.order.iter().all(|&id| {
+                self.slot(id)
+                    .is_some_and(|x| self.names.get(x.spec.name.as_str()) == Some(&id))
+            }),
+            "builder rule: one service id per name, kept across builds"
+        );
         let synproxy_any = list.iter().any(|s| s.synproxy != SynproxySetting::Off);
         Ok(Snapshot {
             generation: self.generation,
@@ -322,6 +339,10 @@ impl SnapshotBuilder {
     /// for the changed specs (with the backend ids to retire). Everything it takes from the
     /// builder is recorded in `undo`.
     #[allow(clippy::type_complexity)]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "frontend map and entries patched in one pass over the changed specs (undo shared)"
+    )]
     fn build_changed(
         &mut self,
         services: &[ServiceSpec],
@@ -476,6 +497,10 @@ impl SnapshotBuilder {
 
     /// The entry of the changed spec `s` (service `id`); the backend ids it no longer lists
     /// go to `retire`.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one service entry from its spec: scheduler, backends and ids under one undo mark"
+    )]
     fn build_entry(
         &mut self,
         s: &ServiceSpec,
@@ -613,6 +638,10 @@ impl SnapshotBuilder {
 
     /// Gives back what a failed build took.
     fn rollback(&mut self, undo: Undo) {
+        debug_assert!(
+            self.slots.len() >= undo.slots_len && self.next >= undo.next,
+            "builder rule: a failed build is undone (it only added slots and took ids)"
+        );
         self.slots.truncate(undo.slots_len);
         self.seen.truncate(undo.slots_len);
         self.free_ids.extend(undo.free_ids.into_iter().rev());

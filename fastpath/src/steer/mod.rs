@@ -82,7 +82,7 @@ mod counters;
 pub mod maps;
 mod netlink;
 mod pin;
-mod sys;
+pub(crate) mod sys;
 
 use std::collections::HashSet;
 use std::ffi::CString;
@@ -100,6 +100,7 @@ use aya::{Ebpf, EbpfError, Pod};
 
 pub use counters::SteerCounters;
 use maps::{AddrKey, Hold, LpmAddr, PortKey, PortRange, VIP_FRONTEND, VIP_REJECT_UNSERVED};
+pub(crate) use pin::on_bpffs;
 pub use pin::{PIN_ROOT, pin_dir, pin_dir_in, pinned_counters, pinned_hold, remove_pins};
 
 /// The program's name in the kernel (what `ip link` and `bpftool` show).
@@ -134,14 +135,14 @@ impl XdpAttach {
         }
     }
 
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             XdpAttach::Native => "native",
             XdpAttach::Generic => "generic",
         }
     }
 
-    fn flag(self) -> u32 {
+    pub(crate) fn flag(self) -> u32 {
         match self {
             XdpAttach::Native => netlink::XDP_FLAGS_DRV_MODE,
             XdpAttach::Generic => netlink::XDP_FLAGS_SKB_MODE,

@@ -477,29 +477,34 @@ impl Drop for Staged {
 /// namespace would not outlive it. (Under `ip netns exec`, which mounts a new `/sys`,
 /// `/sys/fs/bpf` is an empty sysfs directory.)
 fn check_bpffs(dir: &Path) -> Result<(), SteerError> {
+    on_bpffs(dir).map_err(|source| SteerError::PinDir {
+        path: dir.to_owned(),
+        source,
+    })
+}
+
+/// Fails unless `dir`, or what exists of its path, is on a bpf file system (the decap
+/// programs' pins have the same needs).
+pub(crate) fn on_bpffs(dir: &Path) -> io::Result<()> {
     const BPF_FS_MAGIC: u32 = 0xcafe_4a11;
     let existing = dir
         .ancestors()
         .find(|p| p.exists())
         .unwrap_or(Path::new("/"));
-    let not_bpffs = |source| SteerError::PinDir {
-        path: dir.to_owned(),
-        source,
-    };
     let c = std::ffi::CString::new(existing.as_os_str().as_encoded_bytes())
-        .map_err(|_| not_bpffs(io::Error::from(io::ErrorKind::InvalidInput)))?;
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: `c` is NUL-terminated; `st` is a valid statfs to write.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
     if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(not_bpffs(io::Error::last_os_error()));
+        return Err(io::Error::last_os_error());
     }
     // f_type's width and signedness vary by architecture; the magic fits 32 bits.
     if st.f_type as u32 != BPF_FS_MAGIC {
-        return Err(not_bpffs(io::Error::other(format!(
+        return Err(io::Error::other(format!(
             "{} is not on a bpf file system",
             existing.display()
-        ))));
+        )));
     }
     Ok(())
 }

@@ -254,22 +254,7 @@ impl AdminServer {
         source: Arc<dyn AdminSource>,
         limits: AdminLimits,
     ) -> Result<AdminServer, AdminError> {
-        let tcp = |key: &'static str, addr: SocketAddr| {
-            let l = std::net::TcpListener::bind(addr)
-                .and_then(|l| l.set_nonblocking(true).map(|()| l))
-                .map_err(|source| AdminError::Listen { key, addr, source })?;
-            let local =
-                l.local_addr()
-                    .map_err(|source| AdminError::Listen { key, addr, source })?;
-            Ok::<_, AdminError>((l, local))
-        };
-        let stats = |exposure| {
-            Arc::new(ListenerStats {
-                exposure,
-                open: AtomicUsize::new(0),
-                rejected: AtomicU64::new(0),
-            })
-        };
+        let (tcp, stats) = (bind_tcp, listener_stats);
         let mut bound = Vec::with_capacity(4);
         let (listen, local) = tcp("listen", cfg.listen)?;
         bound.push(Bound {
@@ -384,6 +369,46 @@ impl AdminServer {
     }
 }
 
+/// A non-blocking TCP listener on `addr` (`[admin] key`), and the address it got.
+fn bind_tcp(
+    key: &'static str,
+    addr: SocketAddr,
+) -> Result<(std::net::TcpListener, SocketAddr), AdminError> {
+    let l = std::net::TcpListener::bind(addr)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .map_err(|source| AdminError::Listen { key, addr, source })?;
+    let local = l
+        .local_addr()
+        .map_err(|source| AdminError::Listen { key, addr, source })?;
+    Ok((l, local))
+}
+
+/// The counters of a new listener of `exposure`.
+fn listener_stats(exposure: Exposure) -> Arc<ListenerStats> {
+    Arc::new(ListenerStats {
+        exposure,
+        open: AtomicUsize::new(0),
+        rejected: AtomicU64::new(0),
+    })
+}
+
+/// The admin servers, once bound ([`AdminServer::bind`]), as a [`crate::service::Service`]:
+/// binding is what can fail, so it happens first and `start` only runs them.
+impl crate::service::Service for AdminServer {
+    type Handle = ();
+    type Error = Infallible;
+    const NAME: &'static str = "the admin servers";
+
+    fn start(
+        self,
+        rt: &tokio::runtime::Handle,
+        shutdown: &CancellationToken,
+    ) -> Result<crate::service::Running<()>, Infallible> {
+        let task = rt.spawn(self.run(shutdown.clone()));
+        Ok(crate::service::Running { handle: (), task })
+    }
+}
+
 enum Listener {
     Tcp(tokio::net::TcpListener),
     Unix(tokio::net::UnixListener),
@@ -421,6 +446,10 @@ fn per_connection(e: &io::Error) -> bool {
     )
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "the accept loop's select over listeners, limits and shutdown"
+)]
 async fn accept_loop(b: Bound, api: Arc<Api>, limits: AdminLimits, shutdown: CancellationToken) {
     let stats = b.stats;
     let name = stats.exposure.name();

@@ -1,6 +1,10 @@
 //! `/metrics`: Prometheus text exposition format 0.0.4.
 //!
-//! Every family is written once with its `# HELP` and `# TYPE` lines, then its samples;
+//! The families are one table, [`FAMILIES`] (name, type, help, and what writes the samples;
+//! a few groups are written by their own modules, [`super::sync_metrics`],
+//! [`super::traffic_metrics`], [`super::sockets`], or only when their feature is on), in the
+//! order they are written. Every family is written once with its `# HELP` and `# TYPE`
+//! lines, then its samples;
 //! label values are escaped (`\\`, `\"`, `\n`). Counters end in `_total`. Histograms are
 //! cumulative `_bucket{le}` samples ending with `+Inf`, then `_sum` and `_count` (equal to
 //! the `+Inf` bucket). Families whose source is empty (no workers yet) still get their
@@ -79,7 +83,7 @@ impl Out {
 
     /// A histogram family: its cumulative `_bucket{le}` samples (`+Inf` last), `_sum` and
     /// `_count`.
-    fn histogram(&mut self, name: &str, help: &str, h: &super::views::HistogramView) {
+    pub(super) fn histogram(&mut self, name: &str, help: &str, h: &super::views::HistogramView) {
         self.family(name, "histogram", help);
         let bucket = format!("{name}_bucket");
         for (le, n) in &h.buckets {
@@ -92,130 +96,7 @@ impl Out {
 }
 
 /// u64 counters as f64 samples (exact below 2^53).
-/// Flow sync with the tier's peers (`[sync]`).
-fn peer_sync(o: &mut Out, p: &super::views::PeerSyncView) {
-    let counters: [(&str, &str, u64); 12] = [
-        (
-            "xvs_peer_sync_messages_sent_total",
-            "Flow sync datagrams sent (once per peer).",
-            p.messages_sent,
-        ),
-        (
-            "xvs_peer_sync_bytes_sent_total",
-            "Flow sync bytes sent.",
-            p.bytes_sent,
-        ),
-        (
-            "xvs_peer_sync_flows_sent_total",
-            "Flow records sent to peers (once per peer).",
-            p.flows_sent,
-        ),
-        (
-            "xvs_peer_sync_ends_sent_total",
-            "Ended-flow records sent to peers (once per peer).",
-            p.ends_sent,
-        ),
-        (
-            "xvs_peer_sync_messages_received_total",
-            "Flow sync datagrams accepted from peers.",
-            p.messages_received,
-        ),
-        (
-            "xvs_peer_sync_flows_installed_total",
-            "Peers' flows installed into this node's flow table.",
-            p.flows_installed,
-        ),
-        (
-            "xvs_peer_sync_flows_updated_total",
-            "Peers' flows that updated a copy already here.",
-            p.flows_updated,
-        ),
-        (
-            "xvs_peer_sync_flows_removed_total",
-            "Copies of peers' flows removed by their ends.",
-            p.flows_removed,
-        ),
-        (
-            "xvs_peer_sync_queue_dropped_total",
-            "Flow sync datagrams dropped because the send queue was full.",
-            p.queue_dropped,
-        ),
-        (
-            "xvs_peer_sync_send_errors_total",
-            "Flow sync datagrams whose send failed.",
-            p.send_errors,
-        ),
-        (
-            "xvs_peer_sync_log_dropped_total",
-            "Workers' flow events dropped because their log was full (the refresh sends the flows later).",
-            p.log_dropped,
-        ),
-        (
-            "xvs_peer_sync_dumps_received_total",
-            "Full dumps received from peers.",
-            p.dumps_received,
-        ),
-    ];
-    for (name, help, v) in counters {
-        o.single(name, "counter", help, f(v));
-    }
-    o.single(
-        "xvs_peer_sync_dumps_sent_total",
-        "counter",
-        "Full dumps sent to peers.",
-        f(p.dumps_sent),
-    );
-    o.family(
-        "xvs_peer_sync_flows_refused_total",
-        "counter",
-        "Peers' flows refused, by reason (unknown: no such service or backend here; conflict: a flow of this node holds the tuple; malformed: the record does not decode; invalid: inconsistent, e.g. a SNAT address not the peer's; other: full table).",
-    );
-    for (reason, n) in &p.flows_refused {
-        o.sample(
-            "xvs_peer_sync_flows_refused_total",
-            &[("reason", reason)],
-            f(*n),
-        );
-    }
-    o.family(
-        "xvs_peer_sync_messages_rejected_total",
-        "counter",
-        "Flow sync datagrams rejected, by reason (unknown_peer: not from a listed peer; malformed; version: another wire version; auth: forged or another key; reflected: names this node as sender; wrong_receiver: meant for another node; wrong_sender: another node than the peer it came from; stale_session: made before this node or the peer restarted; replay: seen, below the window, or more than 60 s from this clock).",
-    );
-    for (reason, n) in &p.messages_rejected {
-        o.sample(
-            "xvs_peer_sync_messages_rejected_total",
-            &[("reason", reason)],
-            f(*n),
-        );
-    }
-    o.single(
-        "xvs_peer_sync_lag_seconds",
-        "gauge",
-        "Age of the last flow datagram from a peer when it arrived (by the sender's clock).",
-        p.lag_us as f64 / 1e6,
-    );
-    o.single(
-        "xvs_peer_sync_queued",
-        "gauge",
-        "Flow sync datagrams waiting to be sent.",
-        f(p.queued),
-    );
-    o.single(
-        "xvs_peer_sync_peers_up",
-        "gauge",
-        "Peers heard from within the last 3 s.",
-        f(p.peers_up),
-    );
-    o.single(
-        "xvs_peer_sync_ready",
-        "gauge",
-        "1 once the start-up dumps from the peers are in.",
-        f(u64::from(p.ready)),
-    );
-}
-
-fn f(v: u64) -> f64 {
+pub(super) fn f(v: u64) -> f64 {
     v as f64
 }
 
@@ -245,102 +126,95 @@ impl WorkerLabels {
     }
 }
 
-/// A gauge family with one sample per backend, labelled by service and backend.
-fn backend_gauge(
-    o: &mut Out,
-    services: &[ServiceView],
-    (name, help): (&str, &str),
-    value: impl Fn(&BackendView) -> f64,
-) {
-    o.family(name, "gauge", help);
-    for s in services {
-        for b in &s.backends {
-            let addr = b.addr.to_string();
-            o.sample(name, &[("service", &s.name), ("backend", &addr)], value(b));
-        }
+/// What the families are rendered from.
+struct Input<'a> {
+    stats: &'a StatsView,
+    services: &'a [ServiceView],
+    probes: &'a ProbeCounts,
+}
+
+/// Writes a family's samples under its name.
+type Samples = fn(&mut Out, &str, &Input<'_>);
+
+/// A row of the table: one family (name, type, help, its samples), or a group of families
+/// rendered elsewhere (a module of their own, or families present only with a feature on).
+enum Row {
+    Family {
+        name: &'static str,
+        kind: &'static str,
+        help: &'static str,
+        samples: Samples,
+    },
+    Group(fn(&mut Out, &Input<'_>)),
+}
+
+/// A family of the table.
+const fn fam(name: &'static str, kind: &'static str, help: &'static str, samples: Samples) -> Row {
+    Row::Family {
+        name,
+        kind,
+        help,
+        samples,
     }
 }
 
-/// The sync loop's families, kube-proxy's `kubeproxy_sync_proxy_rules_*` and
-/// `kubeproxy_network_programming_duration_seconds` under xvs's names.
-fn sync(o: &mut Out, s: &super::views::SyncView) {
-    use super::histogram::{NETWORK_PROGRAMMING_BUCKETS, SYNC_DURATION_BUCKETS};
-    use super::views::HistogramView;
-    // A source that reports no histogram (an older daemon's view) shows kube-proxy's
-    // buckets, empty: the families and their `le` sets never depend on the traffic.
-    let or_empty = |h: &HistogramView, bounds: &[f64]| {
-        if h.buckets.is_empty() && h.count == 0 {
-            HistogramView::empty(bounds)
-        } else {
-            h.clone()
-        }
-    };
-    o.histogram(
-        "xvs_sync_duration_seconds",
-        "Duration of each sync: from the start of the snapshot build to its publish to the workers (stored where they load it at their next poll, steering written).",
-        &or_empty(&s.duration, &SYNC_DURATION_BUCKETS),
-    );
-    o.single(
-        "xvs_sync_last_duration_seconds",
-        "gauge",
-        "Duration of the last sync (snapshot build and publish).",
-        s.last_duration_s,
-    );
-    o.histogram(
-        "xvs_network_programming_duration_seconds",
-        "Network programming latency: from an EndpointSlice's endpoints.kubernetes.io/last-change-trigger-time to the publish of the snapshot that has its change (one observation per change; Kubernetes source).",
-        &or_empty(&s.network_programming, &NETWORK_PROGRAMMING_BUCKETS),
-    );
-    o.single(
-        "xvs_last_sync_timestamp_seconds",
-        "gauge",
-        "Unix time of the last successful sync (0 before the first).",
-        s.last_sync_unix_s.unwrap_or(0.0),
-    );
-    o.single(
-        "xvs_sync_service_changes_pending",
-        "gauge",
-        "Services changed in the API server whose change is not yet in a model handed to the controller (Kubernetes source).",
-        f(s.service_changes_pending),
-    );
-    o.single(
-        "xvs_sync_endpoint_changes_pending",
-        "gauge",
-        "EndpointSlices changed in the API server whose change is not yet in a model handed to the controller (Kubernetes source).",
-        f(s.endpoint_changes_pending),
-    );
-    o.single(
-        "xvs_sync_service_changes_total",
-        "counter",
-        "Service changes (adds, updates, deletes) received from the API server (Kubernetes source).",
-        f(s.service_changes),
-    );
-    o.single(
-        "xvs_sync_endpoint_changes_total",
-        "counter",
-        "EndpointSlice changes (adds, updates, deletes) received from the API server (Kubernetes source).",
-        f(s.endpoint_changes),
-    );
-}
-
-/// Renders every metric.
+/// Renders every metric: the rows of [`FAMILIES`], in order.
 pub fn render(stats: &StatsView, services: &[ServiceView], probes: &ProbeCounts) -> String {
+    let input = Input {
+        stats,
+        services,
+        probes,
+    };
     let mut o = Out(String::with_capacity(8192));
-
-    // Fastpath workers.
-    o.family(
-        "xvs_drops_total",
-        "counter",
-        "Frames lost, by reason: the fastpath's drops and the frames it could not transmit or hand to the kernel (summed over workers), the AF_XDP sockets' kernel drops (xsk_*), and the steering program's drops during a restart hold (restart_hold).",
-    );
-    let mut drops: std::collections::BTreeMap<&str, u64> = Default::default();
-    for w in &stats.workers {
-        for (reason, n) in &w.drops {
-            *drops.entry(reason).or_default() += n;
+    for row in FAMILIES {
+        match row {
+            Row::Family {
+                name,
+                kind,
+                help,
+                samples,
+            } => {
+                o.family(name, kind, help);
+                samples(&mut o, name, &input);
+            }
+            Row::Group(group) => group(&mut o, &input),
         }
     }
-    // Frames for xvs that the steering program dropped while a restart hold ran (no socket
-    // on their queue yet): lost before any worker saw them.
+    o.0
+}
+
+/// Counts by reason summed over the workers (`field` picks a worker's counts).
+fn by_reason(
+    workers: &[super::views::WorkerView],
+    field: fn(&super::views::WorkerView) -> &std::collections::BTreeMap<String, u64>,
+) -> std::collections::BTreeMap<&str, u64> {
+    let mut sum: std::collections::BTreeMap<&str, u64> = Default::default();
+    for w in workers {
+        for (reason, n) in field(w) {
+            *sum.entry(reason).or_default() += n;
+        }
+    }
+    sum
+}
+
+/// One sample per worker of `get`.
+fn per_worker(
+    o: &mut Out,
+    name: &str,
+    i: &Input<'_>,
+    get: impl Fn(&super::views::WorkerView) -> f64,
+) {
+    for w in &i.stats.workers {
+        o.sample(name, &WorkerLabels::of(w).get(), get(w));
+    }
+}
+
+/// `xvs_drops_total`: the workers' drops, the frames the steering program dropped while a
+/// restart hold ran (no socket on their queue yet: lost before any worker saw them), and
+/// the sockets' kernel drops.
+fn drops(o: &mut Out, name: &str, i: &Input<'_>) {
+    let stats = i.stats;
+    let mut drops = by_reason(&stats.workers, |w| &w.drops);
     if !stats.steering.is_empty() {
         let held = stats
             .steering
@@ -353,453 +227,462 @@ pub fn render(stats: &StatsView, services: &[ServiceView], probes: &ProbeCounts)
         *drops.entry(reason).or_default() += n;
     }
     for (reason, n) in &drops {
-        o.sample("xvs_drops_total", &[("reason", reason)], f(*n));
+        o.sample(name, &[("reason", reason)], f(*n));
     }
-    o.family(
-        "xvs_held_state_changes_total",
-        "counter",
-        "Packets of known flows (SYN, FIN, RST) forwarded without the state change they asked for, by reason: the state guard's refusals (summed over workers).",
-    );
-    let mut held: std::collections::BTreeMap<&str, u64> = Default::default();
-    for w in &stats.workers {
-        for (reason, n) in &w.held {
-            *held.entry(reason).or_default() += n;
-        }
-    }
-    for (reason, n) in &held {
-        o.sample("xvs_held_state_changes_total", &[("reason", reason)], f(*n));
-    }
-    o.family(
-        "xvs_rejects_total",
-        "counter",
-        "New flows answered with a reject (a TCP RST, an ICMP or ICMPv6 port unreachable) instead of silence, by reason: no_endpoints (the service has no usable endpoint), unserved_port (a port or protocol a ClusterIP does not serve); summed over workers. Rejects over the rate limit are drops (reject_rate_limited).",
-    );
-    let mut rejects: std::collections::BTreeMap<&str, u64> = Default::default();
-    for w in &stats.workers {
-        for (reason, n) in &w.rejects {
-            *rejects.entry(reason).or_default() += n;
-        }
-    }
-    for (reason, n) in &rejects {
-        o.sample("xvs_rejects_total", &[("reason", reason)], f(*n));
-    }
-    type Field = fn(&super::views::WorkerView) -> u64;
-    let per_worker: [(&str, &str, Field); 12] = [
-        (
-            "xvs_rx_packets_total",
-            "Frames received, per worker.",
-            |w| w.rx,
-        ),
-        (
-            "xvs_tx_packets_total",
-            "Frames transmitted, per worker.",
-            |w| w.tx,
-        ),
-        (
-            "xvs_tx_ring_full_total",
-            "Frames dropped because the TX ring was full, per worker.",
-            |w| w.tx_ring_full,
-        ),
-        (
-            "xvs_tx_no_port_total",
-            "Frames dropped because their transmit port has no socket on the worker.",
-            |w| w.tx_no_port,
-        ),
-        (
-            "xvs_pass_packets_total",
-            "Frames steered to xvs that it does not own (Pass), per worker.",
-            |w| w.pass,
-        ),
-        (
-            "xvs_pass_injected_total",
-            "Pass frames handed to the kernel through the exception device, per worker.",
-            |w| w.pass_injected,
-        ),
-        (
-            "xvs_slow_packets_total",
-            "Frames sent to the slowpath, per worker.",
-            |w| w.slow,
-        ),
-        ("xvs_new_flows_total", "Flows created, per worker.", |w| {
-            w.new_flows
-        }),
-        (
-            "xvs_reused_flows_total",
-            "Flows in TIME_WAIT or CLOSE ended by a new SYN of their tuple (scheduled afresh).",
-            |w| w.reused_flows,
-        ),
-        (
-            "xvs_synproxy_syns_total",
-            "SYN proxy: SYN-ACKs with a SYN cookie sent to clients, per worker.",
-            |w| w.synproxy_syns,
-        ),
-        (
-            "xvs_synproxy_acks_total",
-            "SYN proxy: client ACKs with a valid cookie that opened a backend connection, per worker.",
-            |w| w.synproxy_acks,
-        ),
-        (
-            "xvs_expired_flows_total",
-            "Flows expired by the worker's sweeps.",
-            |w| w.expired_flows,
-        ),
-    ];
-    let labels: Vec<WorkerLabels> = stats.workers.iter().map(WorkerLabels::of).collect();
-    for (name, help, get) in per_worker {
-        o.family(name, "counter", help);
-        for (w, l) in stats.workers.iter().zip(&labels) {
-            o.sample(name, &l.get(), f(get(w)));
-        }
-    }
-    o.family(
-        "xvs_worker_busy_seconds_total",
-        "counter",
-        "Time the worker spent in polls that moved frames; the rest of its (busy-polling) \
-         core's time found empty rings.",
-    );
-    for (w, l) in stats.workers.iter().zip(&labels) {
-        o.sample(
-            "xvs_worker_busy_seconds_total",
-            &l.get(),
-            w.busy_ns as f64 / 1e9,
-        );
-    }
-    o.family(
-        "xvs_worker_snapshot_generation",
-        "gauge",
-        "Snapshot generation each worker last loaded.",
-    );
-    for (w, l) in stats.workers.iter().zip(&labels) {
-        o.sample("xvs_worker_snapshot_generation", &l.get(), f(w.generation));
-    }
+}
 
-    super::sockets::render(&mut o, &stats.sockets);
-
-    // Services and backends.
-    o.family(
-        "xvs_backend_connections",
-        "gauge",
-        "Live flows per backend: active = TCP ESTABLISHED, inactive = every other state.",
-    );
-    for s in services {
+/// `xvs_backend_connections`: active and inactive flows per backend.
+fn backend_connections(o: &mut Out, name: &str, i: &Input<'_>) {
+    for s in i.services {
         for b in &s.backends {
             let addr = b.addr.to_string();
             for (state, n) in [("active", b.active), ("inactive", b.inactive)] {
                 o.sample(
-                    "xvs_backend_connections",
+                    name,
                     &[("service", &s.name), ("backend", &addr), ("state", state)],
                     n,
                 );
             }
         }
     }
-    backend_gauge(
-        &mut o,
-        services,
-        (
-            "xvs_backend_usable",
-            "1 when the backend takes new flows (ready and healthy), else 0.",
-        ),
-        |b| u8::from(b.usable).into(),
-    );
-    backend_gauge(
-        &mut o,
-        services,
-        (
-            "xvs_backend_weight",
-            "Configured backend weight (0: draining).",
-        ),
-        |b| b.weight.into(),
+}
+
+/// One sample per backend, labelled by service and backend.
+fn per_backend(o: &mut Out, name: &str, i: &Input<'_>, value: impl Fn(&BackendView) -> f64) {
+    for s in i.services {
+        for b in &s.backends {
+            let addr = b.addr.to_string();
+            o.sample(name, &[("service", &s.name), ("backend", &addr)], value(b));
+        }
+    }
+}
+
+/// Samples labelled `label`, one per (value, count).
+fn labelled<'a>(
+    o: &mut Out,
+    name: &str,
+    label: &str,
+    samples: impl IntoIterator<Item = (&'a str, u64)>,
+) {
+    for (value, n) in samples {
+        o.sample(name, &[(label, value)], f(n));
+    }
+}
+
+/// The BGP speaker's families (`[bgp]` on).
+fn bgp(o: &mut Out, i: &Input<'_>) {
+    let Some(b) = &i.stats.bgp else {
+        return;
+    };
+    o.single(
+        "xvs_bgp_live",
+        "gauge",
+        "1 while the liveness device is open: BIRD's routes for this node are live.",
+        u8::from(b.live),
     );
     o.single(
+        "xvs_bgp_in_sync",
+        "gauge",
+        "1 when BIRD has taken the latest include file.",
+        u8::from(b.in_sync),
+    );
+    o.family(
+        "xvs_bgp_routes",
+        "gauge",
+        "Host routes announced through BIRD, by kind: vip, snat (this node's), backup (peers' SNAT addresses).",
+    );
+    labelled(
+        o,
+        "xvs_bgp_routes",
+        "kind",
+        [("vip", b.vips), ("snat", b.snat), ("backup", b.backups)],
+    );
+    o.single(
+        "xvs_bgp_reconfigures_total",
+        "counter",
+        "BIRD configure commands accepted.",
+        f(b.reconfigures),
+    );
+    o.single(
+        "xvs_bgp_errors_total",
+        "counter",
+        "BGP announcement failures (writing the include file, reaching BIRD, BIRD refusing it, the liveness device), retries included.",
+        f(b.errors),
+    );
+}
+
+/// Every family xvs exports besides the process's, in the order they are written.
+const FAMILIES: &[Row] = &[
+    // Fastpath workers.
+    fam(
+        "xvs_drops_total",
+        "counter",
+        "Frames lost, by reason: the fastpath's drops and the frames it could not transmit or hand to the kernel (summed over workers), the AF_XDP sockets' kernel drops (xsk_*), and the steering program's drops during a restart hold (restart_hold).",
+        drops,
+    ),
+    fam(
+        "xvs_held_state_changes_total",
+        "counter",
+        "Packets of known flows (SYN, FIN, RST) forwarded without the state change they asked for, by reason: the state guard's refusals (summed over workers).",
+        |o, name, i| {
+            let held = by_reason(&i.stats.workers, |w| &w.held);
+            labelled(o, name, "reason", held.iter().map(|(r, n)| (*r, *n)));
+        },
+    ),
+    fam(
+        "xvs_rejects_total",
+        "counter",
+        "New flows answered with a reject (a TCP RST, an ICMP or ICMPv6 port unreachable) instead of silence, by reason: no_endpoints (the service has no usable endpoint), unserved_port (a port or protocol a ClusterIP does not serve); summed over workers. Rejects over the rate limit are drops (reject_rate_limited).",
+        |o, name, i| {
+            let rejects = by_reason(&i.stats.workers, |w| &w.rejects);
+            labelled(o, name, "reason", rejects.iter().map(|(r, n)| (*r, *n)));
+        },
+    ),
+    fam(
+        "xvs_rx_packets_total",
+        "counter",
+        "Frames received, per worker.",
+        |o, n, i| per_worker(o, n, i, |w| f(w.rx)),
+    ),
+    fam(
+        "xvs_tx_packets_total",
+        "counter",
+        "Frames transmitted, per worker.",
+        |o, n, i| per_worker(o, n, i, |w| f(w.tx)),
+    ),
+    fam(
+        "xvs_tx_ring_full_total",
+        "counter",
+        "Frames dropped because the TX ring was full, per worker.",
+        |o, n, i| per_worker(o, n, i, |w| f(w.tx_ring_full)),
+    ),
+    fam(
+        "xvs_tx_no_port_total",
+        "counter",
+        "Frames dropped because their transmit port has no socket on the worker.",
+        |o, n, i| per_worker(o, n, i, |w| f(w.tx_no_port)),
+    ),
+    fam(
+        "xvs_pass_packets_total",
+        "counter",
+        "Frames steered to xvs that it does not own (Pass), per worker.",
+        |o, n, i| per_worker(o, n, i, |w| f(w.pass)),
+    ),
+    fam(
+        "xvs_pass_injected_total",
+        "counter",
+        "Pass frames handed to the kernel through the exception device, per worker.",
+        |o, n, i| per_worker(o, n, i, |w| f(w.pass_injected)),
+    ),
+    fam(
+        "xvs_slow_packets_total",
+        "counter",
+        "Frames sent to the slowpath, per worker.",
+        |o, n, i| per_worker(o, n, i, |w| f(w.slow)),
+    ),
+    fam(
+        "xvs_new_flows_total",
+        "counter",
+        "Flows created, per worker.",
+        |o, n, i| per_worker(o, n, i, |w| f(w.new_flows)),
+    ),
+    fam(
+        "xvs_reused_flows_total",
+        "counter",
+        "Flows in TIME_WAIT or CLOSE ended by a new SYN of their tuple (scheduled afresh).",
+        |o, n, i| per_worker(o, n, i, |w| f(w.reused_flows)),
+    ),
+    fam(
+        "xvs_synproxy_syns_total",
+        "counter",
+        "SYN proxy: SYN-ACKs with a SYN cookie sent to clients, per worker.",
+        |o, n, i| per_worker(o, n, i, |w| f(w.synproxy_syns)),
+    ),
+    fam(
+        "xvs_synproxy_acks_total",
+        "counter",
+        "SYN proxy: client ACKs with a valid cookie that opened a backend connection, per worker.",
+        |o, n, i| per_worker(o, n, i, |w| f(w.synproxy_acks)),
+    ),
+    fam(
+        "xvs_expired_flows_total",
+        "counter",
+        "Flows expired by the worker's sweeps.",
+        |o, n, i| per_worker(o, n, i, |w| f(w.expired_flows)),
+    ),
+    fam(
+        "xvs_worker_busy_seconds_total",
+        "counter",
+        "Time the worker spent in polls that moved frames; the rest of its (busy-polling) \
+         core's time found empty rings.",
+        |o, n, i| per_worker(o, n, i, |w| w.busy_ns as f64 / 1e9),
+    ),
+    fam(
+        "xvs_worker_snapshot_generation",
+        "gauge",
+        "Snapshot generation each worker last loaded.",
+        |o, n, i| per_worker(o, n, i, |w| f(w.generation)),
+    ),
+    Row::Group(|o, i| super::sockets::render(o, &i.stats.sockets)),
+    // Services and backends.
+    fam(
+        "xvs_backend_connections",
+        "gauge",
+        "Live flows per backend: active = TCP ESTABLISHED, inactive = every other state.",
+        backend_connections,
+    ),
+    fam(
+        "xvs_backend_usable",
+        "gauge",
+        "1 when the backend takes new flows (ready and healthy), else 0.",
+        |o, n, i| per_backend(o, n, i, |b| u8::from(b.usable).into()),
+    ),
+    fam(
+        "xvs_backend_weight",
+        "gauge",
+        "Configured backend weight (0: draining).",
+        |o, n, i| per_backend(o, n, i, |b| b.weight.into()),
+    ),
+    fam(
         "xvs_services",
         "gauge",
         "Services in the published snapshot.",
-        f(services.len() as u64),
-    );
-    o.family(
+        |o, n, i| o.sample(n, &[], f(i.services.len() as u64)),
+    ),
+    fam(
         "xvs_service_frozen",
         "gauge",
         "1 when the service refuses new flows (frozen, or the node is).",
-    );
-    for s in services {
-        o.sample(
-            "xvs_service_frozen",
-            &[("service", &s.name)],
-            u8::from(s.frozen),
-        );
-    }
-    o.family(
+        |o, n, i| {
+            for s in i.services {
+                o.sample(n, &[("service", &s.name)], u8::from(s.frozen));
+            }
+        },
+    ),
+    fam(
         "xvs_service_rate_limited_total",
         "counter",
         "New flows refused by the service's new-connection rate limit (services with one).",
-    );
-    for s in services.iter().filter(|s| s.rate_limit.is_some()) {
-        o.sample(
-            "xvs_service_rate_limited_total",
-            &[("service", &s.name)],
-            f(s.rate_limited),
-        );
-    }
-    super::traffic_metrics::render(&mut o, services);
-
+        |o, n, i| {
+            for s in i.services.iter().filter(|s| s.rate_limit.is_some()) {
+                o.sample(n, &[("service", &s.name)], f(s.rate_limited));
+            }
+        },
+    ),
+    Row::Group(|o, i| super::traffic_metrics::render(o, i.services)),
     // Governance.
-    let g = &stats.governance;
-    o.single(
+    fam(
         "xvs_frozen",
         "gauge",
         "1 while every new flow is refused (the freeze switch).",
-        u8::from(g.frozen),
-    );
-    o.single(
+        |o, n, i| o.sample(n, &[], u8::from(i.stats.governance.frozen)),
+    ),
+    fam(
         "xvs_draining",
         "gauge",
         "1 while the node drains (/healthz answers 503).",
-        u8::from(g.draining),
-    );
-    o.family(
+        |o, n, i| o.sample(n, &[], u8::from(i.stats.governance.draining)),
+    ),
+    fam(
         "xvs_removed_backend_flows_total",
         "counter",
         "Flows of removed or unusable backends acted on: resteered = UDP flows removed so their next packet is scheduled again; ended = TCP/SCTP flows of removed backends ended.",
-    );
-    o.sample(
-        "xvs_removed_backend_flows_total",
-        &[("action", "resteered")],
-        f(g.flows_resteered),
-    );
-    o.sample(
-        "xvs_removed_backend_flows_total",
-        &[("action", "ended")],
-        f(g.flows_ended),
-    );
-
+        |o, n, i| {
+            let g = &i.stats.governance;
+            labelled(
+                o,
+                n,
+                "action",
+                [("resteered", g.flows_resteered), ("ended", g.flows_ended)],
+            );
+        },
+    ),
     // State files refused at start-up.
-    o.family(
+    fam(
         "xvs_state_refused_total",
         "counter",
         "What the start-up refused of the state files, by file and kind: file = the file set aside (a link, a directory, a file others could write, a damaged header or export); flow = flows or records dropped (invalid, or not this config's); index = the flow table's index rebuilt.",
-    );
-    for r in &stats.state.refused {
-        o.sample(
-            "xvs_state_refused_total",
-            &[("file", &r.file), ("kind", &r.kind)],
-            f(r.count),
-        );
-    }
-
+        |o, n, i| {
+            for r in &i.stats.state.refused {
+                o.sample(n, &[("file", &r.file), ("kind", &r.kind)], f(r.count));
+            }
+        },
+    ),
     // Flow table.
-    let t = &stats.flowtable;
-    o.single("xvs_flowtable_flows", "gauge", "Live flows.", f(t.flows));
-    o.single(
+    fam("xvs_flowtable_flows", "gauge", "Live flows.", |o, n, i| {
+        o.sample(n, &[], f(i.stats.flowtable.flows));
+    }),
+    fam(
         "xvs_flowtable_embryonic_flows",
         "gauge",
         "Live TCP flows whose handshake has not completed (the SYN proxy's auto threshold applies to it).",
-        f(t.embryonic),
-    );
-    o.single(
+        |o, n, i| o.sample(n, &[], f(i.stats.flowtable.embryonic)),
+    ),
+    fam(
         "xvs_flowtable_capacity",
         "gauge",
         "Most flows the table holds.",
-        f(t.capacity),
-    );
-    o.single(
+        |o, n, i| o.sample(n, &[], f(i.stats.flowtable.capacity)),
+    ),
+    fam(
         "xvs_flowtable_bytes_per_flow",
         "gauge",
         "Memory per flow slot (entry and index), bytes.",
-        t.bytes_per_flow,
-    );
-    o.single(
+        |o, n, i| o.sample(n, &[], i.stats.flowtable.bytes_per_flow),
+    ),
+    fam(
         "xvs_flowtable_inserts_total",
         "counter",
         "Flows inserted.",
-        f(t.inserted),
-    );
-    o.family(
+        |o, n, i| o.sample(n, &[], f(i.stats.flowtable.inserted)),
+    ),
+    fam(
         "xvs_flowtable_insert_failures_total",
         "counter",
         "Inserts refused, by reason.",
-    );
-    for (reason, n) in [
-        ("full", t.full),
-        ("exists", t.exists),
-        ("reply_in_use", t.reply_in_use),
-        ("index_full", t.index_full),
-    ] {
-        o.sample(
-            "xvs_flowtable_insert_failures_total",
-            &[("reason", reason)],
-            f(n),
-        );
-    }
-    o.single(
+        |o, n, i| {
+            let t = &i.stats.flowtable;
+            let reasons = [
+                ("full", t.full),
+                ("exists", t.exists),
+                ("reply_in_use", t.reply_in_use),
+                ("index_full", t.index_full),
+            ];
+            labelled(o, n, "reason", reasons);
+        },
+    ),
+    fam(
         "xvs_flowtable_recycled_total",
         "counter",
         "Embryonic or expired flows recycled by inserts into a full table.",
-        f(t.recycled),
-    );
-    o.single(
+        |o, n, i| o.sample(n, &[], f(i.stats.flowtable.recycled)),
+    ),
+    fam(
         "xvs_flowtable_gave_way_total",
         "counter",
         "Half-open TCP flows ended early under pressure: given way to a new flow for their SNAT port, or expired after tcp_syn_pressure.",
-        f(t.gave_way),
-    );
-    o.single(
+        |o, n, i| o.sample(n, &[], f(i.stats.flowtable.gave_way)),
+    ),
+    fam(
         "xvs_flowtable_under_pressure",
         "gauge",
         "1 while the flow table is under pressure (7/8 full, or half-open flows gave way within the last 10 s).",
-        f(u64::from(t.under_pressure)),
-    );
-    o.single(
+        |o, n, i| o.sample(n, &[], f(u64::from(i.stats.flowtable.under_pressure))),
+    ),
+    fam(
         "xvs_flowtable_expired_total",
         "counter",
         "Flows expired by sweeps.",
-        f(t.expired),
-    );
-    o.single(
+        |o, n, i| o.sample(n, &[], f(i.stats.flowtable.expired)),
+    ),
+    fam(
         "xvs_flowtable_removed_total",
         "counter",
         "Flows removed explicitly.",
-        f(t.removed),
-    );
-    if let Some(p) = &stats.peer_sync {
-        peer_sync(&mut o, p);
-    }
-
+        |o, n, i| o.sample(n, &[], f(i.stats.flowtable.removed)),
+    ),
+    Row::Group(|o, i| {
+        if let Some(p) = &i.stats.peer_sync {
+            super::sync_metrics::peer_sync(o, p);
+        }
+    }),
     // Steering.
-    o.family(
+    fam(
         "xvs_steer_frames_total",
         "counter",
         "Frames seen by the XDP steering program, by interface and class.",
-    );
-    for s in &stats.steering {
-        for (class, n) in &s.counters {
-            o.sample(
-                "xvs_steer_frames_total",
-                &[("interface", &s.interface), ("class", class)],
-                f(*n),
-            );
-        }
-    }
-    o.family(
+        |o, n, i| {
+            for s in &i.stats.steering {
+                for (class, c) in &s.counters {
+                    o.sample(n, &[("interface", &s.interface), ("class", class)], f(*c));
+                }
+            }
+        },
+    ),
+    fam(
         "xvs_steer_redirected_total",
         "counter",
         "Frames the steering program handed to an AF_XDP socket.",
-    );
-    for s in &stats.steering {
-        o.sample(
-            "xvs_steer_redirected_total",
-            &[("interface", &s.interface)],
-            f(s.redirected),
-        );
-    }
-
+        |o, n, i| {
+            for s in &i.stats.steering {
+                o.sample(n, &[("interface", &s.interface)], f(s.redirected));
+            }
+        },
+    ),
     // Sync loop.
-    o.single(
+    fam(
         "xvs_snapshot_generation",
         "gauge",
         "Generation of the published snapshot.",
-        f(stats.generation),
-    );
-    sync(&mut o, &stats.sync);
-    o.single(
+        |o, n, i| o.sample(n, &[], f(i.stats.generation)),
+    ),
+    Row::Group(|o, i| super::sync_metrics::sync(o, &i.stats.sync)),
+    fam(
         "xvs_syncs_total",
         "counter",
         "Snapshots published.",
-        f(stats.sync.syncs),
-    );
-    o.family(
+        |o, n, i| o.sample(n, &[], f(i.stats.sync.syncs)),
+    ),
+    fam(
         "xvs_config_reloads_total",
         "counter",
         "Config reloads, by result (failed: the running config stayed).",
-    );
-    o.sample(
-        "xvs_config_reloads_total",
-        &[("result", "ok")],
-        f(stats.sync.reloads_ok),
-    );
-    o.sample(
-        "xvs_config_reloads_total",
-        &[("result", "failed")],
-        f(stats.sync.reloads_failed),
-    );
-
-    o.family(
+        |o, n, i| {
+            let s = &i.stats.sync;
+            labelled(
+                o,
+                n,
+                "result",
+                [("ok", s.reloads_ok), ("failed", s.reloads_failed)],
+            );
+        },
+    ),
+    fam(
         "xvs_refused",
         "gauge",
         "Objects or parts of objects refused now (not programmed, or only as they were before), by kind: the Kubernetes source's problems and the snapshot builder's refusals (snapshot_build).",
-    );
-    for (kind, n) in &stats.refused.current {
-        o.sample("xvs_refused", &[("kind", kind)], f(*n));
-    }
-    o.family(
+        |o, n, i| {
+            for (kind, c) in &i.stats.refused.current {
+                o.sample(n, &[("kind", kind)], f(*c));
+            }
+        },
+    ),
+    fam(
         "xvs_refused_total",
         "counter",
         "Refusals reported, by kind: each counted once, when the change that brings it is first seen.",
-    );
-    for (kind, n) in &stats.refused.total {
-        o.sample("xvs_refused_total", &[("kind", kind)], f(*n));
-    }
-
-    if let Some(b) = &stats.bgp {
-        o.single(
-            "xvs_bgp_live",
-            "gauge",
-            "1 while the liveness device is open: BIRD's routes for this node are live.",
-            u8::from(b.live),
-        );
-        o.single(
-            "xvs_bgp_in_sync",
-            "gauge",
-            "1 when BIRD has taken the latest include file.",
-            u8::from(b.in_sync),
-        );
-        o.family(
-            "xvs_bgp_routes",
-            "gauge",
-            "Host routes announced through BIRD, by kind: vip, snat (this node's), backup (peers' SNAT addresses).",
-        );
-        for (kind, n) in [("vip", b.vips), ("snat", b.snat), ("backup", b.backups)] {
-            o.sample("xvs_bgp_routes", &[("kind", kind)], f(n));
-        }
-        o.single(
-            "xvs_bgp_reconfigures_total",
-            "counter",
-            "BIRD configure commands accepted.",
-            f(b.reconfigures),
-        );
-        o.single(
-            "xvs_bgp_errors_total",
-            "counter",
-            "BGP announcement failures (writing the include file, reaching BIRD, BIRD refusing it, the liveness device), retries included.",
-            f(b.errors),
-        );
-    }
-
+        |o, n, i| {
+            for (kind, c) in &i.stats.refused.total {
+                o.sample(n, &[("kind", kind)], f(*c));
+            }
+        },
+    ),
+    Row::Group(bgp),
     // The health endpoints themselves, like kube-proxy's proxy_healthz_total.
-    o.family(
+    fam(
         "xvs_healthz_total",
         "counter",
         "/healthz answers, by HTTP code.",
-    );
-    o.sample(
-        "xvs_healthz_total",
-        &[("code", "200")],
-        f(probes.healthz_ok),
-    );
-    o.sample(
-        "xvs_healthz_total",
-        &[("code", "503")],
-        f(probes.healthz_fail),
-    );
-    o.family(
+        |o, n, i| {
+            let p = i.probes;
+            labelled(
+                o,
+                n,
+                "code",
+                [("200", p.healthz_ok), ("503", p.healthz_fail)],
+            );
+        },
+    ),
+    fam(
         "xvs_livez_total",
         "counter",
         "/livez answers, by HTTP code.",
-    );
-    o.sample("xvs_livez_total", &[("code", "200")], f(probes.livez_ok));
-    o.sample("xvs_livez_total", &[("code", "503")], f(probes.livez_fail));
-    o.0
-}
+        |o, n, i| {
+            let p = i.probes;
+            labelled(o, n, "code", [("200", p.livez_ok), ("503", p.livez_fail)]);
+        },
+    ),
+];
 
 #[cfg(test)]
 mod tests {

@@ -85,6 +85,7 @@ pub mod process;
 mod routes;
 mod socket;
 pub mod sockets;
+mod sync_metrics;
 pub mod traffic_metrics;
 pub mod views;
 

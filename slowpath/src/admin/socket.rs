@@ -74,30 +74,7 @@ pub(super) fn bind(path: &Path) -> Result<(UnixListener, SocketFile), AdminError
         .create(dir)
         .map_err(fail("creating its directory"))?;
 
-    match fs::symlink_metadata(path) {
-        Ok(m) if !m.file_type().is_socket() => {
-            return Err(AdminError::NotASocket {
-                path: path.to_owned(),
-            });
-        }
-        Ok(_) => match served(path) {
-            Ok(true) => {
-                return Err(AdminError::SocketInUse {
-                    path: path.to_owned(),
-                });
-            }
-            // Nobody listens: a socket left by a process that died.
-            Ok(false) => match fs::remove_file(path) {
-                Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                    return Err(fail("removing the stale socket")(e));
-                }
-                _ => {}
-            },
-            Err(e) => return Err(fail("checking whether another process serves it")(e)),
-        },
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(fail("inspecting it")(e)),
-    }
+    clear_stale(path)?;
 
     // A name of our own for the private directory: the pid, and a counter for servers bound
     // by the same process (tests).
@@ -132,6 +109,43 @@ pub(super) fn bind(path: &Path) -> Result<(UnixListener, SocketFile), AdminError
             id: (m.dev(), m.ino()),
         },
     ))
+}
+
+/// What is at `path` before binding: nothing, or a socket nobody serves (left by a process
+/// that died: removed). Anything else is refused.
+fn clear_stale(path: &Path) -> Result<(), AdminError> {
+    let fail = |what: &'static str| {
+        move |source: io::Error| AdminError::Socket {
+            path: path.to_owned(),
+            what,
+            source,
+        }
+    };
+    match fs::symlink_metadata(path) {
+        Ok(m) if !m.file_type().is_socket() => {
+            return Err(AdminError::NotASocket {
+                path: path.to_owned(),
+            });
+        }
+        Ok(_) => match served(path) {
+            Ok(true) => {
+                return Err(AdminError::SocketInUse {
+                    path: path.to_owned(),
+                });
+            }
+            // Nobody listens: a socket left by a process that died.
+            Ok(false) => match fs::remove_file(path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    return Err(fail("removing the stale socket")(e));
+                }
+                _ => {}
+            },
+            Err(e) => return Err(fail("checking whether another process serves it")(e)),
+        },
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(fail("inspecting it")(e)),
+    }
+    Ok(())
 }
 
 /// Whether a process listens on the socket `path`: a non-blocking connect succeeds, or finds

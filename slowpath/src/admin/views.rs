@@ -433,7 +433,7 @@ pub struct StatsView {
 }
 
 /// What the start-up refused of the state files under `[dataplane] state_dir` (see
-/// README "Flows across restarts").
+/// docs/operations.md, "Flows across restarts").
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StateView {
     /// Refusals by file and kind.

@@ -20,7 +20,7 @@ pub mod speaker;
 
 pub use announce::{Announcement, Inputs, RouteKind, announcement};
 pub use render::render;
-pub use speaker::{BgpStats, Include, Speaker};
+pub use speaker::{BgpStats, Include, Speaker, SpeakerService};
 
 /// Every address of this host's interfaces in this network namespace (`getifaddrs`).
 pub fn interface_addresses() -> std::io::Result<Vec<std::net::IpAddr>> {

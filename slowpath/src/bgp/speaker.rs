@@ -98,7 +98,8 @@ pub struct Speaker {
     seq: u64,
     device: Arc<Mutex<Device>>,
     stats: Arc<BgpStats>,
-    task: tokio::task::JoinHandle<()>,
+    /// Cancelled when the task has ended (whoever holds its `JoinHandle`).
+    ended: CancellationToken,
     stop: CancellationToken,
 }
 
@@ -112,11 +113,25 @@ impl Speaker {
         stats: Arc<BgpStats>,
         shutdown: &CancellationToken,
     ) -> Speaker {
+        // The task ends with `shutdown` or `finish`; nobody needs its handle.
+        Speaker::start_parts(rt, socket, device, stats, shutdown).0
+    }
+
+    /// [`Speaker::spawn`], the task's handle apart (for [`SpeakerService`]).
+    fn start_parts(
+        rt: &tokio::runtime::Handle,
+        socket: PathBuf,
+        device: String,
+        stats: Arc<BgpStats>,
+        shutdown: &CancellationToken,
+    ) -> (Speaker, tokio::task::JoinHandle<()>) {
         let (tx, rx) = watch::channel(None);
         let (applied_tx, applied) = watch::channel(0);
         let dev = Arc::new(Mutex::new(Device::NotYet));
         let stop = shutdown.child_token();
-        let task = rt.spawn(run(Task {
+        let ended = CancellationToken::new();
+        let on_end = ended.clone().drop_guard();
+        let t = Task {
             socket,
             device_name: device,
             device: Arc::clone(&dev),
@@ -124,16 +139,21 @@ impl Speaker {
             rx,
             applied: applied_tx,
             stop: stop.clone(),
-        }));
-        Speaker {
+        };
+        let task = rt.spawn(async move {
+            let _on_end = on_end;
+            run(t).await;
+        });
+        let speaker = Speaker {
             tx,
             applied,
             seq: 0,
             device: dev,
             stats,
-            task,
+            ended,
             stop,
-        }
+        };
+        (speaker, task)
     }
 
     /// Announce `include` (replacing whatever was asked before).
@@ -164,13 +184,40 @@ impl Speaker {
             .await
             .is_ok_and(|r| r.is_ok());
         self.stop.cancel();
-        let _ = self.task.await;
+        self.ended.cancelled().await;
         done
     }
 
     /// The stats the task updates.
     pub fn stats(&self) -> &Arc<BgpStats> {
         &self.stats
+    }
+}
+
+/// The BGP speaker as a [`crate::service::Service`]: the arguments of [`Speaker::spawn`];
+/// its handle is the [`Speaker`].
+pub struct SpeakerService {
+    /// BIRD's control socket.
+    pub socket: PathBuf,
+    /// The liveness device BIRD's routes depend on.
+    pub device: String,
+    /// The stats the task updates.
+    pub stats: Arc<BgpStats>,
+}
+
+impl crate::service::Service for SpeakerService {
+    type Handle = Speaker;
+    type Error = std::convert::Infallible;
+    const NAME: &'static str = "the BGP speaker";
+
+    fn start(
+        self,
+        rt: &tokio::runtime::Handle,
+        shutdown: &CancellationToken,
+    ) -> Result<crate::service::Running<Speaker>, Self::Error> {
+        let (handle, task) =
+            Speaker::start_parts(rt, self.socket, self.device, self.stats, shutdown);
+        Ok(crate::service::Running { handle, task })
     }
 }
 

@@ -297,6 +297,41 @@ impl FlowSync {
     }
 }
 
+/// Flow sync as a [`crate::service::Service`]: the arguments of [`FlowSync::spawn`]; its
+/// handle is the [`FlowSync`].
+pub struct FlowSyncService {
+    /// The checked `[sync]` settings.
+    pub cfg: FlowSyncConfig,
+    /// The table whose flows are sent and into which peers' flows are installed.
+    pub flows: Arc<FlowTable>,
+    /// The published snapshot (what a peer's flow is checked against).
+    pub snapshot: Arc<ArcSwap<Snapshot>>,
+    /// One log per worker: the flows it created, changed and ended.
+    pub logs: Vec<Arc<FlowLog>>,
+}
+
+impl crate::service::Service for FlowSyncService {
+    type Handle = FlowSync;
+    type Error = io::Error;
+    const NAME: &'static str = "flow sync";
+
+    fn start(
+        self,
+        rt: &tokio::runtime::Handle,
+        shutdown: &CancellationToken,
+    ) -> io::Result<crate::service::Running<FlowSync>> {
+        let (handle, task) = FlowSync::spawn(
+            rt,
+            self.cfg,
+            self.flows,
+            self.snapshot,
+            self.logs,
+            shutdown.clone(),
+        )?;
+        Ok(crate::service::Running { handle, task })
+    }
+}
+
 /// A scan of the table in progress (a dump or catch-up to one peer, or a refresh to all).
 #[derive(Debug)]
 struct Scan {

@@ -5,8 +5,12 @@
 //! `{"service":{"namespace":"ns","name":"web"},"localEndpoints":2,"serviceProxyHealthy":true}`,
 //! with status 200 when `localEndpoints > 0` and 503 otherwise.
 //!
-//! One listener per port, each its own task on the caller's tokio runtime. A connection
-//! reads at most one request head (bounded in size and time) and gets one response.
+//! One listener per port, each its own task on the caller's tokio runtime. Each connection
+//! is one hyper HTTP/1.1 exchange (the admin server's stack): one request head, bounded in
+//! size ([`READ_BUF_MAX`]) and time ([`REQUEST_TIMEOUT`]), gets one response with
+//! `Connection: close`; a malformed or oversized head gets hyper's 400/431 and the
+//! connection closes. Headers are written title-case, as kube-proxy's Go server does:
+//! `Content-Type: application/json`, `X-Content-Type-Options: nosniff`, `Content-Length`.
 
 use std::collections::HashMap;
 use std::io;
@@ -15,15 +19,22 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::convert::Infallible;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::server::conn::http1;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 use super::HealthCheckNodePort;
 
-/// Largest request head read; longer requests are answered anyway.
-const REQUEST_HEAD_MAX: usize = 4096;
-/// A client that sends no complete request head in this time is answered anyway.
+/// A connection's read buffer, which bounds the request head (hyper's minimum is 8 KiB).
+const READ_BUF_MAX: usize = 8 * 1024;
+/// Time for a whole request head to arrive; then the connection is closed.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What one health-check port reports; shared between the listener and the updater.
@@ -97,32 +108,93 @@ pub async fn serve(listener: TcpListener, state: Arc<HcState>) {
     }
 }
 
-async fn answer(mut conn: TcpStream, state: &HcState) -> io::Result<()> {
-    let mut head = Vec::with_capacity(512);
-    let mut buf = [0u8; 512];
-    let read_head = async {
-        while head.len() < REQUEST_HEAD_MAX && !head.windows(4).any(|w| w == b"\r\n\r\n") {
-            let n = conn.read(&mut buf).await?;
-            if n == 0 {
-                break;
-            }
-            head.extend_from_slice(&buf[..n]);
-        }
-        io::Result::Ok(())
-    };
-    let _ = tokio::time::timeout(REQUEST_TIMEOUT, read_head).await;
+async fn answer(conn: TcpStream, state: &Arc<HcState>) -> hyper::Result<()> {
+    let state = Arc::clone(state);
+    let svc = hyper::service::service_fn(move |_req: Request<Incoming>| {
+        std::future::ready(Ok::<_, Infallible>(http_response(&state)))
+    });
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(REQUEST_TIMEOUT)
+        .max_buf_size(READ_BUF_MAX)
+        .title_case_headers(true)
+        .keep_alive(false);
+    builder.serve_connection(TokioIo::new(conn), svc).await
+}
+
+/// What every request gets: [`HcState::response`] as JSON.
+fn http_response(state: &HcState) -> Response<Full<Bytes>> {
     let (code, body) = state.response();
-    let reason = if code == 200 {
-        "OK"
-    } else {
-        "Service Unavailable"
-    };
-    let response = format!(
-        "HTTP/1.1 {code} {reason}\r\nContent-Type: application/json\r\nX-Content-Type-Options: nosniff\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+    let headers = resp.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
     );
-    conn.write_all(response.as_bytes()).await?;
-    conn.shutdown().await
+    resp
+}
+
+/// The healthCheckNodePort servers of `externalTrafficPolicy: Local` Services as a
+/// [`crate::service::Service`]: they follow the latest list of ports sent to the handle. A
+/// port that cannot be bound is retried at the next list, its failure logged with backoff.
+#[derive(Debug, Default)]
+pub struct HealthCheckNodePortService;
+
+impl crate::service::Service for HealthCheckNodePortService {
+    type Handle = tokio::sync::mpsc::UnboundedSender<Vec<HealthCheckNodePort>>;
+    type Error = std::convert::Infallible;
+    const NAME: &'static str = "the healthCheckNodePort servers";
+
+    fn start(
+        self,
+        rt: &tokio::runtime::Handle,
+        shutdown: &tokio_util::sync::CancellationToken,
+    ) -> Result<crate::service::Running<Self::Handle>, Self::Error> {
+        let (handle, rx) = tokio::sync::mpsc::unbounded_channel();
+        let task = rt.spawn(follow(rx, shutdown.clone()));
+        Ok(crate::service::Running { handle, task })
+    }
+}
+
+/// Serves the ports of the latest list received on `rx` until `shutdown`.
+async fn follow(
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Vec<HealthCheckNodePort>>,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    // kube-proxy binds these on every address of the node.
+    let mut servers = HealthCheckServers::new(std::net::Ipv6Addr::UNSPECIFIED.into());
+    // A port that cannot be bound fails again at every model: logged with backoff.
+    let mut failing: HashMap<u16, crate::repeat::RepeatLog> = HashMap::new();
+    loop {
+        let ports = tokio::select! {
+            p = rx.recv() => match p {
+                Some(p) => p,
+                None => return,
+            },
+            () = shutdown.cancelled() => return,
+        };
+        let failed = servers.update(&ports).await;
+        let now = std::time::Instant::now();
+        for (port, e) in &failed {
+            if let Some(errors) = failing.entry(*port).or_default().failed(now) {
+                tracing::warn!(port, errors, error = %e, "healthCheckNodePort not served (retried at the next sync)");
+            }
+        }
+        failing.retain(|port, log| {
+            if failed.iter().any(|(p, _)| p == port) {
+                return true;
+            }
+            if let Some(errors) = log.recovered()
+                && servers.ports().contains(port)
+            {
+                tracing::info!(port, errors, "healthCheckNodePort served");
+            }
+            false
+        });
+    }
 }
 
 /// The set of health-check listeners, kept in line with the model's
@@ -194,6 +266,7 @@ impl Drop for HealthCheckServers {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     async fn get(addr: SocketAddr) -> String {
         let mut c = TcpStream::connect(addr).await.unwrap();
@@ -213,7 +286,10 @@ mod tests {
         let task = tokio::spawn(serve(listener, state.clone()));
         let r = get(addr).await;
         assert!(r.starts_with("HTTP/1.1 200 OK\r\n"), "{r}");
-        assert!(r.contains("Content-Type: application/json"), "{r}");
+        assert!(r.contains("\r\nContent-Type: application/json\r\n"), "{r}");
+        assert!(r.contains("\r\nX-Content-Type-Options: nosniff\r\n"), "{r}");
+        assert!(r.contains("\r\nConnection: close\r\n"), "{r}");
+        assert!(r.contains("\r\nContent-Length: 91\r\n"), "{r}");
         assert!(
             r.ends_with(
                 "{\"service\":{\"namespace\":\"prod\",\"name\":\"web\"},\"localEndpoints\":2,\"serviceProxyHealthy\":true}"
@@ -249,6 +325,37 @@ mod tests {
         assert!(get(addr).await.starts_with("HTTP/1.1 503"));
         assert!(servers.update(&[]).await.is_empty());
         assert!(servers.ports().is_empty());
+    }
+
+    /// Sends `request` and reads what comes back until the server closes.
+    async fn exchange(addr: SocketAddr, request: &[u8]) -> String {
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        // The server may close before reading everything (an oversized head).
+        let _ = c.write_all(request).await;
+        let mut out = Vec::new();
+        let _ = c.read_to_end(&mut out).await;
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[tokio::test]
+    async fn garbage_and_oversized_heads_are_refused_and_the_port_keeps_answering() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let state = HcState::new("prod/web", 1);
+        let task = tokio::spawn(serve(listener, state));
+        let r = exchange(addr, b"\x16\x03\x01\x02\x00garbage\r\n\r\n").await;
+        assert!(r.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{r:?}");
+        assert!(!r.contains("localEndpoints"), "{r:?}");
+        let mut huge = b"GET / HTTP/1.1\r\nHost: x\r\nX-Pad: ".to_vec();
+        huge.resize(64 * 1024, b'a');
+        let r = exchange(addr, &huge).await;
+        assert!(
+            !r.contains("localEndpoints"),
+            "an endless head is not answered: {r:?}"
+        );
+        let r = get(addr).await;
+        assert!(r.starts_with("HTTP/1.1 200 OK\r\n"), "{r}");
+        task.abort();
     }
 
     #[test]

@@ -213,6 +213,26 @@ pub(crate) struct Merge {
 const SPLICE_MAX: usize = 8;
 
 impl Merge {
+    /// A slot for a Service not seen before (a freed one, or a new one).
+    fn new_slot(&mut self, key: Key) -> u32 {
+        let slot = Slot {
+            key: key.clone(),
+            ..Slot::default()
+        };
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = slot;
+                i
+            }
+            None => {
+                self.slots.push(slot);
+                u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 Services")
+            }
+        };
+        self.index.insert(key, i);
+        i
+    }
+
     /// Sets the translation of one Service. A Service refused as a whole keeps the specs it
     /// had, with its new problems.
     pub(crate) fn set(&mut self, key: Key, order: OrderKey, mut out: Translated) {
@@ -226,24 +246,7 @@ impl Merge {
         let i = match self.index.get(&key) {
             Some(i) => *i,
             None if out == Translated::default() => return,
-            None => {
-                let slot = Slot {
-                    key: key.clone(),
-                    ..Slot::default()
-                };
-                let i = match self.free.pop() {
-                    Some(i) => {
-                        self.slots[i as usize] = slot;
-                        i
-                    }
-                    None => {
-                        self.slots.push(slot);
-                        u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 Services")
-                    }
-                };
-                self.index.insert(key, i);
-                i
-            }
+            None => self.new_slot(key),
         };
         let slot = &mut self.slots[i as usize];
         if slot.out == out && slot.order == order {
@@ -299,6 +302,10 @@ impl Merge {
     }
 
     /// Publishes every change since the last commit into the model.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the frontend-claim settlement (rank, then age) over every changed claim"
+    )]
     pub(crate) fn commit(&mut self) {
         let mut affected = std::mem::take(&mut self.changed);
         // Other claimants of the frontends that changed hands may win or lose them now.

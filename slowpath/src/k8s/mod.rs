@@ -25,6 +25,7 @@
 //! Semantics follow kube-proxy (see `shared/seeds/virtual-ips-and-service-proxies.md`); the
 //! rules are listed on [`build_model`].
 
+mod addresses;
 mod cidrs;
 pub mod dump;
 mod endpoints;
@@ -51,8 +52,10 @@ use std::fmt;
 use fastpath::snapshot::ServiceSpec;
 
 pub use incremental::{IncrementalModel, last_change_trigger_time};
+/// The API client [`connect`] builds and [`WatchService`] takes.
+pub use kube::Client;
 pub use merge::{build_model, build_model_with, build_specs};
-pub use source::{SourceHandle, SourceStats, connect, node_name, spawn, watch};
+pub use source::{SourceHandle, SourceStats, WatchService, connect, node_name, spawn, watch};
 pub use translate::NodeInfo;
 
 /// Label on Services (and mirrored on their EndpointSlices) naming the proxy that owns them.

@@ -35,6 +35,10 @@ pub(super) struct Common {
     pub(super) health: ServiceHealth,
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "the xvs.io/* annotations, one per block, each with its refusal"
+)]
 pub(super) fn common(
     svc: &Service,
     spec: &K8sServiceSpec,
@@ -263,28 +267,10 @@ fn health<'a>(
         }
     };
     if let Some(v) = ann(ANN_HEALTH_PROBE) {
-        take(
-            ANN_HEALTH_PROBE,
-            match ProbeKind::from_name(v) {
-                Some(k) => {
-                    h.probe = Some(k);
-                    Ok(())
-                }
-                None => Err(format!("{v:?} is not a probe (none, tcp, http or https)")),
-            },
-        );
+        take(ANN_HEALTH_PROBE, probe_kind(v).map(|k| h.probe = Some(k)));
     }
     if let Some(v) = ann(ANN_HEALTH_PORT) {
-        take(
-            ANN_HEALTH_PORT,
-            match v.parse::<u16>() {
-                Ok(p) if p > 0 => {
-                    h.port = Some(p);
-                    Ok(())
-                }
-                _ => Err(format!("{v:?} is not a port (1-65535)")),
-            },
-        );
+        take(ANN_HEALTH_PORT, port(v).map(|p| h.port = Some(p)));
     }
     if let Some(v) = ann(ANN_HEALTH_PATH) {
         take(
@@ -303,16 +289,7 @@ fn health<'a>(
         (ANN_HEALTH_FALL, &mut h.fall),
     ] {
         if let Some(v) = ann(key) {
-            take(
-                key,
-                match v.parse::<u32>() {
-                    Ok(n) if n > 0 => {
-                        *slot = Some(n);
-                        Ok(())
-                    }
-                    _ => Err(format!("{v:?} is not a positive integer")),
-                },
-            );
+            take(key, positive(v).map(|n| *slot = Some(n)));
         }
     }
     if ann(ANN_HEALTH_PROBE).is_none() && h != ServiceHealth::default() {
@@ -338,6 +315,28 @@ fn health<'a>(
         );
     }
     not_probed
+}
+
+/// `xvs.io/health-check-probe`.
+fn probe_kind(v: &str) -> Result<ProbeKind, String> {
+    ProbeKind::from_name(v)
+        .ok_or_else(|| format!("{v:?} is not a probe (none, tcp, http or https)"))
+}
+
+/// `xvs.io/health-check-port`.
+fn port(v: &str) -> Result<u16, String> {
+    match v.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(p),
+        _ => Err(format!("{v:?} is not a port (1-65535)")),
+    }
+}
+
+/// `xvs.io/health-check-rise` and `-fall`.
+fn positive(v: &str) -> Result<u32, String> {
+    match v.parse::<u32>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("{v:?} is not a positive integer")),
+    }
 }
 
 /// Parses `IP=WEIGHT,IP=WEIGHT` (whitespace allowed around items).

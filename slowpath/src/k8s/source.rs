@@ -354,6 +354,47 @@ fn not_served(e: &watcher::Error) -> bool {
     }
 }
 
+/// The Kubernetes source as a [`crate::service::Service`] on the caller's runtime: [`watch`]
+/// with `client` (from [`connect`]), `cfg` and `on_model`; its handle is the source's stats.
+pub struct WatchService<F> {
+    /// The API client, built before anything of the node is touched.
+    pub client: Client,
+    /// The config whose `[kubernetes]` the source follows.
+    pub cfg: Config,
+    /// Gets every model.
+    pub on_model: F,
+}
+
+impl<F> crate::service::Service for WatchService<F>
+where
+    F: FnMut(K8sModel) + Send + 'static,
+{
+    type Handle = Arc<SourceStats>;
+    type Error = std::convert::Infallible;
+    const NAME: &'static str = "the Kubernetes source";
+
+    fn start(
+        self,
+        rt: &tokio::runtime::Handle,
+        shutdown: &CancellationToken,
+    ) -> Result<crate::service::Running<Arc<SourceStats>>, Self::Error> {
+        let stats = Arc::new(SourceStats::default());
+        let (task_stats, stop) = (Arc::clone(&stats), shutdown.clone());
+        let WatchService {
+            client,
+            cfg,
+            on_model,
+        } = self;
+        let task = rt.spawn(async move {
+            watch(client, &cfg, task_stats, on_model, stop).await;
+        });
+        Ok(crate::service::Running {
+            handle: stats,
+            task,
+        })
+    }
+}
+
 /// Runs the watchers until `stop` is cancelled (see the module doc): `on_model` gets every
 /// model, `stats` is kept current.
 pub async fn watch(
@@ -366,7 +407,7 @@ pub async fn watch(
     let Some(k8s) = cfg.kubernetes.as_ref() else {
         return;
     };
-    let node_name = node_name(cfg);
+    let mut st = Watched::new(cfg);
     let selector = label_selector(k8s.service_proxy_name.as_deref());
     let mut svc_events = watcher_of(
         Api::<Service>::all(client.clone()),
@@ -378,42 +419,26 @@ pub async fn watch(
     );
     let mut node_events = watcher_of(
         Api::<Node>::all(client.clone()),
-        watcher::Config::default().fields(&format!("metadata.name={node_name}")),
+        watcher::Config::default().fields(&format!("metadata.name={}", st.node_name)),
     );
     let mut cidr_events = watcher_of(Api::<ServiceCIDR>::all(client), watcher::Config::default());
-    let names = ["Service", "EndpointSlice", "Node", "ServiceCIDR"];
-    // An API server outage fails every watch at each retry: log each watch's errors with
-    // backoff and a count, and once when it recovers.
-    let mut failing: [RepeatLog; 4] = Default::default();
-    let mut synced = [false; 4];
-    let mut ended = [false; 4];
+    let mut health = WatchHealth::default();
     let min_sync = k8s.min_sync_period.0;
     let sync_period = k8s.sync_period.0.max(min_sync);
     let mut last_build: Option<Instant> = None;
-    let mut logged: HashSet<Problem> = HashSet::new();
-    let mut model = IncrementalModel::new(cfg, NodeInfo::resolve(cfg, &node_name, None));
-    // Network programming latency counts from changes made after the source started.
-    model.record_trigger_times_since(SystemTime::now());
-    let mut node: Option<Node> = None;
-    let (mut svc_list, mut slice_list, mut node_list) = (Relist(None), Relist(None), Relist(None));
-    let mut cidr_list = Relist(None);
-
     loop {
-        let wake = if synced[..GATING].iter().all(|s| *s) {
-            Some(match last_build {
-                None => Instant::now(),
-                Some(t) if model.is_dirty() => t + min_sync,
-                Some(t) => t + sync_period,
-            })
-        } else {
-            None
-        };
+        let wake = health.all_synced().then(|| match last_build {
+            None => Instant::now(),
+            Some(t) if st.model.is_dirty() => t + min_sync,
+            Some(t) => t + sync_period,
+        });
         let sleep = async {
             match wake {
                 Some(w) => tokio::time::sleep_until(w.into()).await,
                 None => std::future::pending().await,
             }
         };
+        let ended = health.ended;
         let (i, ev) = tokio::select! {
             () = stop.cancelled() => return,
             ev = svc_events.next(), if !ended[0] => (0, ev.map(|r| r.map(|e| Change::Service(Box::new(e))))),
@@ -421,56 +446,151 @@ pub async fn watch(
             ev = node_events.next(), if !ended[2] => (2, ev.map(|r| r.map(|e| Change::Node(Box::new(e))))),
             ev = cidr_events.next(), if !ended[3] => (3, ev.map(|r| r.map(|e| Change::Cidr(Box::new(e))))),
             () = sleep => {
-                let t0 = Instant::now();
-                if !model.is_dirty() {
-                    // The periodic full resync: every Service translated again (those that
-                    // come out the same cost nothing further).
-                    model.mark_all_dirty();
-                }
-                let mut m = model.model().clone();
-                m.trigger_times = model.take_trigger_times();
-                stats.changes(&model);
-                publish_stats(&stats, &m, model.services(), model.endpoint_slices(), t0.elapsed());
-                log_problems(&m.problems, &mut logged);
-                on_model(m);
-                stats.handed_over();
+                st.hand_over(&stats, &mut on_model);
                 last_build = Some(Instant::now());
                 continue;
             }
         };
-        let change = match ev {
+        let Some(change) = health.outcome(i, ev, &stats) else {
+            continue;
+        };
+        let init_done = change.is_init_done();
+        st.apply(change);
+        stats.changes(&st.model);
+        if st.model.is_dirty() {
+            stats.queued(SystemTime::now());
+        }
+        if init_done {
+            health.synced[i] = true;
+            if health.all_synced() {
+                stats.synced.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// The four watches' state: listed, ended, failing (logged with backoff and a count: an API
+/// server outage fails every watch at each retry; once more when it recovers).
+#[derive(Default)]
+struct WatchHealth {
+    failing: [RepeatLog; 4],
+    synced: [bool; 4],
+    ended: [bool; 4],
+}
+
+/// The watches' resources, by index.
+const WATCHED: [&str; 4] = ["Service", "EndpointSlice", "Node", "ServiceCIDR"];
+
+impl WatchHealth {
+    /// Whether the watches the source waits for have listed.
+    fn all_synced(&self) -> bool {
+        self.synced[..GATING].iter().all(|s| *s)
+    }
+
+    /// What watch `i` yielded: its change, or `None` (an error logged and counted, or the
+    /// watch ended).
+    fn outcome(
+        &mut self,
+        i: usize,
+        ev: Option<Result<Change, watcher::Error>>,
+        stats: &SourceStats,
+    ) -> Option<Change> {
+        match ev {
             Some(Ok(c)) => {
-                if let Some(errors) = failing[i].recovered() {
-                    tracing::info!(watch = names[i], errors, "watch recovered");
+                if let Some(errors) = self.failing[i].recovered() {
+                    tracing::info!(watch = WATCHED[i], errors, "watch recovered");
                 }
-                c
+                Some(c)
             }
             Some(Err(e)) if i == 3 && not_served(&e) => {
                 tracing::warn!(
-                    watch = names[i],
+                    watch = WATCHED[i],
                     "the API server does not serve networking.k8s.io/v1 ServiceCIDRs (before v1.33, or the feature is off): only [kubernetes] service_cidrs apply"
                 );
-                ended[i] = true;
-                continue;
+                self.ended[i] = true;
+                None
             }
             Some(Err(e)) => {
                 stats.watch_errors.fetch_add(1, Ordering::Relaxed);
-                if let Some(errors) = failing[i].failed(Instant::now()) {
-                    tracing::warn!(watch = names[i], errors, error = %e, "watch failing, retrying with backoff");
+                if let Some(errors) = self.failing[i].failed(Instant::now()) {
+                    tracing::warn!(watch = WATCHED[i], errors, error = %e, "watch failing, retrying with backoff");
                 }
-                continue;
+                None
             }
             None => {
-                ended[i] = true;
-                continue;
+                self.ended[i] = true;
+                None
             }
-        };
-        let init_done = match &change {
+        }
+    }
+}
+
+impl Change {
+    fn is_init_done(&self) -> bool {
+        match self {
             Change::Service(e) => matches!(**e, Event::InitDone),
             Change::Slice(e) => matches!(**e, Event::InitDone),
             Change::Node(e) => matches!(**e, Event::InitDone),
             Change::Cidr(e) => matches!(**e, Event::InitDone),
-        };
+        }
+    }
+}
+
+/// What the watches built: the model, this node, the lists being relisted.
+struct Watched<'c> {
+    cfg: &'c Config,
+    node_name: String,
+    model: IncrementalModel,
+    node: Option<Node>,
+    svc_list: Relist<Service>,
+    slice_list: Relist<EndpointSlice>,
+    node_list: Relist<Node>,
+    cidr_list: Relist<ServiceCIDR>,
+    /// Problems already logged.
+    logged: HashSet<Problem>,
+}
+
+impl<'c> Watched<'c> {
+    fn new(cfg: &'c Config) -> Watched<'c> {
+        let node_name = node_name(cfg);
+        let mut model = IncrementalModel::new(cfg, NodeInfo::resolve(cfg, &node_name, None));
+        // Network programming latency counts from changes made after the source started.
+        model.record_trigger_times_since(SystemTime::now());
+        Watched {
+            cfg,
+            node_name,
+            model,
+            node: None,
+            svc_list: Relist(None),
+            slice_list: Relist(None),
+            node_list: Relist(None),
+            cidr_list: Relist(None),
+            logged: HashSet::new(),
+        }
+    }
+
+    /// Builds the model (the periodic full resync when nothing changed: every Service
+    /// translated again, those that come out the same cost nothing further) and hands it
+    /// over.
+    fn hand_over(&mut self, stats: &SourceStats, on_model: &mut impl FnMut(K8sModel)) {
+        let t0 = Instant::now();
+        let model = &mut self.model;
+        if !model.is_dirty() {
+            model.mark_all_dirty();
+        }
+        let mut m = model.model().clone();
+        m.trigger_times = model.take_trigger_times();
+        stats.changes(model);
+        let (services, slices) = (model.services(), model.endpoint_slices());
+        publish_stats(stats, &m, services, slices, t0.elapsed());
+        log_problems(&m.problems, &mut self.logged);
+        on_model(m);
+        stats.handed_over();
+    }
+
+    /// Applies one watch event to the model.
+    fn apply(&mut self, change: Change) {
+        let model = &mut self.model;
         match change {
             Change::Service(e) => match *e {
                 Event::Apply(s) => model.apply_service(Arc::new(s)),
@@ -479,7 +599,7 @@ pub async fn watch(
                     model.delete_service(ns, name);
                 }
                 e => {
-                    if let Some(all) = svc_list.on(e) {
+                    if let Some(all) = self.svc_list.on(e) {
                         model.replace_services(all.into_iter().map(Arc::new));
                     }
                 }
@@ -491,47 +611,42 @@ pub async fn watch(
                     model.delete_slice(ns, name);
                 }
                 e => {
-                    if let Some(all) = slice_list.on(e) {
+                    if let Some(all) = self.slice_list.on(e) {
                         model.replace_slices(all.into_iter().map(Arc::new));
                     }
                 }
             },
-            Change::Node(e) => {
-                match *e {
-                    Event::Apply(n) => node = Some(n),
-                    Event::Delete(_) => node = None,
-                    e => {
-                        if let Some(all) = node_list.on(e) {
-                            node = all
-                                .into_iter()
-                                .find(|n| n.metadata.name.as_deref() == Some(node_name.as_str()));
-                        }
-                    }
-                }
-                model.set_node(NodeInfo::resolve(cfg, &node_name, node.as_ref()));
-            }
+            Change::Node(e) => self.apply_node(*e),
             Change::Cidr(e) => match *e {
                 Event::Apply(c) => model.apply_service_cidr(Arc::new(c)),
                 Event::Delete(c) => {
                     model.delete_service_cidr(c.metadata.name.as_deref().unwrap_or(""));
                 }
                 e => {
-                    if let Some(all) = cidr_list.on(e) {
+                    if let Some(all) = self.cidr_list.on(e) {
                         model.replace_service_cidrs(all.into_iter().map(Arc::new));
                     }
                 }
             },
         }
-        stats.changes(&model);
-        if model.is_dirty() {
-            stats.queued(SystemTime::now());
-        }
-        if init_done {
-            synced[i] = true;
-            if synced[..GATING].iter().all(|s| *s) {
-                stats.synced.store(true, Ordering::Relaxed);
+    }
+
+    /// This node changed: the model's view of it follows.
+    fn apply_node(&mut self, e: Event<Node>) {
+        match e {
+            Event::Apply(n) => self.node = Some(n),
+            Event::Delete(_) => self.node = None,
+            e => {
+                if let Some(all) = self.node_list.on(e) {
+                    let name = self.node_name.as_str();
+                    self.node = all
+                        .into_iter()
+                        .find(|n| n.metadata.name.as_deref() == Some(name));
+                }
             }
         }
+        let node = NodeInfo::resolve(self.cfg, &self.node_name, self.node.as_ref());
+        self.model.set_node(node);
     }
 }
 

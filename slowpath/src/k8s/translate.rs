@@ -7,12 +7,13 @@ use std::net::{IpAddr, SocketAddr};
 
 use config::{Cidr, Config, Protocol};
 use fastpath::snapshot::{BackendSpec, Frontend, NoEndpoints, ServiceSpec};
-use k8s_openapi::api::core::v1::{Node, Service, ServicePort};
+use k8s_openapi::api::core::v1::{Node, Service, ServicePort, ServiceSpec as K8sServiceSpec};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
+use super::addresses::Addresses;
 use super::endpoints::{self, Ep, Uses};
-use super::settings::{common, source_ranges};
-use super::validate::{endpoint_refusal, frontend_refusal, refuse_service};
+use super::settings::{Common, common};
+use super::validate::{endpoint_refusal, refuse_service};
 use super::{
     HealthCheckNodePort, LABEL_SERVICE_NAME, LABEL_SERVICE_PROXY_NAME, LABEL_ZONE, Problem,
     ProblemKind,
@@ -209,6 +210,9 @@ pub(crate) fn translate_service(
     out.t
 }
 
+/// The translation of one Service, rule by rule: each step below is a function that names
+/// the kube-proxy code it mirrors (`kubernetes/pkg/proxy/`), in the order kube-proxy applies
+/// them. Problems are reported in that order too.
 fn translate_into(
     svc: &Service,
     slices: &[&EndpointSlice],
@@ -216,6 +220,46 @@ fn translate_into(
     cfg: &Config,
     out: &mut Out,
 ) {
+    let Some(s) = accepted(svc, cfg, out) else {
+        return;
+    };
+    let common = common(svc, s.spec, cfg, &s.object, out);
+    let addrs = Addresses::of(svc, s.spec, node, cfg, &s.object, out);
+    let local = |p: Option<&String>| p.map(String::as_str) == Some("Local");
+    let itp_local = local(s.spec.internal_traffic_policy.as_ref());
+    let etp_local = local(s.spec.external_traffic_policy.as_ref());
+    let node_ports_apply = matches!(s.spec.type_.as_deref(), Some("NodePort" | "LoadBalancer"));
+    let svc_ctx = ServiceCtx {
+        s: &s,
+        node,
+        common: &common,
+        addrs: &addrs,
+        itp_local,
+        etp_local,
+        node_ports_apply,
+    };
+    let mut local_ips: HashSet<IpAddr> = HashSet::new();
+    for port in s.spec.ports.iter().flatten() {
+        translate_port(&svc_ctx, port, slices, &mut local_ips, out);
+    }
+    health_check_node_port(&s, etp_local, local_ips.len(), out);
+}
+
+/// A Service the translation takes.
+struct Accepted<'a> {
+    ns: &'a str,
+    /// `namespace/name`.
+    id: String,
+    /// `Service namespace/name`, for problems.
+    object: String,
+    spec: &'a K8sServiceSpec,
+}
+
+/// Which Services are proxied at all: `pkg/proxy/util/utils.go` `ShouldSkipService` (the
+/// `service.kubernetes.io/service-proxy-name` label selector, ExternalName and headless
+/// Services skipped), plus what the API server itself would refuse (a Service it could not
+/// have stored is refused as a whole, its previous translation kept).
+fn accepted<'a>(svc: &'a Service, cfg: &Config, out: &mut Out) -> Option<Accepted<'a>> {
     let ns = svc.metadata.namespace.as_deref().unwrap_or("default");
     let Some(name) = svc.metadata.name.as_deref() else {
         out.problem(
@@ -223,25 +267,25 @@ fn translate_into(
             ProblemKind::Invalid,
             "no metadata.name; ignored".to_owned(),
         );
-        return;
+        return None;
     };
     let id = format!("{ns}/{name}");
     let object = format!("Service {id}");
-    let k8s = cfg.kubernetes.as_ref();
     let proxy_label = svc
         .metadata
         .labels
         .as_ref()
         .and_then(|l| l.get(LABEL_SERVICE_PROXY_NAME));
+    let k8s = cfg.kubernetes.as_ref();
     if proxy_label != k8s.and_then(|k| k.service_proxy_name.as_ref()) {
-        return;
+        return None;
     }
     let Some(spec) = svc.spec.as_ref() else {
         out.problem(&object, ProblemKind::Invalid, "no spec; ignored".to_owned());
-        return;
+        return None;
     };
     if spec.type_.as_deref() == Some("ExternalName") || spec.cluster_ip.as_deref() == Some("None") {
-        return;
+        return None;
     }
     if let Some(why) = refuse_service(ns, name, spec) {
         out.t.refused = true;
@@ -250,253 +294,262 @@ fn translate_into(
             ProblemKind::ServiceRefused,
             format!("{why}: the API server refuses such a Service; ignored (its previous translation, if any, stays)"),
         );
+        return None;
+    }
+    Some(Accepted {
+        ns,
+        id,
+        object,
+        spec,
+    })
+}
+
+/// What every port of one Service shares.
+struct ServiceCtx<'s> {
+    s: &'s Accepted<'s>,
+    node: &'s NodeInfo,
+    common: &'s Common,
+    addrs: &'s Addresses,
+    itp_local: bool,
+    etp_local: bool,
+    node_ports_apply: bool,
+}
+
+/// One Service port: `pkg/proxy/nftables/proxier.go` `syncProxyRules`'s loop over the
+/// service ports, its endpoints those of the EndpointSlices' port of the same name and
+/// protocol (`pkg/proxy/endpointslicecache.go`), deduplicated; its local ready endpoints
+/// are counted for the healthCheckNodePort.
+fn translate_port(
+    c: &ServiceCtx<'_>,
+    port: &ServicePort,
+    slices: &[&EndpointSlice],
+    local_ips: &mut HashSet<IpAddr>,
+    out: &mut Out,
+) {
+    let Some((protocol, port_no, node_port)) = check_port(port, &c.s.object, out) else {
+        return;
+    };
+    let port_name = port.name.as_deref().unwrap_or("");
+    let mut eps = collect_endpoints(slices, port_name, protocol, c.s.ns, c.node, out);
+    endpoints::dedup(&mut eps);
+    for e in &eps {
+        if e.ready && e.node == Some(c.node.name.as_str()) {
+            local_ips.insert(e.addr.ip());
+        }
+    }
+    let label = if port_name.is_empty() {
+        port_no.to_string()
+    } else {
+        port_name.to_owned()
+    };
+    let p = PortCtx {
+        base: format!("{}:{label}", c.s.id),
+        protocol,
+        port_no,
+        node_port,
+        eps: &eps,
+    };
+    for v6 in [false, true] {
+        // kube-proxy serves a Service in a family only if it has a ClusterIP of that
+        // family: its externalIPs, load-balancer IPs and NodePorts of another family are
+        // left to the host, not taken and dropped.
+        if c.addrs.families.contains(&v6) {
+            translate_family(c, &p, v6, out);
+        }
+    }
+}
+
+/// One Service port, as [`translate_port`] read it.
+struct PortCtx<'e, 'a> {
+    /// `namespace/name:port`.
+    base: String,
+    protocol: Protocol,
+    port_no: u16,
+    node_port: Option<u16>,
+    eps: &'e [Ep<'a>],
+}
+
+/// One port in one IP family: `pkg/proxy/servicechangetracker.go`'s per-family service
+/// map (a kube-proxy per family, `GetClusterIPByFamily`), the frontends `syncProxyRules`
+/// writes rules for (ClusterIPs; externalIPs and NodePorts; load-balancer IPs), the
+/// endpoints each traffic policy uses (`pkg/proxy/topology.go` `CategorizeEndpoints`), and
+/// what a flow gets when there are none ([`no_endpoints`]).
+fn translate_family(c: &ServiceCtx<'_>, p: &PortCtx<'_, '_>, v6: bool, out: &mut Out) {
+    let fam = |ip: &&IpAddr| ip.is_ipv6() == v6;
+    let fe = |ip: &IpAddr, port: u16| Frontend {
+        vip: *ip,
+        protocol: p.protocol,
+        port,
+    };
+    let of = |ips: &[IpAddr]| -> Vec<Frontend> {
+        ips.iter().filter(fam).map(|ip| fe(ip, p.port_no)).collect()
+    };
+    let internal = of(&c.addrs.cluster_ips);
+    let mut external = of(&c.addrs.external_ips);
+    if c.node_ports_apply
+        && let Some(np) = p.node_port
+    {
+        external.extend(c.node.addresses.iter().filter(fam).map(|ip| fe(ip, np)));
+    }
+    let lb = of(&c.addrs.lb_ips);
+    let family_eps: Vec<Ep<'_>> = p
+        .eps
+        .iter()
+        .filter(|e| e.addr.is_ipv6() == v6)
+        .copied()
+        .collect();
+    let externally_accessible =
+        (c.node_ports_apply && p.node_port.is_some()) || !external.is_empty() || !lb.is_empty();
+    let cat = endpoints::categorize(
+        &family_eps,
+        Uses::of(c.itp_local, c.etp_local, externally_accessible),
+        c.node,
+    );
+    let (cluster, local_eps) = (
+        cat.cluster.unwrap_or_default(),
+        cat.local.unwrap_or_default(),
+    );
+    let itp = if c.itp_local { &local_eps } else { &cluster };
+    let etp = if c.etp_local { &local_eps } else { &cluster };
+    let g = Groups {
+        c,
+        family_eps: &family_eps,
+        suffix: if v6 { "/v6" } else { "" },
+        base: &p.base,
+    };
+    let int_empty = no_endpoints(c.itp_local, cat.has_any);
+    g.push(
+        out,
+        "",
+        internal,
+        (itp, int_empty),
+        Vec::new(),
+        (false, RANK_CLUSTER_IP),
+    );
+    let ext_empty = no_endpoints(c.etp_local, cat.has_any);
+    let ranges: Vec<Cidr> = c
+        .addrs
+        .source_ranges
+        .iter()
+        .filter(|r| r.addr.is_ipv6() == v6)
+        .copied()
+        .collect();
+    g.external(out, external, lb, (etp, ext_empty), ranges);
+}
+
+/// What a new flow of a Service without usable endpoints gets: `pkg/proxy/nftables/
+/// proxier.go` `syncProxyRules`'s `internalTrafficFilterVerdict` and
+/// `externalTrafficFilterVerdict`: rejected when the Service has no endpoints at all,
+/// dropped when its traffic policy is Local while its endpoints are on other nodes.
+fn no_endpoints(local: bool, has_any: bool) -> NoEndpoints {
+    if local && has_any {
+        NoEndpoints::Drop
+    } else {
+        NoEndpoints::Reject
+    }
+}
+
+/// Makes the specs of one port in one family.
+struct Groups<'g, 'c, 'e> {
+    c: &'g ServiceCtx<'c>,
+    family_eps: &'g [Ep<'e>],
+    suffix: &'static str,
+    base: &'g str,
+}
+
+impl Groups<'_, '_, '_> {
+    /// The external frontends: without source ranges, externalIPs, NodePorts and
+    /// load-balancer IPs together; with them, the load-balancer IPs apart, behind the ranges
+    /// (`pkg/proxy/nftables/proxier.go` `syncProxyRules`'s firewall check of
+    /// `loadBalancerSourceRanges`, which applies to the load-balancer IPs only). An address
+    /// that is both an externalIP and a load-balancer IP is served with the source ranges
+    /// (kube-proxy checks them for the load-balancer IP, whatever else the address is).
+    fn external(
+        &self,
+        out: &mut Out,
+        mut external: Vec<Frontend>,
+        lb: Vec<Frontend>,
+        etp: (&[&Ep<'_>], NoEndpoints),
+        ranges: Vec<Cidr>,
+    ) {
+        let ext = (false, RANK_EXTERNAL);
+        if ranges.is_empty() {
+            external.extend(lb);
+            self.push(out, "/ext", external, etp, Vec::new(), ext);
+        } else {
+            external.retain(|f| !lb.contains(f));
+            self.push(out, "/ext", external, etp, Vec::new(), ext);
+            self.push(out, "/lb", lb, etp, ranges, (true, RANK_LB_RANGES));
+        }
+    }
+
+    /// One spec `base{kind}{suffix}` for `frontends`, its backends the `chosen` endpoints
+    /// (weighted by the Service's annotations); none when there are no frontends.
+    fn push(
+        &self,
+        out: &mut Out,
+        kind: &str,
+        frontends: Vec<Frontend>,
+        (chosen, no_endpoints): (&[&Ep<'_>], NoEndpoints),
+        ranges: Vec<Cidr>,
+        (lb, rank): (bool, u8),
+    ) {
+        if frontends.is_empty() {
+            return;
+        }
+        let common = self.c.common;
+        let backends = endpoints::backends(self.family_eps, chosen)
+            .into_iter()
+            .map(|(addr, usable)| BackendSpec {
+                addr,
+                weight: common.weights.get(&addr.ip()).copied().unwrap_or(1),
+                usable,
+            })
+            .collect();
+        let spec = ServiceSpec {
+            name: format!("{}{kind}{}", self.base, self.suffix),
+            frontends,
+            scheduler: common.scheduler,
+            flags: common.flags.clone(),
+            mode: common.mode,
+            affinity_timeout: common.affinity_timeout,
+            backends,
+            source_ranges: ranges,
+            rate_limit: common.rate_limit,
+            frozen: false,
+            synproxy: common.synproxy,
+            health: common.health.clone(),
+            no_endpoints,
+            cluster_ip: rank == RANK_CLUSTER_IP,
+        };
+        out.push(spec, lb, rank);
+    }
+}
+
+/// The healthCheckNodePort of an `externalTrafficPolicy: Local` Service:
+/// `pkg/proxy/service.go` `newBaseServiceInfo` (`healthCheckNodePort` when the external
+/// policy is Local) served as `pkg/proxy/healthcheck/service_health.go` does, with the
+/// number of local ready endpoints (`SyncEndpoints`).
+fn health_check_node_port(s: &Accepted<'_>, etp_local: bool, local: usize, out: &mut Out) {
+    let Some(hc) = s.spec.health_check_node_port.filter(|p| *p != 0) else {
+        return;
+    };
+    if !etp_local {
         return;
     }
-    let common = common(svc, spec, cfg, &object, out);
-
-    let mut cluster_ips = Vec::new();
-    let ips = match spec.cluster_ips.as_deref() {
-        Some(ips) if !ips.is_empty() => ips,
-        _ => spec.cluster_ip.as_slice(),
-    };
-    for s in ips {
-        match s.parse::<IpAddr>() {
-            Ok(ip) => match frontend_refusal(ip, node) {
-                None => cluster_ips.push(ip),
-                Some((kind, why)) => {
-                    out.problem(&object, kind, format!("clusterIP {ip}: {why}; ignored"));
-                }
-            },
-            Err(_) if s.is_empty() => {}
-            Err(_) => out.problem(
-                &object,
-                ProblemKind::Invalid,
-                format!("clusterIP {s:?} is not an IP; ignored"),
-            ),
-        }
-    }
-    let mut families: Vec<bool> = cluster_ips.iter().map(IpAddr::is_ipv6).collect();
-    for f in spec.ip_families.iter().flatten() {
-        families.push(f == "IPv6");
-    }
-
-    let mut lb_ips = Vec::new();
-    let ingress = svc
-        .status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|l| l.ingress.as_ref());
-    for ing in ingress.into_iter().flatten() {
-        // ipMode Proxy: the load balancer delivers to the node itself, not to the VIP.
-        if ing.ip_mode.as_deref() == Some("Proxy") {
-            continue;
-        }
-        match ing.ip.as_deref().map(str::parse::<IpAddr>) {
-            Some(Ok(ip)) => match frontend_refusal(ip, node) {
-                None => lb_ips.push(ip),
-                Some((kind, why)) => out.problem(
-                    &object,
-                    kind,
-                    format!("load-balancer ingress IP {ip}: {why}; ignored"),
-                ),
-            },
-            Some(Err(_)) => out.problem(
-                &object,
-                ProblemKind::Invalid,
-                "a load-balancer ingress ip is not an IP; ignored".to_owned(),
-            ),
-            None => {}
-        }
-    }
-    let allowed: &[Cidr] = k8s.map(|k| k.external_ip_cidrs.as_slice()).unwrap_or(&[]);
-    let mut external_ips = Vec::new();
-    for s in spec.external_ips.iter().flatten() {
-        match s.parse::<IpAddr>() {
-            Ok(ip) => match frontend_refusal(ip, node) {
-                Some((kind, why)) => {
-                    out.problem(&object, kind, format!("externalIP {ip}: {why}; ignored"));
-                }
-                None if allowed.iter().any(|c| c.contains(ip)) => external_ips.push(ip),
-                None => out.problem(
-                    &object,
-                    ProblemKind::FrontendNotAllowed,
-                    format!("externalIP {s} is outside [kubernetes] external_ip_cidrs; ignored"),
-                ),
-            },
-            Err(_) => out.problem(
-                &object,
-                ProblemKind::Invalid,
-                format!("externalIP {s:?} is not an IP; ignored"),
-            ),
-        }
-    }
-    let source_ranges = source_ranges(svc, spec, &object, out);
-
-    let local = |p: Option<&String>| p.map(String::as_str) == Some("Local");
-    let itp_local = local(spec.internal_traffic_policy.as_ref());
-    let etp_local = local(spec.external_traffic_policy.as_ref());
-    let node_ports_apply = matches!(spec.type_.as_deref(), Some("NodePort" | "LoadBalancer"));
-
-    let mut local_ips: HashSet<IpAddr> = HashSet::new();
-    for port in spec.ports.iter().flatten() {
-        let Some((protocol, port_no, node_port)) = check_port(port, &object, out) else {
-            continue;
-        };
-        let port_name = port.name.as_deref().unwrap_or("");
-        let mut eps = collect_endpoints(slices, port_name, protocol, ns, node, out);
-        endpoints::dedup(&mut eps);
-        for e in &eps {
-            if e.ready && e.node == Some(node.name.as_str()) {
-                local_ips.insert(e.addr.ip());
-            }
-        }
-        let label = if port_name.is_empty() {
-            port_no.to_string()
-        } else {
-            port_name.to_owned()
-        };
-        for v6 in [false, true] {
-            // kube-proxy serves a Service in a family only if it has a ClusterIP of that
-            // family: its externalIPs, load-balancer IPs and NodePorts of another family are
-            // left to the host, not taken and dropped.
-            if !families.contains(&v6) {
-                continue;
-            }
-            let fam = |ip: &&IpAddr| ip.is_ipv6() == v6;
-            let suffix = if v6 { "/v6" } else { "" };
-            let fe = |ip: &IpAddr, port: u16| Frontend {
-                vip: *ip,
-                protocol,
+    match u16::try_from(hc) {
+        Ok(port) if port != 0 => {
+            out.t.hcnp = Some(HealthCheckNodePort {
                 port,
-            };
-            let internal: Vec<Frontend> = cluster_ips
-                .iter()
-                .filter(fam)
-                .map(|ip| fe(ip, port_no))
-                .collect();
-            let mut external: Vec<Frontend> = external_ips
-                .iter()
-                .filter(fam)
-                .map(|ip| fe(ip, port_no))
-                .collect();
-            if node_ports_apply && let Some(np) = node_port {
-                external.extend(node.addresses.iter().filter(fam).map(|ip| fe(ip, np)));
-            }
-            let lb: Vec<Frontend> = lb_ips
-                .iter()
-                .filter(fam)
-                .map(|ip| fe(ip, port_no))
-                .collect();
-            let ranges: Vec<Cidr> = source_ranges
-                .iter()
-                .filter(|c| c.addr.is_ipv6() == v6)
-                .copied()
-                .collect();
-            let base = format!("{id}:{label}");
-            let family_eps: Vec<Ep<'_>> = eps
-                .iter()
-                .filter(|e| e.addr.is_ipv6() == v6)
-                .copied()
-                .collect();
-            let externally_accessible =
-                (node_ports_apply && node_port.is_some()) || !external.is_empty() || !lb.is_empty();
-            let cat = endpoints::categorize(
-                &family_eps,
-                Uses::of(itp_local, etp_local, externally_accessible),
-                node,
-            );
-            // kube-proxy rejects a new flow of a Service without endpoints anywhere, and drops
-            // one whose traffic policy is Local while the endpoints are on other nodes.
-            let empty = |local: bool| {
-                if local && cat.has_any {
-                    NoEndpoints::Drop
-                } else {
-                    NoEndpoints::Reject
-                }
-            };
-            let (int_empty, ext_empty) = (empty(itp_local), empty(etp_local));
-            let (cluster, local_eps) = (
-                cat.cluster.unwrap_or_default(),
-                cat.local.unwrap_or_default(),
-            );
-            let itp = if itp_local { &local_eps } else { &cluster };
-            let etp = if etp_local { &local_eps } else { &cluster };
-            let mut group = |name: String,
-                             frontends: Vec<Frontend>,
-                             (chosen, no_endpoints): (&[&Ep<'_>], NoEndpoints),
-                             ranges: Vec<Cidr>,
-                             lb,
-                             rank| {
-                if frontends.is_empty() {
-                    return;
-                }
-                let backends = endpoints::backends(&family_eps, chosen)
-                    .into_iter()
-                    .map(|(addr, usable)| BackendSpec {
-                        addr,
-                        weight: common.weights.get(&addr.ip()).copied().unwrap_or(1),
-                        usable,
-                    })
-                    .collect();
-                let spec = ServiceSpec {
-                    name,
-                    frontends,
-                    scheduler: common.scheduler,
-                    flags: common.flags.clone(),
-                    mode: common.mode,
-                    affinity_timeout: common.affinity_timeout,
-                    backends,
-                    source_ranges: ranges,
-                    rate_limit: common.rate_limit,
-                    frozen: false,
-                    synproxy: common.synproxy,
-                    health: common.health.clone(),
-                    no_endpoints,
-                    cluster_ip: rank == RANK_CLUSTER_IP,
-                };
-                out.push(spec, lb, rank);
-            };
-            let (cluster_ip, ext) = (RANK_CLUSTER_IP, RANK_EXTERNAL);
-            group(
-                format!("{base}{suffix}"),
-                internal,
-                (itp, int_empty),
-                Vec::new(),
-                false,
-                cluster_ip,
-            );
-            if source_ranges.is_empty() {
-                external.extend(lb);
-                let name = format!("{base}/ext{suffix}");
-                group(name, external, (etp, ext_empty), Vec::new(), false, ext);
-            } else {
-                // An address that is both an externalIP and a load-balancer IP is served with
-                // the source ranges (kube-proxy checks them for the load-balancer IP, whatever
-                // else the address is).
-                external.retain(|f| !lb.contains(f));
-                let name = format!("{base}/ext{suffix}");
-                group(name, external, (etp, ext_empty), Vec::new(), false, ext);
-                let name = format!("{base}/lb{suffix}");
-                group(name, lb, (etp, ext_empty), ranges, true, RANK_LB_RANGES);
-            }
+                service: s.id.clone(),
+                local_endpoints: u32::try_from(local).unwrap_or(u32::MAX),
+            });
         }
-    }
-
-    if etp_local && let Some(hc) = spec.health_check_node_port.filter(|p| *p != 0) {
-        match u16::try_from(hc) {
-            Ok(port) if port != 0 => {
-                out.t.hcnp = Some(HealthCheckNodePort {
-                    port,
-                    service: id.clone(),
-                    local_endpoints: u32::try_from(local_ips.len()).unwrap_or(u32::MAX),
-                });
-            }
-            _ => out.problem(
-                &object,
-                ProblemKind::Invalid,
-                format!("healthCheckNodePort {hc} is not a port; ignored"),
-            ),
-        }
+        _ => out.problem(
+            &s.object,
+            ProblemKind::Invalid,
+            format!("healthCheckNodePort {hc} is not a port; ignored"),
+        ),
     }
 }
 

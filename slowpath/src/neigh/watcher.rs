@@ -141,6 +141,19 @@ impl NeighbourWatcher {
         on_change: impl FnMut(L2Table) + Send + 'static,
         shutdown: CancellationToken,
     ) -> std::io::Result<Self> {
+        let (mut watcher, task) = Self::start_parts(rt, interfaces, period, on_change, &shutdown)?;
+        watcher.task = Some(task);
+        Ok(watcher)
+    }
+
+    /// [`NeighbourWatcher::spawn`], the task apart (for [`NeighbourService`]).
+    fn start_parts(
+        rt: &tokio::runtime::Handle,
+        interfaces: Vec<String>,
+        period: Duration,
+        on_change: impl FnMut(L2Table) + Send + 'static,
+        shutdown: &CancellationToken,
+    ) -> std::io::Result<(Self, JoinHandle<()>)> {
         let mut events = Socket::new(NETLINK_ROUTE)?;
         events.bind_auto()?;
         for g in GROUPS {
@@ -183,12 +196,13 @@ impl NeighbourWatcher {
         };
         let stop = shutdown.child_token();
         let task = rt.spawn(worker.run(on_change, stop.clone()));
-        Ok(NeighbourWatcher {
+        let watcher = NeighbourWatcher {
             shared,
             requester: NeighbourRequester { tx },
             stop,
-            task: Some(task),
-        })
+            task: None,
+        };
+        Ok((watcher, task))
     }
 
     /// Reports a next hop the fastpath has no MAC for. The watcher solicits it on the
@@ -224,6 +238,42 @@ impl NeighbourWatcher {
         {
             std::panic::resume_unwind(e.into_panic());
         }
+    }
+}
+
+/// The neighbour watcher as a [`crate::service::Service`]: the arguments of
+/// [`NeighbourWatcher::spawn`]; its handle is the [`NeighbourWatcher`] (without its task,
+/// which the driver awaits).
+pub struct NeighbourService<F> {
+    /// The interfaces whose routes and neighbours are watched.
+    pub interfaces: Vec<String>,
+    /// How often the tables are read again without an event.
+    pub period: Duration,
+    /// Gets every new table.
+    pub on_change: F,
+}
+
+impl<F> crate::service::Service for NeighbourService<F>
+where
+    F: FnMut(L2Table) + Send + 'static,
+{
+    type Handle = NeighbourWatcher;
+    type Error = std::io::Error;
+    const NAME: &'static str = "the neighbour watcher";
+
+    fn start(
+        self,
+        rt: &tokio::runtime::Handle,
+        shutdown: &CancellationToken,
+    ) -> std::io::Result<crate::service::Running<NeighbourWatcher>> {
+        let (handle, task) = NeighbourWatcher::start_parts(
+            rt,
+            self.interfaces,
+            self.period,
+            self.on_change,
+            shutdown,
+        )?;
+        Ok(crate::service::Running { handle, task })
     }
 }
 

@@ -1,16 +1,17 @@
-//! Shared by the pipeline tests: the fixture config, frame builders (etherparse), a full
-//! checksum verifier, and a pipeline built through the real config → snapshot path.
-#![allow(dead_code)]
+//! Test fixtures (the `testing` feature; never in a product build): the fixture config,
+//! frame builders (etherparse), a full checksum verifier, and a pipeline built through the
+//! real config → snapshot path. Shared by fastpath's pipeline tests and the `xvs pcap`
+//! replay's tests. Panics on bad fixtures: a fixture is the test's own input.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::pipeline::{Pipeline, PipelineConfig};
+use crate::settings::flow_table_config;
+use crate::snapshot::SnapshotBuilder;
+use crate::wire::checksum;
 use etherparse::{IpNumber, PacketBuilder, SlicedPacket, TcpHeader};
-use fastpath::pipeline::{Pipeline, PipelineConfig};
-use fastpath::settings::flow_table_config;
-use fastpath::snapshot::SnapshotBuilder;
-use fastpath::wire::checksum;
 use flowtable::FlowTable;
 use lb_algos::AffinityTable;
 

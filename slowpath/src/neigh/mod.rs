@@ -33,7 +33,7 @@ use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteType, RouteVia,
 };
 
-pub use watcher::{NeighbourRequester, NeighbourWatcher};
+pub use watcher::{NeighbourRequester, NeighbourService, NeighbourWatcher};
 
 /// The UDP discard port (RFC 863): where [`solicit`] sends its empty datagram.
 const DISCARD_PORT: u16 = 9;

@@ -241,6 +241,17 @@ impl HealthChecker {
         on_change: impl FnMut(HashMap<Target, Judgement>) + Send + 'static,
         shutdown: CancellationToken,
     ) -> HealthChecker {
+        let (mut checker, task) = HealthChecker::start_parts(rt, on_change, &shutdown);
+        checker.task = Some(task);
+        checker
+    }
+
+    /// [`HealthChecker::spawn`], the task apart (for [`HealthService`]).
+    fn start_parts(
+        rt: &tokio::runtime::Handle,
+        on_change: impl FnMut(HashMap<Target, Judgement>) + Send + 'static,
+        shutdown: &CancellationToken,
+    ) -> (HealthChecker, JoinHandle<()>) {
         let (inbox, rx) = mpsc::unbounded_channel();
         let shared = Arc::<Shared>::default();
         let stop = shutdown.child_token();
@@ -253,13 +264,14 @@ impl HealthChecker {
             probes: JoinSet::new(),
             due: Vec::new(),
         };
-        let task = Some(rt.spawn(scheduler.run(rx, on_change, stop.clone())));
-        HealthChecker {
+        let task = rt.spawn(scheduler.run(rx, on_change, stop.clone()));
+        let checker = HealthChecker {
             inbox,
             shared,
             stop,
-            task,
-        }
+            task: None,
+        };
+        (checker, task)
     }
 
     /// Sets what to probe. Targets already known keep their state; new ones start unknown.
@@ -314,6 +326,32 @@ impl HealthChecker {
         {
             std::panic::resume_unwind(e.into_panic());
         }
+    }
+}
+
+/// The health checker as a [`crate::service::Service`]: its handle is the
+/// [`HealthChecker`] (without its task, which the driver awaits), `on_change` as in
+/// [`HealthChecker::spawn`].
+pub struct HealthService<F> {
+    /// Gets every target's judgement whenever one changes.
+    pub on_change: F,
+}
+
+impl<F> crate::service::Service for HealthService<F>
+where
+    F: FnMut(HashMap<Target, Judgement>) + Send + 'static,
+{
+    type Handle = HealthChecker;
+    type Error = std::convert::Infallible;
+    const NAME: &'static str = "the health checker";
+
+    fn start(
+        self,
+        rt: &tokio::runtime::Handle,
+        shutdown: &CancellationToken,
+    ) -> Result<crate::service::Running<HealthChecker>, Self::Error> {
+        let (handle, task) = HealthChecker::start_parts(rt, self.on_change, shutdown);
+        Ok(crate::service::Running { handle, task })
     }
 }
 

@@ -86,17 +86,7 @@ impl Maglev {
             .iter()
             .map(|&i| u64::from(backends[i as usize].weight))
             .collect();
-        let g = weights.iter().fold(0, |g, &w| gcd(g, w));
-        let max_reduced = weights.iter().max().copied().unwrap_or(0) / g;
-        let shift = (64 - max_reduced.leading_zeros()).saturating_sub(m.ilog2() / 2);
-        let turns: Vec<u64> = weights.iter().map(|&w| ((w / g) >> shift).max(1)).collect();
-        let round: u64 = turns.iter().sum();
-        if round > u64::from(m) {
-            return Err(BuildError::MhTooManyBackends {
-                turns: round,
-                table_size: m,
-            });
-        }
+        let turns = turns(&weights, m)?;
 
         let m64 = u64::from(m);
         let mut perm: Vec<(u64, u64)> = members
@@ -166,6 +156,24 @@ impl Maglev {
     pub fn table(&self) -> &[u32] {
         &self.table
     }
+}
+
+/// Each member's turns per round of the fill: its weight divided by the weights' gcd, shifted
+/// right so that the largest takes at most about the square root of the table; at least 1.
+/// A round longer than the table is an error.
+fn turns(weights: &[u64], m: u32) -> Result<Vec<u64>, BuildError> {
+    let g = weights.iter().fold(0, |g, &w| gcd(g, w));
+    let max_reduced = weights.iter().max().copied().unwrap_or(0) / g;
+    let shift = (64 - max_reduced.leading_zeros()).saturating_sub(m.ilog2() / 2);
+    let turns: Vec<u64> = weights.iter().map(|&w| ((w / g) >> shift).max(1)).collect();
+    let round: u64 = turns.iter().sum();
+    if round > u64::from(m) {
+        return Err(BuildError::MhTooManyBackends {
+            turns: round,
+            table_size: m,
+        });
+    }
+    Ok(turns)
 }
 
 /// Trial division; `m ≤ 2^24` so at most ~2,000 odd divisors.

@@ -1,0 +1,258 @@
+//! The driver's first phases: the slowpath runtime (and the signals, handled from the
+//! start), the inputs checked before anything of the node is touched, the state that
+//! outlives a process, and the dataplane (AF_XDP sockets, then the steering programs).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context;
+use config::{Config, CorePlan};
+use fastpath::passive::SynWatch;
+use fastpath::pipeline::CookieKey;
+use fastpath::settings::worker_specs;
+use fastpath::steer::{self, Steering};
+use fastpath::worker::WorkerSpec;
+use fastpath::xsk::napi::NapiDefer;
+use fastpath::xsk::{XskSet, XskSettings};
+use flowtable::FlowTable;
+use lb_algos::AffinityTable;
+use slowpath::flowsync::FlowSyncConfig;
+use slowpath::neigh::read_l2;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::signals::Signals;
+use super::{RUNTIME_THREADS, Slowpath};
+use crate::controller::{Controller, Event};
+use crate::hold;
+use crate::state::{self, Refusals};
+
+/// The cores, the slowpath runtime on its core, and the signal handler: SIGTERM during the
+/// rest of the start-up is an event the loop handles, not the default death.
+pub(super) fn slowpath(
+    cfg: &mut Config,
+    events: mpsc::UnboundedSender<Event>,
+) -> anyhow::Result<(Slowpath, CorePlan)> {
+    // In a DaemonSet the downward API gives the node's name (see deploy/daemonset.yaml).
+    if cfg.node.name.is_none()
+        && let Ok(name) = std::env::var("NODE_NAME")
+    {
+        cfg.node.name = Some(name);
+    }
+    let cores = place(cfg)?;
+    let slowpath_core = cores.slowpath;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(RUNTIME_THREADS)
+        .thread_name("xvs-slow")
+        .on_thread_start(move || {
+            if let Some(id) = slowpath_core {
+                core_affinity::set_for_current(core_affinity::CoreId { id });
+            }
+        })
+        .enable_all()
+        .build()
+        .context("starting the slowpath runtime")?;
+    let shutdown = CancellationToken::new();
+    let mut slow = Slowpath {
+        // Whatever happens below, the slowpath's services stop with the runtime.
+        cancel_on_exit: shutdown.clone().drop_guard(),
+        shutdown,
+        tasks: Vec::new(),
+        rt,
+    };
+    slow.start(Signals { events })?;
+    Ok((slow, cores))
+}
+
+/// The cores from the cpuset this process was given (a Guaranteed pod's exclusive CPUs),
+/// read before any thread is pinned: `cores = "auto"` takes it, and a listed core outside
+/// it is refused here rather than left unpinned. Pins the calling thread to the slowpath's.
+fn place(cfg: &Config) -> anyhow::Result<CorePlan> {
+    let cpuset = crate::preflight::cpuset().map_err(anyhow::Error::msg)?;
+    let cores = cfg
+        .dataplane
+        .cores
+        .resolve(cfg.dataplane.slowpath_core, &cpuset)
+        .context("placing the workers and the slowpath on cores")?;
+    tracing::info!(
+        cpuset = %config::cpu_list(&cpuset),
+        workers = ?cores.workers,
+        slowpath = ?cores.slowpath,
+        "cores"
+    );
+    if let Some(id) = cores.slowpath
+        && !core_affinity::set_for_current(core_affinity::CoreId { id })
+    {
+        anyhow::bail!(
+            "could not pin the slowpath to core {id} (the cpuset this process may run on: {})",
+            config::cpu_list(&cpuset)
+        );
+    }
+    Ok(cores)
+}
+
+/// What is checked of the config's inputs before anything of the node is touched.
+pub(super) struct Inputs {
+    /// The API client (`[kubernetes]` set).
+    pub k8s: Option<slowpath::k8s::Client>,
+    /// Flow sync's checked settings (`[sync] enable`).
+    pub sync: Option<FlowSyncConfig>,
+}
+
+/// The API client is built (kubeconfig or in-cluster config read) so that a bad one fails
+/// fast; reaching the API server is the watchers' business, retried for ever. Flow sync's
+/// key and socket address are checked.
+pub(super) fn inputs(cfg: &Config, slow: &Slowpath) -> anyhow::Result<Inputs> {
+    let k8s = match &cfg.kubernetes {
+        Some(_) => Some(
+            slow.rt
+                .block_on(slowpath::k8s::connect(cfg))
+                .context("starting the Kubernetes source")?,
+        ),
+        None => None,
+    };
+    let sync = if cfg.sync.enable {
+        Some(FlowSyncConfig::from_config(cfg).map_err(anyhow::Error::msg)?)
+    } else {
+        None
+    };
+    Ok(Inputs { k8s, sync })
+}
+
+/// The state a restart keeps, and the controller over it.
+pub(super) struct State {
+    pub flows: Arc<FlowTable>,
+    pub affinity: Arc<AffinityTable>,
+    pub syn_watch: Arc<SynWatch>,
+    pub cookie_key: CookieKey,
+    /// What was refused of the state files.
+    pub refused: Refusals,
+    /// The configured interfaces, in order.
+    pub ifnames: Vec<String>,
+    pub ctl: Controller,
+}
+
+/// The flow and affinity tables (adopted from the previous process of this boot, or new),
+/// the routes and neighbours, and the controller that adopts the tables' ids.
+pub(super) fn state(cfg: &Config) -> anyhow::Result<State> {
+    let epoch = Instant::now();
+    let tables = state::open(cfg, epoch)?;
+    let flows = Arc::new(tables.flows);
+    let syn_watch = Arc::new(SynWatch::new(cfg.flowtable.backends_max as usize));
+    let ifnames: Vec<String> = cfg
+        .dataplane
+        .interfaces
+        .iter()
+        .map(|i| i.name.clone())
+        .collect();
+    let l2 = read_l2(&ifnames).context("reading routes and neighbours")?;
+    let ctl = Controller::adopting(
+        cfg.clone(),
+        Arc::clone(&flows),
+        Arc::clone(&syn_watch),
+        l2,
+        epoch,
+        tables.adopted.as_ref(),
+    );
+    Ok(State {
+        flows,
+        affinity: Arc::new(tables.affinity),
+        syn_watch,
+        cookie_key: tables.cookie_key,
+        refused: tables.refused,
+        ifnames,
+        ctl,
+    })
+}
+
+/// The AF_XDP sockets and the steering programs that feed them.
+pub(super) struct Dataplane {
+    /// Every worker's spec and sockets.
+    pub sockets: Vec<(WorkerSpec, XskSet)>,
+    pub steers: Vec<Steering>,
+    /// Put back when xvs returns (busy polling needs the interfaces' NAPI deferral).
+    pub napi_defer: Option<NapiDefer>,
+}
+
+/// Sockets first, then the program that feeds them. The steering programs stay attached
+/// across restarts (pinned); an earlier process's are adopted in place, with no moment in
+/// which the kernel sees xvs's frames.
+pub(super) fn dataplane(
+    cfg: &Config,
+    cores: &CorePlan,
+    ifnames: &[String],
+) -> anyhow::Result<Dataplane> {
+    let napi_defer = if cfg.dataplane.napi_busy_poll {
+        let names: Vec<&str> = ifnames.iter().map(String::as_str).collect();
+        Some(NapiDefer::apply(&names).map_err(anyhow::Error::msg)?)
+    } else {
+        None
+    };
+    let sockets = open_all_sockets(cfg, cores)?;
+    let pins = steer::pin_dir_in(&cfg.dataplane.bpf_pin_root).with_context(|| {
+        format!(
+            "[dataplane] bpf_pin_root {}",
+            cfg.dataplane.bpf_pin_root.display()
+        )
+    })?;
+    let mut steers = Vec::with_capacity(ifnames.len());
+    for name in ifnames {
+        let (st, adopted) = Steering::attach_pinned(name, cfg.dataplane.xdp_mode, &pins)?;
+        tracing::info!(interface = %name, adopted, pins = %pins.display(), "steering program pinned");
+        steers.push(st);
+    }
+    hold::refresh(&mut steers, cfg.dataplane.restart_hold.get()).map_err(anyhow::Error::msg)?;
+    match std::env::current_exe() {
+        Ok(exe) => {
+            if let Err(e) = hold::spawn_watchdog(&exe, &pins) {
+                tracing::warn!(error = %e, "could not start the restart-hold watchdog: if xvs does not come back, remove the steering with `xvs cleanup`");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "could not start the restart-hold watchdog"),
+    }
+    for (spec, set) in &sockets {
+        for (port, fd) in set.fds() {
+            steers[port].register_socket(spec.queue, fd)?;
+        }
+    }
+    Ok(Dataplane {
+        sockets,
+        steers,
+        napi_defer,
+    })
+}
+
+/// Every worker's AF_XDP sockets.
+fn open_all_sockets(cfg: &Config, cores: &CorePlan) -> anyhow::Result<Vec<(WorkerSpec, XskSet)>> {
+    let mut sockets = Vec::with_capacity(cfg.dataplane.workers());
+    let xsk = XskSettings::from_config(&cfg.dataplane);
+    for spec in worker_specs(&cfg.dataplane, &cores.workers) {
+        let mut set = open_sockets(&xsk, spec.queue)
+            .with_context(|| format!("opening AF_XDP sockets for queue {}", spec.queue))?;
+        if cfg.dataplane.pass_to_kernel {
+            for (interface, e) in set.open_pass() {
+                tracing::warn!(%interface, queue = spec.queue, error = %e, "no exception device: frames steered to xvs that it does not own are dropped instead of reaching the kernel ([dataplane] pass_to_kernel)");
+            }
+        }
+        sockets.push((spec, set));
+    }
+    Ok(sockets)
+}
+
+/// How long a restart waits for a dead process's AF_XDP sockets to be released.
+const SOCKETS_BUSY_MAX: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// The AF_XDP sockets of `queue`, waiting (up to [`SOCKETS_BUSY_MAX`]) while the queue is
+/// still bound: the kernel releases a killed process's sockets asynchronously, and a restart
+/// that raced it would otherwise fail and wait for its supervisor's back-off.
+fn open_sockets(dp: &XskSettings, queue: u32) -> Result<XskSet, fastpath::xsk::XskError> {
+    let deadline = Instant::now() + SOCKETS_BUSY_MAX;
+    loop {
+        match XskSet::open(dp, queue) {
+            Err(e) if e.is_busy() && Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            r => return r,
+        }
+    }
+}

@@ -1,0 +1,353 @@
+//! The driver's middle phases: the services that feed the controller, the first snapshot
+//! (published and steered before any worker runs), the workers, the tier's services (flow
+//! sync, BGP) and, last, the admin servers.
+
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use anyhow::Context;
+use arc_swap::ArcSwap;
+use config::Config;
+use fastpath::flowlog::{self, FlowLog};
+use fastpath::pipeline::{Pipeline, PipelineConfig};
+use fastpath::snapshot::{L2Table, Snapshot, SnapshotBuilder};
+use fastpath::steer::Steering;
+use fastpath::traffic::Traffic;
+use fastpath::worker::WorkerSpec;
+use fastpath::worker::{WorkerStats, spawn_worker};
+use fastpath::xsk::XskSet;
+use fastpath::xsk::stats::StatsReader;
+use slowpath::admin::{AdminConfig, AdminServer};
+use slowpath::bgp::{BgpStats, SpeakerService};
+use slowpath::flowsync::{FlowSync, FlowSyncConfig, FlowSyncService};
+use slowpath::health::{HealthChecker, HealthService};
+use slowpath::k8s::hcnp::HealthCheckNodePortService;
+use slowpath::k8s::{SourceStats, WatchService};
+use slowpath::neigh::{NeighbourService, NeighbourWatcher};
+use slowpath::traffic::TrafficMeter;
+use tokio::sync::mpsc;
+
+use super::Slowpath;
+use super::open::State;
+use super::serve::Io;
+use crate::admin::{CommandMsg, DaemonState};
+use crate::controller::{Controller, Event, Sample};
+
+/// The services whose events feed the controller, and their handles.
+pub(super) struct Services {
+    pub health: HealthChecker,
+    pub neighbours: NeighbourWatcher,
+    /// The healthCheckNodePort servers' port lists (`[kubernetes]` set).
+    pub hcnp: Option<mpsc::UnboundedSender<Vec<slowpath::k8s::HealthCheckNodePort>>>,
+    /// The Kubernetes source's stats (`[kubernetes]` set).
+    pub k8s: Option<Arc<SourceStats>>,
+}
+
+/// The health checker, the neighbour watcher, the healthCheckNodePort servers and the
+/// Kubernetes source, their events sent to `events` (dropped here: once they end, the
+/// channel closes).
+pub(super) fn services(
+    cfg: &Config,
+    slow: &mut Slowpath,
+    events: mpsc::UnboundedSender<Event>,
+    ifnames: &[String],
+    k8s: Option<slowpath::k8s::Client>,
+) -> anyhow::Result<Services> {
+    let tx = events.clone();
+    let health = slow.start(HealthService {
+        on_change: move |states| {
+            let _ = tx.send(Event::Health(states));
+        },
+    })?;
+    let tx = events.clone();
+    let neighbours = slow.start(NeighbourService {
+        interfaces: ifnames.to_vec(),
+        period: NeighbourWatcher::DEFAULT_PERIOD,
+        on_change: move |l2| {
+            let _ = tx.send(Event::L2(l2));
+        },
+    })?;
+    let hcnp = match &cfg.kubernetes {
+        Some(_) => Some(slow.start(HealthCheckNodePortService)?),
+        None => None,
+    };
+    let k8s = match k8s {
+        Some(client) => Some(slow.start(WatchService {
+            client,
+            cfg: cfg.clone(),
+            on_model: move |model| {
+                let _ = events.send(Event::Model(Box::new(model)));
+            },
+        })?),
+        None => None,
+    };
+    Ok(Services {
+        health,
+        neighbours,
+        hcnp,
+        k8s,
+    })
+}
+
+/// The first snapshot, built from the config alone, published and steered (the controller's
+/// first tick) before any worker runs; `io` holds what the controller's actions need from now
+/// on. Returns it, and the Kubernetes source's stats.
+pub(super) fn first_publish<'a>(
+    cfg: &Config,
+    ctl: &mut Controller,
+    services: Services,
+    steers: Vec<Steering>,
+    path: Option<&'a Path>,
+) -> anyhow::Result<(Io<'a>, Option<Arc<SourceStats>>)> {
+    if cfg.bgp.enable {
+        match slowpath::bgp::interface_addresses() {
+            Ok(addrs) => ctl.set_node_addresses(addrs),
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the interfaces' addresses: NodePort frontends on them may be announced")
+            }
+        }
+    }
+    let initial = SnapshotBuilder::from_config(cfg).build(&[], &L2Table::default())?;
+    let mut io = Io::new(
+        initial,
+        steers,
+        services.health,
+        services.neighbours,
+        services.hcnp,
+        path,
+        cfg.dataplane.restart_hold.get(),
+    );
+    let now = Instant::now();
+    ctl.tick(
+        now,
+        Sample {
+            tx_frames: 0,
+            workers_running: true,
+        },
+    );
+    io.perform(ctl, now);
+    Ok((io, services.k8s))
+}
+
+/// The running workers and what the rest of the daemon reads of them.
+pub(super) struct Workers {
+    pub handles: Vec<JoinHandle<()>>,
+    pub stats: Vec<Arc<WorkerStats>>,
+    pub traffic: Vec<Arc<Traffic>>,
+    /// The interfaces each worker has a socket on (an interface with fewer queues has none).
+    pub serving: Vec<(u32, Vec<String>)>,
+    /// The kernel's statistics of every socket, read by the admin API (dropped when the
+    /// workers stop, so that the sockets close with them).
+    pub xsk_stats: Vec<StatsReader>,
+    /// Flow sync's logs, one per worker (none without `[sync]`).
+    pub logs: Vec<Arc<FlowLog>>,
+    /// Set to stop them.
+    pub stop: Arc<AtomicBool>,
+}
+
+/// One pinned worker per queue, each with its pipeline over the shared tables.
+pub(super) fn workers(
+    cfg: &Config,
+    st: &State,
+    sockets: Vec<(WorkerSpec, XskSet)>,
+    current: &Arc<ArcSwap<Snapshot>>,
+    sync: bool,
+) -> anyhow::Result<Workers> {
+    let n = sockets.len();
+    let mut w = Workers {
+        handles: Vec::with_capacity(n),
+        stats: Vec::with_capacity(n),
+        traffic: Vec::with_capacity(n),
+        serving: serving(&sockets),
+        xsk_stats: Vec::new(),
+        logs: if sync {
+            (0..n)
+                .map(|_| Arc::new(FlowLog::new(flowlog::DEFAULT_CAPACITY)))
+                .collect()
+        } else {
+            Vec::new()
+        },
+        stop: Arc::new(AtomicBool::new(false)),
+    };
+    let dsr_mtu = dsr_mtu(cfg);
+    for (spec, set) in sockets {
+        match set.stats_readers() {
+            Ok(r) => w.xsk_stats.extend(r),
+            Err(e) => {
+                tracing::warn!(queue = spec.queue, error = %e, "AF_XDP socket statistics will not be exported")
+            }
+        }
+        let base = PipelineConfig::from_config(cfg, spec.index, n);
+        let dsr = fastpath::pipeline::DsrSettings {
+            mtu: dsr_mtu,
+            ..base.dsr.clone()
+        };
+        let mut pipeline = Pipeline::new(
+            PipelineConfig {
+                synproxy_key: st.cookie_key,
+                dsr,
+                ..base
+            }
+            .with_random_snat_start(),
+            Arc::clone(&st.flows),
+            Arc::clone(&st.affinity),
+            current.load_full(),
+        );
+        pipeline.set_syn_watch(Arc::clone(&st.syn_watch));
+        if let Some(log) = w.logs.get(spec.index) {
+            pipeline.set_flow_log(Arc::clone(log));
+        }
+        w.traffic.push(Arc::clone(pipeline.traffic()));
+        let (h, s) = spawn_worker(
+            spec,
+            set,
+            pipeline,
+            Arc::clone(current),
+            Arc::clone(&w.stop),
+        )
+        .context("starting a worker thread")?;
+        w.handles.push(h);
+        w.stats.push(s);
+    }
+    Ok(w)
+}
+
+/// The interfaces each worker has a socket on.
+fn serving(sockets: &[(WorkerSpec, XskSet)]) -> Vec<(u32, Vec<String>)> {
+    sockets
+        .iter()
+        .map(|(spec, set)| {
+            let names = set
+                .fds()
+                .into_iter()
+                .filter_map(|(port, _)| spec.interfaces.get(port).cloned())
+                .collect();
+            (spec.queue, names)
+        })
+        .collect()
+}
+
+/// The tier's services: flow sync and the BGP speaker.
+#[derive(Default)]
+pub(super) struct Tier {
+    pub peer_sync: Option<(FlowSync, Vec<Arc<FlowLog>>)>,
+    pub bgp: Option<Arc<BgpStats>>,
+}
+
+/// Flow sync over the workers' logs, and the BGP speaker: the node announces once its
+/// workers run (the controller emits nothing before its first snapshot is published; what
+/// it emitted meanwhile waited in `io`).
+pub(super) fn tier(
+    cfg: &Config,
+    slow: &mut Slowpath,
+    sync: Option<FlowSyncConfig>,
+    st: &State,
+    io: &mut Io,
+    logs: Vec<Arc<FlowLog>>,
+) -> anyhow::Result<Tier> {
+    let mut tier = Tier::default();
+    if let Some(c) = sync {
+        let fs = slow.start(FlowSyncService {
+            cfg: c,
+            flows: Arc::clone(&st.flows),
+            snapshot: Arc::clone(&io.current),
+            logs: logs.clone(),
+        })?;
+        tier.peer_sync = Some((fs, logs));
+    }
+    if cfg.bgp.enable {
+        let stats = Arc::new(BgpStats::default());
+        let speaker = slow.start(SpeakerService {
+            socket: cfg.bgp.socket.clone(),
+            device: cfg.bgp.liveness_device.clone(),
+            stats: Arc::clone(&stats),
+        })?;
+        io.bgp.start(speaker);
+        tier.bgp = Some(stats);
+    }
+    Ok(tier)
+}
+
+/// What the admin API reads: everything started so far.
+pub(super) fn daemon_state(
+    st: &State,
+    io: &Io,
+    w: &mut Workers,
+    k8s: Option<Arc<SourceStats>>,
+    tier: Tier,
+    commands: mpsc::UnboundedSender<CommandMsg>,
+) -> DaemonState {
+    DaemonState {
+        snapshot: Arc::clone(&io.current),
+        flows: Arc::clone(&st.flows),
+        workers: w.stats.clone(),
+        serving: std::mem::take(&mut w.serving),
+        k8s,
+        steer: Mutex::new(Vec::new()),
+        sockets: Mutex::new(std::mem::take(&mut w.xsk_stats)),
+        sync: Arc::clone(&io.sync),
+        fastpath_running: AtomicBool::new(true),
+        healthz_timeout: 2 * st.ctl.sync_period(),
+        status: Arc::clone(&io.status),
+        commands,
+        peer_sync: tier.peer_sync,
+        bgp: tier.bgp,
+        traffic: Mutex::new(TrafficMeter::new(std::mem::take(&mut w.traffic))),
+        health: Some(io.health.reader()),
+        state_refused: st.refused.view(),
+    }
+}
+
+/// The admin servers, last, so that `/healthz` never answers before there is something to
+/// be healthy about; then the "ready" line.
+pub(super) fn admin(
+    cfg: &Config,
+    slow: &mut Slowpath,
+    state: &Arc<DaemonState>,
+    ifnames: &[String],
+) -> anyhow::Result<()> {
+    let admin_cfg = AdminConfig {
+        listen: cfg.admin.listen,
+        healthz_listen: Some(cfg.admin.healthz_listen()),
+        metrics_listen: cfg.admin.metrics_listen,
+        socket: Some(cfg.admin_socket()),
+        control_enabled: cfg.admin.enable_control,
+    };
+    let admin = AdminServer::bind(&admin_cfg, Arc::clone(state) as _)?;
+    let (admin_addr, healthz_addr, metrics_addr) = (
+        admin.local_addr(),
+        admin.healthz_addr(),
+        admin.metrics_addr(),
+    );
+    slow.start(admin)?;
+    tracing::info!(
+        target: "xvs",
+        services = state.snapshot.load().services.len(),
+        workers = state.workers.len(),
+        interfaces = %ifnames.join(", "),
+        admin = %format!("http://{admin_addr}"),
+        healthz = %healthz_addr.map_or_else(String::new, |a| format!("http://{a}")),
+        metrics = %metrics_addr.map_or_else(String::new, |a| format!("http://{a}/metrics")),
+        socket = %cfg.admin_socket().display(),
+        "ready"
+    );
+    Ok(())
+}
+
+/// `[dataplane] dsr_mtu`, else the smallest MTU of the interfaces (read once: a changed MTU
+/// needs a restart; see `fastpath::settings::dsr_mtu_of`).
+fn dsr_mtu(cfg: &Config) -> u16 {
+    if let Some(m) = cfg.dataplane.dsr_mtu {
+        return m.min(u32::from(u16::MAX)) as u16;
+    }
+    let mtus: Vec<_> = (cfg.dataplane.interfaces.iter())
+        .map(|i| {
+            let path = format!("/sys/class/net/{}/mtu", i.name);
+            (i.name.clone(), std::fs::read_to_string(path))
+        })
+        .collect();
+    fastpath::settings::dsr_mtu_of(&mtus)
+}

@@ -1,0 +1,94 @@
+//! The driver's last phase: shutting down in the order that loses nothing (see the driver's
+//! module doc).
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use config::Config;
+use fastpath::worker::WorkerCounters;
+
+use super::serve::Io;
+use super::start::Workers;
+use super::{Outcome, SERVICES_STOP, Slowpath};
+use crate::admin::DaemonState;
+use crate::controller::StopReason;
+use crate::hold;
+
+/// The steering stays attached for the next process: from the last refresh of the hold,
+/// frames xvs owns are dropped (not answered by the kernel) for `restart_hold`, then the
+/// watchdog removes the programs if no xvs came back. Then the workers stop, the flow table
+/// is closed, the slowpath services stop, and the final counters are read.
+pub(super) fn shut_down(
+    slow: Slowpath,
+    mut io: Io<'_>,
+    workers: Workers,
+    state: &DaemonState,
+    cfg: &Config,
+    stopped: StopReason,
+) -> Outcome {
+    let steer: Vec<_> = io
+        .steers
+        .iter()
+        .map(|s| (s.ifname().to_owned(), s.counters().ok()))
+        .collect();
+    if let Err(e) = hold::refresh(&mut io.steers, io.restart_hold) {
+        tracing::warn!(error = %e, "refreshing the restart hold at the stop");
+    }
+    for st in std::mem::take(&mut io.steers) {
+        st.release();
+    }
+    workers.stop.store(true, Ordering::SeqCst);
+    for h in workers.handles {
+        let _ = h.join();
+    }
+    if let Ok(mut readers) = state.sockets.lock() {
+        readers.clear();
+    }
+    state.fastpath_running.store(false, Ordering::Relaxed);
+    // The flows stay in the state file for the next process; a graceful stop also exports
+    // them for one with another layout.
+    crate::state::close(&state.flows, cfg, stopped != StopReason::WorkerExited);
+    drop(io);
+    stop_services(slow);
+    let mut counters = WorkerCounters::default();
+    for s in &workers.stats {
+        counters.add(&s.read());
+    }
+    tracing::info!(target: "xvs", "stopped");
+    Outcome {
+        counters,
+        flows_live: state.flows.len(),
+        steer,
+        failure: match stopped {
+            StopReason::WorkerExited => Some(anyhow::anyhow!("a worker thread ended unexpectedly")),
+            _ => None,
+        },
+    }
+}
+
+/// Cancels the services and waits (up to [`SERVICES_STOP`]) for their tasks; a task that
+/// panicked has its panic resumed (a bug, see [`slowpath::service`]).
+fn stop_services(slow: Slowpath) {
+    let Slowpath {
+        cancel_on_exit,
+        shutdown: _,
+        tasks,
+        rt,
+    } = slow;
+    drop(cancel_on_exit);
+    rt.block_on(async {
+        let all = async {
+            for (_, t) in tasks {
+                if let Err(e) = t.await
+                    && e.is_panic()
+                {
+                    std::panic::resume_unwind(e.into_panic());
+                }
+            }
+        };
+        if tokio::time::timeout(SERVICES_STOP, all).await.is_err() {
+            tracing::warn!("slowpath services did not stop within {SERVICES_STOP:?}");
+        }
+    });
+    rt.shutdown_timeout(Duration::from_secs(1));
+}
