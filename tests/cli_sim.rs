@@ -67,6 +67,21 @@ fn flows(proto: &str, vip: &str, port: u16, n: usize) -> String {
         .collect()
 }
 
+/// A DSR service (GUE) of the example: its flows go to its backends, as any service's.
+#[test]
+fn dsr_flows_go_to_their_backends() {
+    let t = targets(&sim(&flows("tcp", "198.18.100.60", 80, 4), &[]));
+    assert_eq!(
+        t,
+        [
+            "198.18.1.1:8080",
+            "198.18.1.2:8080",
+            "198.18.1.1:8080",
+            "198.18.1.2:8080"
+        ]
+    );
+}
+
 #[test]
 fn rr_is_exactly_even_in_order() {
     let t = targets(&sim(&flows("tcp", "198.18.100.1", 80, 9), &[]));

@@ -14,6 +14,12 @@ pub const DSR_MTU_MIN: u32 = 1280;
 /// Largest `[dataplane] dsr_mtu`: a jumbo frame's.
 pub const DSR_MTU_MAX: u32 = 9216;
 
+/// The widest IPv4 `[dataplane] ipip_source_prefix` (65536 outer sources, plenty for any
+/// NIC's RSS).
+pub const SOURCE_PREFIX_MIN_V4: u8 = 16;
+/// The widest IPv6 `[dataplane] ipip_source_prefix`.
+pub const SOURCE_PREFIX_MIN_V6: u8 = 48;
+
 pub(crate) fn validate(c: &Config, out: &mut Found) {
     let dp = &c.dataplane;
     let at = |k: &str| KeyPath::of(&["dataplane", k]);
@@ -37,6 +43,24 @@ pub(crate) fn validate(c: &Config, out: &mut Found) {
             ),
         ));
     }
+    if let Some(p) = dp.ipip_source_prefix
+        && crate::special_address(p.addr).is_none()
+    {
+        let least = if p.addr.is_ipv6() {
+            SOURCE_PREFIX_MIN_V6
+        } else {
+            SOURCE_PREFIX_MIN_V4
+        };
+        if p.prefix < least {
+            out.push((
+                at("ipip_source_prefix"),
+                format!(
+                    "{}/{}: too wide to be the node's own (at least /{least}): its outer sources would claim addresses of others",
+                    p.addr, p.prefix
+                ),
+            ));
+        }
+    }
     if let Some(mtu) = dp.dsr_mtu
         && !(DSR_MTU_MIN..=DSR_MTU_MAX).contains(&mtu)
     {
@@ -45,6 +69,13 @@ pub(crate) fn validate(c: &Config, out: &mut Found) {
             format!("{mtu} is not between {DSR_MTU_MIN} and {DSR_MTU_MAX}"),
         ));
     }
+    services(c, out);
+}
+
+/// The DSR checks of each service: `encap` only with DSR, no SYN proxy, an outer source of
+/// the VIP's family for `ipip`/`gue`, no port translation for `l2`.
+fn services(c: &Config, out: &mut Found) {
+    let dp = &c.dataplane;
     for (i, s) in c.services.iter().enumerate() {
         let p = KeyPath::of(&["services"]).index(i);
         let Mode::Dsr(encap) = s.mode_or(dp.mode) else {

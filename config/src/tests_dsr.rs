@@ -142,12 +142,65 @@ fn misplaced_or_bad_dsr_keys_are_refused_by_key() {
             "[dataplane]\nipip_source_prefix = \"198.18.0.1/24\"\n",
             "dataplane.ipip_source_prefix",
         ),
+        // Absurd lengths: too wide to be the node's, or no prefix at all.
+        (
+            "[dataplane]\n",
+            "[dataplane]\nipip_source_prefix = \"128.0.0.0/1\"\n",
+            "dataplane.ipip_source_prefix",
+        ),
+        (
+            "[dataplane]\n",
+            "[dataplane]\nipip_source_prefix = \"2001::/16\"\n",
+            "dataplane.ipip_source_prefix",
+        ),
+        (
+            "[dataplane]\n",
+            "[dataplane]\nipip_source_prefix = \"198.18.0.0/33\"\n",
+            "dataplane.ipip_source_prefix",
+        ),
+        (
+            "[dataplane]\n",
+            "[dataplane]\nipip_source_prefix = \"0.0.0.0/0\"\n",
+            "dataplane.ipip_source_prefix",
+        ),
+        (
+            "[dataplane]\n",
+            "[dataplane]\ngue_port = 70000\n",
+            "dataplane.gue_port",
+        ),
+        // Full-NAT-only: the SYN proxy, on or auto.
+        (
+            "mode = \"dsr\"",
+            "mode = \"dsr\"\nsynproxy = \"auto\"",
+            "services[0].synproxy",
+        ),
+        ("mode = \"dsr\"", "mode = \"DSR\"", "services[0].mode"),
     ];
     for (from, to, key) in cases {
         let text = BASE.replace(from, to);
         assert_ne!(text, BASE, "{to}");
         let p = one(&text);
         assert_eq!(p.key, *key, "{to}: {}", p.message);
+    }
+}
+
+#[test]
+fn a_source_prefix_of_the_other_family_gives_no_outer_source() {
+    // The only IPv4 source is gone, the prefix is IPv6: the IPv4 service is refused.
+    let text = BASE.replace(
+        "snat_addresses = [\"198.18.1.254\"]",
+        "ipip_source_prefix = \"2001:2:0:ff::/64\"",
+    );
+    let p = one(&text);
+    assert_eq!(p.key, "services[0].mode", "{}", p.message);
+    assert!(p.message.contains("IPv4"), "{}", p.message);
+    // The widest prefixes allowed, and a single address, are taken.
+    for ok in ["198.18.0.0/16", "198.18.7.7/32", "2001:2::/48"] {
+        let text = BASE.replace(
+            "[dataplane]\n",
+            &format!("[dataplane]\nipip_source_prefix = \"{ok}\"\n"),
+        );
+        parse(&text, "t.toml").unwrap_or_else(|e| panic!("{ok}: {e}"));
     }
 }
 

@@ -97,6 +97,30 @@ impl PipelineConfig {
     }
 }
 
+/// The DSR MTU when `[dataplane] dsr_mtu` is absent: the smallest of the interfaces' MTUs
+/// (`mtus`: each interface's name and its sysfs `mtu` text, or the read's error). A text that
+/// is no MTU (68-65535) or cannot be read is left out, with one warning naming the interface
+/// and the value; none left: 1500.
+pub fn dsr_mtu_of(mtus: &[(String, std::io::Result<String>)]) -> u16 {
+    let mut least: Option<u16> = None;
+    for (name, text) in mtus {
+        match text.as_ref().map(|t| t.trim().parse::<u16>()) {
+            Ok(Ok(m)) if m >= 68 => least = Some(least.map_or(m, |l| l.min(m))),
+            Ok(_) => tracing::warn!(
+                interface = %name,
+                value = ?text.as_ref().ok(),
+                "refused the interface's MTU for DSR (not 68-65535); left out"
+            ),
+            Err(e) => tracing::warn!(
+                interface = %name,
+                error = %e,
+                "could not read the interface's MTU for DSR; left out"
+            ),
+        }
+    }
+    least.unwrap_or(1500)
+}
+
 impl DsrSettings {
     /// The DSR keys of `[dataplane]` and the node's outer source addresses
     /// ([`Config::dsr_outer_source`]); the MTU is `dsr_mtu`, else 1500 (the daemon sets the
@@ -165,6 +189,29 @@ pub fn flow_table_config(c: &Config) -> flowtable::FlowTableConfig {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_dsr_mtu_is_the_smallest_readable_one() {
+        let ok = |n: &str, t: &str| (n.to_owned(), Ok(t.to_owned()));
+        let bad = (
+            "gone".to_owned(),
+            Err(std::io::Error::from(std::io::ErrorKind::NotFound)),
+        );
+        assert_eq!(
+            super::dsr_mtu_of(&[ok("a", "9000\n"), ok("b", "1500\n")]),
+            1500
+        );
+        // Garbage, 0, a value past u16 and an unreadable interface are left out.
+        let mtus = [
+            ok("a", "9000\n"),
+            ok("b", "lots"),
+            ok("c", "0"),
+            ok("d", "70000"),
+            bad,
+        ];
+        assert_eq!(super::dsr_mtu_of(&mtus), 9000);
+        assert_eq!(super::dsr_mtu_of(&[]), 1500);
+    }
+
     use super::*;
     use crate::xsk::worker_count;
 

@@ -601,3 +601,94 @@ fn rejects_and_their_rate_limit_allocate_nothing() {
     assert!(c.rejects_total() > 5_000, "{c:?}");
     assert!(c.dropped(DropReason::RejectRateLimited) > 50_000, "{c:?}");
 }
+
+#[test]
+fn dsr_encapsulation_and_too_big_answers_allocate_nothing() {
+    // IPIP, GUE and L2 (IPv4 and IPv6): new flows, their established packets, and segments
+    // too big once encapsulated (ICMP fragmentation needed / packet too big), frame by frame
+    // and in batches.
+    let dsr = |name: &str, vip: &str, port: u16, encap: &str, backend: &str| {
+        format!(
+            "[[services]]\nname = \"{name}\"\nvip = \"{vip}\"\nport = {port}\nprotocol = \"tcp\"\nmode = \"dsr\"\nencap = \"{encap}\"\nbackends = [{{ addr = \"{backend}\" }}]\n"
+        )
+    };
+    let cfg = format!(
+        "{CONFIG}\n{}{}{}{}",
+        dsr("d1", "198.18.100.41", 80, "ipip", "198.18.1.1:80"),
+        dsr("d2", "198.18.100.42", 80, "gue", "198.18.1.2:80"),
+        dsr("d3", "198.18.100.43", 80, "l2", "198.18.1.3:80"),
+        dsr("d6", "2001:2:0:100::41", 80, "gue", "[2001:2:0:1::1]:80"),
+    );
+    let epoch = Instant::now();
+    let mut p = pipeline_from(&cfg, epoch);
+    let big = |src: &str, dst: &str| {
+        let (s, d) = (sa(src), sa(dst));
+        let mut out = Vec::new();
+        let eth = etherparse::PacketBuilder::ethernet2(CLIENT_MAC, XVS_MAC);
+        let payload = [0x5au8; 1440];
+        match (s.ip(), d.ip()) {
+            (std::net::IpAddr::V4(a), std::net::IpAddr::V4(b)) => eth
+                .ipv4(a.octets(), b.octets(), 64)
+                .tcp(s.port(), d.port(), 1, 64240)
+                .ack(2)
+                .write(&mut out, &payload),
+            (std::net::IpAddr::V6(a), std::net::IpAddr::V6(b)) => eth
+                .ipv6(a.octets(), b.octets(), 64)
+                .tcp(s.port(), d.port(), 1, 64240)
+                .ack(2)
+                .write(&mut out, &payload[..1420]),
+            _ => unreachable!(),
+        }
+        .unwrap();
+        out
+    };
+    let mut frames = Vec::new();
+    for (client, vip) in [
+        ("198.18.0.1", "198.18.100.41:80"),
+        ("198.18.0.1", "198.18.100.42:80"),
+        ("198.18.0.1", "198.18.100.43:80"),
+        ("[2001:2::1]", "[2001:2:0:100::41]:80"),
+    ] {
+        for port in 1000..1016u16 {
+            let c = format!("{client}:{port}");
+            frames.push(from_client(&c, vip, SYN));
+            frames.push(from_client(&c, vip, ACK));
+            frames.push(big(&c, vip));
+        }
+    }
+    let mut buf = vec![0u8; 2048];
+    COUNTING.with(|c| c.set(true));
+    for (i, f) in frames.iter().cycle().take(100_000).enumerate() {
+        buf[..f.len()].copy_from_slice(f);
+        let mut len = f.len();
+        p.process_frame(&mut buf, &mut len, at(epoch, i as u64 / 20));
+    }
+    COUNTING.with(|c| c.set(false));
+    let mut bufs: Vec<Vec<u8>> = vec![vec![0u8; 2048]; 64];
+    let mut lens = vec![0usize; 64];
+    let mut verdicts = [Verdict::Pass; 64];
+    for round in 0..100usize {
+        for (k, b) in bufs.iter_mut().enumerate() {
+            let f = &frames[(round * 64 + k) % frames.len()];
+            b[..f.len()].copy_from_slice(f);
+            lens[k] = f.len();
+        }
+        COUNTING.with(|c| c.set(true));
+        p.process_batch(
+            &mut Roomy {
+                bufs: &mut bufs,
+                lens: &mut lens,
+            },
+            at(epoch, 10_000 + round as u64 * 20),
+            &mut verdicts,
+        );
+        COUNTING.with(|c| c.set(false));
+    }
+    assert_eq!(ALLOCS.load(Ordering::Relaxed), 0, "allocations in DSR");
+    let c = p.counters();
+    assert!(c.tx > 50_000, "{c:?}");
+    assert!(
+        c.rejected(fastpath::pipeline::RejectReason::PacketTooBig) > 100,
+        "{c:?}"
+    );
+}

@@ -641,3 +641,61 @@ fn a_batch_encapsulates_as_process_frame_does() {
         assert_eq!(hex(&batch.bufs[i][..batch.lens[i]]), hex(out), "frame {i}");
     }
 }
+
+/// The SYN watch (passive health: SYNs sent, SYN-ACKs seen) cannot judge a DSR backend,
+/// whose SYN-ACKs go to the client: its SYNs are not counted, nor is the client's ACK taken
+/// for an answer; a full-NAT service's SYN to the same backend still is.
+#[test]
+fn dsr_syns_are_not_watched_for_passive_health() {
+    let epoch = Instant::now();
+    let mut p = rig("", epoch);
+    let watch = std::sync::Arc::new(fastpath::passive::SynWatch::new(64));
+    p.set_syn_watch(watch.clone());
+    let total = |w: &fastpath::passive::SynWatch| {
+        (0..64u32)
+            .map(|i| w.sample(lb_algos::BackendId(i)))
+            .fold((0, 0), |(s, a), c| (s + c.syns, a + c.answered))
+    };
+    for vip in ["198.18.100.1:80", "198.18.100.2:80", "198.18.100.3:80"] {
+        for l4 in [SYN, ACK] {
+            assert_eq!(roomy(&mut p, &cin(C4, vip, l4), epoch).0, Verdict::Tx(0));
+        }
+    }
+    assert_eq!(total(&watch), (0, 0));
+    roomy(&mut p, &cin(C4, "198.18.100.9:80", SYN), epoch);
+    assert_eq!(total(&watch), (1, 0));
+}
+
+/// An ICMP error about a DSR flow's reply (a router on the backend's way to the client
+/// telling the VIP the reply was too big) goes on to the flow's backend unchanged, inside
+/// the flow's encapsulation: the backend's stack sent that reply.
+#[test]
+fn icmp_errors_about_a_dsr_reply_go_to_its_backend() {
+    let epoch = Instant::now();
+    let mut p = rig("", epoch);
+    assert_eq!(
+        roomy(&mut p, &cin(C4, "198.18.100.1:80", SYN), epoch).0,
+        Verdict::Tx(0)
+    );
+    // The reply the backend sent from the VIP, as a router quotes it.
+    let mut reply = Vec::new();
+    PacketBuilder::ipv4([198, 18, 100, 1], [198, 18, 0, 1], 60)
+        .tcp(80, 40001, 7, 64240)
+        .ack(2)
+        .write(&mut reply, &[0u8; 32])
+        .unwrap();
+    let mut f = Vec::new();
+    PacketBuilder::ethernet2(CLIENT_MAC, XVS_MAC)
+        .ipv4([198, 18, 0, 1], [198, 18, 100, 1], 64)
+        .icmpv4(etherparse::Icmpv4Type::DestinationUnreachable(
+            etherparse::icmpv4::DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: 1400 },
+        ))
+        .write(&mut f, &reply[..28])
+        .unwrap();
+    let (v, out) = roomy(&mut p, &f, epoch);
+    assert_eq!(v, Verdict::Tx(0));
+    assert_eq!(
+        hex(&out),
+        hex(&encapsulated(&f, B1_MAC, IpAddr::from(B1), None))
+    );
+}

@@ -8,7 +8,8 @@
 //! The frames are random steps on a few connections (client → VIP, and the backend's reply
 //! to the flow's reply tuple, read from the general pipeline's table): fullnat and nat, TCP
 //! and UDP, an `mh` service (which schedules non-SYNs), a SYN-proxied service (its client
-//! ACKs carry the cookie of the last SYN-ACK the client got), a service without backends,
+//! ACKs carry the cookie of the last SYN-ACK the client got), DSR services (IPIP TCP, GUE
+//! UDP: the frame grows into the room), a service without backends,
 //! one whose backend has no neighbour, a non-VIP and a VIP's other port. TCP flags follow
 //! a handshake script (SYN, SYN-ACK, ACK, data, FINs, a reopening SYN) or are random
 //! combinations; frames get TTLs 0/1/2, IP options, fragment bits, bad IP or L4 checksums,
@@ -44,6 +45,23 @@ protocol = \"tcp\"
 scheduler = \"rr\"
 synproxy = \"on\"
 backends = [{{ addr = \"198.18.1.1:9090\" }}]
+
+[[services]]
+name = \"dsr\"
+vip = \"198.18.100.40\"
+port = 80
+protocol = \"tcp\"
+mode = \"dsr\"
+backends = [{{ addr = \"198.18.1.2:80\" }}]
+
+[[services]]
+name = \"dsrgue\"
+vip = \"198.18.100.40\"
+port = 53
+protocol = \"udp\"
+mode = \"dsr\"
+encap = \"gue\"
+backends = [{{ addr = \"198.18.1.3:53\" }}]
 "
     )
 }
@@ -106,6 +124,20 @@ const TARGETS: &[Target] = &[
         tcp: true,
         backend: Some("198.18.1.1:9090"),
         fullnat: true,
+    },
+    // dsr: IPIP to the backend, client direction only.
+    Target {
+        dst: "198.18.100.40:80",
+        tcp: true,
+        backend: Some("198.18.1.2:80"),
+        fullnat: false,
+    },
+    // dsrgue: GUE, UDP.
+    Target {
+        dst: "198.18.100.40:53",
+        tcp: false,
+        backend: Some("198.18.1.3:53"),
+        fullnat: false,
     },
     // noneigh: its backend's next hop is unknown (Slow).
     Target {
@@ -682,7 +714,7 @@ proptest! {
 fn the_scripted_handshakes_reach_every_path() {
     let epoch = Instant::now();
     let (mut fast, mut general) = (pipeline(epoch), pipeline(epoch));
-    let conns: Vec<Conn> = (0..7)
+    let conns: Vec<Conn> = (0..9)
         .map(|target| Conn {
             client: target % 2,
             port: 40001 + target as u16,
@@ -727,4 +759,9 @@ fn the_scripted_handshakes_reach_every_path() {
         "the closing SYNs reopen the TCP flows: {c:?}"
     );
     assert!(c.synproxy_syns >= 1 && c.synproxy_acks >= 1, "{c:?}");
+    let dsr = flows(&general)
+        .iter()
+        .filter(|v| v.data.flags & fastpath::pipeline::FLAG_DSR != 0)
+        .count();
+    assert!(dsr >= 2, "the DSR services' flows: {dsr}");
 }

@@ -124,6 +124,11 @@ pub enum Mode {
     Generator,
     /// A burst circulates through reflectors; the LB is the only bottleneck.
     Saturation,
+    /// `bulk-tcp` only, downloads (`iperf3 -R`): xvs forwards by direct server return (`l2`:
+    /// backend 1 holds the VIP and replies on a direct link to the client, so the replies
+    /// cross neither xvs nor the LB node); the kernel targets DNAT as in generator mode,
+    /// their replies through the LB node (see `realclient`).
+    Dsr,
 }
 
 /// Everything `perf-lab run` takes.
@@ -392,6 +397,7 @@ fn svc_for(opts: &RunOpts) -> (Services, GenSpec) {
         flows,
         scheduler: "rr",
         extra: 0,
+        dsr: opts.mode == Mode::Dsr && opts.target == Target::Xvs,
     };
     let gspec = GenSpec {
         ns: String::new(),
@@ -460,6 +466,14 @@ pub fn run(opts: &RunOpts) -> anyhow::Result<RunResult> {
         vec!["veth copy-mode AF_XDP on a shared 2-core machine; numbers are noisy".to_owned()];
     if opts.scenario.real_client() {
         let mut r = realclient::run_scenario(&mut ctx, &target)?;
+        if opts.mode == Mode::Dsr {
+            notes.push(
+                "--mode dsr: downloads (iperf3 -R); xvs by direct server return (l2, the VIP on \
+                 the backend's lo, replies on a direct backend-client link), kernel targets by \
+                 DNAT with replies through the LB node"
+                    .into(),
+            );
+        }
         notes.push(
             "real clients: kernel TCP in the client and backend namespaces, pinned to the rig \
              core; DNAT (xvs mode nat); checksum offload off on every sender (no TSO)"
@@ -504,6 +518,8 @@ pub fn run(opts: &RunOpts) -> anyhow::Result<RunResult> {
             r
         }
         Mode::Saturation => saturation(&mut ctx, &target)?,
+        // (Refused before the rig is built: `realclient::check`.)
+        Mode::Dsr => anyhow::bail!("--mode dsr is for bulk-tcp only"),
     };
     if opts.ndr && opts.mode == Mode::Generator {
         let mut max_offered = result.offered_pps.unwrap_or(0.0);
@@ -918,6 +934,7 @@ pub fn summary_line(r: &RunResult) -> String {
     let mode = match r.mode {
         Mode::Generator => "generator",
         Mode::Saturation => "saturation",
+        Mode::Dsr => "dsr",
     };
     let mut parts = vec![];
     if let Some(runs) = &r.bulk_tcp {

@@ -9,7 +9,10 @@
 //!   `perf-lab http-serve` on every backend (a 100-byte response, then the server closes).
 //!
 //! Both use DNAT (xvs `mode = "nat"`, the kernel targets without masquerade): the backends'
-//! replies come back through the LB node by their default route, as with kube-proxy. The
+//! replies come back through the LB node by their default route, as with kube-proxy.
+//! `--mode dsr` (bulk-tcp only) runs downloads (`iperf3 -R`); xvs forwards by direct server
+//! return (`l2`: only the MAC changes) to backend 1, which holds the VIP and replies over a
+//! veth of its own to the client ([`dsr_backend`]); the kernel targets DNAT as above. The
 //! clients and servers are pinned to the rig (generator) core, so the LB core does only the
 //! load balancer's work, as in the packet scenarios. Every tool runs under `timeout`.
 //!
@@ -29,7 +32,7 @@ use serde::{Deserialize, Serialize};
 use crate::bench::{Ctx, Latency, Mode, RunOpts, RunResult, Scenario};
 use crate::cpu;
 use crate::rig::{
-    BACKEND_PORT, IF_BACKEND, IF_CLIENT, LB_BACKEND_IP, LB_BACKEND_MAC, VIP, mac_str,
+    BACKEND_PORT, CLIENT_IP, IF_BACKEND, IF_CLIENT, LB_BACKEND_IP, LB_BACKEND_MAC, VIP, mac_str,
 };
 use crate::sys::{metric_sum, run, sh_in};
 use crate::target::{Running, Target};
@@ -127,6 +130,9 @@ pub struct ConnRate {
 
 /// Refuses what the real-client scenarios cannot do, before a rig is built.
 pub fn check(opts: &RunOpts) -> anyhow::Result<()> {
+    if opts.mode == Mode::Dsr && opts.scenario != Scenario::BulkTcp {
+        bail!("--mode dsr is a variant of bulk-tcp only");
+    }
     if !matches!(opts.scenario, Scenario::BulkTcp | Scenario::ConnRate) {
         return Ok(());
     }
@@ -137,7 +143,7 @@ pub fn check(opts: &RunOpts) -> anyhow::Result<()> {
              address both ways (xvs, nft, iptables); l2fwd only rewrites MACs one way"
         );
     }
-    if opts.mode != Mode::Generator {
+    if opts.mode == Mode::Saturation {
         bail!("{name} has no saturation mode (real clients set their own pace): --mode generator");
     }
     let tools: &[&str] = match opts.scenario {
@@ -216,6 +222,9 @@ pub(crate) fn run_scenario(ctx: &mut Ctx<'_>, target: &Running) -> anyhow::Resul
     let mut r = empty_result(ctx);
     match opts.scenario {
         Scenario::BulkTcp => {
+            if ctx.svc.dsr {
+                dsr_backend(ctx, 1)?;
+            }
             let _servers = Servers(vec![iperf3_server(ctx, 1)?]);
             let mut runs = Vec::new();
             for streams in IPERF_STREAMS {
@@ -285,7 +294,7 @@ fn empty_result(ctx: &Ctx<'_>) -> RunResult {
     RunResult {
         scenario: opts.scenario,
         target: opts.target,
-        mode: Mode::Generator,
+        mode: ctx.opts.mode,
         duration_s: opts.duration_s,
         kind: ctx.gspec.kind,
         size: "-".into(),
@@ -405,6 +414,68 @@ fn wait_listening(ns: &str, port: u16, child: &mut Child, log: &Path) -> anyhow:
     }
 }
 
+/// The direct link of `--mode dsr`: backend 1's replies go straight to the client.
+const IF_DSR: &str = "dsr0";
+/// Its MACs (client side, backend side).
+const DSR_CLIENT_MAC: [u8; 6] = [2, 0, 0, 0, 0xd5, 2];
+const DSR_BACKEND_MAC: [u8; 6] = [2, 0, 0, 0, 0xd5, 1];
+
+/// Backend `b` for `--mode dsr` (xvs's `encap = "l2"`, IPVS's DR: the rig's backends share
+/// the LB's segment, and its kernel may have no IPIP module to decapsulate with): the VIP on
+/// `lo` (not answered for: `arp_ignore`), no reverse-path filter (the client's packets come
+/// in on `b0`, their replies leave by the direct link), and a veth to the client namespace
+/// that carries the replies, with static neighbours; the client takes packets from the VIP
+/// on it (no reverse-path filter there either). Gone with the rig's namespaces.
+fn dsr_backend(ctx: &Ctx<'_>, b: u16) -> anyhow::Result<()> {
+    let (bns, cns) = (ctx.rig.ns_backend(b), ctx.rig.ns_client());
+    sh_in(
+        &bns,
+        &format!(
+            "ip addr add {VIP}/32 dev lo && \
+             sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0 \
+               net.ipv4.conf.{IF_BACKEND}.rp_filter=0 net.ipv4.conf.all.arp_ignore=1 \
+               net.ipv4.conf.all.arp_announce=2"
+        ),
+    )?;
+    run(&[
+        "ip",
+        "-n",
+        &cns,
+        "link",
+        "add",
+        IF_DSR,
+        "address",
+        &mac_str(DSR_CLIENT_MAC),
+        "type",
+        "veth",
+        "peer",
+        "name",
+        IF_DSR,
+        "address",
+        &mac_str(DSR_BACKEND_MAC),
+        "netns",
+        &bns,
+    ])?;
+    sh_in(
+        &cns,
+        &format!(
+            "ip link set {IF_DSR} up && sysctl -qw net.ipv4.conf.all.rp_filter=0 \
+             net.ipv4.conf.{IF_DSR}.rp_filter=0 net.ipv4.conf.default.rp_filter=0 && \
+             ethtool -K {IF_DSR} tx off >/dev/null"
+        ),
+    )?;
+    sh_in(
+        &bns,
+        &format!(
+            "ip link set {IF_DSR} up && ip route add {CLIENT_IP}/32 dev {IF_DSR} && \
+             ip neigh replace {CLIENT_IP} lladdr {} dev {IF_DSR} nud permanent && \
+             ethtool -K {IF_DSR} tx off >/dev/null",
+            mac_str(DSR_CLIENT_MAC)
+        ),
+    )?;
+    Ok(())
+}
+
 fn iperf3_server(ctx: &Ctx<'_>, backend: u16) -> anyhow::Result<Child> {
     let ns = ctx.rig.ns_backend(backend);
     let log = ctx
@@ -412,14 +483,20 @@ fn iperf3_server(ctx: &Ctx<'_>, backend: u16) -> anyhow::Result<Child> {
         .placement
         .dir
         .join(format!("iperf3-server-b{backend}.log"));
-    let port = BACKEND_PORT.to_string();
+    // DSR: the client's packets arrive as sent, to the service's port.
+    let listen = if ctx.svc.dsr {
+        SERVICE_PORT
+    } else {
+        BACKEND_PORT
+    };
+    let port = listen.to_string();
     let mut c = spawn_in(
         &ns,
         ctx.opts.placement.gen_core,
         &["iperf3", "-s", "-p", &port],
         &log,
     )?;
-    wait_listening(&ns, BACKEND_PORT, &mut c, &log)?;
+    wait_listening(&ns, listen, &mut c, &log)?;
     Ok(c)
 }
 
@@ -495,24 +572,25 @@ fn bulk_run(ctx: &Ctx<'_>, target: &Running, streams: u32) -> anyhow::Result<Bul
         format!("{}", opts.duration_s),
         streams.to_string(),
     );
-    let json = client(
-        ctx,
-        &[
-            "iperf3",
-            "-c",
-            &vip,
-            "-p",
-            &port,
-            "-t",
-            &secs,
-            "-P",
-            &p,
-            "-J",
-            "--connect-timeout",
-            "3000",
-        ],
-        opts.duration_s + 20.0,
-    )?;
+    let mut argv = vec![
+        "iperf3",
+        "-c",
+        &vip,
+        "-p",
+        &port,
+        "-t",
+        &secs,
+        "-P",
+        &p,
+        "-J",
+        "--connect-timeout",
+        "3000",
+    ];
+    if opts.mode == Mode::Dsr {
+        // Downloads: the direction DSR takes off the load balancer.
+        argv.push("-R");
+    }
+    let json = client(ctx, &argv, opts.duration_s + 20.0)?;
     let cpu1 = cpu::sample(target, lb_core, gen_core);
     let m1 = xvs_metrics(target);
     let c1 = link_packets(ctx, &backends)?;

@@ -51,6 +51,7 @@ pub fn report(inputs: &[PathBuf], out: &Path) -> anyhow::Result<Written> {
         let mode = match r.mode {
             Mode::Generator => "generator",
             Mode::Saturation => "saturation",
+            Mode::Dsr => "dsr",
         };
         groups
             .entry((serde_plain(&r.scenario), mode))

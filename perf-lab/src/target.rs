@@ -90,6 +90,9 @@ pub struct Services {
     pub scheduler: &'static str,
     /// Extra services (change-under-load adds some).
     pub extra: u32,
+    /// xvs: every service `mode = "dsr"` with `encap = "l2"` (the rig's backends are on the
+    /// LB's segment), each backend on the service's own port (L2 translates no port).
+    pub dsr: bool,
 }
 
 /// Where and how the targets run.
@@ -593,10 +596,18 @@ pub fn xvs_config(rig: &Rig, svc: &Services, at: &Placement) -> String {
         .collect();
     let backends = backends.join(", ");
     for (i, proto, port) in all_services(svc) {
+        let (mode, backends) = if svc.dsr {
+            let own: Vec<String> = (1..=svc.backends)
+                .map(|b| format!("{{ addr = \"{}:{port}\" }}", rig::backend_ip(b)))
+                .collect();
+            ("mode = \"dsr\"\nencap = \"l2\"\n", own.join(", "))
+        } else {
+            ("", backends.clone())
+        };
         let _ = write!(
             s,
             "\n[[services]]\nname = \"s{i}-{proto}\"\nvip = \"{VIP}\"\nport = {port}\nprotocol = \"{proto}\"\n\
-             scheduler = \"{}\"\nbackends = [{backends}]\n",
+             scheduler = \"{}\"\n{mode}backends = [{backends}]\n",
             svc.scheduler
         );
     }
@@ -748,6 +759,7 @@ mod tests {
             flows: 10,
             scheduler: "rr",
             extra: 0,
+            dsr: false,
         };
         let mut at = Placement {
             lb_core: 1,
@@ -778,5 +790,41 @@ mod tests {
         assert_eq!(c.matches("batch_size").count(), 1, "{c}");
         at.xvs_dataplane.clear();
         assert!(xvs_config(&rig, &svc, &at).contains("batch_size = 64"));
+    }
+
+    /// `--mode dsr`: every service DSR by L2, each backend on the service's port, and the
+    /// config valid.
+    #[test]
+    fn dsr_services_are_l2_to_the_service_port() {
+        let rig = Rig::new("t", 2, 1).unwrap();
+        let svc = Services {
+            count: 1,
+            base_port: 1000,
+            protos: vec!["tcp"],
+            backends: 2,
+            snat: false,
+            flows: 10,
+            scheduler: "rr",
+            extra: 0,
+            dsr: true,
+        };
+        let at = Placement {
+            lb_core: 1,
+            gen_core: 0,
+            napi_busy_poll: false,
+            xvs: PathBuf::from("xvs"),
+            dir: PathBuf::from("/tmp/x"),
+            state_dir: None,
+            drain_timeout_s: None,
+            xvs_dataplane: Vec::new(),
+        };
+        let c = config::parse(&xvs_config(&rig, &svc, &at), "xvs.conf").expect("a valid config");
+        let s = &c.services[0];
+        assert_eq!(
+            s.mode_or(c.dataplane.mode),
+            config::Mode::Dsr(config::Encap::L2)
+        );
+        let ports: Vec<u16> = s.backends.iter().map(|b| b.addr.port()).collect();
+        assert_eq!(ports, [1000, 1000]);
     }
 }

@@ -597,3 +597,102 @@ fn real_clients_through_every_target() {
     drop(_cleanup);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--mode dsr` of bulk-tcp: downloads through xvs by direct server return (backend 1
+/// decapsulates IPIP in the kernel and replies on its own link to the client) and through
+/// nft's DNAT, both moving data; xvs forwards only the client's direction (its transmitted
+/// packets are the client's ACKs, far fewer than the data segments the client received).
+/// Prints xvs-DSR against nft (speed is not asserted).
+#[test]
+fn bulk_tcp_dsr_downloads_bypass_xvs() {
+    if !is_root() {
+        eprintln!("smoke: skipped (needs root for network namespaces and AF_XDP)");
+        return;
+    }
+    assert!(
+        have("iperf3"),
+        "iperf3 is not installed: scripts/deps installs it"
+    );
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let prefix = format!("plds{}", std::process::id() % 100_000);
+    let _cleanup = Cleanup(prefix.clone());
+    let dir = std::env::temp_dir().join(format!("perf-lab-smoke-dsr-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Refused before any rig is built: DSR is a variant of bulk-tcp only.
+    let out = Command::new(BIN)
+        .args([
+            "run",
+            "--scenario",
+            "conn-rate",
+            "--target",
+            "nft",
+            "--mode",
+            "dsr",
+            "--json",
+        ])
+        .arg(dir.join("refused.json"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bulk-tcp only"));
+    let Some(xvs) = xvs().map(|p| p.to_string_lossy().into_owned()) else {
+        return;
+    };
+    let mut gbit = Vec::new();
+    for t in ["xvs", "nft"] {
+        let json = dir.join(format!("dsr-{t}.json"));
+        let json_s = json.to_string_lossy().into_owned();
+        let mut args = vec![
+            "run",
+            "--prefix",
+            &prefix,
+            "--scenario",
+            "bulk-tcp",
+            "--target",
+            t,
+            "--mode",
+            "dsr",
+            "--duration",
+            "1",
+            "--json",
+            &json_s,
+        ];
+        if t == "xvs" {
+            args.extend(["--xvs", xvs.as_str()]);
+        }
+        let out = Command::new(BIN).args(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "perf-lab {args:?}:\n{stderr}");
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(v["mode"], "dsr", "{t}");
+        let runs = v["bulk_tcp"].as_array().unwrap();
+        for r in runs {
+            assert!(r["gbit_s"].as_f64().unwrap() > 0.01, "{t}: {r}");
+        }
+        if t == "xvs" {
+            let r = &runs[1];
+            let tx = r["target_metrics"]["tx_packets"].as_f64().unwrap();
+            let drops = r["target_metrics"]["drops"].as_f64().unwrap_or(0.0);
+            // 8 streams for a second: far more data segments than 1/10 of them as ACKs.
+            let segments = r["gbit_s"].as_f64().unwrap() * 1e9 / 8.0 / 1500.0;
+            assert!(tx > 100.0, "xvs forwarded the client's packets: {r}");
+            assert!(
+                tx < segments,
+                "xvs did not carry the replies: {tx} vs {segments}: {r}"
+            );
+            assert!(drops < tx / 10.0, "{r}");
+        }
+        gbit.push(
+            runs.iter()
+                .map(|r| r["gbit_s"].as_f64().unwrap())
+                .collect::<Vec<_>>(),
+        );
+    }
+    eprintln!(
+        "smoke: bulk-tcp downloads, Gbit/s at 1 and 8 streams: xvs-DSR {:?} vs nft {:?}",
+        gbit[0], gbit[1]
+    );
+    drop(_cleanup);
+    let _ = std::fs::remove_dir_all(&dir);
+}

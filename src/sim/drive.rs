@@ -94,6 +94,8 @@ impl Step {
 pub struct Driver {
     pipeline: Pipeline,
     buf: Vec<u8>,
+    /// `[dataplane] gue_port`: DSR frames to it carry the client's packet.
+    gue_port: u16,
 }
 
 impl Driver {
@@ -105,6 +107,10 @@ impl Driver {
         let mut pc = PipelineConfig::from_config(cfg, 0, 1);
         pc.snat_v4.get_or_insert(SNAT_PLACEHOLDER_V4);
         pc.snat_v6.get_or_insert(SNAT_PLACEHOLDER_V6);
+        // DSR's outer source, where the config gives none, as the SNAT address.
+        pc.dsr.source_v4.get_or_insert(SNAT_PLACEHOLDER_V4);
+        pc.dsr.source_v6.get_or_insert(SNAT_PLACEHOLDER_V6);
+        let gue_port = pc.dsr.gue_port;
         let pipeline = Pipeline::new(
             pc,
             Arc::new(flows),
@@ -114,6 +120,7 @@ impl Driver {
         Ok(Driver {
             pipeline,
             buf: Vec::with_capacity(4096),
+            gue_port,
         })
     }
 
@@ -128,7 +135,21 @@ impl Driver {
         let mut len = self.buf.len();
         self.buf.resize(len + ROOM, 0);
         let v = self.pipeline.process_frame(&mut self.buf, &mut len, now);
-        let sent = v.tx_port().and_then(|_| frames::read(&self.buf[..len]));
+        let mut sent = v
+            .tx_port()
+            .and_then(|_| frames::read(&self.buf[..len], self.gue_port));
+        // A DSR packet goes to its backend unchanged: the backend is the flow's (its port
+        // the configured one, which the backend's decapsulation serves).
+        let flows = self.pipeline.flows();
+        let key = FlowKey::new(s.proto, s.src, s.dst);
+        let flow = key
+            .and_then(|k| flows.lookup(&k))
+            .and_then(|(h, _)| flows.get(h));
+        if let (Some(out), Some(f)) = (&mut sent, flow)
+            && f.data.flags & fastpath::pipeline::FLAG_DSR != 0
+        {
+            out.dst = f.data.backend;
+        }
         (v, sent)
     }
 

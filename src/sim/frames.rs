@@ -143,22 +143,30 @@ pub struct Sent {
     pub seq: u32,
 }
 
-/// Reads a transmitted frame.
-pub fn read(f: &[u8]) -> Option<Sent> {
-    let (src, dst, l4) = match f.get(12..14)? {
-        [0x08, 0x00] => {
-            let ihl = usize::from(f.get(14)? & 0x0f) * 4;
-            let a: [u8; 4] = f.get(26..30)?.try_into().ok()?;
-            let b: [u8; 4] = f.get(30..34)?.try_into().ok()?;
-            (IpAddr::from(a), IpAddr::from(b), 14 + ihl)
-        }
-        [0x86, 0xdd] => {
-            let a: [u8; 16] = f.get(22..38)?.try_into().ok()?;
-            let b: [u8; 16] = f.get(38..54)?.try_into().ok()?;
-            (IpAddr::from(a), IpAddr::from(b), 54)
-        }
-        _ => return None,
+/// Reads a transmitted frame. A DSR frame (IPIP, or GUE: UDP to `gue_port`) reads as the
+/// client's packet inside it, sent to its backend (the outer destination) on the packet's
+/// destination port (the backend's decapsulation serves it there, or translates it).
+pub fn read(f: &[u8], gue_port: u16) -> Option<Sent> {
+    let ethertype = f.get(12..14)?;
+    let ip = read_ip(f, 14, ethertype == [0x86, 0xdd])?;
+    let (src, dst, l4) = (ip.0, ip.1, ip.3);
+    let gue = ip.2 == 17 && f.get(l4 + 2..l4 + 4) == Some(&gue_port.to_be_bytes()[..]);
+    let inner = match ip.2 {
+        4 | 41 => Some(l4),
+        _ if gue => Some(l4 + 8),
+        _ => None,
     };
+    if let Some(at) = inner {
+        let v6 = f.get(at)? >> 4 == 6;
+        let mut frame = f[..12].to_vec();
+        frame.extend_from_slice(if v6 { &[0x86, 0xdd] } else { &[0x08, 0x00] });
+        frame.extend_from_slice(f.get(at..)?);
+        let sent = read(&frame, 0)?;
+        return Some(Sent {
+            dst: SocketAddr::new(dst, sent.dst.port()),
+            ..sent
+        });
+    }
     let port = |at: usize| f.get(at..at + 2).map(|p| u16::from_be_bytes([p[0], p[1]]));
     let seq = f
         .get(l4 + 4..l4 + 8)
@@ -168,6 +176,22 @@ pub fn read(f: &[u8]) -> Option<Sent> {
         dst: SocketAddr::new(dst, port(l4 + 2)?),
         seq,
     })
+}
+
+/// The IP header at `at` (`v6`, else IPv4): source, destination, protocol, where L4 starts.
+fn read_ip(f: &[u8], at: usize, v6: bool) -> Option<(IpAddr, IpAddr, u8, usize)> {
+    if v6 {
+        let a: [u8; 16] = f.get(at + 8..at + 24)?.try_into().ok()?;
+        let b: [u8; 16] = f.get(at + 24..at + 40)?.try_into().ok()?;
+        return Some((IpAddr::from(a), IpAddr::from(b), *f.get(at + 6)?, at + 40));
+    }
+    if f.get(12..14)? != [0x08, 0x00] {
+        return None;
+    }
+    let ihl = usize::from(f.get(at)? & 0x0f) * 4;
+    let a: [u8; 4] = f.get(at + 12..at + 16)?.try_into().ok()?;
+    let b: [u8; 4] = f.get(at + 16..at + 20)?.try_into().ok()?;
+    Some((IpAddr::from(a), IpAddr::from(b), *f.get(at + 9)?, at + ihl))
 }
 
 #[cfg(test)]
@@ -217,12 +241,47 @@ mod tests {
                         assert_eq!(c, 0, "{proto:?}");
                     }
                 }
-                let r = read(&out).unwrap();
+                let r = read(&out, 6080).unwrap();
                 assert_eq!((r.src, r.dst), (src, dst));
                 if proto == Protocol::Tcp {
                     assert_eq!(r.seq, 7);
                 }
             }
         }
+    }
+
+    /// A DSR frame reads as the client's packet to the backend: IPIP (IPv4, IPv6) and GUE.
+    #[test]
+    fn dsr_frames_read_as_the_inner_packet_to_the_backend() {
+        let (src, dst): (SocketAddr, SocketAddr) = (
+            "198.18.0.2:1000".parse().unwrap(),
+            "198.18.100.1:80".parse().unwrap(),
+        );
+        let mut inner = Vec::new();
+        build(
+            &mut inner,
+            &Seg {
+                flags: 0x02,
+                seq: 7,
+                ..Seg::new(Protocol::Tcp, src, dst)
+            },
+        );
+        let ip = &inner[14..];
+        let mut ipip = inner[..14].to_vec();
+        ipip.extend_from_slice(&[0x45, 0, 0, 0, 0, 0, 0, 0, 64, 4, 0, 0]);
+        ipip.extend_from_slice(&[198, 18, 1, 254, 198, 18, 1, 7]);
+        ipip.extend_from_slice(ip);
+        let mut gue = ipip.clone();
+        gue[23] = 17;
+        let udp = [0xc0, 1, 0x17, 0xc0, 0, 0, 0, 0]; // to 6080
+        gue.splice(34..34, udp);
+        for f in [&ipip, &gue] {
+            let r = read(f, 6080).unwrap();
+            assert_eq!(r.src, src);
+            assert_eq!(r.dst, "198.18.1.7:80".parse().unwrap());
+            assert_eq!(r.seq, 7);
+        }
+        // UDP to another port is no GUE.
+        assert_ne!(read(&gue, 6081).unwrap().dst.port(), 80);
     }
 }

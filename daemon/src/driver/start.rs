@@ -172,6 +172,7 @@ pub(super) fn workers(
         },
         stop: Arc::new(AtomicBool::new(false)),
     };
+    let dsr_mtu = dsr_mtu(cfg);
     for (spec, set) in sockets {
         match set.stats_readers() {
             Ok(r) => w.xsk_stats.extend(r),
@@ -179,10 +180,16 @@ pub(super) fn workers(
                 tracing::warn!(queue = spec.queue, error = %e, "AF_XDP socket statistics will not be exported")
             }
         }
+        let base = PipelineConfig::from_config(cfg, spec.index, n);
+        let dsr = fastpath::pipeline::DsrSettings {
+            mtu: dsr_mtu,
+            ..base.dsr.clone()
+        };
         let mut pipeline = Pipeline::new(
             PipelineConfig {
                 synproxy_key: st.cookie_key,
-                ..PipelineConfig::from_config(cfg, spec.index, n)
+                dsr,
+                ..base
             }
             .with_random_snat_start(),
             Arc::clone(&st.flows),
@@ -328,4 +335,19 @@ pub(super) fn admin(
         "ready"
     );
     Ok(())
+}
+
+/// `[dataplane] dsr_mtu`, else the smallest MTU of the interfaces (read once: a changed MTU
+/// needs a restart; see `fastpath::settings::dsr_mtu_of`).
+fn dsr_mtu(cfg: &Config) -> u16 {
+    if let Some(m) = cfg.dataplane.dsr_mtu {
+        return m.min(u32::from(u16::MAX)) as u16;
+    }
+    let mtus: Vec<_> = (cfg.dataplane.interfaces.iter())
+        .map(|i| {
+            let path = format!("/sys/class/net/{}/mtu", i.name);
+            (i.name.clone(), std::fs::read_to_string(path))
+        })
+        .collect();
+    fastpath::settings::dsr_mtu_of(&mtus)
 }

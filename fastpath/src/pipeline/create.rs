@@ -341,11 +341,13 @@ impl Pipeline {
         }
     }
 
-    /// A connection-opening packet made a new flow: passive health counts a SYN sent.
+    /// A connection-opening packet made a new flow: passive health counts a SYN sent (not
+    /// for DSR, whose SYN-ACKs never come by: `dsr`).
     #[inline]
     fn watch_syn(&self, s: &Scheduled, proto: u8, new_flows_before: u64) {
         if s.opens
             && proto == PROTO_TCP
+            && s.mode.encap().is_none()
             && self.counters.new_flows != new_flows_before
             && let Some(w) = &self.syn_watch
         {

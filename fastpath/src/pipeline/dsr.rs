@@ -47,15 +47,15 @@
 //!   backend unchanged, encapsulated as its packets (its stack, which sent the reply, is
 //!   whom they concern), after the usual hygiene. **Later fragments** follow their first
 //!   fragment's encapsulation (`frag`).
-//! - **Passive health.** SYN-ACKs are never seen: a DSR flow's handshake counts as answered
-//!   when the client's ACK takes it from an embryonic state to ESTABLISHED (the client could
-//!   only send it after the backend's SYN-ACK); a backend that answers nothing leaves its
-//!   clients retransmitting SYNs, and the SYN watch judges it as any other.
+//! - **Passive health.** SYN-ACKs are never seen, so the SYN watch (SYNs sent without a
+//!   SYN-ACK back, `passive`) cannot judge a DSR flow: its SYNs are not counted, and a DSR
+//!   backend is judged by the active probes alone (and by the SYN watch through the
+//!   non-DSR services it also serves).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Instant;
 
-use flowtable::{FLAG_ONE_WAY, FlowHit, FlowState, TcpState};
+use flowtable::{FLAG_ONE_WAY, FlowHit};
 use vocab::{Encap, TcpFlags};
 
 use super::classify::{Frag, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP, Packet};
@@ -320,17 +320,9 @@ impl Pipeline {
         };
         if touch {
             let tick = self.tick(now);
-            let state = self.flows.touch(hit, TcpFlags(p.flags), tick, || {
+            self.flows.touch(hit, TcpFlags(p.flags), tick, || {
                 super::guard::word_at(frame, p.l4 + 4)
             });
-            // The client's ACK after the backend's SYN-ACK: the handshake was answered.
-            if p.proto == PROTO_TCP
-                && hit.state().is_embryonic()
-                && state == Some(FlowState::Tcp(TcpState::Established))
-                && let Some(w) = &self.syn_watch
-            {
-                w.answered(hit.backend_id());
-            }
         }
         self.traffic.packet(hit.backend_id(), false, p.ip_len());
         if let Frag::First(id) = p.frag {

@@ -70,8 +70,11 @@ pub const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
 pub const ANN_SCHEDULER: &str = "xvs.io/scheduler";
 /// Annotation: scheduler flags, comma-separated (`mh-port,mh-fallback`).
 pub const ANN_SCHEDULER_FLAGS: &str = "xvs.io/scheduler-flags";
-/// Annotation: forwarding mode, `nat` or `fullnat`.
+/// Annotation: forwarding mode, `nat`, `fullnat` or `dsr` (direct server return).
 pub const ANN_MODE: &str = "xvs.io/mode";
+/// Annotation: a DSR Service's encapsulation, `ipip` (default), `gue` or `l2`; only with
+/// `xvs.io/mode: dsr`.
+pub const ANN_DSR_ENCAP: &str = "xvs.io/dsr-encap";
 /// Annotation: per-endpoint weights, `IP=WEIGHT` comma-separated (`10.0.0.5=3,fd00::7=2`);
 /// endpoints not listed weigh 1, weight 0 drains.
 pub const ANN_WEIGHTS: &str = "xvs.io/weights";

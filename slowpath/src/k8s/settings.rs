@@ -8,16 +8,16 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use config::{
-    Cidr, Config, Mode, ProbeKind, SchedFlag, SchedulerKind, ServiceHealth, SynproxyMode,
+    Cidr, Config, Encap, Mode, ProbeKind, SchedFlag, SchedulerKind, ServiceHealth, SynproxyMode,
 };
 use fastpath::snapshot::{RateLimit, SynproxySetting};
 use k8s_openapi::api::core::v1::{Service, ServiceSpec as K8sServiceSpec};
 
 use super::translate::Out;
 use super::{
-    ANN_HEALTH_FALL, ANN_HEALTH_PATH, ANN_HEALTH_PORT, ANN_HEALTH_PROBE, ANN_HEALTH_RISE,
-    ANN_HEALTH_STATUS, ANN_LB_SOURCE_RANGES, ANN_MODE, ANN_NEW_CONN_BURST, ANN_NEW_CONN_RATE,
-    ANN_SCHEDULER, ANN_SCHEDULER_FLAGS, ANN_SYNPROXY, ANN_WEIGHTS, ProblemKind,
+    ANN_DSR_ENCAP, ANN_HEALTH_FALL, ANN_HEALTH_PATH, ANN_HEALTH_PORT, ANN_HEALTH_PROBE,
+    ANN_HEALTH_RISE, ANN_HEALTH_STATUS, ANN_LB_SOURCE_RANGES, ANN_MODE, ANN_NEW_CONN_BURST,
+    ANN_NEW_CONN_RATE, ANN_SCHEDULER, ANN_SCHEDULER_FLAGS, ANN_SYNPROXY, ANN_WEIGHTS, ProblemKind,
 };
 
 /// The session affinity timeout when a ClientIP Service does not set one (3 hours).
@@ -92,6 +92,7 @@ pub(super) fn common(
         None => cfg.dataplane.mode,
         Some("nat") => Mode::Nat,
         Some("fullnat") => Mode::Fullnat,
+        Some("dsr") => dsr(&ann, spec, cfg, object, out),
         Some(v) => {
             out.problem(
                 object,
@@ -104,6 +105,13 @@ pub(super) fn common(
             cfg.dataplane.mode
         }
     };
+    if let (Some(v), false) = (ann(ANN_DSR_ENCAP), ann(ANN_MODE) == Some("dsr")) {
+        out.problem(
+            object,
+            ProblemKind::Invalid,
+            format!("{ANN_DSR_ENCAP}: {v:?} applies to {ANN_MODE}: dsr only; ignored"),
+        );
+    }
     let affinity_timeout = (spec.session_affinity.as_deref() == Some("ClientIP")).then(|| {
         let t = spec
             .session_affinity_config
@@ -144,6 +152,16 @@ pub(super) fn common(
         burst: burst.unwrap_or(rate),
     });
     let synproxy_mode = match ann(ANN_SYNPROXY) {
+        // The SYN proxy needs the backend's replies, which a DSR Service never sees (the
+        // snapshot builder turns it off for DSR specs whatever the settings say).
+        Some(v) if mode.encap().is_some() && v != "off" => {
+            out.problem(
+                object,
+                ProblemKind::Invalid,
+                format!("{ANN_SYNPROXY}: {v:?} cannot apply to a DSR Service (the SYN proxy needs the replies, which go from the backend to the client); off"),
+            );
+            SynproxyMode::Off
+        }
         None => cfg.synproxy.mode,
         Some(v) => SynproxyMode::from_name(v).unwrap_or_else(|| {
             out.problem(
@@ -167,6 +185,62 @@ pub(super) fn common(
         weights,
         rate_limit,
     }
+}
+
+/// `xvs.io/mode: dsr`: direct server return with the encapsulation `xvs.io/dsr-encap` names
+/// (default `ipip`). A Service whose DSR cannot work keeps the default mode
+/// (`[dataplane] mode`) with one problem: an unknown encapsulation, or `ipip`/`gue` for a
+/// family without an outer source address (`[node] addresses`, `[dataplane]
+/// snat_addresses`, `ipip_source_prefix`).
+fn dsr<'a>(
+    ann: &impl Fn(&str) -> Option<&'a str>,
+    spec: &K8sServiceSpec,
+    cfg: &Config,
+    object: &str,
+    out: &mut Out,
+) -> Mode {
+    let fallback = cfg.dataplane.mode;
+    let encap = match ann(ANN_DSR_ENCAP) {
+        None => Encap::default(),
+        Some(v) => match Encap::from_name(v) {
+            Some(e) => e,
+            None => {
+                out.problem(
+                    object,
+                    ProblemKind::Invalid,
+                    format!(
+                        "{ANN_DSR_ENCAP}: unknown encapsulation {v:?} (ipip, gue or l2); {ANN_MODE}: dsr not applied, using {}",
+                        fallback.name()
+                    ),
+                );
+                return fallback;
+            }
+        },
+    };
+    if encap != Encap::L2 {
+        // The Service's families: its ipFamilies, else its clusterIPs'.
+        let ips = spec
+            .cluster_ips
+            .iter()
+            .flatten()
+            .filter_map(|s| s.parse::<IpAddr>().ok());
+        let v6s = (spec.ip_families.iter().flatten().map(|f| f == "IPv6"))
+            .chain(ips.map(|a| a.is_ipv6()));
+        if let Some(v6) = v6s.into_iter().find(|v6| !cfg.has_dsr_source(*v6)) {
+            let f = if v6 { "IPv6" } else { "IPv4" };
+            out.problem(
+                object,
+                ProblemKind::Invalid,
+                format!(
+                    "{ANN_MODE}: dsr with {} needs an {f} outer source address (node.addresses, dataplane.snat_addresses or dataplane.ipip_source_prefix); using {}",
+                    encap.name(),
+                    fallback.name()
+                ),
+            );
+            return fallback;
+        }
+    }
+    Mode::Dsr(encap)
 }
 
 /// The Service's own health check from its `xvs.io/health-check-*` annotations. A Service is

@@ -3,7 +3,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use config::{Cidr, Config, Dur, Kubernetes, Mode, Protocol, SchedFlag, SchedulerKind};
+use config::{Cidr, Config, Dur, Encap, Kubernetes, Mode, Protocol, SchedFlag, SchedulerKind};
 use fastpath::snapshot::{BackendSpec, Frontend, ServiceSpec, SynproxySetting};
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -734,7 +734,7 @@ fn annotations_set_scheduler_flags_mode_and_weights() {
 fn invalid_annotations_fall_back_to_defaults_with_problems() {
     let svc = annotated(json!({
         "xvs.io/scheduler": "fastest",
-        "xvs.io/mode": "dsr",
+        "xvs.io/mode": "tunnel",
         "xvs.io/weights": "10.0.0.1=heavy",
         "xvs.io/scheduler-flags": "turbo",
         "xvs.io/synproxy": "sometimes",
@@ -754,6 +754,67 @@ fn invalid_annotations_fall_back_to_defaults_with_problems() {
         }
     );
     assert_eq!(m.problems.len(), 5, "{:?}", m.problems);
+}
+
+#[test]
+fn dsr_annotations_pick_the_encapsulation_and_refuse_what_cannot_work() {
+    let mut c = cfg();
+    c.dataplane.snat_addresses = vec![ip("198.18.0.20")];
+    let mode = |ann: Value, c: &Config| {
+        let m = build_model(&[annotated(ann)], &[], &node(), c);
+        let problems: Vec<String> = m.problems.iter().map(|p| p.reason.clone()).collect();
+        (
+            spec(&m, "ns/web:http").mode,
+            spec(&m, "ns/web:http").synproxy,
+            problems,
+        )
+    };
+    for (encap, want) in [
+        (None, Encap::Ipip),
+        (Some("ipip"), Encap::Ipip),
+        (Some("gue"), Encap::Gue),
+        (Some("l2"), Encap::L2),
+    ] {
+        let mut a = json!({"xvs.io/mode": "dsr"});
+        if let Some(e) = encap {
+            a["xvs.io/dsr-encap"] = json!(e);
+        }
+        let (m, _, p) = mode(a, &c);
+        assert_eq!(m, Mode::Dsr(want), "{encap:?}");
+        assert!(p.is_empty(), "{p:?}");
+    }
+    // An unknown encapsulation: the default mode, one problem naming the annotation.
+    let (m, _, p) = mode(
+        json!({"xvs.io/mode": "dsr", "xvs.io/dsr-encap": "vxlan"}),
+        &c,
+    );
+    assert_eq!(m, c.dataplane.mode);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(
+        p[0].contains("xvs.io/dsr-encap") && p[0].contains("vxlan"),
+        "{p:?}"
+    );
+    // An encapsulation without DSR: ignored with a problem.
+    let (m, _, p) = mode(json!({"xvs.io/mode": "nat", "xvs.io/dsr-encap": "gue"}), &c);
+    assert_eq!(m, Mode::Nat);
+    assert_eq!(p.len(), 1, "{p:?}");
+    // The SYN proxy cannot apply: off, with a problem.
+    let (m, sp, p) = mode(json!({"xvs.io/mode": "dsr", "xvs.io/synproxy": "on"}), &c);
+    assert_eq!(m, Mode::Dsr(Encap::Ipip));
+    assert_eq!(sp, SynproxySetting::Off);
+    assert_eq!(p.len(), 1, "{p:?}");
+    // No IPv4 outer source: ipip refused (the default mode), l2 needs none.
+    let bare = cfg();
+    let (m, _, p) = mode(json!({"xvs.io/mode": "dsr"}), &bare);
+    assert_eq!(m, bare.dataplane.mode);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(p[0].contains("IPv4 outer source"), "{p:?}");
+    let (m, _, p) = mode(
+        json!({"xvs.io/mode": "dsr", "xvs.io/dsr-encap": "l2"}),
+        &bare,
+    );
+    assert_eq!(m, Mode::Dsr(Encap::L2));
+    assert!(p.is_empty(), "{p:?}");
 }
 
 #[test]
