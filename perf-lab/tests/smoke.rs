@@ -598,8 +598,8 @@ fn real_clients_through_every_target() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `--mode dsr` of bulk-tcp: downloads through xvs by direct server return (backend 1
-/// decapsulates IPIP in the kernel and replies on its own link to the client) and through
+/// `--mode dsr` of bulk-tcp: downloads through xvs by direct server return (`encap = "l2"`:
+/// backend 1 holds the VIP on `lo` and replies on its own link to the client) and through
 /// nft's DNAT, both moving data; xvs forwards only the client's direction (its transmitted
 /// packets are the client's ACKs, far fewer than the data segments the client received).
 /// Prints xvs-DSR against nft (speed is not asserted).
