@@ -194,15 +194,23 @@ fn the_readme_points_to_it() {
 }
 
 /// The product crates whose functions `clippy::too_many_lines` checks (at clippy.toml's
-/// 70 lines; each enables it in its root for non-test builds). `flowtable/` is left out
-/// while its protocol is being changed for DSR on another branch.
-const LINTED_CRATES: [&str; 9] = [
-    "vocab", "config", "shm", "lb-algos", "fastpath", "pcap", "slowpath", "daemon", "src",
+/// 70 lines; each enables it in its root for non-test builds).
+const LINTED_CRATES: [&str; 10] = [
+    "vocab",
+    "config",
+    "shm",
+    "lb-algos",
+    "flowtable",
+    "fastpath",
+    "pcap",
+    "slowpath",
+    "daemon",
+    "src",
 ];
 
 /// Exceptions to the 70-line limit in product code: this number may only go down (issue
 /// #31's target is 10). One of them is `fastpath/src/pipeline/`'s module-wide exception,
-/// which covers six functions until the DSR change lands.
+/// which still covers six functions (splitting them waits for a callgrind check).
 const LONG_FUNCTIONS_MAX: usize = 10;
 
 /// Every `.rs` file under `dir`.

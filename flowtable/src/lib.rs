@@ -182,6 +182,8 @@
 //! is model-checked with loom: `RUSTFLAGS="--cfg loom" cargo test -p flowtable --release --test
 //! loom`.
 
+#![cfg_attr(not(test), warn(clippy::too_many_lines))]
+
 mod index;
 pub mod key;
 #[cfg(not(loom))]

@@ -74,6 +74,35 @@ impl Seen {
         file_len: usize,
         now_ns: u64,
     ) -> Result<(Layout, Instant), Refusal> {
+        self.check_identity(boot)?;
+        let lay = self.check_geometry(file_len)?;
+        let epoch = shm::instant_of(self.epoch_ns).filter(|_| self.epoch_ns <= now_ns);
+        let Some(epoch) = epoch else {
+            return Err(Refusal::new(
+                "epoch",
+                format!(
+                    "{} ns (CLOCK_MONOTONIC is {now_ns} ns: a clock origin in the future)",
+                    self.epoch_ns
+                ),
+            ));
+        };
+        if self.status != STATUS_RUNNING && self.status != STATUS_CLEAN {
+            return Err(Refusal::new(
+                "status",
+                format!(
+                    "{} (running {STATUS_RUNNING} or clean {STATUS_CLEAN})",
+                    self.status
+                ),
+            ));
+        }
+        if self.pid > u64::from(u32::MAX) {
+            return Err(Refusal::new("owner_pid", self.pid));
+        }
+        Ok((lay, epoch))
+    }
+
+    /// An xvs flow state of this layout version and entry size, written in this boot.
+    fn check_identity(&self, boot: &[u64; 2]) -> Result<(), Refusal> {
         if self.magic != MAGIC {
             return Err(Refusal::new(
                 "magic",
@@ -105,6 +134,12 @@ impl Seen {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// The layout its capacity and backends_max make, if that is the index and the file
+    /// it has (a `file_len`-byte file).
+    fn check_geometry(&self, file_len: usize) -> Result<Layout, Refusal> {
         let Some(lay) = Layout::checked(self.capacity, self.backends_max) else {
             let (field, value, max) =
                 if (1..=super::super::CAPACITY_MAX as u64).contains(&self.capacity) {
@@ -144,29 +179,7 @@ impl Seen {
                 ),
             ));
         }
-        let epoch = shm::instant_of(self.epoch_ns).filter(|_| self.epoch_ns <= now_ns);
-        let Some(epoch) = epoch else {
-            return Err(Refusal::new(
-                "epoch",
-                format!(
-                    "{} ns (CLOCK_MONOTONIC is {now_ns} ns: a clock origin in the future)",
-                    self.epoch_ns
-                ),
-            ));
-        };
-        if self.status != STATUS_RUNNING && self.status != STATUS_CLEAN {
-            return Err(Refusal::new(
-                "status",
-                format!(
-                    "{} (running {STATUS_RUNNING} or clean {STATUS_CLEAN})",
-                    self.status
-                ),
-            ));
-        }
-        if self.pid > u64::from(u32::MAX) {
-            return Err(Refusal::new("owner_pid", self.pid));
-        }
-        Ok((lay, epoch))
+        Ok(lay)
     }
 
     /// Live flows the header's counters claim (for a log line only: never trusted).
