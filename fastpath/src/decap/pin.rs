@@ -16,7 +16,7 @@ use super::{
     counters,
 };
 use crate::steer::sys;
-use crate::steer::{XdpAttach, on_bpffs};
+use crate::steer::{STAGED, Staged, XdpAttach, on_bpffs};
 
 /// The bpffs directory under which [`pin_dir_in`] keeps one directory per network namespace.
 pub const PIN_ROOT: &str = "/sys/fs/bpf/xvs-decap";
@@ -24,8 +24,6 @@ pub const PIN_ROOT: &str = "/sys/fs/bpf/xvs-decap";
 const XDP_LINK: &str = "xdp";
 /// The tcx egress link's pin in an interface's directory.
 const EGRESS_LINK: &str = "egress";
-/// Appended to a map's pin name until the new programs run everywhere (bpffs refuses dots).
-const STAGED: &str = "-new";
 
 /// The pin directory of the calling thread's network namespace under `root`:
 /// `root/ns-<inode of /proc/thread-self/ns/net>`.
@@ -103,7 +101,7 @@ pub fn apply(
     let loaded = Loaded::load(tables)?;
     std::fs::create_dir_all(&dir).map_err(pin_dir_err)?;
 
-    let mut staged = Staged::pin(&dir, &loaded)?;
+    let mut staged = Staged::pin(&dir, &loaded.map_fds()).map_err(pin_error)?;
     let xdp = loaded.program_fd(XDP_PROGRAM)?;
     let egress = loaded.program_fd(EGRESS_PROGRAM)?;
     let mut attached = Vec::with_capacity(interfaces.len());
@@ -132,7 +130,7 @@ pub fn apply(
             detached.push(ifname);
         }
     }
-    staged.commit()?;
+    staged.commit().map_err(pin_error)?;
     for a in &attached {
         tracing::info!(interface = %a.ifname, xdp = a.xdp, egress = a.egress, pins = %dir.display(), "xvs decap attached");
     }
@@ -354,6 +352,11 @@ fn detach_iface(idir: &Path) -> Result<(), DecapError> {
     })
 }
 
+/// A staged pin's failure as decap's error.
+fn pin_error((path, source): (PathBuf, io::Error)) -> DecapError {
+    DecapError::Pin { path, source }
+}
+
 fn remove_pin(path: &Path) -> Result<(), DecapError> {
     match std::fs::remove_file(path) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(DecapError::Pin {
@@ -416,53 +419,6 @@ fn open_pinned<T: TryFrom<Map, Error = MapError>>(path: &Path) -> Result<T, Deca
             path: path.to_owned(),
             source: io::Error::other(source.to_string()),
         })
-}
-
-/// The new maps pinned as `<name>-new` until [`Staged::commit`] renames them over the live
-/// names; dropped uncommitted, it removes them.
-struct Staged {
-    dir: PathBuf,
-    committed: bool,
-}
-
-impl Staged {
-    fn pin(dir: &Path, loaded: &Loaded) -> Result<Staged, DecapError> {
-        let staged = Staged {
-            dir: dir.to_owned(),
-            committed: false,
-        };
-        for (name, fd) in loaded.map_fds() {
-            let path = staged.path(name);
-            // A crashed run may have left one behind.
-            remove_pin(&path)?;
-            sys::obj_pin(fd, &path).map_err(|source| DecapError::Pin { path, source })?;
-        }
-        Ok(staged)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.join(format!("{name}{STAGED}"))
-    }
-
-    fn commit(&mut self) -> Result<(), DecapError> {
-        for name in MAP_PINS {
-            let live = self.dir.join(name);
-            std::fs::rename(self.path(name), &live)
-                .map_err(|source| DecapError::Pin { path: live, source })?;
-        }
-        self.committed = true;
-        Ok(())
-    }
-}
-
-impl Drop for Staged {
-    fn drop(&mut self) {
-        if !self.committed {
-            for name in MAP_PINS {
-                let _ = std::fs::remove_file(self.path(name));
-            }
-        }
-    }
 }
 
 #[cfg(test)]

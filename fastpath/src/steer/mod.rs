@@ -100,8 +100,8 @@ use aya::{Ebpf, EbpfError, Pod};
 
 pub use counters::SteerCounters;
 use maps::{AddrKey, Hold, LpmAddr, PortKey, PortRange, VIP_FRONTEND, VIP_REJECT_UNSERVED};
-pub(crate) use pin::on_bpffs;
 pub use pin::{PIN_ROOT, pin_dir, pin_dir_in, pinned_counters, pinned_hold, remove_pins};
+pub(crate) use pin::{STAGED, Staged, on_bpffs};
 
 /// The program's name in the kernel (what `ip link` and `bpftool` show).
 pub const PROGRAM_NAME: &str = "xvs_steer";

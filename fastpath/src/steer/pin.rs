@@ -34,7 +34,7 @@ const MAP_PINS: [&str; 7] = [
 ];
 /// Appended to a map's name while a new program's maps wait for it to take over the link
 /// (bpffs refuses names with a dot).
-const STAGED: &str = "-new";
+pub(crate) const STAGED: &str = "-new";
 
 /// The pin directory of the calling thread's network namespace:
 /// `/sys/fs/bpf/xvs/ns-<inode of /proc/thread-self/ns/net>` (for a thread that did not
@@ -94,7 +94,7 @@ impl Steering {
 
         let mut ebpf = super::load_program()?;
         let mut maps = Maps::take(&mut ebpf)?;
-        let mut staged = Staged::pin(&dir, &maps)?;
+        let mut staged = Staged::pin(&dir, &maps.pinnable()).map_err(pin_error)?;
         let prog = program(&mut ebpf)?;
         let prog_fd = prog.fd().map_err(SteerError::Verify)?.as_fd();
 
@@ -106,7 +106,7 @@ impl Steering {
                     path: link_path.clone(),
                     source,
                 })?;
-                staged.commit()?;
+                staged.commit().map_err(pin_error)?;
                 tracing::info!(
                     interface = %ifname,
                     mode = attached.name(),
@@ -127,7 +127,7 @@ impl Steering {
                     })
                 })?;
                 // Maps first: a pinned link always has its maps beside it.
-                staged.commit()?;
+                staged.commit().map_err(pin_error)?;
                 sys::obj_pin(fd.as_fd(), &link_path).map_err(|source| SteerError::Pin {
                     path: link_path.clone(),
                     source,
@@ -417,28 +417,34 @@ fn open_pinned<T: TryFrom<Map, Error = MapError>>(path: &Path) -> Result<T, Stee
         })
 }
 
-/// New maps pinned as `<name>.new` in an interface's directory until [`Staged::commit`]
-/// renames them over the live names; dropped uncommitted, it removes them.
-struct Staged {
+/// New maps pinned as `<name>-new` in a directory until [`Staged::commit`] renames them over
+/// the live names; dropped uncommitted, it removes them. Shared by the steering's pins and
+/// `xvs decap`'s (`crate::decap`); errors are the pin's path and what failed.
+pub(crate) struct Staged {
     dir: PathBuf,
+    names: Vec<&'static str>,
     committed: bool,
 }
 
 impl Staged {
-    fn pin(dir: &Path, maps: &Maps) -> Result<Staged, SteerError> {
+    pub(crate) fn pin(
+        dir: &Path,
+        maps: &[(&'static str, BorrowedFd<'_>)],
+    ) -> Result<Staged, (PathBuf, io::Error)> {
         let staged = Staged {
             dir: dir.to_owned(),
+            names: maps.iter().map(|(name, _)| *name).collect(),
             committed: false,
         };
-        for (name, fd) in maps.pinnable() {
+        for (name, fd) in maps {
             let path = staged.path(name);
-            let pin_err = |source| SteerError::Pin {
-                path: path.clone(),
-                source,
-            };
             // A crashed attach may have left one behind.
-            remove_if_exists(&path).map_err(pin_err)?;
-            sys::obj_pin(fd, &path).map_err(pin_err)?;
+            if let Err(e) = remove_if_exists(&path) {
+                return Err((path, e));
+            }
+            if let Err(e) = sys::obj_pin(*fd, &path) {
+                return Err((path, e));
+            }
         }
         Ok(staged)
     }
@@ -448,14 +454,10 @@ impl Staged {
     }
 
     /// Replaces each live pin with its staged one (a rename: the name never goes missing).
-    fn commit(&mut self) -> Result<(), SteerError> {
-        for name in MAP_PINS {
-            std::fs::rename(self.path(name), self.dir.join(name)).map_err(|source| {
-                SteerError::Pin {
-                    path: self.dir.join(name),
-                    source,
-                }
-            })?;
+    pub(crate) fn commit(&mut self) -> Result<(), (PathBuf, io::Error)> {
+        for name in &self.names {
+            let live = self.dir.join(name);
+            std::fs::rename(self.path(name), &live).map_err(|source| (live, source))?;
         }
         self.committed = true;
         Ok(())
@@ -465,7 +467,7 @@ impl Staged {
 impl Drop for Staged {
     fn drop(&mut self) {
         if !self.committed {
-            for name in MAP_PINS {
+            for name in &self.names {
                 let _ = remove_if_exists(&self.path(name));
             }
         }
@@ -554,6 +556,11 @@ fn remove_dir(path: &Path) -> io::Result<()> {
 }
 
 /// Prefixes an error with the path it is about.
+/// A [`Staged`] failure as the steering's error.
+fn pin_error((path, source): (PathBuf, io::Error)) -> SteerError {
+    SteerError::Pin { path, source }
+}
+
 fn named(path: &Path) -> impl Fn(io::Error) -> io::Error + '_ {
     move |e| io::Error::new(e.kind(), format!("{}: {e}", path.display()))
 }
