@@ -126,16 +126,12 @@ impl DecapCounters {
 pub(super) fn read(map: &PerCpuArray<MapData, u64>) -> Result<DecapCounters, DecapError> {
     let mut sum = DecapCounters::default();
     for counter in Counter::ALL {
-        if counter as u32 >= map.len() {
-            continue;
-        }
-        let per_cpu = map
-            .get(&(counter as u32), 0)
-            .map_err(|source| DecapError::Map {
+        let n =
+            crate::steer::per_cpu_sum(map, counter as u32).map_err(|source| DecapError::Map {
                 map: "counters",
                 source,
             })?;
-        sum.add(counter, per_cpu.iter().sum());
+        sum.add(counter, n);
     }
     Ok(sum)
 }

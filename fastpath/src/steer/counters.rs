@@ -4,7 +4,7 @@
 //! it (a unit test checks the C source) and [`SteerCounters`] names every slot, so no caller
 //! depends on an index.
 
-use aya::maps::{MapData, PerCpuArray};
+use aya::maps::{MapData, MapError, PerCpuArray};
 
 use super::SteerError;
 
@@ -139,18 +139,22 @@ impl SteerCounters {
 pub(super) fn read(map: &PerCpuArray<MapData, u64>) -> Result<SteerCounters, SteerError> {
     let mut sum = SteerCounters::default();
     for counter in Counter::ALL {
-        if counter as u32 >= map.len() {
-            continue;
-        }
-        let per_cpu = map
-            .get(&(counter as u32), 0)
-            .map_err(|source| SteerError::Map {
-                map: "counters",
-                source,
-            })?;
-        sum.add(counter, per_cpu.iter().sum());
+        let n = per_cpu_sum(map, counter as u32).map_err(|source| SteerError::Map {
+            map: "counters",
+            source,
+        })?;
+        sum.add(counter, n);
     }
     Ok(sum)
+}
+
+/// Slot `index` of a per-CPU counter array summed over CPUs; 0 for a slot past its end (a
+/// map of an older program). Shared with `xvs decap`'s counters.
+pub(crate) fn per_cpu_sum(map: &PerCpuArray<MapData, u64>, index: u32) -> Result<u64, MapError> {
+    if index >= map.len() {
+        return Ok(0);
+    }
+    Ok(map.get(&index, 0)?.iter().sum())
 }
 
 #[cfg(test)]

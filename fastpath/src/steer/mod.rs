@@ -99,6 +99,7 @@ use aya::programs::{ProgramError, Xdp};
 use aya::{Ebpf, EbpfError, Pod};
 
 pub use counters::SteerCounters;
+pub(crate) use counters::per_cpu_sum;
 use maps::{AddrKey, Hold, LpmAddr, PortKey, PortRange, VIP_FRONTEND, VIP_REJECT_UNSERVED};
 pub use pin::{PIN_ROOT, pin_dir, pin_dir_in, pinned_counters, pinned_hold, remove_pins};
 pub(crate) use pin::{STAGED, Staged, on_bpffs};
