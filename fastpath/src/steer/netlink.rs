@@ -35,7 +35,12 @@ pub(super) struct Attached {
 pub(super) fn attached(ifindex: u32) -> io::Result<Vec<Attached>> {
     let mut query = LinkMessage::default();
     query.header.index = ifindex;
-    let reply = request(RouteNetlinkMessage::GetLink(query), 0)?;
+    link_reply(request(RouteNetlinkMessage::GetLink(query), 0)?, ifindex)
+}
+
+/// The programs in the kernel's answer to RTM_GETLINK for `ifindex`: a link message about
+/// that interface, or an error.
+fn link_reply(reply: Option<RouteNetlinkMessage>, ifindex: u32) -> io::Result<Vec<Attached>> {
     match reply {
         Some(RouteNetlinkMessage::NewLink(link)) if link.header.index == ifindex => {
             Ok(xdp_of(&link))
@@ -216,6 +221,24 @@ mod tests {
         };
         assert_eq!(got.header.index, 7);
         assert_eq!(xdp_of(&got)[0].mode_flag, XDP_FLAGS_DRV_MODE);
+    }
+
+    #[test]
+    fn a_reply_about_another_interface_or_of_another_kind_is_refused() {
+        let about = |index| {
+            let mut l = link(vec![LinkXdp::ProgId(3)]);
+            l.header.index = index;
+            Some(RouteNetlinkMessage::NewLink(l))
+        };
+        assert_eq!(link_reply(about(7), 7).expect("its own").len(), 1);
+        let other = link_reply(about(8), 7).unwrap_err();
+        assert!(other.to_string().contains("about interface 8"), "{other}");
+        assert!(
+            link_reply(None, 7).is_err(),
+            "an ACK is no answer to a query"
+        );
+        let kind = RouteNetlinkMessage::DelLink(LinkMessage::default());
+        assert!(link_reply(Some(kind), 7).is_err());
     }
 
     #[test]
