@@ -118,6 +118,30 @@ struct Outcome {
 }
 
 impl Sim {
+    /// The simulation of `snap`: a driver over it and an empty tally per backend.
+    fn new(cfg: &Config, snap: Snapshot, epoch: Instant) -> Result<Sim, String> {
+        let ids = snap
+            .services
+            .iter()
+            .map(|s| s.id as usize + 1)
+            .max()
+            .unwrap_or(0);
+        let tally = (0..ids)
+            .map(|id| {
+                let n = snap.services.get(id).map_or(0, |s| s.backends.len());
+                vec![Tally::default(); n]
+            })
+            .collect();
+        let driver = Driver::new(cfg, snap, epoch)?;
+        let snap = Arc::clone(driver.snapshot());
+        Ok(Sim {
+            driver,
+            snap,
+            open: HashMap::new(),
+            tally,
+        })
+    }
+
     fn step(&mut self, f: &FlowLine, now: Instant) -> Outcome {
         let frontend = Frontend {
             vip: f.dst.ip(),
@@ -269,15 +293,57 @@ fn note_other_proxies<'a>(
     }
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "`xvs sim`'s sequence: load, build, replay, report"
-)]
+/// `xvs sim`'s sequence: load, build, replay, report.
 pub fn main(args: Args) -> ExitCode {
+    let (cfg, specs, service_cidrs) = match load(&args) {
+        Ok(loaded) => loaded,
+        Err(code) => return code,
+    };
+    // As the daemon builds: a service the builder refuses is left out, the others run.
+    let mut builder = SnapshotBuilder::from_config(&cfg);
+    builder.set_service_cidrs(&service_cidrs);
+    let l2 = drive::with_default_routes(L2Table::from_config(&cfg));
+    let (snap, refused) = builder.build_isolated(&specs, &l2);
+    for r in &refused {
+        eprintln!("xvs sim: service {}: refused: {r}", r.name);
+    }
+    let flows = args.flows.as_path();
+    let input: Box<dyn BufRead> = if flows == Path::new("-") {
+        Box::new(std::io::stdin().lock())
+    } else {
+        match std::fs::File::open(flows) {
+            Ok(f) => Box::new(std::io::BufReader::new(f)),
+            Err(e) => {
+                eprintln!("xvs sim: cannot read flows file {}: {e}", flows.display());
+                return ExitCode::FAILURE;
+            }
+        }
+    };
+    let epoch = Instant::now();
+    let mut sim = match Sim::new(&cfg, snap, epoch) {
+        Ok(sim) => sim,
+        Err(e) => {
+            eprintln!("xvs sim: {e}");
+            return ExitCode::from(crate::EXIT_BAD_CONFIG);
+        }
+    };
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    if let Err(code) = replay(&mut sim, input, flows, epoch, args.json, &mut out) {
+        return code;
+    }
+    let _ = print_distribution(&mut out, &sim, args.json);
+    let _ = out.flush();
+    ExitCode::SUCCESS
+}
+
+/// The configuration and the specs to simulate (from `--objects` or the configuration's
+/// services), with `--frozen` applied; the exit code when they cannot be had.
+fn load(args: &Args) -> Result<(Config, Vec<ServiceSpec>, Vec<Cidr>), ExitCode> {
     let mut cfg = match &args.config {
         Some(path) => match crate::load_config(Some(path)) {
             Some(c) => c,
-            None => return ExitCode::from(crate::EXIT_BAD_CONFIG),
+            None => return Err(ExitCode::from(crate::EXIT_BAD_CONFIG)),
         },
         None => Config::default(),
     };
@@ -291,13 +357,10 @@ pub fn main(args: Args) -> ExitCode {
                         .expect("[kubernetes] has a default for every key"),
                 );
             }
-            match objects_specs(&cfg, path, args.node.as_deref()) {
-                Ok(s) => s,
-                Err(e) => {
-                    eprintln!("xvs sim: {e}");
-                    return ExitCode::from(crate::EXIT_BAD_CONFIG);
-                }
-            }
+            objects_specs(&cfg, path, args.node.as_deref()).map_err(|e| {
+                eprintln!("xvs sim: {e}");
+                ExitCode::from(crate::EXIT_BAD_CONFIG)
+            })?
         }
     };
     for f in &args.frozen {
@@ -311,59 +374,22 @@ pub fn main(args: Args) -> ExitCode {
         }
         if !known {
             eprintln!("xvs sim: --frozen {f}: no service named {f:?}");
-            return ExitCode::from(crate::EXIT_BAD_CONFIG);
+            return Err(ExitCode::from(crate::EXIT_BAD_CONFIG));
         }
     }
-    // As the daemon builds: a service the builder refuses is left out, the others run.
-    let mut builder = SnapshotBuilder::from_config(&cfg);
-    builder.set_service_cidrs(&service_cidrs);
-    let l2 = drive::with_default_routes(L2Table::from_config(&cfg));
-    let (snap, refused) = builder.build_isolated(&specs, &l2);
-    for r in &refused {
-        eprintln!("xvs sim: service {}: refused: {r}", r.name);
-    }
-    let flows = args.flows.as_path();
-    let json = args.json;
-    let input: Box<dyn BufRead> = if flows == Path::new("-") {
-        Box::new(std::io::stdin().lock())
-    } else {
-        match std::fs::File::open(flows) {
-            Ok(f) => Box::new(std::io::BufReader::new(f)),
-            Err(e) => {
-                eprintln!("xvs sim: cannot read flows file {}: {e}", flows.display());
-                return ExitCode::FAILURE;
-            }
-        }
-    };
-    let epoch = Instant::now();
-    let ids = snap
-        .services
-        .iter()
-        .map(|s| s.id as usize + 1)
-        .max()
-        .unwrap_or(0);
-    let tally = (0..ids)
-        .map(|id| {
-            let n = snap.services.get(id).map_or(0, |s| s.backends.len());
-            vec![Tally::default(); n]
-        })
-        .collect();
-    let driver = match drive::Driver::new(&cfg, snap, epoch) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("xvs sim: {e}");
-            return ExitCode::from(crate::EXIT_BAD_CONFIG);
-        }
-    };
-    let snap = Arc::clone(driver.snapshot());
-    let mut sim = Sim {
-        driver,
-        snap: Arc::clone(&snap),
-        open: HashMap::new(),
-        tally,
-    };
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
+    Ok((cfg, specs, service_cidrs))
+}
+
+/// Runs every line of `input` through the simulation and prints what happened to it; the
+/// exit code when a line cannot be read or parsed, or stdout is closed.
+fn replay(
+    sim: &mut Sim,
+    input: Box<dyn BufRead>,
+    flows: &Path,
+    epoch: Instant,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<(), ExitCode> {
     let name = if flows == Path::new("-") {
         "<stdin>".to_owned()
     } else {
@@ -374,7 +400,7 @@ pub fn main(args: Args) -> ExitCode {
             Ok(l) => l,
             Err(e) => {
                 eprintln!("xvs sim: {name}: read error: {e}");
-                return ExitCode::FAILURE;
+                return Err(ExitCode::FAILURE);
             }
         };
         let text = line.trim();
@@ -386,58 +412,65 @@ pub fn main(args: Args) -> ExitCode {
             Err(e) => {
                 let _ = out.flush();
                 eprintln!("xvs sim: {name}:{}: {e}", n + 1);
-                return ExitCode::from(crate::EXIT_BAD_CONFIG);
+                return Err(ExitCode::from(crate::EXIT_BAD_CONFIG));
             }
         };
         // Each input line is one millisecond after the previous one.
         let now = epoch + Duration::from_millis(n as u64);
         let o = sim.step(&flow, now);
-        let proto = flow.proto.name();
-        let svc = o.service.and_then(|s| snap.services.get(s as usize));
-        let backend = o.result.ok();
-        let (verdict, reason) = verdict_of(o.result);
-        let event = if flow.event == Event::Open {
-            "open"
-        } else {
-            "close"
-        };
-        let res = if json {
-            let v = serde_json::json!({
-                "proto": proto,
-                "src": flow.src.to_string(),
-                "frontend": fmt_frontend(flow.dst),
-                "event": event,
-                "service": svc.map(|s| s.name.as_str()),
-                "backend": backend.map(|b| b.to_string()),
-                "verdict": verdict,
-                "reason": reason,
-            });
-            writeln!(out, "{v}")
-        } else {
-            let to = match (backend, reason) {
-                (Some(b), _) => b.to_string(),
-                (None, Some(why)) => format!("{verdict} ({why})"),
-                (None, None) => verdict.to_owned(),
-            };
-            let suffix = if flow.event == Event::Close {
-                " (close)"
-            } else {
-                ""
-            };
-            writeln!(
-                out,
-                "{proto} {} -> {} => {to}{suffix}",
-                flow.src,
-                fmt_frontend(flow.dst)
-            )
-        };
-        if res.is_err() {
-            return ExitCode::FAILURE; // stdout closed (e.g. piped into head)
+        if print_outcome(out, sim, &flow, o, json).is_err() {
+            return Err(ExitCode::FAILURE); // stdout closed (e.g. piped into head)
         }
     }
-    let _ = print_distribution(&mut out, &sim, json);
-    let _ = out.flush();
-    ExitCode::SUCCESS
+    Ok(())
+}
+
+/// One line of output: what became of `flow`.
+fn print_outcome(
+    out: &mut impl Write,
+    sim: &Sim,
+    flow: &FlowLine,
+    o: Outcome,
+    json: bool,
+) -> std::io::Result<()> {
+    let proto = flow.proto.name();
+    let svc = o.service.and_then(|s| sim.snap.services.get(s as usize));
+    let backend = o.result.ok();
+    let (verdict, reason) = verdict_of(o.result);
+    let event = if flow.event == Event::Open {
+        "open"
+    } else {
+        "close"
+    };
+    if json {
+        let v = serde_json::json!({
+            "proto": proto,
+            "src": flow.src.to_string(),
+            "frontend": fmt_frontend(flow.dst),
+            "event": event,
+            "service": svc.map(|s| s.name.as_str()),
+            "backend": backend.map(|b| b.to_string()),
+            "verdict": verdict,
+            "reason": reason,
+        });
+        return writeln!(out, "{v}");
+    }
+    let to = match (backend, reason) {
+        (Some(b), _) => b.to_string(),
+        (None, Some(why)) => format!("{verdict} ({why})"),
+        (None, None) => verdict.to_owned(),
+    };
+    let suffix = if flow.event == Event::Close {
+        " (close)"
+    } else {
+        ""
+    };
+    writeln!(
+        out,
+        "{proto} {} -> {} => {to}{suffix}",
+        flow.src,
+        fmt_frontend(flow.dst)
+    )
 }
 
 fn print_distribution(out: &mut impl Write, sim: &Sim, json: bool) -> std::io::Result<()> {

@@ -162,10 +162,6 @@ impl SnapshotBuilder {
     /// that failed in the first stage that had failures (names, then frontends, then
     /// entries: a later stage needs the earlier ones settled). On error the builder is left
     /// as it was.
-    #[expect(
-        clippy::too_many_lines,
-        reason = "the build's stages (ids by name, removed, changed, commit) share its undo log; split with the builder's next change"
-    )]
     pub(super) fn try_build(
         &mut self,
         services: &[ServiceSpec],
@@ -173,8 +169,45 @@ impl SnapshotBuilder {
     ) -> Result<Snapshot, Vec<(usize, BuildError)>> {
         self.attempts += 1;
         let stamp = self.attempts;
-        // Which id each spec has (by name), and which specs changed. Specs mostly come in
-        // the order of the last build: try the next id of that order before hashing.
+        let (mut ids, changed) = self.match_names(services, stamp)?;
+        let removed: Vec<u32> = self
+            .order
+            .iter()
+            .copied()
+            .filter(|&id| self.seen[id as usize] != stamp)
+            .collect();
+
+        let mut undo = Undo {
+            slots_len: self.slots.len(),
+            free_ids: Vec::new(),
+            free: Vec::new(),
+            next: self.next,
+            retired: Vec::new(),
+            adopted: adopt::AdoptedUndo::default(),
+        };
+        let result = self.build_changed(services, &mut ids, &changed, &removed, &mut undo);
+        let (frontends, built, retire) = match result {
+            Ok(r) => r,
+            Err(e) => {
+                self.rollback(undo);
+                return Err(e);
+            }
+        };
+        self.commit(services, ids, &removed, frontends, built, retire);
+        Ok(self.snapshot(l2))
+    }
+
+    /// Which id each spec has (by name, stamped `stamp` in `seen`; [`NO_ID`] for a name new
+    /// to the builder), and which specs changed. A name listed twice is an error; then
+    /// only stamps were taken, nothing to give back.
+    #[allow(clippy::type_complexity)]
+    fn match_names(
+        &mut self,
+        services: &[ServiceSpec],
+        stamp: u64,
+    ) -> Result<(Vec<u32>, Vec<usize>), Vec<(usize, BuildError)>> {
+        // Specs mostly come in the order of the last build: try the next id of that order
+        // before hashing.
         let mut ids: Vec<u32> = Vec::with_capacity(services.len());
         let mut changed: Vec<usize> = Vec::new();
         let mut hint = 0usize;
@@ -210,39 +243,29 @@ impl SnapshotBuilder {
                 }
             }
         }
-        if !errors.is_empty() {
-            // Only stamps were taken: nothing to give back.
-            return Err(errors);
+        if errors.is_empty() {
+            Ok((ids, changed))
+        } else {
+            Err(errors)
         }
-        let removed: Vec<u32> = self
-            .order
-            .iter()
-            .copied()
-            .filter(|&id| self.seen[id as usize] != stamp)
-            .collect();
+    }
 
-        let mut undo = Undo {
-            slots_len: self.slots.len(),
-            free_ids: Vec::new(),
-            free: Vec::new(),
-            next: self.next,
-            retired: Vec::new(),
-            adopted: adopt::AdoptedUndo::default(),
-        };
-        let result = self.build_changed(services, &mut ids, &changed, &removed, &mut undo);
-        let (frontends, built, retire) = match result {
-            Ok(r) => r,
-            Err(e) => {
-                self.rollback(undo);
-                return Err(e);
-            }
-        };
-
-        // Commit.
+    /// Makes a successful build the builder's state: backend ids retired, removed services
+    /// freed, built entries in their slots, the frontend map and VIP sets, the order.
+    #[allow(clippy::type_complexity)]
+    fn commit(
+        &mut self,
+        services: &[ServiceSpec],
+        ids: Vec<u32>,
+        removed: &[u32],
+        frontends: Arc<FrontendMap>,
+        built: Vec<(usize, Arc<ServiceEntry>)>,
+        retire: Vec<((String, SocketAddr), BackendId)>,
+    ) {
         for (key, id) in retire {
             self.retired.insert(key, id);
         }
-        for &id in &removed {
+        for &id in removed {
             if let Some(slot) = self.slots[id as usize].take() {
                 for b in &slot.entry.backends {
                     self.retired.insert((slot.spec.name.clone(), b.addr), b.id);
@@ -278,12 +301,17 @@ impl SnapshotBuilder {
         for (p, &id) in ids.iter().enumerate() {
             self.pos[id as usize] = p as u32;
         }
-        let list: Vec<Arc<ServiceEntry>> = ids
+        self.order = ids;
+        self.generation += 1;
+    }
+
+    /// The snapshot of the builder's state (after [`commit`](Self::commit)) over `l2`.
+    fn snapshot(&self, l2: &L2Table) -> Snapshot {
+        let list: Vec<Arc<ServiceEntry>> = self
+            .order
             .iter()
             .map(|&id| Arc::clone(&self.slot(id).expect("a live service").entry))
             .collect();
-        self.order = ids;
-        self.generation += 1;
         // (The entries' settings: a DSR service's is off.)
         debug_assert!(
             list.iter()
@@ -299,7 +327,7 @@ impl SnapshotBuilder {
             "builder rule: one service id per name, kept across builds"
         );
         let synproxy_any = list.iter().any(|s| s.synproxy != SynproxySetting::Off);
-        Ok(Snapshot {
+        Snapshot {
             generation: self.generation,
             synproxy_any,
             services: ServiceTable {
@@ -322,7 +350,7 @@ impl SnapshotBuilder {
                 r
             },
             port_macs: l2.port_macs.clone(),
-        })
+        }
     }
 
     fn slot(&self, id: u32) -> Option<&Slot> {
@@ -339,10 +367,6 @@ impl SnapshotBuilder {
     /// for the changed specs (with the backend ids to retire). Everything it takes from the
     /// builder is recorded in `undo`.
     #[allow(clippy::type_complexity)]
-    #[expect(
-        clippy::too_many_lines,
-        reason = "frontend map and entries patched in one pass over the changed specs (undo shared)"
-    )]
     fn build_changed(
         &mut self,
         services: &[ServiceSpec],
@@ -358,7 +382,36 @@ impl SnapshotBuilder {
         ),
         Vec<(usize, BuildError)>,
     > {
-        // Ids for new services (never one freed by this build).
+        self.new_ids(services, ids, changed, undo)?;
+        // The frontend map: the last one, shared when no frontend changed (the common case:
+        // endpoints come and go), else a patched copy.
+        // (The ClusterIP set is rebuilt with the map: a spec's flag counts as a frontend.)
+        let same = removed.is_empty()
+            && changed.iter().all(|&p| {
+                self.slot(ids[p]).is_some_and(|x| {
+                    x.spec.frontends == services[p].frontends
+                        && x.spec.cluster_ip == services[p].cluster_ip
+                })
+            });
+        if same {
+            return self
+                .build_entries(services, ids, changed, undo)
+                .map(|(built, retire)| (Arc::clone(&self.frontends), built, retire));
+        }
+        let frontends = self.patch_frontends(services, ids, changed, removed)?;
+        let (built, retire) = self.build_entries(services, ids, changed, undo)?;
+        Ok((Arc::new(frontends), built, retire))
+    }
+
+    /// Ids for the changed specs new to the builder (never one freed by this build): an
+    /// adopted one, else a freed one, else a new slot.
+    fn new_ids(
+        &mut self,
+        services: &[ServiceSpec],
+        ids: &mut [u32],
+        changed: &[usize],
+        undo: &mut Undo,
+    ) -> Result<(), Vec<(usize, BuildError)>> {
         let mut new_names: std::collections::HashSet<&str> = std::collections::HashSet::new();
         let mut errors = Vec::new();
         for &p in changed {
@@ -390,25 +443,23 @@ impl SnapshotBuilder {
             self.seen[id as usize] = self.attempts;
             ids[p] = id;
         }
-        if !errors.is_empty() {
-            return Err(errors);
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
         }
+    }
 
-        // The frontend map: the last one, shared when no frontend changed (the common case:
-        // endpoints come and go), else a patched copy.
-        // (The ClusterIP set is rebuilt with the map: a spec's flag counts as a frontend.)
-        let same = removed.is_empty()
-            && changed.iter().all(|&p| {
-                self.slot(ids[p]).is_some_and(|x| {
-                    x.spec.frontends == services[p].frontends
-                        && x.spec.cluster_ip == services[p].cluster_ip
-                })
-            });
-        if same {
-            return self
-                .build_entries(services, ids, changed, undo)
-                .map(|(built, retire)| (Arc::clone(&self.frontends), built, retire));
-        }
+    /// A copy of the frontend map without the removed and changed services' frontends, then
+    /// with the changed specs' ones; a frontend two services claim is an error.
+    fn patch_frontends(
+        &self,
+        services: &[ServiceSpec],
+        ids: &[u32],
+        changed: &[usize],
+        removed: &[u32],
+    ) -> Result<FrontendMap, Vec<(usize, BuildError)>> {
+        let mut errors = Vec::new();
         let mut frontends: FrontendMap = (*self.frontends).clone();
         let old_specs = removed
             .iter()
@@ -452,11 +503,11 @@ impl SnapshotBuilder {
                 frontends.insert(*f, ids[p]);
             }
         }
-        if !errors.is_empty() {
-            return Err(errors);
+        if errors.is_empty() {
+            Ok(frontends)
+        } else {
+            Err(errors)
         }
-        let (built, retire) = self.build_entries(services, ids, changed, undo)?;
-        Ok((Arc::new(frontends), built, retire))
     }
 
     /// Entries for the changed specs, and the backend ids their specs no longer list.
@@ -497,10 +548,6 @@ impl SnapshotBuilder {
 
     /// The entry of the changed spec `s` (service `id`); the backend ids it no longer lists
     /// go to `retire`.
-    #[expect(
-        clippy::too_many_lines,
-        reason = "one service entry from its spec: scheduler, backends and ids under one undo mark"
-    )]
     fn build_entry(
         &mut self,
         s: &ServiceSpec,
@@ -508,6 +555,61 @@ impl SnapshotBuilder {
         undo: &mut Undo,
         retire: &mut Vec<((String, SocketAddr), BackendId)>,
     ) -> Result<Arc<ServiceEntry>, BuildError> {
+        let backends = self.entry_backends(s, id, undo, retire)?;
+        let sched_backends: Vec<Backend> = backends
+            .iter()
+            .map(|b| Backend {
+                id: b.id,
+                addr: b.addr,
+                weight: if b.usable { b.weight } else { 0 },
+            })
+            .collect();
+        let params = SchedParams {
+            flags: SchedFlags {
+                mh_port: s.flags.contains(&SchedFlag::MhPort),
+                mh_fallback: s.flags.contains(&SchedFlag::MhFallback),
+            },
+            mh_table_size: self.mh_table_size,
+            ..SchedParams::default()
+        };
+        let scheduler =
+            Scheduler::build(s.scheduler, &sched_backends, &params).map_err(|source| {
+                BuildError::Scheduler {
+                    service: s.name.clone(),
+                    source,
+                }
+            })?;
+        Ok(Arc::new(ServiceEntry {
+            id,
+            name: s.name.clone(),
+            frontends: s.frontends.clone(),
+            mode: s.mode,
+            affinity_timeout: s.affinity_timeout,
+            backends,
+            scheduler,
+            source_ranges: s.source_ranges.clone(),
+            limiter: s.rate_limit.map(|l| TokenBucket::new(l, self.epoch)),
+            frozen: s.frozen,
+            rate_limited: AtomicU64::new(0),
+            // The SYN proxy needs the replies, which a DSR service never sees.
+            synproxy: match s.mode {
+                vocab::Mode::Dsr(_) => SynproxySetting::Off,
+                _ => s.synproxy,
+            },
+            no_endpoints: s.no_endpoints,
+        }))
+    }
+
+    /// The backends of the changed spec `s` (service `id`), each address once, with its id:
+    /// the one it had, else an adopted one, else a new one; the ids of the backends it no
+    /// longer lists go to `retire`.
+    fn entry_backends(
+        &mut self,
+        s: &ServiceSpec,
+        id: u32,
+        undo: &mut Undo,
+        retire: &mut Vec<((String, SocketAddr), BackendId)>,
+    ) -> Result<Vec<BackendEntry>, BuildError> {
         let old_entry = self.slot(id).map(|x| Arc::clone(&x.entry));
         let old: &[BackendEntry] = old_entry.as_deref().map_or(&[], |e| &e.backends);
         let old_ids: HashMap<SocketAddr, BackendId, ahash::RandomState> =
@@ -554,48 +656,7 @@ impl SnapshotBuilder {
                 retire.push(((s.name.clone(), b.addr), b.id));
             }
         }
-        let sched_backends: Vec<Backend> = backends
-            .iter()
-            .map(|b| Backend {
-                id: b.id,
-                addr: b.addr,
-                weight: if b.usable { b.weight } else { 0 },
-            })
-            .collect();
-        let params = SchedParams {
-            flags: SchedFlags {
-                mh_port: s.flags.contains(&SchedFlag::MhPort),
-                mh_fallback: s.flags.contains(&SchedFlag::MhFallback),
-            },
-            mh_table_size: self.mh_table_size,
-            ..SchedParams::default()
-        };
-        let scheduler =
-            Scheduler::build(s.scheduler, &sched_backends, &params).map_err(|source| {
-                BuildError::Scheduler {
-                    service: s.name.clone(),
-                    source,
-                }
-            })?;
-        Ok(Arc::new(ServiceEntry {
-            id,
-            name: s.name.clone(),
-            frontends: s.frontends.clone(),
-            mode: s.mode,
-            affinity_timeout: s.affinity_timeout,
-            backends,
-            scheduler,
-            source_ranges: s.source_ranges.clone(),
-            limiter: s.rate_limit.map(|l| TokenBucket::new(l, self.epoch)),
-            frozen: s.frozen,
-            rate_limited: AtomicU64::new(0),
-            // The SYN proxy needs the replies, which a DSR service never sees.
-            synproxy: match s.mode {
-                vocab::Mode::Dsr(_) => SynproxySetting::Off,
-                _ => s.synproxy,
-            },
-            no_endpoints: s.no_endpoints,
-        }))
+        Ok(backends)
     }
 
     /// An id for a backend new to its service: its retired id when it left recently, else a

@@ -446,10 +446,6 @@ fn per_connection(e: &io::Error) -> bool {
     )
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "the accept loop's select over listeners, limits and shutdown"
-)]
 async fn accept_loop(b: Bound, api: Arc<Api>, limits: AdminLimits, shutdown: CancellationToken) {
     let stats = b.stats;
     let name = stats.exposure.name();
@@ -508,33 +504,26 @@ async fn accept_loop(b: Bound, api: Arc<Api>, limits: AdminLimits, shutdown: Can
         };
         let (router, api, shutdown) = (router.clone(), Arc::clone(&api), shutdown.clone());
         match conn {
-            Accepted::Tcp(s, peer) => conns.spawn(serve_conn(
-                s,
-                peer.to_string(),
-                router,
-                api,
-                limits,
-                shutdown,
-                slot,
-            )),
-            Accepted::Unix(s) => conns.spawn(serve_conn(
-                s,
-                "unix".to_owned(),
-                router,
-                api,
-                limits,
-                shutdown,
-                slot,
-            )),
+            Accepted::Tcp(s, peer) => {
+                let peer = peer.to_string();
+                conns.spawn(serve_conn(s, peer, router, api, limits, shutdown, slot))
+            }
+            Accepted::Unix(s) => {
+                let peer = "unix".to_owned();
+                conns.spawn(serve_conn(s, peer, router, api, limits, shutdown, slot))
+            }
         };
     }
     // Stop accepting now: new clients get refused rather than queued behind the shutdown.
     drop(listener);
-    let drained = tokio::time::timeout(limits.shutdown_grace, async {
-        while conns.join_next().await.is_some() {}
-    })
-    .await
-    .is_ok();
+    drain(conns, limits.shutdown_grace, name).await;
+}
+
+/// Waits up to `grace` for the connections in flight, then drops the rest.
+async fn drain(mut conns: JoinSet<()>, grace: Duration, name: &str) {
+    let drained = tokio::time::timeout(grace, async { while conns.join_next().await.is_some() {} })
+        .await
+        .is_ok();
     if !drained {
         debug!(
             listener = name,

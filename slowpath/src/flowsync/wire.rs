@@ -352,10 +352,6 @@ fn u64_at(d: &[u8], at: usize) -> u64 {
 
 /// Checks `d`'s form, version and tag, and decodes it; who sent it to whom, its session,
 /// ticket and sequence are the caller's to check (see the module doc).
-#[expect(
-    clippy::too_many_lines,
-    reason = "a datagram's checks in wire order (header, session, ticket, seal), each refusal named"
-)]
 pub fn open(key: &Key, d: &[u8]) -> Result<Message, Refused> {
     if d.len() < 6 || &d[..4] != MAGIC {
         return Err(Refused::Malformed);
@@ -396,41 +392,48 @@ pub fn open(key: &Key, d: &[u8]) -> Result<Message, Refused> {
         invalid: 0,
     };
     match kind {
-        Kind::Flows => {
-            for r in records.chunks_exact(RECORD_BYTES) {
-                let Ok(r) = <&[u8; RECORD_BYTES]>::try_from(r) else {
-                    m.invalid += 1;
-                    continue;
-                };
-                match FlowRecord::decode(r) {
-                    Some(f) => m.flows.push(f),
-                    None => m.invalid += 1,
-                }
-            }
-        }
-        Kind::Ends => {
-            for b in records.chunks_exact(END_BYTES) {
-                let v6 = b[1] == 1;
-                let port = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
-                let bits = |i: usize| {
-                    let mut a = [0u8; 16];
-                    a.copy_from_slice(&b[i..i + 16]);
-                    u128::from_le_bytes(a)
-                };
-                let fits = v6 || (bits(8) >> 32 == 0 && bits(24) >> 32 == 0);
-                match Protocol::from_ip_proto(b[0]) {
-                    Some(proto) if b[1] <= 1 && fits => m.ends.push(End {
-                        proto,
-                        client: SocketAddr::new(bits_ip(bits(8), v6), port(2)),
-                        vip: SocketAddr::new(bits_ip(bits(24), v6), port(4)),
-                    }),
-                    _ => m.invalid += 1,
-                }
-            }
-        }
+        Kind::Flows => flows_into(&mut m, records),
+        Kind::Ends => ends_into(&mut m, records),
         _ => {}
     }
     Ok(m)
+}
+
+/// Decodes a `Flows` datagram's records into `m`; a record that does not decode is counted
+/// in `m.invalid`, the others kept.
+fn flows_into(m: &mut Message, records: &[u8]) {
+    for r in records.chunks_exact(RECORD_BYTES) {
+        let Ok(r) = <&[u8; RECORD_BYTES]>::try_from(r) else {
+            m.invalid += 1;
+            continue;
+        };
+        match FlowRecord::decode(r) {
+            Some(f) => m.flows.push(f),
+            None => m.invalid += 1,
+        }
+    }
+}
+
+/// Decodes an `Ends` datagram's records into `m`, counting the ones that do not decode.
+fn ends_into(m: &mut Message, records: &[u8]) {
+    for b in records.chunks_exact(END_BYTES) {
+        let v6 = b[1] == 1;
+        let port = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
+        let bits = |i: usize| {
+            let mut a = [0u8; 16];
+            a.copy_from_slice(&b[i..i + 16]);
+            u128::from_le_bytes(a)
+        };
+        let fits = v6 || (bits(8) >> 32 == 0 && bits(24) >> 32 == 0);
+        match Protocol::from_ip_proto(b[0]) {
+            Some(proto) if b[1] <= 1 && fits => m.ends.push(End {
+                proto,
+                client: SocketAddr::new(bits_ip(bits(8), v6), port(2)),
+                vip: SocketAddr::new(bits_ip(bits(24), v6), port(4)),
+            }),
+            _ => m.invalid += 1,
+        }
+    }
 }
 
 /// Whether sequence `seq` (the sender's clock) is within [`FRESH`] of `now_us`.

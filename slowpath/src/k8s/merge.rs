@@ -302,11 +302,54 @@ impl Merge {
     }
 
     /// Publishes every change since the last commit into the model.
-    #[expect(
-        clippy::too_many_lines,
-        reason = "the frontend-claim settlement (rank, then age) over every changed claim"
-    )]
     pub(crate) fn commit(&mut self) {
+        let affected = self.affected();
+        if affected.is_empty() {
+            return;
+        }
+        let mut problems_changed = false;
+        let mut finals: Vec<(u32, Vec<ServiceSpec>)> = Vec::with_capacity(affected.len());
+        for &i in &affected {
+            let (specs, changed) = self.settle(i);
+            problems_changed |= changed;
+            finals.push((i, specs));
+        }
+        if finals.len() <= SPLICE_MAX {
+            for (i, specs) in finals {
+                let range = self.range(i);
+                self.slots[i as usize].published = specs.len();
+                self.model.specs.splice(range, specs);
+            }
+        } else {
+            self.remerge(finals);
+        }
+        if problems_changed {
+            let mut with: Vec<u32> = self.with_problems.iter().copied().collect();
+            with.sort_by(|a, b| {
+                let (x, y) = (&self.slots[*a as usize], &self.slots[*b as usize]);
+                (&x.order, a).cmp(&(&y.order, b))
+            });
+            self.model.problems = with
+                .iter()
+                .flat_map(|i| self.slots[*i as usize].problems.iter().cloned())
+                .chain(self.cidr_problems.iter().cloned())
+                .collect();
+        }
+        // Forget Services that are gone (nothing published, nothing claimed).
+        for i in affected {
+            let slot = &self.slots[i as usize];
+            if slot.out == Translated::default() && slot.published == 0 {
+                let key = std::mem::take(&mut self.slots[i as usize].key);
+                self.index.remove(&key);
+                self.slots[i as usize] = Slot::default();
+                self.free.push(i);
+            }
+        }
+    }
+
+    /// The slots to settle in this commit: the changed ones, and those whose frontend claims
+    /// or endpoints the changes touched (each once; their `queued` is set until settled).
+    fn affected(&mut self) -> Vec<u32> {
         let mut affected = std::mem::take(&mut self.changed);
         // Other claimants of the frontends that changed hands may win or lose them now.
         let mut queue = |slots: &mut Vec<Slot>, s: u32| {
@@ -343,71 +386,39 @@ impl Merge {
                 }
             }
         }
-        if affected.is_empty() {
-            return;
+        affected
+    }
+
+    /// Settles slot `i`: its LoadBalancer source ranges and healthCheckNodePort go into the
+    /// model, its problems are kept. Its specs to publish, and whether its problems changed.
+    fn settle(&mut self, i: u32) -> (Vec<ServiceSpec>, bool) {
+        let (specs, problems, lb) = self.finalize(i);
+        let slot = &mut self.slots[i as usize];
+        slot.queued = false;
+        for name in slot.lb_names.drain(..) {
+            self.model.source_ranges.remove(&name);
         }
-        let mut problems_changed = false;
-        let mut finals: Vec<(u32, Vec<ServiceSpec>)> = Vec::with_capacity(affected.len());
-        for &i in &affected {
-            let (specs, problems, lb) = self.finalize(i);
-            let slot = &mut self.slots[i as usize];
-            slot.queued = false;
-            for name in slot.lb_names.drain(..) {
-                self.model.source_ranges.remove(&name);
-            }
-            for (name, ranges) in lb {
-                slot.lb_names.push(name.clone());
-                self.model.source_ranges.insert(name, ranges);
-            }
-            let id = format!("{}/{}", slot.key.0, slot.key.1);
-            let hcnp = &mut self.model.health_check_node_ports;
-            hcnp.retain(|h| h.service != id);
-            if let Some(h) = &slot.out.hcnp {
-                let at = hcnp.partition_point(|x| (x.port, &x.service) < (h.port, &h.service));
-                hcnp.insert(at, h.clone());
-            }
-            if slot.problems != problems {
-                problems_changed = true;
-                if problems.is_empty() {
-                    self.with_problems.remove(&i);
-                } else {
-                    self.with_problems.insert(i);
-                }
-                slot.problems = problems;
-            }
-            finals.push((i, specs));
+        for (name, ranges) in lb {
+            slot.lb_names.push(name.clone());
+            self.model.source_ranges.insert(name, ranges);
         }
-        if finals.len() <= SPLICE_MAX {
-            for (i, specs) in finals {
-                let range = self.range(i);
-                self.slots[i as usize].published = specs.len();
-                self.model.specs.splice(range, specs);
-            }
+        let id = format!("{}/{}", slot.key.0, slot.key.1);
+        let hcnp = &mut self.model.health_check_node_ports;
+        hcnp.retain(|h| h.service != id);
+        if let Some(h) = &slot.out.hcnp {
+            let at = hcnp.partition_point(|x| (x.port, &x.service) < (h.port, &h.service));
+            hcnp.insert(at, h.clone());
+        }
+        if slot.problems == problems {
+            return (specs, false);
+        }
+        if problems.is_empty() {
+            self.with_problems.remove(&i);
         } else {
-            self.remerge(finals);
+            self.with_problems.insert(i);
         }
-        if problems_changed {
-            let mut with: Vec<u32> = self.with_problems.iter().copied().collect();
-            with.sort_by(|a, b| {
-                let (x, y) = (&self.slots[*a as usize], &self.slots[*b as usize]);
-                (&x.order, a).cmp(&(&y.order, b))
-            });
-            self.model.problems = with
-                .iter()
-                .flat_map(|i| self.slots[*i as usize].problems.iter().cloned())
-                .chain(self.cidr_problems.iter().cloned())
-                .collect();
-        }
-        // Forget Services that are gone (nothing published, nothing claimed).
-        for i in affected {
-            let slot = &self.slots[i as usize];
-            if slot.out == Translated::default() && slot.published == 0 {
-                let key = std::mem::take(&mut self.slots[i as usize].key);
-                self.index.remove(&key);
-                self.slots[i as usize] = Slot::default();
-                self.free.push(i);
-            }
-        }
+        slot.problems = problems;
+        (specs, true)
     }
 
     /// The run of `model.specs` slot `i` published.

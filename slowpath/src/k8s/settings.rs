@@ -35,10 +35,6 @@ pub(super) struct Common {
     pub(super) health: ServiceHealth,
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "the xvs.io/* annotations, one per block, each with its refusal"
-)]
 pub(super) fn common(
     svc: &Service,
     spec: &K8sServiceSpec,
@@ -46,7 +42,6 @@ pub(super) fn common(
     object: &str,
     out: &mut Out,
 ) -> Common {
-    let k8s = cfg.kubernetes.as_ref();
     let ann = |k: &str| {
         svc.metadata
             .annotations
@@ -54,8 +49,39 @@ pub(super) fn common(
             .and_then(|a| a.get(k))
             .map(|v| v.trim())
     };
-    let default_scheduler = k8s.map(|k| k.default_scheduler).unwrap_or_default();
-    let scheduler = match ann(ANN_SCHEDULER) {
+    // One annotation after the other, so a Service's problems come in this order.
+    let scheduler = scheduler(&ann, cfg, object, out);
+    let flags = scheduler_flags(&ann, object, out);
+    let mode = mode(&ann, spec, cfg, object, out);
+    let affinity_timeout = affinity_timeout(spec);
+    let weights = weights(&ann, object, out);
+    let rate_limit = rate_limit(&ann, object, out);
+    let synproxy_mode = synproxy_mode(&ann, mode, cfg, object, out);
+    Common {
+        health: health(&ann, object, out),
+        synproxy: SynproxySetting::of(synproxy_mode, cfg),
+        scheduler,
+        flags,
+        mode,
+        affinity_timeout,
+        weights,
+        rate_limit,
+    }
+}
+
+/// `xvs.io/scheduler`, else `[kubernetes] default_scheduler`.
+fn scheduler<'a>(
+    ann: &impl Fn(&str) -> Option<&'a str>,
+    cfg: &Config,
+    object: &str,
+    out: &mut Out,
+) -> SchedulerKind {
+    let default_scheduler = cfg
+        .kubernetes
+        .as_ref()
+        .map(|k| k.default_scheduler)
+        .unwrap_or_default();
+    match ann(ANN_SCHEDULER) {
         None => default_scheduler,
         Some(v) => match v.parse::<SchedulerKind>() {
             Ok(s) => s,
@@ -71,7 +97,15 @@ pub(super) fn common(
                 default_scheduler
             }
         },
-    };
+    }
+}
+
+/// `xvs.io/scheduler-flags`: the known flags; an unknown one is left out.
+fn scheduler_flags<'a>(
+    ann: &impl Fn(&str) -> Option<&'a str>,
+    object: &str,
+    out: &mut Out,
+) -> Vec<SchedFlag> {
     let mut flags = Vec::new();
     for f in ann(ANN_SCHEDULER_FLAGS)
         .into_iter()
@@ -88,11 +122,22 @@ pub(super) fn common(
             ),
         }
     }
+    flags
+}
+
+/// `xvs.io/mode`, else `[dataplane] mode`; `xvs.io/dsr-encap` only goes with `dsr`.
+fn mode<'a>(
+    ann: &impl Fn(&str) -> Option<&'a str>,
+    spec: &K8sServiceSpec,
+    cfg: &Config,
+    object: &str,
+    out: &mut Out,
+) -> Mode {
     let mode = match ann(ANN_MODE) {
         None => cfg.dataplane.mode,
         Some("nat") => Mode::Nat,
         Some("fullnat") => Mode::Fullnat,
-        Some("dsr") => dsr(&ann, spec, cfg, object, out),
+        Some("dsr") => dsr(ann, spec, cfg, object, out),
         Some(v) => {
             out.problem(
                 object,
@@ -112,7 +157,12 @@ pub(super) fn common(
             format!("{ANN_DSR_ENCAP}: {v:?} applies to {ANN_MODE}: dsr only; ignored"),
         );
     }
-    let affinity_timeout = (spec.session_affinity.as_deref() == Some("ClientIP")).then(|| {
+    mode
+}
+
+/// The ClientIP affinity timeout of `sessionAffinityConfig`, else the default.
+fn affinity_timeout(spec: &K8sServiceSpec) -> Option<Duration> {
+    (spec.session_affinity.as_deref() == Some("ClientIP")).then(|| {
         let t = spec
             .session_affinity_config
             .as_ref()
@@ -122,18 +172,34 @@ pub(super) fn common(
             .filter(|t| *t > 0)
             .unwrap_or(DEFAULT_AFFINITY_TIMEOUT_S);
         Duration::from_secs(t)
-    });
-    let mut weights = HashMap::new();
-    if let Some(v) = ann(ANN_WEIGHTS) {
-        match parse_weights(v) {
-            Ok(w) => weights = w,
-            Err(e) => out.problem(
-                object,
-                ProblemKind::Invalid,
-                format!("{ANN_WEIGHTS}: {e}; every endpoint weighs 1"),
-            ),
-        }
-    }
+    })
+}
+
+/// `xvs.io/weights`; when invalid, every endpoint weighs 1 (an empty map).
+fn weights<'a>(
+    ann: &impl Fn(&str) -> Option<&'a str>,
+    object: &str,
+    out: &mut Out,
+) -> HashMap<IpAddr, u32> {
+    let Some(v) = ann(ANN_WEIGHTS) else {
+        return HashMap::new();
+    };
+    parse_weights(v).unwrap_or_else(|e| {
+        out.problem(
+            object,
+            ProblemKind::Invalid,
+            format!("{ANN_WEIGHTS}: {e}; every endpoint weighs 1"),
+        );
+        HashMap::new()
+    })
+}
+
+/// `xvs.io/new-conn-rate` and `-burst` (the burst defaults to the rate).
+fn rate_limit<'a>(
+    ann: &impl Fn(&str) -> Option<&'a str>,
+    object: &str,
+    out: &mut Out,
+) -> Option<RateLimit> {
     let mut positive = |key: &str, v: &str| match v.trim().parse::<u32>() {
         Ok(n) if n > 0 => Some(n),
         _ => {
@@ -147,11 +213,21 @@ pub(super) fn common(
     };
     let rate = ann(ANN_NEW_CONN_RATE).and_then(|v| positive(ANN_NEW_CONN_RATE, v));
     let burst = ann(ANN_NEW_CONN_BURST).and_then(|v| positive(ANN_NEW_CONN_BURST, v));
-    let rate_limit = rate.map(|rate| RateLimit {
+    rate.map(|rate| RateLimit {
         rate,
         burst: burst.unwrap_or(rate),
-    });
-    let synproxy_mode = match ann(ANN_SYNPROXY) {
+    })
+}
+
+/// `xvs.io/synproxy`, else `[synproxy] mode`; off for a DSR Service.
+fn synproxy_mode<'a>(
+    ann: &impl Fn(&str) -> Option<&'a str>,
+    mode: Mode,
+    cfg: &Config,
+    object: &str,
+    out: &mut Out,
+) -> SynproxyMode {
+    match ann(ANN_SYNPROXY) {
         // The SYN proxy needs the backend's replies, which a DSR Service never sees (the
         // snapshot builder turns it off for DSR specs whatever the settings say).
         Some(v) if mode.encap().is_some() && v != "off" => {
@@ -174,16 +250,6 @@ pub(super) fn common(
             );
             cfg.synproxy.mode
         }),
-    };
-    Common {
-        health: health(&ann, object, out),
-        synproxy: SynproxySetting::of(synproxy_mode, cfg),
-        scheduler,
-        flags,
-        mode,
-        affinity_timeout,
-        weights,
-        rate_limit,
     }
 }
 

@@ -76,7 +76,7 @@ fn defaults() {
 /// The documented example is a valid file and sets every key the schema has.
 #[test]
 fn the_example_parses_and_documents_every_key() {
-    let text = include_str!("../examples/decap.toml");
+    let text = include_str!("../../examples/decap.toml");
     parse_decap(text, "decap.toml").unwrap();
     for key in [
         "interfaces",

@@ -408,5 +408,4 @@ fn check_counts(vips: usize, ports: usize, problems: &mut Vec<(Field, String)>) 
 }
 
 #[cfg(test)]
-#[path = "tests_decap.rs"]
 mod tests;
