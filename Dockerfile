@@ -26,6 +26,7 @@ WORKDIR /src
 # The whole workspace (cargo reads every member's manifest), no target/ or .git.
 COPY Cargo.toml Cargo.lock ./
 COPY src src
+COPY bpf-build bpf-build
 COPY vocab vocab
 COPY config config
 COPY shm shm

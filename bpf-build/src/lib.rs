@@ -1,5 +1,6 @@
-//! Shared by the build scripts that compile an XDP program with clang (fastpath's steering
-//! program, perf-lab's reflector): `include!`d or `#[path]`-included, no dependencies.
+//! The build scripts' BPF step: compiles an XDP/tc program with clang for the BPF target
+//! (fastpath's steering and decap programs, perf-lab's reflector). A build-dependency of
+//! both, with no dependencies of its own.
 
 use std::env;
 use std::path::{Path, PathBuf};
