@@ -96,64 +96,38 @@ impl From<wire::Error> for DropReason {
 #[inline]
 pub(crate) fn classify(frame: &[u8]) -> Result<Packet, Verdict> {
     let info = wire::parse_frame(frame).map_err(|e| Verdict::Drop(e.into()))?;
-    let l3 = info.l3_offset;
-    let ip = match info.l3 {
+    let at = (info.l3_offset, info.l4_offset, info.l4_len);
+    let (mut p, protocol) = match info.l3 {
         L3Info::Ipv4 {
             protocol,
             fragment,
             later_fragment,
-        } => ipv4(frame, l3, protocol, (fragment, later_fragment))?,
-        L3Info::Ipv6 { protocol, fragment } => ipv6(frame, l3, protocol, fragment),
+        } => (
+            ipv4(frame, at, protocol, (fragment, later_fragment))?,
+            protocol,
+        ),
+        L3Info::Ipv6 { protocol, fragment } => (ipv6(frame, at, protocol, fragment), protocol),
         L3Info::Arp | L3Info::Other => return Err(Verdict::Pass),
     };
-    let l4 = info.l4_offset;
-    let l4_len = info.l4_len;
-    if l4 + l4_len > frame.len() {
+    if p.l4 + p.l4_len > frame.len() {
         return Err(Verdict::Drop(DropReason::Truncated));
     }
-    let later = matches!(ip.frag, Frag::Later(_));
-    let mut p = Packet {
-        l3,
-        l4,
-        l4_len,
-        v6: ip.v6,
-        proto: u8::from(ip.protocol),
-        src: ip.src,
-        dst: ip.dst,
-        sport: 0,
-        dport: 0,
-        flags: 0,
-        ttl: ip.ttl,
-        frag: ip.frag,
-        frag_end: if later { ip.frag_end } else { 0 },
-    };
-    if !later {
-        l4_header(&frame[l4..l4 + l4_len], ip.protocol, &mut p)?;
+    if p.has_l4() {
+        l4_header(&frame[p.l4..p.l4 + p.l4_len], protocol, &mut p)?;
     }
     Ok(p)
 }
 
-/// What `classify` takes from the IP header.
-struct Ip {
-    v6: bool,
-    protocol: IpProtocol,
-    frag: Frag,
-    /// See [`Packet::frag_end`] (here for every fragment position).
-    frag_end: u32,
-    src: IpAddr,
-    dst: IpAddr,
-    ttl: u8,
-}
-
-/// The IPv4 header at `l3` (`parse_frame` checked 20 <= IHL*4 <= total length <= buffer):
-/// its fields, or a drop for a wrong header checksum.
+/// The packet whose IPv4 header is at `l3` and L4 bytes at `l4..l4 + l4_len`
+/// (`parse_frame` checked 20 <= IHL*4 <= total length <= buffer), ports and flags not yet
+/// read; a drop for a wrong header checksum.
 #[inline(always)]
 fn ipv4(
     frame: &[u8],
-    l3: usize,
+    (l3, l4, l4_len): (usize, usize, usize),
     protocol: IpProtocol,
     (fragment, later_fragment): (bool, bool),
-) -> Result<Ip, Verdict> {
+) -> Result<Packet, Verdict> {
     let ip = Ipv4Packet::new_unchecked(&frame[l3..]);
     if !ip.verify_checksum() {
         return Err(Verdict::Drop(DropReason::BadIpChecksum));
@@ -164,27 +138,37 @@ fn ipv4(
         (true, false) => Frag::First(id),
         (true, true) => Frag::Later(id),
     };
-    Ok(Ip {
+    Ok(Packet {
+        l3,
+        l4,
+        l4_len,
         v6: false,
-        protocol,
-        frag,
-        // Offset + total length.
-        frag_end: u32::from(ip.frag_offset()) + u32::from(ip.total_len()),
+        proto: u8::from(protocol),
         src: IpAddr::V4(ip.src_addr()),
         dst: IpAddr::V4(ip.dst_addr()),
+        sport: 0,
+        dport: 0,
+        flags: 0,
         ttl: ip.ttl(),
+        frag,
+        // Offset + total length.
+        frag_end: if matches!(frag, Frag::Later(_)) {
+            u32::from(ip.frag_offset()) + u32::from(ip.total_len())
+        } else {
+            0
+        },
     })
 }
 
-/// The IPv6 header at `l3` (`parse_frame` checked the fixed header and the payload length)
-/// and its fragment header's part, `fragment`.
+/// [`ipv4`] for an IPv6 header at `l3` (`parse_frame` checked the fixed header and the
+/// payload length) and its fragment header's part, `fragment`.
 #[inline(always)]
 fn ipv6(
     frame: &[u8],
-    l3: usize,
+    (l3, l4, l4_len): (usize, usize, usize),
     protocol: IpProtocol,
     fragment: Option<wire::Ipv6FragmentInfo>,
-) -> Ip {
+) -> Packet {
     let frag = match fragment {
         None => Frag::No,
         Some(f) if f.offset == 0 && f.more_frags => Frag::First(f.ident),
@@ -195,17 +179,26 @@ fn ipv6(
     let ip = Ipv6Packet::new_unchecked(&frame[l3..]);
     // The reassembled payload: this payload without the fragment header, moved by the offset
     // (the unfragmentable part is in both).
-    let frag_end = fragment.map_or(0, |f| {
-        (u32::from(ip.payload_len()) + u32::from(f.offset)).saturating_sub(8)
-    });
-    Ip {
+    let frag_end = match (frag, fragment) {
+        (Frag::Later(_), Some(f)) => {
+            (u32::from(ip.payload_len()) + u32::from(f.offset)).saturating_sub(8)
+        }
+        _ => 0,
+    };
+    Packet {
+        l3,
+        l4,
+        l4_len,
         v6: true,
-        protocol,
-        frag,
-        frag_end,
+        proto: u8::from(protocol),
         src: IpAddr::V6(ip.src_addr()),
         dst: IpAddr::V6(ip.dst_addr()),
+        sport: 0,
+        dport: 0,
+        flags: 0,
         ttl: ip.hop_limit(),
+        frag,
+        frag_end,
     }
 }
 
