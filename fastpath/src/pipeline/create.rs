@@ -2,11 +2,12 @@
 //! flow is inserted (fullnat: with a SNAT port), and the packet leaves rewritten like the
 //! flow's later packets.
 //!
-//! Two drivers share [`Pipeline::schedule`] (every check, in one order, and the scheduler):
-//! [`Pipeline::new_flow`] for any classified packet, and [`Pipeline::new_flow_v4`] for the
-//! fast path's IPv4 TCP/UDP frames, which inserts a [`V4Flow`] and rewrites with
-//! [`nat::rewrite_v4`]: the same flow, verdict and bytes, without `SocketAddr`s or
-//! `FlowKey`s. A DSR service's packets are handed from the fast path to the general one
+//! Two drivers share [`Pipeline::schedule_in`] (every check, in one order, and the
+//! scheduler): [`Pipeline::new_flow`] for any classified packet (its frontend found by
+//! [`Pipeline::schedule`]), and [`Pipeline::new_flow_v4`] for the fast path's IPv4 TCP/UDP
+//! frames (its frontend found by one packed word, `Snapshot::service_for_v4`), which inserts
+//! a [`V4Flow`] and rewrites with [`nat::rewrite_v4`]: the same flow, verdict and bytes,
+//! without `SocketAddr`s or `FlowKey`s. A DSR service's packets are handed from the fast path to the general one
 //! before anything is decided ([`dsr::GENERAL`]); their flows are nat flows marked
 //! [`dsr::flags`], whose packets leave through `dsr`.
 
