@@ -8,13 +8,6 @@ pub use flowtable::log as flowlog;
 pub mod decap;
 pub mod limit;
 pub mod passive;
-// The per-packet pipeline's six functions over the limit (classify, process_batch,
-// new_flow_as, icmp match_error and translate, nat rewrite) are split only with callgrind
-// beside (every per-packet instruction counts); the DSR change has landed.
-#[expect(
-    clippy::too_many_lines,
-    reason = "six per-packet functions, to split with callgrind beside (see above)"
-)]
 pub mod pipeline;
 pub mod settings;
 pub mod snapshot;

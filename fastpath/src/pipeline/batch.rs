@@ -212,15 +212,7 @@ impl Pipeline {
         let mut parsed: [Option<Parsed>; RING] = [None; RING];
         for k in 0..n.div_ceil(d) + 2 {
             for i in block(k) {
-                parsed[i % RING] = fast::parse(frames.frame(i)).map(|v| {
-                    let key = self.flows.v4_key(v.protocol, v.addrs, v.ports);
-                    self.flows.prefetch_index_v4(&key);
-                    Parsed {
-                        key,
-                        flags: v.flags,
-                        ttl: v.ttl,
-                    }
-                });
+                parsed[i % RING] = self.parse_staged(frames.frame(i));
             }
             if k < 1 {
                 continue;
@@ -246,13 +238,8 @@ impl Pipeline {
                         }
                         hit => {
                             let v = p.v4(frames.frame(i));
-                            match self.miss_staged(
-                                frames,
-                                i,
-                                (&v, &p.key, hit.is_some()),
-                                now,
-                                verdicts,
-                            ) {
+                            let found = (&v, &p.key, hit.is_some());
+                            match self.miss_staged(frames, i, found, now, verdicts) {
                                 Some(verdict) => verdict,
                                 None => continue,
                             }
@@ -265,19 +252,44 @@ impl Pipeline {
         }
         self.finish_waiting(frames, verdicts);
         #[cfg(debug_assertions)]
-        {
-            debug_assert!(self.waiting.len == 0, "no new flow waits between batches");
-            debug_assert_eq!(
-                super::invariants::counted(&self.counters),
-                counted + n as u64,
-                "every frame of the batch is counted once"
-            );
-            for (i, &v) in verdicts[..n].iter().enumerate() {
-                debug_assert!(
-                    super::invariants::verdict_ok(frames.frame(i), v),
-                    "a transmitted frame parses: frame {i}, {v:?}"
-                );
+        self.debug_check_batch(frames, counted, n, verdicts);
+    }
+
+    /// Stage 1 for one frame: parsed, its key hashed and its index slot requested (`None`:
+    /// the general path's).
+    #[inline(always)]
+    fn parse_staged(&self, frame: &[u8]) -> Option<Parsed> {
+        fast::parse(frame).map(|v| {
+            let key = self.flows.v4_key(v.protocol, v.addrs, v.ports);
+            self.flows.prefetch_index_v4(&key);
+            Parsed {
+                key,
+                flags: v.flags,
+                ttl: v.ttl,
             }
+        })
+    }
+
+    /// The invariants of a batch of `n` frames, `counted` before it.
+    #[cfg(debug_assertions)]
+    fn debug_check_batch<B: FrameBatch + ?Sized>(
+        &self,
+        frames: &mut B,
+        counted: u64,
+        n: usize,
+        verdicts: &[Verdict],
+    ) {
+        debug_assert!(self.waiting.len == 0, "no new flow waits between batches");
+        debug_assert_eq!(
+            super::invariants::counted(&self.counters),
+            counted + n as u64,
+            "every frame of the batch is counted once"
+        );
+        for (i, &v) in verdicts[..n].iter().enumerate() {
+            debug_assert!(
+                super::invariants::verdict_ok(frames.frame(i), v),
+                "a transmitted frame parses: frame {i}, {v:?}"
+            );
         }
     }
 

@@ -96,85 +96,117 @@ impl From<wire::Error> for DropReason {
 #[inline]
 pub(crate) fn classify(frame: &[u8]) -> Result<Packet, Verdict> {
     let info = wire::parse_frame(frame).map_err(|e| Verdict::Drop(e.into()))?;
-    let l3 = info.l3_offset;
-    let (v6, protocol, frag, frag_end, src, dst, ttl) = match info.l3 {
+    let at = (info.l3_offset, info.l4_offset, info.l4_len);
+    let (mut p, protocol) = match info.l3 {
         L3Info::Ipv4 {
             protocol,
             fragment,
             later_fragment,
-        } => {
-            // parse_frame checked 20 <= IHL*4 <= total length <= buffer.
-            let ip = Ipv4Packet::new_unchecked(&frame[l3..]);
-            if !ip.verify_checksum() {
-                return Err(Verdict::Drop(DropReason::BadIpChecksum));
-            }
-            let id = u32::from(ip.ident());
-            let frag = match (fragment, later_fragment) {
-                (false, _) => Frag::No,
-                (true, false) => Frag::First(id),
-                (true, true) => Frag::Later(id),
-            };
-            // Offset + total length.
-            let frag_end = u32::from(ip.frag_offset()) + u32::from(ip.total_len());
-            (
-                false,
-                protocol,
-                frag,
-                frag_end,
-                IpAddr::V4(ip.src_addr()),
-                IpAddr::V4(ip.dst_addr()),
-                ip.ttl(),
-            )
-        }
-        L3Info::Ipv6 { protocol, fragment } => {
-            let frag = match fragment {
-                None => Frag::No,
-                Some(f) if f.offset == 0 && f.more_frags => Frag::First(f.ident),
-                // An atomic fragment (offset 0, no MF) is a whole datagram.
-                Some(f) if f.offset == 0 => Frag::No,
-                Some(f) => Frag::Later(f.ident),
-            };
-            // parse_frame checked the fixed header and the payload length.
-            let ip = Ipv6Packet::new_unchecked(&frame[l3..]);
-            // The reassembled payload: this payload without the fragment header, moved by
-            // the offset (the unfragmentable part is in both).
-            let frag_end = fragment.map_or(0, |f| {
-                (u32::from(ip.payload_len()) + u32::from(f.offset)).saturating_sub(8)
-            });
-            let (src, dst) = (IpAddr::V6(ip.src_addr()), IpAddr::V6(ip.dst_addr()));
-            (true, protocol, frag, frag_end, src, dst, ip.hop_limit())
-        }
+        } => (
+            ipv4(frame, at, protocol, (fragment, later_fragment))?,
+            protocol,
+        ),
+        L3Info::Ipv6 { protocol, fragment } => (ipv6(frame, at, protocol, fragment), protocol),
         L3Info::Arp | L3Info::Other => return Err(Verdict::Pass),
     };
-    let l4 = info.l4_offset;
-    let l4_len = info.l4_len;
-    if l4 + l4_len > frame.len() {
+    if p.l4 + p.l4_len > frame.len() {
         return Err(Verdict::Drop(DropReason::Truncated));
     }
-    let proto = u8::from(protocol);
-    let mut p = Packet {
+    if p.has_l4() {
+        l4_header(&frame[p.l4..p.l4 + p.l4_len], protocol, &mut p)?;
+    }
+    Ok(p)
+}
+
+/// The packet whose IPv4 header is at `l3` and L4 bytes at `l4..l4 + l4_len`
+/// (`parse_frame` checked 20 <= IHL*4 <= total length <= buffer), ports and flags not yet
+/// read; a drop for a wrong header checksum.
+#[inline(always)]
+fn ipv4(
+    frame: &[u8],
+    (l3, l4, l4_len): (usize, usize, usize),
+    protocol: IpProtocol,
+    (fragment, later_fragment): (bool, bool),
+) -> Result<Packet, Verdict> {
+    let ip = Ipv4Packet::new_unchecked(&frame[l3..]);
+    if !ip.verify_checksum() {
+        return Err(Verdict::Drop(DropReason::BadIpChecksum));
+    }
+    let id = u32::from(ip.ident());
+    let frag = match (fragment, later_fragment) {
+        (false, _) => Frag::No,
+        (true, false) => Frag::First(id),
+        (true, true) => Frag::Later(id),
+    };
+    Ok(Packet {
         l3,
         l4,
         l4_len,
-        v6,
-        proto,
-        src,
-        dst,
+        v6: false,
+        proto: u8::from(protocol),
+        src: IpAddr::V4(ip.src_addr()),
+        dst: IpAddr::V4(ip.dst_addr()),
         sport: 0,
         dport: 0,
         flags: 0,
-        ttl,
+        ttl: ip.ttl(),
         frag,
+        // Offset + total length.
         frag_end: if matches!(frag, Frag::Later(_)) {
-            frag_end
+            u32::from(ip.frag_offset()) + u32::from(ip.total_len())
         } else {
             0
         },
+    })
+}
+
+/// [`ipv4`] for an IPv6 header at `l3` (`parse_frame` checked the fixed header and the
+/// payload length) and its fragment header's part, `fragment`.
+#[inline(always)]
+fn ipv6(
+    frame: &[u8],
+    (l3, l4, l4_len): (usize, usize, usize),
+    protocol: IpProtocol,
+    fragment: Option<wire::Ipv6FragmentInfo>,
+) -> Packet {
+    let frag = match fragment {
+        None => Frag::No,
+        Some(f) if f.offset == 0 && f.more_frags => Frag::First(f.ident),
+        // An atomic fragment (offset 0, no MF) is a whole datagram.
+        Some(f) if f.offset == 0 => Frag::No,
+        Some(f) => Frag::Later(f.ident),
     };
-    if matches!(frag, Frag::Later(_)) {
-        return Ok(p);
+    let ip = Ipv6Packet::new_unchecked(&frame[l3..]);
+    // The reassembled payload: this payload without the fragment header, moved by the offset
+    // (the unfragmentable part is in both).
+    let frag_end = match (frag, fragment) {
+        (Frag::Later(_), Some(f)) => {
+            (u32::from(ip.payload_len()) + u32::from(f.offset)).saturating_sub(8)
+        }
+        _ => 0,
+    };
+    Packet {
+        l3,
+        l4,
+        l4_len,
+        v6: true,
+        proto: u8::from(protocol),
+        src: IpAddr::V6(ip.src_addr()),
+        dst: IpAddr::V6(ip.dst_addr()),
+        sport: 0,
+        dport: 0,
+        flags: 0,
+        ttl: ip.hop_limit(),
+        frag,
+        frag_end,
     }
-    let seg = &frame[l4..l4 + l4_len];
+}
+
+/// The L4 header `seg` of a packet that carries one: checked, its ports and flags into `p`
+/// (an ICMP header is only checked for length; other protocols are left as they are).
+#[inline(always)]
+fn l4_header(seg: &[u8], protocol: IpProtocol, p: &mut Packet) -> Result<(), Verdict> {
+    let whole = p.frag == Frag::No;
     let (sport, dport) = match protocol {
         IpProtocol::Tcp => {
             // Only the first fragment may be shorter than its header says; the fixed header
@@ -184,7 +216,7 @@ pub(crate) fn classify(frame: &[u8]) -> Result<Packet, Verdict> {
             }
             let tcp = TcpPacket::new_unchecked(seg);
             let off = tcp.header_len();
-            if off < wire::tcp::HEADER_LEN || (frag == Frag::No && off > seg.len()) {
+            if off < wire::tcp::HEADER_LEN || (whole && off > seg.len()) {
                 return Err(Verdict::Drop(DropReason::BadL4Header));
             }
             p.flags = tcp.flags().0;
@@ -196,10 +228,10 @@ pub(crate) fn classify(frame: &[u8]) -> Result<Packet, Verdict> {
             }
             let udp = UdpPacket::new_unchecked(seg);
             let len = usize::from(udp.len());
-            if frag == Frag::No && (len < wire::udp::HEADER_LEN || len > seg.len()) {
+            if whole && (len < wire::udp::HEADER_LEN || len > seg.len()) {
                 return Err(Verdict::Drop(DropReason::BadLength));
             }
-            if v6 && udp.checksum() == 0 {
+            if p.v6 && udp.checksum() == 0 {
                 // RFC 8200: a zero UDP checksum is invalid over IPv6.
                 return Err(Verdict::Drop(DropReason::UdpZeroChecksumV6));
             }
@@ -213,15 +245,12 @@ pub(crate) fn classify(frame: &[u8]) -> Result<Packet, Verdict> {
             p.flags = vocab::sctp_events(u8::from(chunk)).bits();
             (sctp.src_port(), sctp.dst_port())
         }
-        IpProtocol::Icmp | IpProtocol::Icmpv6 => {
-            if seg.len() < 8 {
-                return Err(Verdict::Drop(DropReason::Truncated));
-            }
-            return Ok(p);
+        IpProtocol::Icmp | IpProtocol::Icmpv6 if seg.len() < 8 => {
+            return Err(Verdict::Drop(DropReason::Truncated));
         }
-        _ => return Ok(p),
+        _ => return Ok(()),
     };
     p.sport = sport;
     p.dport = dport;
-    Ok(p)
+    Ok(())
 }

@@ -2,11 +2,12 @@
 //! flow is inserted (fullnat: with a SNAT port), and the packet leaves rewritten like the
 //! flow's later packets.
 //!
-//! Two drivers share [`Pipeline::schedule`] (every check, in one order, and the scheduler):
-//! [`Pipeline::new_flow`] for any classified packet, and [`Pipeline::new_flow_v4`] for the
-//! fast path's IPv4 TCP/UDP frames, which inserts a [`V4Flow`] and rewrites with
-//! [`nat::rewrite_v4`]: the same flow, verdict and bytes, without `SocketAddr`s or
-//! `FlowKey`s. A DSR service's packets are handed from the fast path to the general one
+//! Two drivers share [`Pipeline::schedule_in`] (every check, in one order, and the
+//! scheduler): [`Pipeline::new_flow`] for any classified packet (its frontend found by
+//! [`Pipeline::schedule`]), and [`Pipeline::new_flow_v4`] for the fast path's IPv4 TCP/UDP
+//! frames (its frontend found by one packed word, `Snapshot::service_for_v4`), which inserts
+//! a [`V4Flow`] and rewrites with [`nat::rewrite_v4`]: the same flow, verdict and bytes,
+//! without `SocketAddr`s or `FlowKey`s. A DSR service's packets are handed from the fast path to the general one
 //! before anything is decided ([`dsr::GENERAL`]); their flows are nat flows marked
 //! [`dsr::flags`], whose packets leave through `dsr`.
 
@@ -43,19 +44,15 @@ pub(super) struct Scheduled {
 impl Pipeline {
     /// Everything before the insert of a new flow for `t` (a packet of protocol `protocol`,
     /// TCP flags or SCTP chunk type `flags`, TTL `ttl`): the frontend's service (none: see
-    /// [`unserved`](Self::unserved)), the source (martian or xvs's own: `hygiene`), the TTL,
-    /// whether the SYN proxy takes the packet (when `synproxy`: then `Err(SYNPROXY)`, and
-    /// the caller hands it the frame), whether the packet may open a flow, source ranges,
-    /// the freeze switches, the rate limit, then the scheduler; a service without a usable
-    /// backend rejects or drops as it says (`NoEndpoints`). `Err` is the packet's verdict,
-    /// or a [`reject::pending`] one that the caller builds; for the IPv4 shortcut (`fast`),
-    /// a DSR service's packet is [`dsr::GENERAL`] before any check.
+    /// [`unserved`](Self::unserved)), then [`schedule_in`](Self::schedule_in) (when
+    /// `synproxy`, the SYN proxy may take the packet). `Err` is the packet's verdict, or a
+    /// [`reject::pending`] one that the caller builds.
     #[inline]
     pub(super) fn schedule(
         &self,
         t: &FlowTuple,
         (protocol, flags, ttl): (Protocol, u8, u8),
-        (synproxy, fast): (bool, bool),
+        synproxy: bool,
         now: Instant,
     ) -> Result<Scheduled, Verdict> {
         let fe = Frontend {
@@ -63,14 +60,28 @@ impl Pipeline {
             protocol,
             port: t.dst_port,
         };
-        // Borrow the snapshot (no refcount traffic) for as long as the service is needed.
-        let snapshot = &*self.snapshot;
-        let Some(svc) = snapshot.service_for(&fe) else {
+        let Some(svc) = self.snapshot.service_for(&fe) else {
             return Err(self.unserved(t.src, t.dst, ttl));
         };
-        if fast && matches!(svc.mode, Mode::Dsr(_)) {
-            return Err(dsr::GENERAL);
-        }
+        self.schedule_in(svc, t, (protocol, flags, ttl), synproxy, now)
+    }
+
+    /// The checks and the scheduler of a new flow for `t` at service `svc`, in one order for
+    /// every path: the source (martian or xvs's own: `hygiene`), the TTL, whether the SYN
+    /// proxy takes the packet (when `synproxy`: then `Err(SYNPROXY)`, and the caller hands
+    /// it the frame), whether the packet may open a flow, source ranges, the freeze
+    /// switches, the rate limit, then the scheduler; a service without a usable backend
+    /// rejects or drops as it says (`NoEndpoints`).
+    #[inline(always)]
+    fn schedule_in(
+        &self,
+        svc: &ServiceEntry,
+        t: &FlowTuple,
+        (protocol, flags, ttl): (Protocol, u8, u8),
+        synproxy: bool,
+        now: Instant,
+    ) -> Result<Scheduled, Verdict> {
+        let snapshot = &*self.snapshot;
         self.source_check(t.src).map_err(Verdict::Drop)?;
         if ttl <= 1 {
             return Err(Verdict::Drop(DropReason::TtlExceeded));
@@ -162,7 +173,7 @@ impl Pipeline {
             dst_port: p.dport,
         };
         let may = matches!(proxy, Proxy::May);
-        let s = match self.schedule(&tuple, (l4_protocol(p), p.flags, p.ttl), (may, false), now) {
+        let s = match self.schedule(&tuple, (l4_protocol(p), p.flags, p.ttl), may, now) {
             Ok(s) => s,
             Err(SYNPROXY) if may => return self.synproxy_miss(frame, now),
             Err(v) => match reject::pending_reason(v) {
@@ -185,69 +196,14 @@ impl Pipeline {
         let Some(mut nh) = self.next_hop(s.backend.ip()) else {
             return Verdict::Slow;
         };
-        let client = SocketAddr::new(p.src, p.sport);
-        let mut data = FlowData {
-            proto: key.proto(),
-            client,
-            vip: SocketAddr::new(p.dst, p.dport),
-            backend: s.backend,
-            snat: client,
-            service_id: s.service_id,
-            backend_id: s.backend_id,
-            snapshot_gen: s.snapshot_gen,
-            flags: match (proxy, s.mode) {
-                (Proxy::Proxied(_), _) => FLAG_SYNPROXY,
-                (_, Mode::Dsr(encap)) => dsr::flags(encap),
-                _ => 0,
-            },
-        };
+        let mut data = flow_data(p, &key, &s, proxy);
         let flags = flowtable::TcpFlags(p.flags);
         let tick = self.tick(now);
         let new_flows_before = self.counters.new_flows;
-        let mut created = None;
-        let inserted = if s.mode == Mode::Fullnat {
-            data.flags |= FLAG_FULLNAT;
-            let snat_ip = match p.src {
-                IpAddr::V4(_) => self.config.snat_v4.map(IpAddr::V4),
-                IpAddr::V6(_) => self.config.snat_v6.map(IpAddr::V6),
-            };
-            let Some(snat_ip) = snat_ip else {
-                return Verdict::Drop(DropReason::NoSnatAddress);
-            };
-            let mut result = Err(DropReason::SnatPortsExhausted);
-            let mut oldest = GiveWay::default();
-            for _ in 0..SNAT_TRIES.min(self.snat.len()) {
-                data.snat = SocketAddr::new(snat_ip, self.snat.next_port());
-                match self.flows.insert(&data, flags, tick) {
-                    Err(InsertError::ReplyInUse(h)) => {
-                        oldest.consider(&self.flows, h, tick, data.snat.port())
-                    }
-                    r => {
-                        created = r.ok();
-                        result = self.inserted(r, &mut data);
-                        break;
-                    }
-                }
-            }
-            if result == Err(DropReason::SnatPortsExhausted)
-                && let Some(port) = self.give_way(&oldest, tick)
-            {
-                data.snat = SocketAddr::new(snat_ip, port);
-                result = self.inserted(self.flows.insert(&data, flags, tick), &mut data);
-            }
-            result
-        } else {
-            match self.flows.insert(&data, flags, tick) {
-                Err(InsertError::ReplyInUse(_)) => Err(DropReason::ReplyTupleInUse),
-                r => {
-                    created = r.ok();
-                    self.inserted(r, &mut data)
-                }
-            }
+        let created = match self.insert_new(&mut data, s.mode == Mode::Fullnat, flags, tick) {
+            Ok(created) => created,
+            Err(r) => return Verdict::Drop(r),
         };
-        if let Err(r) = inserted {
-            return Verdict::Drop(r);
-        }
         if let (Proxy::Proxied(word), Some(h)) = (proxy, created) {
             // Before the SYN leaves: nothing of the backend's can be here yet.
             self.flows.set_seq(h, word);
@@ -269,6 +225,55 @@ impl Pipeline {
         }
         let to = nat::after(&data, Direction::Original);
         self.send(frame, p, &to, nh, now)
+    }
+
+    /// Inserts the new flow `data` (`fullnat`: with the next free SNAT port of its family,
+    /// at most [`SNAT_TRIES`], then the port of an embryonic flow that gives way); on a lost
+    /// race `data` becomes the winner's flow. `Ok`: the handle when this pipeline inserted
+    /// it.
+    fn insert_new(
+        &mut self,
+        data: &mut FlowData,
+        fullnat: bool,
+        flags: flowtable::TcpFlags,
+        tick: Tick,
+    ) -> Result<Option<FlowHandle>, DropReason> {
+        if !fullnat {
+            return match self.flows.insert(data, flags, tick) {
+                Err(InsertError::ReplyInUse(_)) => Err(DropReason::ReplyTupleInUse),
+                r => {
+                    let created = r.ok();
+                    self.inserted(r, data).map(|()| created)
+                }
+            };
+        }
+        data.flags |= FLAG_FULLNAT;
+        let snat_ip = match data.client.ip() {
+            IpAddr::V4(_) => self.config.snat_v4.map(IpAddr::V4),
+            IpAddr::V6(_) => self.config.snat_v6.map(IpAddr::V6),
+        };
+        let snat_ip = snat_ip.ok_or(DropReason::NoSnatAddress)?;
+        let mut oldest = GiveWay::default();
+        for _ in 0..SNAT_TRIES.min(self.snat.len()) {
+            data.snat = SocketAddr::new(snat_ip, self.snat.next_port());
+            match self.flows.insert(data, flags, tick) {
+                Err(InsertError::ReplyInUse(h)) => {
+                    oldest.consider(&self.flows, h, tick, data.snat.port());
+                }
+                r => {
+                    let created = r.ok();
+                    return self.inserted(r, data).map(|()| created);
+                }
+            }
+        }
+        let port = self
+            .give_way(&oldest, tick)
+            .ok_or(DropReason::SnatPortsExhausted)?;
+        data.snat = SocketAddr::new(snat_ip, port);
+        // (Kept as it was: this insert's handle is not returned, so a SYN-proxied flow made
+        // here gets no sequence word. To check.)
+        let r = self.flows.insert(data, flags, tick);
+        self.inserted(r, data).map(|()| None)
     }
 
     /// The first packet of a new DSR flow on its `way` out (another worker's flow, adopted
@@ -383,7 +388,9 @@ impl Pipeline {
 
     /// The first step of a new IPv4 flow: everything up to its insert (the checks and the
     /// scheduler, the next hop, the first SNAT port), as [`new_flow`](Self::new_flow) does
-    /// it. `Err` is the frame's verdict.
+    /// it. `Err` is the frame's verdict. (Inlined into its two callers: returned through
+    /// a `Result` of a call, the flow was copied twice.)
+    #[inline(always)]
     pub(super) fn prepare_v4(
         &mut self,
         v: &fast::V4,
@@ -396,7 +403,15 @@ impl Pipeline {
             dst: IpAddr::V4(Ipv4Addr::from_bits(v.dst())),
             dst_port: v.dport(),
         };
-        let s = self.schedule(&tuple, (v.protocol, v.flags, v.ttl), (true, true), now)?;
+        // The frontend by its packed word; a DSR service's packet goes to the general path
+        // before anything is decided.
+        let Some(svc) = self.snapshot.service_for_v4(v.dst(), v.protocol, v.dport()) else {
+            return Err(self.unserved(tuple.src, tuple.dst, v.ttl));
+        };
+        if matches!(svc.mode, Mode::Dsr(_)) {
+            return Err(dsr::GENERAL);
+        }
+        let s = self.schedule_in(svc, &tuple, (v.protocol, v.flags, v.ttl), true, now)?;
         let SocketAddr::V4(backend) = s.backend else {
             return Err(Verdict::Drop(DropReason::NoBackend));
         };
@@ -467,7 +482,7 @@ impl Pipeline {
     /// [`Begun::Done`] when it already decided (the flow existed, the table is full).
     ///
     /// [`FlowTable::insert_v4_begin`]: flowtable::FlowTable::insert_v4_begin
-    #[inline]
+    #[inline(always)]
     pub(super) fn begin_v4(&mut self, nv: &NewV4) -> Begun {
         match self.flows.insert_v4_begin(&nv.flow, nv.tcp_flags, nv.tick) {
             Ok(p) => Begun::Pending(p),
@@ -476,13 +491,22 @@ impl Pipeline {
     }
 
     /// The third step: the insert's second half; when the reply tuple is taken, the next
-    /// SNAT ports (fullnat), each inserted in one go, as `new_flow` tries them.
-    #[inline]
+    /// SNAT ports (fullnat, [`next_snat_ports`](Self::next_snat_ports)).
+    #[inline(always)]
     pub(super) fn finish_v4(&mut self, nv: &mut NewV4, p: PendingV4) -> Result<Out, DropReason> {
-        let mut r = self.flows.insert_v4_finish(p);
-        if nv.snat.is_none() {
-            return self.inserted_v4(nv, r);
+        match self.flows.insert_v4_finish(p) {
+            Err(InsertError::ReplyInUse(h)) if nv.snat.is_some() => self.next_snat_ports(nv, h),
+            r => self.inserted_v4(nv, r),
         }
+    }
+
+    /// A fullnat flow whose reply tuple was taken (by flow `h`): the next SNAT ports, each
+    /// inserted in one go, as `new_flow` tries them, then the port of an embryonic flow that
+    /// gives way.
+    #[cold]
+    #[inline(never)]
+    fn next_snat_ports(&mut self, nv: &mut NewV4, h: FlowHandle) -> Result<Out, DropReason> {
+        let mut r = Err(InsertError::ReplyInUse(h));
         let mut oldest = GiveWay::default();
         while let Err(InsertError::ReplyInUse(h)) = r {
             oldest.consider(
@@ -553,7 +577,7 @@ impl Pipeline {
     }
 
     /// The last step: the frame's verdict, and its rewrite for the flow's way out.
-    #[inline]
+    #[inline(always)]
     pub(super) fn complete_v4(
         &mut self,
         frame: &mut [u8],
@@ -632,6 +656,28 @@ pub(super) struct Out {
     created: bool,
     /// The flow's backend (another worker's, when adopted).
     backend: BackendId,
+}
+
+/// The flow a new flow's packet `p` (tuple `key`, scheduled as `s`) makes, before its
+/// insert (its SNAT address is the client's until then).
+#[inline]
+fn flow_data(p: &Packet, key: &FlowKey, s: &Scheduled, proxy: Proxy) -> FlowData {
+    let client = SocketAddr::new(p.src, p.sport);
+    FlowData {
+        proto: key.proto(),
+        client,
+        vip: SocketAddr::new(p.dst, p.dport),
+        backend: s.backend,
+        snat: client,
+        service_id: s.service_id,
+        backend_id: s.backend_id,
+        snapshot_gen: s.snapshot_gen,
+        flags: match (proxy, s.mode) {
+            (Proxy::Proxied(_), _) => FLAG_SYNPROXY,
+            (_, Mode::Dsr(encap)) => dsr::flags(encap),
+            _ => 0,
+        },
+    }
 }
 
 /// The SYN proxy's part in a new flow.

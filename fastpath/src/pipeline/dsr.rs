@@ -230,8 +230,8 @@ impl Pending {
 /// without room it is the verdict).
 pub(super) const ENCAP: Verdict = Verdict::Drop(DropReason::EncapNoRoom);
 
-/// What `schedule` answers the IPv4 shortcut for a DSR service, before any of its side
-/// effects: the frame takes the general path from the start. (Never a verdict of
+/// What `prepare_v4` answers the IPv4 shortcut for a DSR service, before any check or side
+/// effect: the frame takes the general path from the start. (Never a verdict of
 /// `schedule` otherwise: it transmits nothing.)
 pub(super) const GENERAL: Verdict = Verdict::Tx(u16::MAX);
 

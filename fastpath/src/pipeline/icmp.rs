@@ -120,24 +120,7 @@ pub(crate) fn match_error(frame: &[u8], p: &Packet, flows: &FlowTable) -> Option
     const _: () = assert!(icmpv4::HEADER_LEN == icmpv6::HEADER_LEN);
     let emb = p.l4 + icmpv4::HEADER_LEN;
     let q = &msg[icmpv4::HEADER_LEN..];
-    // The quoted packet: its header whole, its length usually beyond the quote.
-    let (emb_hlen, emb_proto, emb_src, emb_dst) = if p.v6 {
-        let ip = Ipv6Packet::new_quoted(q).ok()?;
-        let (s, d) = (ip.src_addr(), ip.dst_addr());
-        (40, u8::from(ip.next_header()), IpAddr::V6(s), IpAddr::V6(d))
-    } else {
-        let ip = Ipv4Packet::new_quoted(q).ok()?;
-        if ip.frag_offset() != 0 {
-            return None; // a later fragment: no ports
-        }
-        let (s, d) = (ip.src_addr(), ip.dst_addr());
-        (
-            ip.header_len(),
-            u8::from(ip.protocol()),
-            IpAddr::V4(s),
-            IpAddr::V4(d),
-        )
-    };
+    let (emb_hlen, emb_proto, emb_src, emb_dst) = quoted_header(q, p.v6)?;
     let proto = match emb_proto {
         PROTO_TCP => Protocol::Tcp,
         PROTO_UDP => Protocol::Udp,
@@ -155,12 +138,54 @@ pub(crate) fn match_error(frame: &[u8], p: &Packet, flows: &FlowTable) -> Option
     if dsr.is_some() && dir == Direction::Reply {
         return None; // a DSR flow's reply tuple is no one's (see `dsr`)
     }
+    let (outer, inner) = endpoints(&data, dir, p.src);
+    Some(IcmpMatch {
+        outer,
+        dsr,
+        inner,
+        emb,
+        emb_hlen,
+        emb_len: q.len(),
+        emb_proto,
+        emb_src,
+        emb_dst,
+        emb_sport,
+        emb_dport,
+    })
+}
+
+/// The quoted packet's IP header at the start of `q` (whole; its length usually beyond the
+/// quote): header length, L4 protocol, source and destination; `None` for a later fragment
+/// (no ports) or a header cut short.
+fn quoted_header(q: &[u8], v6: bool) -> Option<(usize, u8, IpAddr, IpAddr)> {
+    if v6 {
+        let ip = Ipv6Packet::new_quoted(q).ok()?;
+        let (s, d) = (ip.src_addr(), ip.dst_addr());
+        return Some((40, u8::from(ip.next_header()), IpAddr::V6(s), IpAddr::V6(d)));
+    }
+    let ip = Ipv4Packet::new_quoted(q).ok()?;
+    if ip.frag_offset() != 0 {
+        return None; // a later fragment: no ports
+    }
+    let (s, d) = (ip.src_addr(), ip.dst_addr());
+    Some((
+        ip.header_len(),
+        u8::from(ip.protocol()),
+        IpAddr::V4(s),
+        IpAddr::V4(d),
+    ))
+}
+
+/// An error of direction `dir` about flow `data`, from `src`: its new outer endpoints (the
+/// destination always; the source too in fullnat, and the VIP for errors to the client)
+/// and the quoted packet's (as it was before xvs translated it).
+fn endpoints(data: &FlowData, dir: Direction, src: IpAddr) -> (Endpoints, Endpoints) {
     let fullnat = data.flags & FLAG_FULLNAT != 0;
-    let out = after(&data, dir);
+    let out = after(data, dir);
     let outer_src = if fullnat || dir == Direction::Reply {
         out.src.ip()
     } else {
-        p.src
+        src
     };
     let outer = Endpoints {
         src: SocketAddr::new(outer_src, 0),
@@ -176,19 +201,7 @@ pub(crate) fn match_error(frame: &[u8], p: &Packet, flows: &FlowTable) -> Option
             dst: data.snat,
         },
     };
-    Some(IcmpMatch {
-        outer,
-        dsr,
-        inner,
-        emb,
-        emb_hlen,
-        emb_len: q.len(),
-        emb_proto,
-        emb_src,
-        emb_dst,
-        emb_sport,
-        emb_dport,
-    })
+    (outer, inner)
 }
 
 impl IcmpMatch {
@@ -260,18 +273,46 @@ pub(crate) fn translate(
     dst_mac: [u8; 6],
 ) {
     // The quoted L4 header: ports, and the checksum when the quote holds it.
-    let l4 = m.emb + m.emb_hlen;
-    let l4_avail = m.emb_len - m.emb_hlen;
     let (os, od) = (AddrBytes::new(m.emb_src), AddrBytes::new(m.emb_dst));
     let (ns, nd) = (
         AddrBytes::new(m.inner.src.ip()),
         AddrBytes::new(m.inner.dst.ip()),
     );
-    let (sport, dport) = (m.inner.src.port(), m.inner.dst.port());
     let mut d = Delta::new();
     d.bytes(os.as_slice(), ns.as_slice());
     d.bytes(od.as_slice(), nd.as_slice());
-    let mut l4_delta = d;
+    translate_quoted_l4(frame, m, d);
+    // The quoted IP header: addresses, and (IPv4) its checksum, incrementally, so that a
+    // quoted header that came with a wrong checksum keeps it wrong.
+    match (m.inner.src.ip(), m.inner.dst.ip()) {
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            let mut ip = Ipv6Packet::new_unchecked(&mut frame[m.emb..]);
+            ip.set_src_addr(s);
+            ip.set_dst_addr(d);
+        }
+        (IpAddr::V4(s), IpAddr::V4(dst)) => {
+            let mut ip = Ipv4Packet::new_unchecked(&mut frame[m.emb..]);
+            ip.set_src_addr(s);
+            ip.set_dst_addr(dst);
+            ip.set_checksum(d.apply(ip.checksum()));
+        }
+        // (Not reached: a flow's endpoints are of one family.)
+        _ => return,
+    }
+    if let Some(r) = quoted_sctp(frame, p, m) {
+        // (`verify` checked its CRC32c.)
+        SctpPacket::new_unchecked(&mut frame[r]).fill_checksum();
+    }
+    translate_outer(frame, p, m, src_mac, dst_mac);
+}
+
+/// [`translate`]'s quoted L4 header: its ports, and its TCP/UDP checksum (incrementally,
+/// with `addrs`, the quoted addresses' delta) when the quote holds it.
+fn translate_quoted_l4(frame: &mut [u8], m: &IcmpMatch, addrs: Delta) {
+    let l4 = m.emb + m.emb_hlen;
+    let l4_avail = m.emb_len - m.emb_hlen;
+    let (sport, dport) = (m.inner.src.port(), m.inner.dst.port());
+    let mut l4_delta = addrs;
     l4_delta.word(m.emb_sport, sport);
     l4_delta.word(m.emb_dport, dport);
     let seg = &mut frame[l4..l4 + l4_avail];
@@ -300,28 +341,17 @@ pub(crate) fn translate(
             s.set_dst_port(dport);
         }
     }
-    // The quoted IP header: addresses, and (IPv4) its checksum, incrementally, so that a
-    // quoted header that came with a wrong checksum keeps it wrong.
-    match (m.inner.src.ip(), m.inner.dst.ip()) {
-        (IpAddr::V6(s), IpAddr::V6(d)) => {
-            let mut ip = Ipv6Packet::new_unchecked(&mut frame[m.emb..]);
-            ip.set_src_addr(s);
-            ip.set_dst_addr(d);
-        }
-        (IpAddr::V4(s), IpAddr::V4(dst)) => {
-            let mut ip = Ipv4Packet::new_unchecked(&mut frame[m.emb..]);
-            ip.set_src_addr(s);
-            ip.set_dst_addr(dst);
-            ip.set_checksum(d.apply(ip.checksum()));
-        }
-        // (Not reached: a flow's endpoints are of one family.)
-        _ => return,
-    }
-    if let Some(r) = quoted_sctp(frame, p, m) {
-        // (`verify` checked its CRC32c.)
-        SctpPacket::new_unchecked(&mut frame[r]).fill_checksum();
-    }
-    // The outer headers.
+}
+
+/// [`translate`]'s outer headers: MACs, TTL − 1, the outer addresses, and the ICMP checksum
+/// recomputed over the whole message (ICMPv6: with the new pseudo-header).
+fn translate_outer(
+    frame: &mut [u8],
+    p: &Packet,
+    m: &IcmpMatch,
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+) {
     let mut eth = EthernetFrame::new_unchecked(&mut *frame);
     eth.set_dst_addr(EthernetAddress(dst_mac));
     eth.set_src_addr(EthernetAddress(src_mac));
@@ -331,7 +361,6 @@ pub(crate) fn translate(
             ip.set_hop_limit(p.ttl - 1);
             ip.set_src_addr(s);
             ip.set_dst_addr(d);
-            // The ICMPv6 checksum over the whole message, with the new pseudo-header.
             Icmpv6Packet::new_unchecked(&mut frame[p.l4..p.l4 + p.l4_len]).fill_checksum(s, d);
         }
         (IpAddr::V4(s), IpAddr::V4(d)) => {
@@ -340,7 +369,6 @@ pub(crate) fn translate(
             ip.set_src_addr(s);
             ip.set_dst_addr(d);
             ip.fill_checksum();
-            // The ICMP checksum over the whole message.
             Icmpv4Packet::new_unchecked(&mut frame[p.l4..p.l4 + p.l4_len]).fill_checksum();
         }
         _ => {}

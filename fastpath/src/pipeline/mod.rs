@@ -728,7 +728,7 @@ impl Pipeline {
     #[inline(always)]
     fn run_v4(&mut self, frame: &mut [u8], v: fast::V4, key: V4Key, now: Instant) -> Verdict {
         let Some(hit) = self.flows.lookup_v4(&key) else {
-            return self.miss_v4(frame, key.addrs(), key.ports(), now);
+            return self.miss_v4(frame, &key, now);
         };
         if guard::guarded(v.flags) {
             return self.guarded_v4(frame, now);
@@ -755,7 +755,7 @@ impl Pipeline {
             return verdict;
         }
         // (Through `miss_v4`, so that `new_flow_v4` keeps one caller, inlined in it.)
-        self.miss_v4(frame, v.addrs, v.ports, now)
+        self.miss_v4(frame, &key, now)
     }
 
     /// A fast-path frame `v` of a known flow (`hit`) that may be guarded (SYN, FIN, RST),
@@ -852,12 +852,12 @@ impl Pipeline {
     }
 
     /// [`run_v4`](Self::run_v4) without a flow, counted. Kept out of line and given only the
-    /// packed tuple (the rest is read again from the frame, the key hashed again), so that
-    /// the hit path keeps the parsed fields in registers (and counts nothing but `Tx`).
+    /// key (the rest is read again from the frame; the key, not hashed again), so that the
+    /// hit path keeps the parsed fields in registers (and counts nothing but `Tx`).
     #[inline(never)]
-    fn miss_v4(&mut self, frame: &mut [u8], addrs: u64, ports: u32, now: Instant) -> Verdict {
-        let v = fast::V4::reread(frame, addrs, ports);
-        let key = self.flows.v4_key(v.protocol, addrs, ports);
+    fn miss_v4(&mut self, frame: &mut [u8], key: &V4Key, now: Instant) -> Verdict {
+        let v = fast::V4::reread(frame, key.addrs(), key.ports());
+        let key = *key;
         let verdict = if self.proxied_miss(&v, &key) {
             // (The general path finds the flow, translates, or reopens it.)
             self.run_general(frame, now)

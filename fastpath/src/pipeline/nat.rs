@@ -123,6 +123,23 @@ pub(crate) fn rewrite(
             AddrBytes::new(dst).as_slice(),
         );
     }
+    if !rewrite_ip(frame, p, (src, dst), (src_changed, dst_changed), addrs) || !p.has_l4() {
+        return;
+    }
+    rewrite_l4(&mut frame[p.l4..p.l4 + p.l4_len], p, to, addrs);
+}
+
+/// [`rewrite`]'s IP header: TTL − 1, the addresses that changed, the IPv4 header checksum
+/// (with `addrs`, the addresses' delta). `false` when `src` and `dst` are not of the
+/// packet's family (not reached: a flow's endpoints are of one family).
+#[inline(always)]
+fn rewrite_ip(
+    frame: &mut [u8],
+    p: &Packet,
+    (src, dst): (IpAddr, IpAddr),
+    (src_changed, dst_changed): (bool, bool),
+    addrs: Delta,
+) -> bool {
     match (src, dst) {
         (IpAddr::V6(s), IpAddr::V6(d)) => {
             let mut ip = Ipv6Packet::new_unchecked(&mut frame[p.l3..]);
@@ -149,14 +166,17 @@ pub(crate) fn rewrite(
                 ip.set_dst_addr(d);
             }
         }
-        // (Not reached: a flow's endpoints are of one family.)
-        _ => return,
+        _ => return false,
     }
-    if !p.has_l4() {
-        return;
-    }
+    true
+}
+
+/// [`rewrite`]'s L4 header `seg`: the ports of `to`, and the checksum (TCP/UDP
+/// incrementally, with `addrs`, the addresses' delta; SCTP's CRC32c recomputed when the
+/// packet is whole).
+#[inline(always)]
+fn rewrite_l4(seg: &mut [u8], p: &Packet, to: &Endpoints, addrs: Delta) {
     let (sport, dport) = (to.src.port(), to.dst.port());
-    let seg = &mut frame[p.l4..p.l4 + p.l4_len];
     let mut l4 = addrs;
     l4.word(p.sport, sport);
     l4.word(p.dport, dport);

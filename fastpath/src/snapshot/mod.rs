@@ -94,6 +94,20 @@ impl Snapshot {
         self.services.get(id as usize).map(|s| &**s)
     }
 
+    /// [`service_for`](Self::service_for) for an IPv4 frontend (`vip` as
+    /// `Ipv4Addr::to_bits`): the same service, found by one packed word (the new-flow path of
+    /// the IPv4 shortcut: no `IpAddr` hashed or compared).
+    #[inline(always)]
+    pub fn service_for_v4(
+        &self,
+        vip: u32,
+        protocol: flowtable::Protocol,
+        port: u16,
+    ) -> Option<&ServiceEntry> {
+        let id = *self.vips.by_v4.get(&v4_frontend(vip, protocol, port))?;
+        self.services.get(id as usize).map(|s| &**s)
+    }
+
     /// Number of frontends.
     pub fn frontend_count(&self) -> usize {
         self.frontends.len()
@@ -163,15 +177,36 @@ impl Snapshot {
 
 /// Every frontend address of a [`FrontendMap`], sorted per family, built with the map (off
 /// the hot path) and shared with it.
+///
+/// The frontends' IPv4 entries are kept a second time, keyed by one packed word
+/// ([`v4_frontend`]), for [`Snapshot::service_for_v4`]: built here, with the map, so the two
+/// never disagree.
 #[derive(Debug, Default)]
 struct VipSet {
     v4: Box<[u32]>,
     v6: Box<[u128]>,
+    /// The map's IPv4 frontends by [`v4_frontend`] (empty in a set made by [`VipSet::of`]).
+    by_v4: HashMap<u64, u32, ahash::RandomState>,
+}
+
+/// An IPv4 frontend as one word: address, port, protocol (distinct frontends, distinct
+/// words).
+#[inline(always)]
+fn v4_frontend(vip: u32, protocol: flowtable::Protocol, port: u16) -> u64 {
+    u64::from(vip) | u64::from(port) << 32 | u64::from(protocol as u8) << 48
 }
 
 impl VipSet {
     fn new(frontends: &FrontendMap) -> Self {
-        Self::of(frontends.keys().map(|f| f.vip))
+        let mut set = Self::of(frontends.keys().map(|f| f.vip));
+        set.by_v4 = frontends
+            .iter()
+            .filter_map(|(f, &id)| match f.vip {
+                IpAddr::V4(a) => Some((v4_frontend(a.to_bits(), f.protocol, f.port), id)),
+                IpAddr::V6(_) => None,
+            })
+            .collect();
+        set
     }
 
     /// The set of `addrs`.
@@ -190,6 +225,7 @@ impl VipSet {
         VipSet {
             v4: v4.into(),
             v6: v6.into(),
+            by_v4: HashMap::default(),
         }
     }
 

@@ -566,3 +566,63 @@ fn a_previous_version_keeps_only_frontends_nobody_else_has() {
     assert_eq!(refusals(&refused), [("a", false)]);
     assert!(s.services.iter().all(|x| x.name != "a"));
 }
+
+/// The IPv4 shortcut's frontend lookup (`service_for_v4`, one packed word) finds what
+/// `service_for` finds, across builds that add, move and remove frontends, and nothing for a
+/// VIP's other ports and protocols, other VIPs, or an IPv6 frontend's address.
+#[test]
+fn the_v4_frontend_lookup_agrees_with_service_for() {
+    let mut b = SnapshotBuilder::new(1024, 251);
+    let l2 = L2Table::default();
+    let mut udp = spec("u", 2, &[5]);
+    udp.frontends[0].protocol = Protocol::Udp;
+    udp.frontends[0].port = 53;
+    let mut v6 = spec("six", 9, &[6]);
+    v6.frontends[0].vip = ip("2001:2::9");
+    let builds = [
+        vec![spec("a", 1, &[1]), spec("b", 2, &[2])],
+        vec![spec("b", 2, &[2]), udp.clone(), spec("c", 3, &[3]), v6],
+        vec![udp, spec("a", 1, &[1])],
+    ];
+    for specs in &builds {
+        let s = b.build(specs, &l2).unwrap();
+        for vip in 0..=10u8 {
+            for (protocol, port) in [
+                (Protocol::Tcp, 80),
+                (Protocol::Udp, 80),
+                (Protocol::Tcp, 53),
+                (Protocol::Udp, 53),
+                (Protocol::Sctp, 80),
+            ] {
+                let fe = Frontend {
+                    vip: IpAddr::from([198, 18, 100, vip]),
+                    protocol,
+                    port,
+                };
+                let bits = u32::from_be_bytes([198, 18, 100, vip]);
+                let got = s.service_for_v4(bits, protocol, port).map(|x| x.id);
+                assert_eq!(got, s.service_for(&fe).map(|x| x.id), "{fe:?}");
+            }
+        }
+        let served = specs
+            .iter()
+            .flat_map(|x| &x.frontends)
+            .filter(|f| f.vip.is_ipv4())
+            .filter(|f| {
+                let IpAddr::V4(a) = f.vip else { return false };
+                s.service_for_v4(a.to_bits(), f.protocol, f.port).is_some()
+            })
+            .count();
+        assert_eq!(
+            served,
+            specs
+                .iter()
+                .flat_map(|x| &x.frontends)
+                .filter(|f| f.vip.is_ipv4())
+                .count()
+        );
+    }
+    // An IPv6 frontend is not found through the IPv4 lookup of its address's low bits.
+    let s = b.build(&builds[1], &l2).unwrap();
+    assert!(s.service_for_v4(9, Protocol::Tcp, 80).is_none());
+}
