@@ -84,11 +84,11 @@ impl FlowTable {
             return Err(InsertError::Exists(h));
         }
         let rh = self.hash(&rkey);
-        let Some(e) = self.alloc(oh, t, on_evict) else {
+        let Some((e, ext)) = self.alloc_flow(okey.v6, oh, t, on_evict) else {
             self.counters.0.full.fetch_add(1, Ordering::Relaxed);
             return Err(InsertError::Full);
         };
-        let gen_ = self.write_entry(e, data, state, t);
+        let gen_ = self.write_entry(e, ext, data, state, t);
         self.publish(
             e,
             gen_,
