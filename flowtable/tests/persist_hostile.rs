@@ -23,7 +23,7 @@ fn config() -> FlowTableConfig {
     FlowTableConfig::new(CAP, BACKENDS as usize)
 }
 
-/// Header fields' byte offsets (layout version 2; checked against a real file below).
+/// Header fields' byte offsets (layout version 3; checked against a real file below).
 const MAGIC: u64 = 0;
 const VERSION: u64 = 8;
 const CAPACITY: u64 = 16;
