@@ -146,7 +146,12 @@ impl Index {
     /// `hash`'s probe sequence: the `MAX_PROBE` slots from its home.
     #[inline(always)]
     pub(crate) fn window(&self, hash: u64) -> &[AtomicU64] {
-        let home = self.home(hash);
+        self.window_at(self.home(hash))
+    }
+
+    /// The `MAX_PROBE` slots from home slot `home` (a [`home`](Self::home)).
+    #[inline(always)]
+    fn window_at(&self, home: usize) -> &[AtomicU64] {
         debug_assert!(home + MAX_PROBE <= self.slots.len());
         // SAFETY: in range: `home` < `homes` (`hash >> 33` < 2^31), and `over` checked that
         // MAX_PROBE slots follow the last home. (Per packet, so no bounds check.)
@@ -239,7 +244,7 @@ impl Index {
             "inserting index word {word:#x} for hash {hash:#x}"
         );
         let home = self.home(hash);
-        let window = self.window(hash);
+        let window = self.window_at(home);
         'retry: for _ in 0..MAX_RETRIES {
             let mut claim = None;
             for (i, slot) in window.iter().enumerate() {

@@ -111,29 +111,35 @@
 //!
 //! One region (`table/store.rs`): a header page (layout version, geometry, boot id, clock
 //! epoch, hash seed, owner, and the shared scalars: free-list head, counters, sweep cursor),
-//! then the entries, the cold half-lines, the index and the backend counts, page-aligned. A
-//! state file is exactly that region.
+//! then the entries, the index and the backend counts, page-aligned. A state file is exactly
+//! that region.
 //!
-//! - **Entries**: two slabs of `capacity` entries. The hot line (64 bytes, cache-line aligned,
-//!   eight `AtomicU64`): a control word `gen:22 | status:2 | state:8 | last_seen:32`, one word
-//!   of four ports, one of service/backend id, one of snapshot generation / protocol / family /
-//!   flags, and four address words: an IPv4 flow's four addresses (two per word) and both
-//!   directions' checksum adjustments ([`v4_csum_delta`]), or an IPv6 flow's client and VIP.
-//!   The cold half-line (32 bytes) holds an IPv6 flow's backend and SNAT
-//!   addresses. So an IPv4 lookup, and its rewrite ([`FlowTable::lookup_hit`]), touch one
-//!   entry line.
+//! - **Entries**: one slab of `capacity` entries. The hot line (64 bytes, cache-line
+//!   aligned, eight `AtomicU64`): a control word `gen:22 | status:2 | state:8 | last_seen:32`,
+//!   one word of four ports, one of service/backend id, one of snapshot generation /
+//!   protocol / family / flags, three address words and the sequence word. An IPv4 flow's
+//!   address words hold its four addresses (two per word) and both directions' checksum
+//!   adjustments ([`v4_csum_delta`]): an IPv4 lookup, and its rewrite
+//!   ([`FlowTable::lookup_hit`]), touch one entry line. An IPv6 flow's hold its client and
+//!   the number of a second entry, its **extension** (taken from the free list with it, its
+//!   control word left FREE), which holds its VIP, backend and SNAT addresses: an IPv6 flow
+//!   takes two entries, so a table holds `capacity` IPv4 flows or `capacity / 2` IPv6 ones.
 //! - **Index**: `3.2 × capacity` `u64` home words (two tuples per flow, load factor ≤ 0.625)
 //!   and a tail of one probe length, so no probe sequence wraps round; linear
 //!   probing with a fast-range home slot. A word is `tag:31 | dir:1 | entry+1:32`; tuples are
 //!   not stored twice, candidates are confirmed against the entry's fields.
-//! - About 122 bytes per flow in all ([`FlowTable::bytes_per_flow`]).
+//! - About 90 bytes per flow in all ([`FlowTable::bytes_per_flow`]).
 //!
 //! # Concurrency protocol
 //!
 //! **Entry life cycle.** FREE → INSERTING → LIVE → DYING → FREE, in the control word. Free
 //! entries sit on a Treiber stack whose head carries an ABA tag; the link is kept in the
-//! free entry's id word. An inserter that pops an entry owns it: it bumps the generation,
-//! issues a release fence, writes the data words, and stores INSERTING with release. Data words
+//! free entry's id word. An inserter that pops an entry (and, for an IPv6 flow, a second one,
+//! its extension) owns it: it bumps the generation, issues a release fence, writes the data
+//! words (the extension's included), and stores INSERTING with release. Whoever frees the
+//! entry (stores FREE) pushes its extension back on the free list after that store, so a
+//! reader that went from the entry to its extension and read a recycled extension's words
+//! fails its validation like any reader racing a recycler. Data words
 //! never change while the entry is INSERTING or LIVE; state and last-seen live in the control
 //! word and change only by CAS (`on_packet`), so every control-word transition is serialized
 //! and each winner adjusts the backend counts for exactly the transition it made.

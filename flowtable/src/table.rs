@@ -41,7 +41,7 @@ mod touch;
 mod v4;
 
 use counts::BackendCount;
-use entry::{Cold, Entry};
+use entry::Entry;
 use stats::Counters;
 use touch::{CODES_PAD, ROWS};
 
@@ -99,10 +99,8 @@ impl FlowTableConfig {
 /// The lock-free conntrack table. Share it by reference (`&FlowTable` or `Arc<FlowTable>`); every
 /// method takes `&self`. See the crate docs for the concurrency protocol.
 pub struct FlowTable {
+    /// The entries: flows' hot lines, and IPv6 flows' extensions (see `entry`).
     entries: Slab<Entry>,
-    cold: Slab<Cold>,
-    /// IPv6 flows' sequence words (an IPv4 flow's is in its hot line).
-    seq6: Slab<AtomicU64>,
     /// 1 once a [`FLAG_SLOW`] or [`FLAG_ONE_WAY`] flow was inserted or adopted (this
     /// process).
     slow_seen: AtomicUsize,
@@ -182,14 +180,6 @@ impl FlowTable {
                         })
                         .collect(),
                 ),
-                cold: Slab::boxed(
-                    (0..cap)
-                        .map(|_| Cold {
-                            w: std::array::from_fn(|_| AtomicU64::new(0)),
-                        })
-                        .collect(),
-                ),
-                seq6: Slab::boxed(zeros(cap)),
                 slow_seen: AtomicUsize::new(0),
                 index: Index::over(Slab::boxed(zeros(lay.index_slots)), lay.homes),
                 free: One::boxed(Padded(AtomicU64::new(0))),
@@ -247,8 +237,6 @@ impl FlowTable {
     /// Memory of the entries, the index and the backend counts, divided by the capacity.
     pub fn bytes_per_flow(&self) -> f64 {
         let bytes = std::mem::size_of_val(&*self.entries)
-            + std::mem::size_of_val(&*self.cold)
-            + std::mem::size_of_val(&*self.seq6)
             + self.index.len() * 8
             + std::mem::size_of_val(&*self.backends)
             + std::mem::size_of::<Self>();

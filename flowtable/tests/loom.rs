@@ -97,6 +97,58 @@ fn reader_races_remover_and_reinsert() {
     });
 }
 
+/// `flow(i)` in IPv6: two entries, the second its extension.
+fn flow6(i: u8) -> FlowData {
+    let a = |x: u16, p: u16| {
+        SocketAddr::new(
+            IpAddr::V6(std::net::Ipv6Addr::new(
+                0x2001,
+                2,
+                x,
+                0,
+                0,
+                0,
+                0,
+                u16::from(i),
+            )),
+            p,
+        )
+    };
+    FlowData {
+        client: a(0, 1000),
+        vip: a(100, 80),
+        backend: a(1, 8080),
+        snat: a(200, 2000),
+        ..flow(i)
+    }
+}
+
+/// A reader that follows an IPv6 flow's hot line to its extension while both entries are
+/// freed and taken by the next IPv6 flow (in the other roles: the extension, pushed last,
+/// is popped first): it sees the first flow whole or not at all.
+#[test]
+fn an_ipv6_reader_races_the_reuse_of_its_extension() {
+    loom::model(|| {
+        let (t, now) = table();
+        let h = t.insert(&flow6(1), TcpFlags::NONE, t.tick(now)).unwrap();
+        let t2 = t.clone();
+        let j = loom::thread::spawn(move || {
+            t2.remove(h).unwrap();
+            t2.insert(&flow6(2), TcpFlags::NONE, t2.tick(now)).unwrap()
+        });
+        if let Some(v) = t.lookup(&flow6(1).reply_key()).and_then(|(h, _)| t.get(h)) {
+            assert_eq!(v.data, flow6(1));
+        }
+        if let Some(v) = t.get(h) {
+            assert_eq!(v.data, flow6(1));
+        }
+        let h2 = j.join().unwrap();
+        assert!(t.get(h).is_none());
+        assert_eq!(t.get(h2).unwrap().data, flow6(2));
+        assert_eq!(t.lookup(&flow6(2).reply_key()).unwrap().0, h2);
+    });
+}
+
 #[test]
 fn insert_races_sweep_cleanup() {
     loom::model(|| {

@@ -491,3 +491,64 @@ fn the_embryonic_gauge_follows_handshakes() {
     );
     assert_eq!(t.embryonic(), 0);
 }
+
+/// An upgrade across a layout change (layout 2, a cold half-line per entry and a `seq6`
+/// slab, to layout 3, IPv6 flows in two entries) loses nothing: the new process refuses the
+/// old state file by its version and imports the export the old one's graceful stop wrote,
+/// IPv6 flows and sequence words included.
+#[test]
+fn a_layout_2_state_file_is_refused_and_its_export_imported() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flows");
+    let export = dir.path().join("flows.export");
+    let now = Instant::now();
+    let (old, _) = FlowTable::open(&path, config(256), now, &AnyFlow).unwrap();
+    fill_proxied(&old, 100, now);
+    let before = check(&old);
+    assert_eq!(old.export(&export, now).unwrap(), 100);
+    old.mark_clean();
+    drop(old);
+    // The state file as layout 2 left it: its version and entry sizes (64-byte hot lines,
+    // 32-byte cold half-lines), and its size (a cold slab and a `seq6` slab more).
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    use std::os::unix::fs::FileExt;
+    f.write_all_at(&2u64.to_le_bytes(), 8).unwrap();
+    f.write_all_at(&(64u64 << 32 | 32).to_le_bytes(), 40)
+        .unwrap();
+    let len = f.metadata().unwrap().len();
+    f.set_len(len + 256 * 40).unwrap();
+    drop(f);
+
+    let (new, opened) = FlowTable::open(&path, config(256), now, &AnyFlow).unwrap();
+    let Opened::Replaced {
+        refusal,
+        set_aside: Some(_),
+        previous: None,
+        flows: Some(100),
+    } = opened
+    else {
+        panic!("not refused as another layout: {opened:?}")
+    };
+    assert_eq!(
+        (refusal.field, refusal.value.as_str()),
+        ("version", "2 (this xvs uses 3)")
+    );
+    assert_eq!(new.len(), 0);
+    let imported = new.import_records(&export, now, &AnyFlow).unwrap();
+    assert_eq!(
+        (imported.restored, imported.refused, imported.invalid),
+        (100, 0, 0)
+    );
+    check_seq(&new, 100);
+    let after = check(&new);
+    for b in &before {
+        assert!(
+            after
+                .iter()
+                .any(|a| a.data == b.data && a.state == b.state && a.seq == b.seq),
+            "{:?} lost",
+            b.data
+        );
+    }
+    assert!(before.iter().any(|b| b.data.client.is_ipv6()));
+}

@@ -76,7 +76,8 @@ fn churn(t: &FlowTable, seed: u64) -> ! {
 fn a_killed_owner_leaves_a_table_the_next_open_recovers() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("flows");
-    let cfg = FlowTableConfig::new(2048, common::BACKENDS as usize);
+    // Room for every flow: half of them IPv6, which take two entries.
+    let cfg = FlowTableConfig::new(3072, common::BACKENDS as usize);
     let (mut t, _) = FlowTable::open(&path, cfg, Instant::now(), &AnyFlow).unwrap();
     let mut torn = 0;
     let mut reset = 0;

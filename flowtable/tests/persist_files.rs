@@ -309,12 +309,14 @@ fn a_full_filesystem_is_a_refusal_with_exact_sizes_never_a_sigbus() {
     for i in 0..2000 {
         let _ = t.insert(&flow(i), TcpFlags::SYN, t.tick(Instant::now()));
     }
-    assert!(check(&t).len() > 1900);
+    // Every entry taken: 2048 entries hold about 1365 flows when every other one is IPv6
+    // (two entries).
+    assert!(check(&t).len() > 1300);
     drop(t);
     // A state file whose pages were given back (a sparse file) cannot be adopted into a full
     // filesystem: a refusal, not a fault in the recovery pass.
     let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-    let (entries, _, index, _, _) = FlowTable::state_layout(2048, BACKENDS as usize);
+    let (entries, index, _, _) = FlowTable::state_layout(2048, BACKENDS as usize);
     // SAFETY: punching a hole in our own file.
     let r = unsafe {
         use std::os::fd::AsRawFd;

@@ -23,7 +23,7 @@ fn config() -> FlowTableConfig {
     FlowTableConfig::new(CAP, BACKENDS as usize)
 }
 
-/// Header fields' byte offsets (layout version 2; checked against a real file below).
+/// Header fields' byte offsets (layout version 3; checked against a real file below).
 const MAGIC: u64 = 0;
 const VERSION: u64 = 8;
 const CAPACITY: u64 = 16;
@@ -66,10 +66,20 @@ fn write(path: &Path, at: u64, v: u64) {
     f.write_all_at(&v.to_le_bytes(), at).unwrap();
 }
 
-/// `(entries, cold, index, index slots, total)` of the test tables.
-fn layout() -> (u64, u64, u64, u64, u64) {
-    let (e, c, i, n, t) = FlowTable::state_layout(CAP, BACKENDS as usize);
-    (e as u64, c as u64, i as u64, n as u64, t as u64)
+/// `(entries, index, index slots, total)` of the test tables.
+fn layout() -> (u64, u64, u64, u64) {
+    let (e, i, n, t) = FlowTable::state_layout(CAP, BACKENDS as usize);
+    (e as u64, i as u64, n as u64, t as u64)
+}
+
+/// Word 6 of an IPv6 flow's entry: the number of its extension entry.
+const W_EXT: u64 = 6;
+
+/// The byte offset of word `w` of IPv6 flow `i`'s extension entry (VIP in words 1-2,
+/// backend 3-4, SNAT 5-6, each lo then hi).
+fn ext_word(path: &Path, i: u32, w: u64) -> u64 {
+    let (entries, ..) = layout();
+    entries + 64 * read(path, entry_word(path, i, W_EXT)) + 8 * w
 }
 
 /// The byte offset of word `w` of the entry holding flow `i` (found by its client port,
@@ -147,7 +157,7 @@ fn every_header_field_that_fails_sets_the_file_aside() {
 #[test]
 fn a_file_of_another_size_is_refused_not_mapped_past_its_end() {
     // A sparse terabyte too: only its first page is mapped before its size is refused.
-    for len in [0u64, 100, 4096, layout().4 / 2, layout().4 + 4096, 1 << 40] {
+    for len in [0u64, 100, 4096, layout().3 / 2, layout().3 + 4096, 1 << 40] {
         let dir = tempfile::tempdir().unwrap();
         let (path, _) = state(dir.path());
         let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
@@ -202,7 +212,7 @@ fn same_flows(t: &FlowTable, before: &[FlowView], dropped: usize) {
 
 #[test]
 fn an_index_that_disagrees_with_the_entries_is_rebuilt() {
-    let (_, _, index, slots, _) = layout();
+    let (_, index, slots, _) = layout();
     type Damage = fn(&Path, u64, u64);
     let cases: &[(&str, Damage, &str)] = &[
         (
@@ -282,11 +292,8 @@ fn an_entry_that_fails_is_dropped_and_counted_alone() {
         (
             "an IPv6 backend address rewritten in place",
             |p| {
-                // Flow 1's backend is in its cold half-line (IPv6).
-                let (entries, cold, ..) = layout();
-                let at = entry_word(p, 1, 0);
-                let e = (at - entries) / 64;
-                let w = cold + 32 * e;
+                // Flow 1's backend is in its extension entry (IPv6).
+                let w = ext_word(p, 1, 3);
                 write(p, w, read(p, w) ^ 0x7700);
             },
             "backend",
@@ -355,6 +362,37 @@ fn an_entry_that_fails_is_dropped_and_counted_alone() {
             },
             "vip",
         ),
+        (
+            "an IPv6 flow's extension past the entries",
+            |p| write(p, entry_word(p, 1, W_EXT), CAP as u64 + 3),
+            "extension",
+        ),
+        (
+            "an IPv6 flow's extension number with high bits",
+            |p| {
+                let at = entry_word(p, 1, W_EXT);
+                write(p, at, read(p, at) | 1 << 40);
+            },
+            "extension",
+        ),
+        (
+            "an IPv6 flow's extension its own entry",
+            |p| {
+                let (entries, ..) = layout();
+                let at = entry_word(p, 1, W_EXT);
+                write(p, at, (at - 8 * W_EXT - entries) / 64);
+            },
+            "extension",
+        ),
+        (
+            "an IPv6 flow's extension another flow's entry",
+            |p| {
+                let (entries, ..) = layout();
+                let other = (entry_word(p, 2, 0) - entries) / 64;
+                write(p, entry_word(p, 1, W_EXT), other);
+            },
+            "extension",
+        ),
     ];
     for &(what, damage, field) in cases {
         let dir = tempfile::tempdir().unwrap();
@@ -369,14 +407,48 @@ fn an_entry_that_fails_is_dropped_and_counted_alone() {
 }
 
 #[test]
+fn an_extension_named_by_two_flows_refuses_both_and_stays_usable() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, before) = state(dir.path());
+    // Flow 3 names flow 1's extension: whose it is cannot be told.
+    let (e1, e3) = (entry_word(&path, 1, W_EXT), entry_word(&path, 3, W_EXT));
+    let (own3, shared) = (read(&path, e3), read(&path, e1));
+    write(&path, e3, shared);
+    let (t, r) = adopted(&path, &config_check);
+    assert_eq!(r.refused, 2, "{r:?}");
+    let refusal = r.refusal.clone().unwrap();
+    assert_eq!(refusal.field, "extension");
+    assert!(refusal.value.contains(&shared.to_string()), "{refusal}");
+    assert_eq!(r.flows, before.len() - 2);
+    same_flows(&t, &before, 2);
+    // Both extensions (the shared one and flow 3's own) went back to the free list, once
+    // each: new IPv6 flows (two entries each) take every free entry before the first finds
+    // the table full (or has to recycle a flow).
+    assert_ne!(own3, shared);
+    let now = t.tick(Instant::now());
+    // 60 IPv4 flows of one entry, 60 IPv6 flows of two, flows 1 and 3 gone.
+    let free = CAP - (60 + 2 * 58);
+    let mut added = 0;
+    for i in 0..CAP as u32 {
+        let r = t.insert(&flow(1001 + 2 * i), TcpFlags::NONE, now);
+        if matches!(r, Err(InsertError::Full)) || t.stats().recycled > 0 {
+            break;
+        }
+        r.unwrap();
+        added += 1;
+    }
+    assert_eq!(added, free / 2, "every free entry used, none twice");
+    check(&t);
+}
+
+#[test]
 fn a_backend_id_at_two_addresses_drops_its_flows_and_two_flows_of_one_tuple_one() {
     // With no config to tell the real address (Kubernetes mode at open): every flow of the
     // id is suspect.
     let dir = tempfile::tempdir().unwrap();
     let (path, before) = state(dir.path());
-    let (entries, cold, ..) = layout();
-    let e = (entry_word(&path, 1, 0) - entries) / 64;
-    write(&path, cold + 32 * e, read(&path, cold + 32 * e) ^ 0x7700);
+    let w = ext_word(&path, 1, 3);
+    write(&path, w, read(&path, w) ^ 0x7700);
     let (t, r) = adopted(&path, &AnyFlow);
     let id = flow(1).backend_id;
     let of_id = before.iter().filter(|v| v.data.backend_id == id).count();
@@ -427,14 +499,21 @@ proptest! {
     ) {
         let dir = tempfile::tempdir().unwrap();
         let (path, before) = state(dir.path());
-        let (entries, cold, index, slots, _) = layout();
+        let (entries, index, slots, _) = layout();
         let (start, len) = match region {
             0 => (0, 128),
             1 => (entries, CAP as u64 * 64),
-            2 => (cold, CAP as u64 * 32),
+            // The extension numbers of the IPv6 flows: small values name other entries.
+            2 => {
+                for &(i, v) in &pokes {
+                    let flow = 1 + 2 * (i as u32 % (FLOWS / 2));
+                    write(&path, entry_word(&path, flow, W_EXT), v % (2 * CAP as u64));
+                }
+                (0, 0)
+            }
             _ => (index, slots * 8),
         };
-        for &(at, v) in &pokes {
+        for &(at, v) in pokes.iter().filter(|_| len > 0) {
             write(&path, start + (at % len) / 8 * 8, v);
         }
         let (t, opened) = FlowTable::open(&path, config(), Instant::now(), &config_check).unwrap();

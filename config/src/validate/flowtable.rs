@@ -5,14 +5,13 @@ use super::{Found, err};
 use crate::schema::Config;
 use crate::span::KeyPath;
 
-/// Largest flow table `xvs` accepts: 2^30 flows (about 130 GiB). Below the flow table's own
+/// Largest flow table `xvs` accepts: 2^30 flows (about 90 GiB). Below the flow table's own
 /// limit (2^31, entry numbers in 31 bits), which the daemon checks at compile time; the memory
 /// a machine has is checked by `xvs run`.
 pub const FLOWS_MAX: u32 = 1 << 30;
-/// Bytes a flow costs in the flow table (64-byte entry, 32-byte cold half, the 8-byte IPv6
-/// sequence word of the SYN proxy, 3.2 index words of 8 bytes), to say what a capacity
-/// needs; the daemon's tests keep it honest.
-pub const FLOW_BYTES: u64 = 130;
+/// Bytes a flow costs in the flow table (a 64-byte entry, an IPv6 flow two; 3.2 index words
+/// of 8 bytes), to say what a capacity needs; the daemon's tests keep it honest.
+pub const FLOW_BYTES: u64 = 90;
 /// Largest `[flowtable] backends_max`: lb-algos' limit of backends per scheduler. Each one
 /// has a connection counter and a SYN-watch word allocated at start-up.
 pub const BACKENDS_MAX: u32 = 1 << 20;

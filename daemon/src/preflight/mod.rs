@@ -467,7 +467,7 @@ mod tests {
         if mem < u64::from(config::FLOWS_MAX) * config::FLOW_BYTES {
             let e = check_flow_memory(&cfg).unwrap_err();
             assert!(
-                e.starts_with("flowtable.capacity 1073741824 needs 129.6 GiB (the flow table 129.6 GiB, the ClientIP affinity table 2.5 MiB)"),
+                e.starts_with("flowtable.capacity 1073741824 needs 89.6 GiB (the flow table 89.6 GiB, the ClientIP affinity table 2.5 MiB)"),
                 "{e}"
             );
         }

@@ -10,11 +10,11 @@
 //!   index slot holds what it may (`index::slot_valid`), each LIVE entry has exactly one word
 //!   per direction, within its probe window and with no EMPTY slot between its home and it
 //!   (the index's invariant (I)), no word names a FREE entry, and the free list holds exactly
-//!   the FREE entries.
+//!   the FREE entries that are no LIVE IPv6 flow's extension (each such flow names its own).
 
 use super::FlowTable;
 use super::counts::unpack;
-use super::entry::{ST_FREE, ST_LIVE, W_CTL, W_IDS, ctl_state, ctl_status};
+use super::entry::{ST_FREE, ST_LIVE, W_CTL, W_IDS, W_META, ctl_state, ctl_status};
 use crate::index::{self, EMPTY, FROZEN, TOMB};
 use crate::state::FlowState;
 use crate::sync::Ordering;
@@ -111,8 +111,20 @@ impl FlowTable {
             }
         }
         let mut free = 0;
+        let mut ext = vec![false; cap];
         for (e, entry) in self.entries.iter().enumerate() {
             let live = ctl_status(entry.w[W_CTL].load(Ordering::Relaxed)) == ST_LIVE;
+            if live && (self.word(e as u32, W_META) >> 40) & 1 == 1 {
+                match self.ext_of(e as u32) {
+                    Some(x)
+                        if x as usize != e && !std::mem::replace(&mut ext[x as usize], true) => {}
+                    x => {
+                        return Err(format!(
+                            "entry {e}: extension {x:?} (none, itself or shared)"
+                        ));
+                    }
+                }
+            }
             free += usize::from(!live);
             if live && words[e] != [1, 1] {
                 return Err(format!(
@@ -121,6 +133,15 @@ impl FlowTable {
                 ));
             }
         }
+        self.check_free_list(free, &ext)?;
+        self.check_counts()
+    }
+
+    /// The free list holds exactly the `free` FREE entries that are not LIVE flows'
+    /// extensions (`ext`).
+    #[cfg_attr(any(not(test), loom), allow(dead_code))]
+    fn check_free_list(&self, free: usize, ext: &[bool]) -> Result<(), String> {
+        let cap = self.entries.len();
         let mut head = self.free.0.load(Ordering::Relaxed) as u32;
         let mut listed = 0;
         while head != 0 {
@@ -131,13 +152,19 @@ impl FlowTable {
             if ctl_status(self.entries[e].w[W_CTL].load(Ordering::Relaxed)) != ST_FREE {
                 return Err(format!("free list: entry {e} is not FREE"));
             }
+            if ext[e] {
+                return Err(format!("free list: entry {e} is a live flow's extension"));
+            }
             listed += 1;
             head = self.entries[e].w[W_IDS].load(Ordering::Relaxed) as u32;
         }
-        if listed != free {
-            return Err(format!("free list: {listed} entries, {free} FREE"));
+        let exts = ext.iter().filter(|x| **x).count();
+        if listed + exts != free {
+            return Err(format!(
+                "free list: {listed} entries, {free} FREE of which {exts} extensions"
+            ));
         }
-        self.check_counts()
+        Ok(())
     }
 }
 

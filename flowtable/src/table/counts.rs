@@ -17,6 +17,32 @@ pub(super) struct BackendCount(pub(super) AtomicU64);
 
 pub(super) const ACTIVE_ONE: u64 = 1 << 32;
 
+/// The state codes ([`FlowState::to_u8`], all below 32) that are embryonic, as bits.
+const EMBRYONIC_CODES: u32 = {
+    let mut bits = 0u32;
+    let mut code = 0;
+    while code < 32 {
+        if state_code_embryonic(code) {
+            bits |= 1 << code;
+        }
+        code += 1;
+    }
+    bits
+};
+
+/// The one active state's code.
+const ACTIVE_CODE: u8 = crate::state::TcpState::Established as u8;
+
+/// [`FlowState::is_embryonic`] of a code, for the const above.
+const fn state_code_embryonic(code: u8) -> bool {
+    use crate::state::TcpState as T;
+    matches!(code, c if c == T::None as u8
+        || c == T::SynSent as u8
+        || c == T::SynRecv as u8
+        || c == T::SynAck as u8
+        || c == T::Listen as u8)
+}
+
 /// `(active, inactive)` as signed counts from a packed word.
 #[inline(always)]
 pub(super) fn unpack(w: u64) -> (i32, i32) {
@@ -45,7 +71,15 @@ impl FlowTable {
     }
 
     pub(super) fn count(&self, backend: u32, state: FlowState, delta: i32) {
-        if state.is_embryonic() {
+        self.count_code(backend, state.to_u8(), delta);
+    }
+
+    /// [`count`](Self::count) for a state code ([`FlowState::to_u8`]): two bit tests
+    /// instead of decoding the state (a new flow's insert).
+    #[inline(always)]
+    pub(super) fn count_code(&self, backend: u32, code: u8, delta: i32) {
+        let bit = 1u32.checked_shl(u32::from(code)).unwrap_or(0);
+        if bit & EMBRYONIC_CODES != 0 {
             self.counters
                 .0
                 .embryonic
@@ -54,7 +88,7 @@ impl FlowTable {
         let Some(b) = self.backends.get(backend as usize) else {
             return;
         };
-        let one = if state.is_active() { ACTIVE_ONE } else { 1 };
+        let one = if code == ACTIVE_CODE { ACTIVE_ONE } else { 1 };
         b.0.fetch_add(one.wrapping_mul(delta as i64 as u64), Ordering::Relaxed);
     }
 
@@ -153,6 +187,25 @@ mod tests {
                     u64::from((a as i32).max(0) as u32) << 32 | u64::from((i as i32).max(0) as u32)
                 );
             }
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod code_tests {
+    use super::*;
+
+    /// The code bits agree with the states' own predicates, for every code a state has.
+    #[test]
+    fn code_bits_agree_with_the_states() {
+        for code in 0..=u8::MAX {
+            let s = FlowState::from_u8(code);
+            if s.to_u8() != code {
+                continue;
+            }
+            let bit = 1u32.checked_shl(u32::from(code)).unwrap_or(0);
+            assert_eq!(bit & EMBRYONIC_CODES != 0, s.is_embryonic(), "code {code}");
+            assert_eq!(code == ACTIVE_CODE, s.is_active(), "code {code}");
         }
     }
 }

@@ -1,6 +1,16 @@
-//! An entry's layout: the hot line's eight words and the cold half-line, the control word
-//! (`gen:22 | status:2 | state:8 | last_seen:32`) and its statuses, and the reads and writes of
-//! an entry's data words (see the crate docs' memory layout and life cycle).
+//! An entry's layout: the hot line's eight words (and an IPv6 flow's extension entry), the
+//! control word (`gen:22 | status:2 | state:8 | last_seen:32`) and its statuses, and the reads
+//! and writes of an entry's data words (see the crate docs' memory layout and life cycle).
+//!
+//! An IPv6 flow's addresses do not fit one line: it takes a second entry from the free list,
+//! its **extension**, which holds its VIP, backend and SNAT addresses (words 1..=6) and whose
+//! control word stays FREE (so sweeps, scans, lookups and recycling pass it by; a stale
+//! handle of its last flow stays stale). The flow's hot line names it (`W_EXT`). The
+//! extension belongs to the flow: written with it by its inserter, before the INSERTING
+//! store, and returned to the free list by whoever frees the flow, after its FREE store. A
+//! reader that followed `W_EXT` validates the flow's control word after reading it, as for
+//! any data word: a recycled extension was written after a release fence that follows the
+//! flow's FREE store. IPv4 flows, the many, keep one line and cost nothing of this.
 //!
 //! Statuses move FREE → INSERTING → LIVE → DYING → FREE (a torn-down insert goes INSERTING →
 //! DYING → FREE, and a state file's recovery frees INSERTING/DYING entries a dead process left);
@@ -16,7 +26,7 @@ use crate::sync::{AtomicU64, Ordering, fence};
 use lb_algos::BackendId;
 use std::net::SocketAddr;
 
-// Entry words: 0..8 in the hot line (`Entry`), 8..12 in the cold half-line (`Cold`).
+// Entry words: 0..8 in the hot line (`Entry`).
 pub(super) const W_CTL: usize = 0;
 /// client port | vip port << 16 | backend port << 32 | snat port << 48.
 pub(super) const W_PORTS: usize = 1;
@@ -25,18 +35,26 @@ pub(super) const W_IDS: usize = 2;
 /// snapshot gen | proto << 32 | v6 << 40 | flags << 48.
 pub(super) const W_META: usize = 3;
 /// Addresses. IPv4: word 4 = client | vip << 32, word 5 = backend | snat << 32 (so an IPv4
-/// flow lives in one cache line). IPv6: client (4, 5), vip (6, 7), backend (8, 9), snat
-/// (10, 11), each (lo, hi).
+/// flow lives in one cache line). IPv6: client (4, 5) as (lo, hi); the rest in the extension.
 pub(super) const W_ADDR: usize = 4;
 /// IPv4 only: the checksum adjustments ([`v4_csum_delta`]) of the original direction | the
 /// reply direction's << 32.
 pub(super) const W_V4_CSUM: usize = 6;
-/// IPv4 only: the flow's sequence word (see [`FlowTable::seq`]); an IPv6 flow keeps it in
-/// the `seq6` slab.
-pub(super) const W_V4_SEQ: usize = 7;
-pub(super) const W_COLD: usize = 8;
+/// IPv6 only (the word IPv4 uses for [`W_V4_CSUM`]): the extension entry's number.
+pub(super) const W_EXT: usize = 6;
+/// The flow's sequence word (see [`FlowTable::seq`]), of either family.
+pub(super) const W_SEQ: usize = 7;
 pub(super) const HOT_WORDS: usize = 8;
-pub(super) const COLD_WORDS: usize = 4;
+/// Where an extension entry keeps an IPv6 flow's address `slot` (`A_VIP`, `A_BACKEND`,
+/// `A_SNAT`): words `x_word(slot)` (lo) and the next (hi), between the control word (the
+/// extension's own, FREE) and the sequence word (left alone: a stale handle of the entry's
+/// last flow may still compare-and-swap it, harmlessly, until the entry's next flow bumps the
+/// generation).
+#[inline(always)]
+pub(super) const fn x_word(slot: usize) -> usize {
+    1 + 2 * (slot - 1)
+}
+const _: () = assert!(x_word(A_SNAT) + 1 < W_SEQ && x_word(A_VIP) > W_CTL);
 
 /// Address slots, in word order.
 pub(super) const A_CLIENT: usize = 0;
@@ -46,23 +64,15 @@ pub(super) const A_SNAT: usize = 3;
 
 /// One flow's hot line: 8 atomic words, 64 bytes, cache-line aligned: the control word
 /// `gen:22 | status:2 | state:8 | last_seen:32`, ports, ids, meta and the addresses (all of
-/// them for IPv4, client and VIP for IPv6). The rest are immutable while the entry is
-/// INSERTING or LIVE. Atomics (not plain fields) so readers may race with a recycler without
+/// them for IPv4; for IPv6 the client and the extension's number). The rest are immutable
+/// while the entry is INSERTING or LIVE. Atomics (not plain fields) so readers may race with a recycler without
 /// UB: they validate with the control word instead.
 #[repr(C, align(64))]
 pub(super) struct Entry {
     pub(super) w: [AtomicU64; HOT_WORDS],
 }
 
-/// The IPv6 backend and SNAT addresses of a flow (unused for IPv4): 32 bytes.
-#[repr(C, align(32))]
-pub(super) struct Cold {
-    pub(super) w: [AtomicU64; COLD_WORDS],
-}
-
-const _: () = assert!(
-    (std::mem::size_of::<Entry>() == 64 && std::mem::size_of::<Cold>() == 32) || cfg!(loom)
-);
+const _: () = assert!(std::mem::size_of::<Entry>() == 64 || cfg!(loom));
 
 /// A bit of [`FlowData::flags`] that the table reads: [`FlowTable::lookup_v4`] (the IPv4
 /// per-packet shortcut) does not return such a flow, while every other lookup, the inserts
@@ -187,28 +197,35 @@ impl FlowTable {
 
     #[inline(always)]
     pub(super) fn word(&self, e: u32, w: usize) -> u64 {
-        if w < W_COLD {
-            self.entries[e as usize].w[w].load(Ordering::Relaxed)
-        } else {
-            self.cold[e as usize].w[w - W_COLD].load(Ordering::Relaxed)
-        }
+        self.entries[e as usize].w[w].load(Ordering::Relaxed)
     }
 
     #[inline(always)]
     pub(super) fn set_word(&self, e: u32, w: usize, v: u64) {
-        if w < W_COLD {
-            self.entries[e as usize].w[w].store(v, Ordering::Relaxed)
-        } else {
-            self.cold[e as usize].w[w - W_COLD].store(v, Ordering::Relaxed)
-        }
+        self.entries[e as usize].w[w].store(v, Ordering::Relaxed)
     }
 
-    /// Address `slot` (`A_*`) of entry `e`, as the key stores it (IPv4 v4-mapped).
+    /// The extension entry an IPv6 entry `e` names, if that is an entry at all (a torn read
+    /// of a recycled entry, or a damaged state file, may name none: readers validate after).
+    #[inline(always)]
+    pub(super) fn ext_of(&self, e: u32) -> Option<u32> {
+        let x = self.word(e, W_EXT);
+        (x < self.entries.len() as u64).then_some(x as u32)
+    }
+
+    /// Address `slot` (`A_*`) of entry `e`, as the key stores it (IPv4 v4-mapped). An IPv6
+    /// address in an extension that is no entry reads as 0 (see [`ext_of`](Self::ext_of)).
     #[inline(always)]
     pub(super) fn addr(&self, e: u32, slot: usize, v6: bool) -> u128 {
         if v6 {
-            let w = W_ADDR + 2 * slot;
-            u128::from(self.word(e, w)) | u128::from(self.word(e, w + 1)) << 64
+            let (at, w) = if slot == A_CLIENT {
+                (Some(e), W_ADDR)
+            } else {
+                (self.ext_of(e), x_word(slot))
+            };
+            at.map_or(0, |x| {
+                u128::from(self.word(x, w)) | u128::from(self.word(x, w + 1)) << 64
+            })
         } else {
             let w = self.word(e, W_ADDR + slot / 2);
             crate::key::V4_MAPPED | u128::from((w >> (32 * (slot % 2))) as u32)
@@ -247,8 +264,16 @@ impl FlowTable {
         })
     }
 
-    /// Write a popped (exclusively owned, FREE) entry and make it INSERTING. Returns its gen.
-    pub(super) fn write_entry(&self, e: u32, d: &FlowData, state: FlowState, t: u32) -> u64 {
+    /// Write a popped (exclusively owned, FREE) entry, and for an IPv6 flow its extension
+    /// `ext` (popped too), and make the entry INSERTING. Returns its gen.
+    pub(super) fn write_entry(
+        &self,
+        e: u32,
+        ext: Option<u32>,
+        d: &FlowData,
+        state: FlowState,
+        t: u32,
+    ) -> u64 {
         self.saw_flags(d.flags);
         let entry = &self.entries[e as usize];
         let old = entry.w[W_CTL].load(Ordering::Relaxed);
@@ -260,9 +285,13 @@ impl FlowTable {
         let v6 = d.client.is_ipv6();
         let bits = [d.client, d.vip, d.backend, d.snat].map(|sa| crate::key::addr_bits(sa.ip()).0);
         if v6 {
-            for (slot, b) in bits.iter().enumerate() {
-                set(W_ADDR + 2 * slot, *b as u64);
-                set(W_ADDR + 2 * slot + 1, (*b >> 64) as u64);
+            let x = ext.expect("an IPv6 flow's inserter took an extension");
+            set(W_ADDR, bits[A_CLIENT] as u64);
+            set(W_ADDR + 1, (bits[A_CLIENT] >> 64) as u64);
+            set(W_EXT, u64::from(x));
+            for slot in [A_VIP, A_BACKEND, A_SNAT] {
+                self.set_word(x, x_word(slot), bits[slot] as u64);
+                self.set_word(x, x_word(slot) + 1, (bits[slot] >> 64) as u64);
             }
         } else {
             let pair = |a: u128, b: u128| u64::from(a as u32) | u64::from(b as u32) << 32;

@@ -4,7 +4,7 @@
 
 use super::FlowTable;
 use super::entry::debug_transition;
-use super::entry::{ST_FREE, ST_LIVE, W_CTL, W_IDS, ctl, ctl_gen, ctl_state, ctl_status};
+use super::entry::{ST_FREE, ST_LIVE, W_CTL, W_IDS, W_META, ctl, ctl_gen, ctl_state, ctl_status};
 use super::handle::ExpiredFlow;
 use crate::state::FlowState;
 use crate::sync::Ordering;
@@ -112,16 +112,49 @@ impl FlowTable {
         }
     }
 
-    /// Mark an owned entry FREE and push it on the free list.
+    /// Mark an owned entry FREE and push it, and its extension, on the free list.
     pub(super) fn release(&self, e: u32, gen_: u64) {
-        let new = ctl(gen_, ST_FREE, 0, 0);
-        // Ours (DYING, by the one winner of the removal or a torn-down insert): stable.
-        debug_transition!(
-            self.entries[e as usize].w[W_CTL].load(Ordering::Relaxed),
-            new
-        );
-        self.entries[e as usize].w[W_CTL].store(new, Ordering::Release);
+        let ext = self.mark_free(e, gen_);
         self.push_free(e);
+        if let Some(x) = ext {
+            self.push_free(x);
+        }
+    }
+
+    /// Mark an owned entry (DYING, by the one winner of the removal or a torn-down insert:
+    /// its data words are stable) FREE; returns its extension, which the caller frees: only
+    /// now, so that a reader that followed the entry to it sees the FREE word when it
+    /// validates (the crate docs' "Readers").
+    pub(super) fn mark_free(&self, e: u32, gen_: u64) -> Option<u32> {
+        let entry = &self.entries[e as usize];
+        let v6 = (entry.w[W_META].load(Ordering::Relaxed) >> 40) & 1 == 1;
+        let ext = if v6 { self.ext_of(e) } else { None };
+        let new = ctl(gen_, ST_FREE, 0, 0);
+        debug_transition!(entry.w[W_CTL].load(Ordering::Relaxed), new);
+        entry.w[W_CTL].store(new, Ordering::Release);
+        ext
+    }
+
+    /// Two entries for an IPv6 flow (the second its extension), one for IPv4; see
+    /// [`alloc`](Self::alloc). An IPv6 flow that finds only one gives it back.
+    pub(super) fn alloc_flow(
+        &self,
+        v6: bool,
+        hash: u64,
+        now_t: u32,
+        mut on_evict: impl FnMut(ExpiredFlow),
+    ) -> Option<(u32, Option<u32>)> {
+        let e = self.alloc(hash, now_t, &mut on_evict)?;
+        if !v6 {
+            return Some((e, None));
+        }
+        match self.alloc(hash.rotate_left(32), now_t, on_evict) {
+            Some(x) => Some((e, Some(x))),
+            None => {
+                self.push_free(e);
+                None
+            }
+        }
     }
 }
 
@@ -152,6 +185,107 @@ mod tests {
             snapshot_gen: i,
             flags: 1,
         }
+    }
+
+    fn v6(i: u32, port: u16) -> SocketAddr {
+        SocketAddr::new(
+            IpAddr::V6(std::net::Ipv6Addr::new(0x2001, 2, 0, 0, 0, 0, i as u16, 1)),
+            port,
+        )
+    }
+
+    /// An IPv6 flow takes two entries (its extension) and gives both back whichever way it
+    /// leaves: removal, a torn-down insert, expiry, recycling. One that finds a single free
+    /// entry fails like a full table and leaves that entry free.
+    #[test]
+    fn ipv6_flows_take_two_entries_and_give_both_back() {
+        let now = Instant::now();
+        let t = FlowTable::new(FlowTableConfig::new(9, 4), now).unwrap();
+        let tick = t.tick(now);
+        let f6 = |i: u32| FlowData {
+            proto: Protocol::Udp,
+            client: v6(i, 1000),
+            vip: v6(100, 80),
+            backend: v6(200 + i, 8080),
+            snat: v6(300, 2000 + i as u16),
+            service_id: 1,
+            backend_id: BackendId(0),
+            snapshot_gen: 1,
+            flags: 0,
+        };
+        let hs: Vec<_> = (0..4)
+            .map(|i| t.insert(&f6(i), TcpFlags::NONE, tick).unwrap())
+            .collect();
+        assert_eq!(t.check_quiescent(), Ok(()));
+        // One entry left: no IPv6 flow, and the entry is still there for an IPv4 one.
+        assert_eq!(
+            t.insert(&f6(4), TcpFlags::NONE, tick),
+            Err(InsertError::Full)
+        );
+        assert_eq!(t.check_quiescent(), Ok(()));
+        let h4 = t
+            .insert(&flow(Protocol::Udp, 1, 0), TcpFlags::NONE, tick)
+            .unwrap();
+        assert_eq!(t.check_quiescent(), Ok(()));
+        for (i, h) in hs.iter().enumerate() {
+            let v = t.get(*h).unwrap();
+            assert_eq!(
+                v.data,
+                f6(i as u32),
+                "addresses read back through the extension"
+            );
+            assert_eq!(
+                t.lookup(&f6(i as u32).reply_key()),
+                Some((*h, Direction::Reply))
+            );
+        }
+        // A reply tuple in use: the insert is torn down, both its entries freed.
+        t.remove(hs[0]).unwrap();
+        let mut clash = f6(9);
+        (clash.backend, clash.snat) = (f6(1).backend, f6(1).snat);
+        assert!(matches!(
+            t.insert(&clash, TcpFlags::NONE, tick),
+            Err(InsertError::ReplyInUse(_))
+        ));
+        assert_eq!(t.check_quiescent(), Ok(()));
+        t.remove(hs[1]).unwrap();
+        t.remove(h4).unwrap();
+        // Expiry frees the rest; then nine IPv4 flows fit.
+        t.sweep(
+            t.tick(now + std::time::Duration::from_secs(3600)),
+            9,
+            |_| {},
+        );
+        assert_eq!((t.len(), t.check_quiescent()), (0, Ok(())));
+        for i in 0..9 {
+            t.insert(&flow(Protocol::Udp, 10 + i, 0), TcpFlags::NONE, tick)
+                .unwrap();
+        }
+        assert_eq!(t.stats().recycled, 0);
+        assert_eq!(t.check_quiescent(), Ok(()));
+
+        // Recycling an embryonic IPv6 flow: its entry to the inserter, its extension free.
+        let t = FlowTable::new(FlowTableConfig::new(4, 4), now).unwrap();
+        let syn6 = FlowData {
+            proto: Protocol::Tcp,
+            ..f6(0)
+        };
+        t.insert(&syn6, TcpFlags::SYN, tick).unwrap();
+        for i in 0..2 {
+            t.insert(&flow(Protocol::Udp, i, 0), TcpFlags::NONE, tick)
+                .unwrap();
+        }
+        t.insert(&flow(Protocol::Tcp, 5, 0), TcpFlags::SYN, tick)
+            .unwrap();
+        assert_eq!((t.stats().recycled, t.len()), (1, 3));
+        assert_eq!(t.check_quiescent(), Ok(()));
+        t.insert(&flow(Protocol::Udp, 6, 0), TcpFlags::NONE, tick)
+            .unwrap();
+        assert_eq!(
+            (t.stats().recycled, t.len()),
+            (1, 4),
+            "the extension was free"
+        );
     }
 
     /// What an insert recycles to make room (`insert_ticks`' `on_evict` sees it) is only ever

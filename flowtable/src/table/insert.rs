@@ -84,11 +84,11 @@ impl FlowTable {
             return Err(InsertError::Exists(h));
         }
         let rh = self.hash(&rkey);
-        let Some(e) = self.alloc(oh, t, on_evict) else {
+        let Some((e, ext)) = self.alloc_flow(okey.v6, oh, t, on_evict) else {
             self.counters.0.full.fetch_add(1, Ordering::Relaxed);
             return Err(InsertError::Full);
         };
-        let gen_ = self.write_entry(e, data, state, t);
+        let gen_ = self.write_entry(e, ext, data, state, t);
         self.publish(
             e,
             gen_,
@@ -113,11 +113,12 @@ impl FlowTable {
         reply: (u64, impl Fn(u64) -> bool),
     ) -> Result<FlowHandle, InsertError> {
         let oh = original.0;
-        self.publish_original(e, backend, state, original)?;
+        self.publish_original(e, backend, state.to_u8(), original)?;
         self.publish_reply(e, gen_, backend, oh, reply)
     }
 
-    /// First half of publishing entry `e`: count it and index its original tuple (its hash
+    /// First half of publishing entry `e` (in state `code`, [`FlowState::to_u8`]): count it
+    /// and index its original tuple (its hash
     /// and a same-key test for [`Index::insert`](crate::index::Index::insert)). On a conflict the entry is torn down. The
     /// entry stays INSERTING: readable by lookups of the original tuple, removable by no one,
     /// until [`publish_reply`](Self::publish_reply).
@@ -126,10 +127,10 @@ impl FlowTable {
         &self,
         e: u32,
         backend: u32,
-        state: FlowState,
+        code: u8,
         (oh, same_original): (u64, impl Fn(u64) -> bool),
     ) -> Result<(), InsertError> {
-        self.count(backend, state, 1);
+        self.count_code(backend, code, 1);
         match self
             .index
             .insert(oh, index::make_word(oh, false, e), same_original)

@@ -181,8 +181,7 @@ impl FlowTable {
             return None;
         }
         let data = self.read_data(e);
-        let seq = data.and_then(|d| self.seq_slot(e, d.client.is_ipv6()));
-        let seq = seq.map_or(0, |s| s.load(Ordering::Relaxed));
+        let seq = entry.w[super::entry::W_SEQ].load(Ordering::Relaxed);
         fence(Ordering::Acquire);
         let c2 = entry.w[W_CTL].load(Ordering::Relaxed);
         if !ctl_readable(c2) || ctl_gen(c2) != h.gen_() {

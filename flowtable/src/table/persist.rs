@@ -339,15 +339,12 @@ impl FlowTable {
     }
 
     /// Where a state file of `capacity` flows and `backends_max` backends keeps its parts,
-    /// in bytes from its start: `(entries, cold half-lines, index, index slots, total)`
-    /// (for the tests that damage state files by hand).
+    /// in bytes from its start: `(entries, index, index slots, total)` (for the tests that
+    /// damage state files by hand).
     #[cfg(feature = "testing")]
-    pub fn state_layout(
-        capacity: usize,
-        backends_max: usize,
-    ) -> (usize, usize, usize, usize, usize) {
+    pub fn state_layout(capacity: usize, backends_max: usize) -> (usize, usize, usize, usize) {
         let l = Layout::of(capacity, backends_max);
-        (l.entries, l.cold, l.index, l.index_slots, l.total)
+        (l.entries, l.index, l.index_slots, l.total)
     }
 
     /// Whether this table lives in a state file.
@@ -395,6 +392,7 @@ impl FlowTable {
         let mut out = Imported::default();
         let mut addrs = valid::BackendAddrs::default();
         let old_now = old.ticks(Instant::now());
+        let exts = recover::Extensions::of(old);
         for (e, entry) in old.entries.iter().enumerate() {
             let c = entry.w[W_CTL].load(Ordering::Relaxed);
             if ctl_status(c) != super::entry::ST_LIVE {
@@ -402,7 +400,10 @@ impl FlowTable {
             }
             out.read += 1;
             let limit = self.backends.len();
-            let (d, state) = match old.entry_flow(e as u32, c, old_now, limit, check) {
+            let flow = old
+                .entry_flow(e as u32, c, old_now, limit, check)
+                .and_then(|f| exts.claim(old, e as u32, &f.0).map(|()| f));
+            let (d, state) = match flow {
                 Ok(f) => f,
                 Err(why) => {
                     out.refuse(why);

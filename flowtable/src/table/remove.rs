@@ -5,8 +5,7 @@
 use super::FlowTable;
 use super::entry::debug_transition;
 use super::entry::{
-    GEN_MASK, ST_DYING, ST_FREE, ST_LIVE, W_CTL, ctl, ctl_gen, ctl_ls, ctl_readable, ctl_state,
-    ctl_status,
+    GEN_MASK, ST_DYING, ST_LIVE, W_CTL, ctl_gen, ctl_ls, ctl_readable, ctl_state, ctl_status,
 };
 use super::handle::{ExpiredFlow, FlowHandle, FlowView, Tick};
 use super::stats::SweepStats;
@@ -88,10 +87,9 @@ impl FlowTable {
         self.departed.0.fetch_add(1, Ordering::Relaxed);
         if to_free_list {
             self.release(e, gen_);
-        } else {
-            let free = ctl(gen_, ST_FREE, 0, 0);
-            debug_transition!(entry.w[W_CTL].load(Ordering::Relaxed), free);
-            entry.w[W_CTL].store(free, Ordering::Release);
+        } else if let Some(x) = self.mark_free(e, gen_) {
+            // The entry goes to the caller; an IPv6 flow's extension back to the free list.
+            self.push_free(x);
         }
         Some(flow)
     }

@@ -2,7 +2,7 @@
 //! generation so that a word of an earlier flow of the entry is never read as this flow's.
 
 use super::FlowTable;
-use super::entry::{W_CTL, W_META, W_V4_SEQ, ctl_gen, ctl_readable};
+use super::entry::{W_CTL, W_SEQ, ctl_gen, ctl_readable};
 use super::handle::FlowHandle;
 use crate::sync::{AtomicU64, Ordering, fence};
 
@@ -20,14 +20,10 @@ pub(super) fn seq_stamp(gen_: u64, v: u64) -> u64 {
 }
 
 impl FlowTable {
-    /// Where entry `e`'s sequence word is.
+    /// Entry `e`'s sequence word (in its hot line, of either family).
     #[inline]
-    pub(super) fn seq_slot(&self, e: u32, v6: bool) -> Option<&AtomicU64> {
-        if v6 {
-            self.seq6.get(e as usize)
-        } else {
-            self.entries.get(e as usize).map(|x| &x.w[W_V4_SEQ])
-        }
+    pub(super) fn seq_slot(&self, e: u32) -> Option<&AtomicU64> {
+        self.entries.get(e as usize).map(|x| &x.w[W_SEQ])
     }
 
     /// The generation bits a sequence word of flow `h` carries.
@@ -41,7 +37,7 @@ impl FlowTable {
     /// after the insert with [`set_seq`](Self::set_seq) and changes with
     /// [`update_seq`](Self::update_seq). `None` when the handle is stale or no word was
     /// stored for this flow. Lock-free; one more load than the lookup for an IPv4 flow (the
-    /// word is in its hot line), one more line for an IPv6 flow.
+    /// word is in its hot line), for an IPv6 flow too.
     #[inline]
     pub fn seq(&self, h: FlowHandle) -> Option<u64> {
         let e = h.entry();
@@ -50,8 +46,7 @@ impl FlowTable {
         if !ctl_readable(c1) || ctl_gen(c1) != h.gen_() {
             return None;
         }
-        let v6 = (self.word(e, W_META) >> 40) & 1 == 1;
-        let w = self.seq_slot(e, v6)?.load(Ordering::Acquire);
+        let w = entry.w[W_SEQ].load(Ordering::Acquire);
         fence(Ordering::Acquire);
         let c2 = entry.w[W_CTL].load(Ordering::Relaxed);
         if !ctl_readable(c2) || ctl_gen(c2) != h.gen_() || w >> SEQ_BITS != Self::seq_gen(h) {
@@ -71,11 +66,7 @@ impl FlowTable {
         if !ctl_readable(c) || ctl_gen(c) != h.gen_() {
             return false;
         }
-        let v6 = (self.word(e, W_META) >> 40) & 1 == 1;
-        let Some(slot) = self.seq_slot(e, v6) else {
-            return false;
-        };
-        slot.store(seq_stamp(Self::seq_gen(h), v), Ordering::Release);
+        entry.w[W_SEQ].store(seq_stamp(Self::seq_gen(h), v), Ordering::Release);
         true
     }
 
@@ -83,14 +74,7 @@ impl FlowTable {
     /// not `old`, of another flow of the entry included, stays); whether it did.
     pub fn update_seq(&self, h: FlowHandle, old: u64, new: u64) -> bool {
         let e = h.entry();
-        let Some(v6) = self
-            .entries
-            .get(e as usize)
-            .map(|_| (self.word(e, W_META) >> 40) & 1 == 1)
-        else {
-            return false;
-        };
-        let Some(slot) = self.seq_slot(e, v6) else {
+        let Some(slot) = self.seq_slot(e) else {
             return false;
         };
         let g = Self::seq_gen(h);
@@ -164,7 +148,7 @@ impl FlowTable {
         if (meta >> 32) as u8 != vocab::ip_proto::TCP || flags & super::FLAG_SLOW != 0 {
             return;
         }
-        let Some(slot) = self.seq_slot(e, (meta >> 40) & 1 == 1) else {
+        let Some(slot) = self.seq_slot(e) else {
             return;
         };
         let tag = gen_ & ((1 << (64 - SEQ_BITS)) - 1);
@@ -208,7 +192,7 @@ impl FlowTable {
     ) -> RstWindow {
         let e = h.entry();
         if self.entries.get(e as usize).is_none()
-            || (self.word(e, W_META) >> 48) as u8 & super::FLAG_SLOW != 0
+            || (self.word(e, super::entry::W_META) >> 48) as u8 & super::FLAG_SLOW != 0
         {
             return RstWindow::Unknown;
         }

@@ -11,7 +11,7 @@ use super::FlowTable;
 #[cfg(not(loom))]
 use super::FlowTableConfig;
 use super::counts::BackendCount;
-use super::entry::{Cold, Entry, W_IDS};
+use super::entry::{Entry, W_IDS};
 use super::stats::Counters;
 use crate::index::Index;
 use crate::mem::page_round;
@@ -25,7 +25,10 @@ pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"XVSFLOWT");
 /// - 1: the first.
 /// - 2: the sequence words (an IPv4 entry's last hot word, the `seq6` slab after the cold
 ///   half-lines) and the embryonic gauge in the counters.
-pub(crate) const LAYOUT_VERSION: u64 = 2;
+/// - 3: no cold half-lines and no `seq6` slab: an IPv6 flow's VIP, backend and SNAT
+///   addresses in an extension entry that its hot line names (the word IPv4 keeps its
+///   checksum adjustments in), its sequence word in its hot line's last word as IPv4's.
+pub(crate) const LAYOUT_VERSION: u64 = 3;
 
 /// Header status: a process owns the table (or owned it when it died).
 pub(crate) const STATUS_RUNNING: u64 = 1;
@@ -46,7 +49,8 @@ pub(crate) struct Header {
     pub capacity: AtomicU64,
     pub homes: AtomicU64,
     pub backends_max: AtomicU64,
-    /// `size_of::<Entry>() << 32 | size_of::<Cold>()`: a cross-check of the layout.
+    /// `size_of::<Entry>() << 32` (the low half held the cold half-line's size, up to layout
+    /// 2): a cross-check of the layout.
     pub entry_bytes: AtomicU64,
     /// `/proc/sys/kernel/random/boot_id`: flows (and monotonic times) of another boot mean
     /// nothing.
@@ -84,8 +88,6 @@ mod plain {
     // SAFETY: as above.
     unsafe impl Plain for Entry {}
     // SAFETY: as above.
-    unsafe impl Plain for Cold {}
-    // SAFETY: as above.
     unsafe impl Plain for BackendCount {}
     // SAFETY: as above.
     unsafe impl Plain for Counters {}
@@ -101,8 +103,6 @@ pub(crate) struct Layout {
     pub index_slots: usize,
     pub backends_max: usize,
     pub entries: usize,
-    pub cold: usize,
-    pub seq6: usize,
     pub index: usize,
     pub backends: usize,
     /// Bytes in all.
@@ -127,9 +127,7 @@ impl Layout {
         let homes = capacity * INDEX_SLOTS_NUM / INDEX_SLOTS_DEN;
         let index_slots = Index::slots_for(homes);
         let entries = page_round(std::mem::size_of::<HeaderBlock>());
-        let cold = entries + page_round(capacity * std::mem::size_of::<Entry>());
-        let seq6 = cold + page_round(capacity * std::mem::size_of::<Cold>());
-        let index = seq6 + page_round(capacity * 8);
+        let index = entries + page_round(capacity * std::mem::size_of::<Entry>());
         let backends = index + page_round(index_slots * 8);
         let total = backends + page_round(backends_max * std::mem::size_of::<BackendCount>());
         Layout {
@@ -138,8 +136,6 @@ impl Layout {
             index_slots,
             backends_max,
             entries,
-            cold,
-            seq6,
             index,
             backends,
             total,
@@ -162,8 +158,6 @@ impl FlowTable {
         use std::mem::offset_of;
         FlowTable {
             entries: mem.slab(lay.entries, lay.capacity),
-            cold: mem.slab(lay.cold, lay.capacity),
-            seq6: mem.slab(lay.seq6, lay.capacity),
             slow_seen: AtomicUsize::new(0),
             index: Index::over(mem.slab(lay.index, lay.index_slots), lay.homes),
             free: mem.one(offset_of!(HeaderBlock, free)),
@@ -215,5 +209,5 @@ impl FlowTable {
 
 /// The entry sizes as the header records them.
 pub(crate) fn entry_bytes() -> u64 {
-    (std::mem::size_of::<Entry>() as u64) << 32 | std::mem::size_of::<Cold>() as u64
+    (std::mem::size_of::<Entry>() as u64) << 32
 }

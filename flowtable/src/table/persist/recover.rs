@@ -24,8 +24,8 @@ use shm::Refusal;
 
 use super::super::FlowTable;
 use super::super::entry::{
-    GEN_MASK, ST_FREE, ST_LIVE, W_ADDR, W_CTL, W_IDS, W_META, W_PORTS, W_V4_CSUM, ctl, ctl_gen,
-    ctl_ls, ctl_state, ctl_status,
+    GEN_MASK, ST_FREE, ST_LIVE, W_ADDR, W_CTL, W_EXT, W_IDS, W_META, W_PORTS, W_V4_CSUM, ctl,
+    ctl_gen, ctl_ls, ctl_state, ctl_status,
 };
 use super::super::v4::v4_csum_delta;
 use super::Recovery;
@@ -58,6 +58,11 @@ impl FlowTable {
                 "meta",
                 format!("{meta:#018x} (unused bits set)"),
             ));
+        }
+        if (meta >> 40) & 1 == 1
+            && let Some(r) = self.ext_refusal(e)
+        {
+            return Err(r);
         }
         let d = self.read_data(e).ok_or_else(|| {
             Refusal::new(
@@ -93,6 +98,25 @@ impl FlowTable {
         Ok((d, state))
     }
 
+    /// What is wrong with IPv6 entry `e`'s extension number, if anything: it must name
+    /// another entry, one that is FREE (an extension's control word never leaves FREE). That
+    /// no two flows name one extension is the caller's to check ([`Extensions`]).
+    fn ext_refusal(&self, e: u32) -> Option<Refusal> {
+        let x = self.word(e, W_EXT);
+        let why = match self.ext_of(e) {
+            None => "no such entry",
+            Some(x) if x == e => "the flow's own entry",
+            Some(x)
+                if ctl_status(self.entries[x as usize].w[W_CTL].load(Ordering::Relaxed))
+                    != ST_FREE =>
+            {
+                "an entry in use"
+            }
+            Some(_) => return None,
+        };
+        Some(Refusal::new("extension", format!("{x} ({why})")))
+    }
+
     /// The recovery pass of an adoption (see the module doc), at `now`.
     pub(crate) fn recover(
         &self,
@@ -111,12 +135,16 @@ impl FlowTable {
         };
         let mut addrs = BackendAddrs::default();
         let mut probes = Probes::new();
+        let exts = Extensions::of(self);
         let limit = self.backends.len();
         for (e, entry) in self.entries.iter().enumerate() {
             let c = entry.w[W_CTL].load(Ordering::Relaxed);
             match ctl_status(c) {
                 ST_FREE => continue,
-                ST_LIVE => match self.entry_flow(e as u32, c, now_ticks, limit, check) {
+                ST_LIVE => match self
+                    .entry_flow(e as u32, c, now_ticks, limit, check)
+                    .and_then(|f| exts.claim(self, e as u32, &f.0).map(|()| f))
+                {
                     Ok((d, _)) => {
                         keep[e] = true;
                         addrs.note(d.backend_id.0, d.backend);
@@ -317,10 +345,17 @@ impl FlowTable {
             self.saw_flags((self.word(e as u32, W_META) >> 48) as u8);
             self.count(backend.0, FlowState::from_u8(ctl_state(c)), 1);
         }
-        // The free list: every entry not kept, in order.
+        // The free list: every entry neither kept nor a kept flow's extension, in order.
+        let mut ext = vec![false; keep.len()];
+        for (e, _) in keep.iter().enumerate().filter(|(_, k)| **k) {
+            let v6 = (self.word(e as u32, W_META) >> 40) & 1 == 1;
+            if let Some(x) = self.ext_of(e as u32).filter(|_| v6) {
+                ext[x as usize] = true;
+            }
+        }
         let mut head = 0u64;
         for e in (0..keep.len()).rev() {
-            if !keep[e] {
+            if !keep[e] && !ext[e] {
                 self.entries[e].w[W_IDS].store(head, Ordering::Relaxed);
                 head = e as u64 + 1;
             }
@@ -410,6 +445,44 @@ impl Probes {
     fn finish(mut self, t: &FlowTable) -> usize {
         self.flush(t);
         self.found
+    }
+}
+
+/// How many LIVE IPv6 flows of a state file name each entry as their extension: one that
+/// two name is refused for both (which of them it belongs to cannot be told, and both
+/// would free it).
+pub(super) struct Extensions(Vec<u8>);
+
+impl Extensions {
+    /// The claims in `t`'s entries (read once, before any is freed).
+    pub(super) fn of(t: &FlowTable) -> Extensions {
+        let mut n = vec![0u8; t.entries.len()];
+        for (e, entry) in t.entries.iter().enumerate() {
+            let live = ctl_status(entry.w[W_CTL].load(Ordering::Relaxed)) == ST_LIVE;
+            if live
+                && (t.word(e as u32, W_META) >> 40) & 1 == 1
+                && let Some(x) = t.ext_of(e as u32)
+            {
+                n[x as usize] = n[x as usize].saturating_add(1);
+            }
+        }
+        Extensions(n)
+    }
+
+    /// Whether flow `d` (in entry `e`, its extension number checked by `entry_flow`) has
+    /// its extension to itself, if it is IPv6.
+    pub(super) fn claim(&self, t: &FlowTable, e: u32, d: &FlowData) -> Result<(), Refusal> {
+        if !d.client.is_ipv6() {
+            return Ok(());
+        }
+        match t.ext_of(e) {
+            Some(x) if self.0[x as usize] == 1 => Ok(()),
+            Some(x) => Err(Refusal::new(
+                "extension",
+                format!("{x} (named by {} flows)", self.0[x as usize]),
+            )),
+            None => Err(Refusal::new("extension", "no such entry")),
+        }
     }
 }
 
