@@ -585,3 +585,40 @@ fn endpoint_choice() {
         Endpoint::Unix("/x.sock".into())
     );
 }
+
+#[test]
+fn the_flow_table_line_counts_entries_when_ipv6_flows_take_two() {
+    let line = |flows: u64, entries: u64| {
+        let mut stats = StatsView::default();
+        stats.flowtable.flows = flows;
+        stats.flowtable.entries = entries;
+        stats.flowtable.capacity = 1000;
+        let out = render_status(
+            &Endpoint::Tcp("198.18.0.1:9100".parse().unwrap()),
+            200,
+            &serde_json::from_str::<slowpath::admin::HealthzBody>(
+                r#"{"lastUpdated":"","currentTime":"","fastpathRunning":true}"#,
+            )
+            .unwrap(),
+            &stats,
+            SystemTime::now(),
+            true,
+        );
+        out.lines()
+            .find(|l| l.starts_with("flow table:"))
+            .unwrap()
+            .to_owned()
+    };
+    // IPv4 only: flows are entries, the line as it always was.
+    assert!(line(250, 250).starts_with("flow table: 250 / 1000 flows (25.0%), "));
+    // 250 IPv6 flows of 400: 650 entries, 65 % full.
+    assert!(
+        line(400, 650).starts_with(
+            "flow table: 400 / 1000 flows (65.0%, 650 entries with IPv6 flows' second), "
+        ),
+        "{}",
+        line(400, 650)
+    );
+    // An older xvs's JSON has no entries: its flows.
+    assert!(line(300, 0).starts_with("flow table: 300 / 1000 flows (30.0%), "));
+}

@@ -164,6 +164,10 @@ impl FlowTable {
                 "free list: {listed} entries, {free} FREE of which {exts} extensions"
             ));
         }
+        let gauge = self.counters.0.extensions.load(Ordering::Relaxed) as i64;
+        if gauge != exts as i64 {
+            return Err(format!("extensions gauge {gauge}, {exts} extensions taken"));
+        }
         Ok(())
     }
 }

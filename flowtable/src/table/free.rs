@@ -117,8 +117,22 @@ impl FlowTable {
         let ext = self.mark_free(e, gen_);
         self.push_free(e);
         if let Some(x) = ext {
-            self.push_free(x);
+            self.free_extension(x);
         }
+    }
+
+    /// Gives an IPv6 flow's extension back (its flow's entry is FREE already).
+    pub(super) fn free_extension(&self, x: u32) {
+        self.counters.0.extensions.fetch_sub(1, Ordering::Relaxed);
+        self.push_free(x);
+    }
+
+    /// Entries in use: the live flows plus the IPv6 flows' extensions (approximate while
+    /// flows come and go). What "full" means: an IPv6 flow takes two of the capacity's
+    /// entries.
+    pub fn entries_used(&self) -> usize {
+        let ext = (self.counters.0.extensions.load(Ordering::Relaxed) as i64).max(0) as usize;
+        (self.len() + ext).min(self.entries.len())
     }
 
     /// Mark an owned entry (DYING, by the one winner of the removal or a torn-down insert:
@@ -149,7 +163,10 @@ impl FlowTable {
             return Some((e, None));
         }
         match self.alloc(hash.rotate_left(32), now_t, on_evict) {
-            Some(x) => Some((e, Some(x))),
+            Some(x) => {
+                self.counters.0.extensions.fetch_add(1, Ordering::Relaxed);
+                Some((e, Some(x)))
+            }
             None => {
                 self.push_free(e);
                 None
@@ -217,6 +234,9 @@ mod tests {
             .map(|i| t.insert(&f6(i), TcpFlags::NONE, tick).unwrap())
             .collect();
         assert_eq!(t.check_quiescent(), Ok(()));
+        // Eight of nine entries in use for four flows: 7/8 full, so under pressure.
+        assert_eq!((t.len(), t.stats().entries), (4, 8));
+        assert!(t.under_pressure(tick));
         // One entry left: no IPv6 flow, and the entry is still there for an IPv4 one.
         assert_eq!(
             t.insert(&f6(4), TcpFlags::NONE, tick),
@@ -257,6 +277,7 @@ mod tests {
             |_| {},
         );
         assert_eq!((t.len(), t.check_quiescent()), (0, Ok(())));
+        assert_eq!(t.entries_used(), 0);
         for i in 0..9 {
             t.insert(&flow(Protocol::Udp, 10 + i, 0), TcpFlags::NONE, tick)
                 .unwrap();

@@ -89,7 +89,7 @@ impl FlowTable {
             self.release(e, gen_);
         } else if let Some(x) = self.mark_free(e, gen_) {
             // The entry goes to the caller; an IPv6 flow's extension back to the free list.
-            self.push_free(x);
+            self.free_extension(x);
         }
         Some(flow)
     }

@@ -11,6 +11,8 @@ pub struct FlowTableStats {
     pub capacity: usize,
     /// Live flows now.
     pub len: usize,
+    /// Entries in use now: one a flow, two an IPv6 flow (against `capacity`).
+    pub entries: usize,
     /// Flows inserted.
     pub inserted: u64,
     /// Inserts refused because the table was full.
@@ -51,6 +53,9 @@ pub(super) struct Counters {
     /// Live embryonic flows: a gauge of wrapping signed updates (a decrement may overtake its
     /// increment for a moment).
     pub(super) embryonic: AtomicU64,
+    /// Extensions taken (an IPv6 flow's second entry): a gauge as `embryonic`, so that the
+    /// entries in use are the flows plus these ([`FlowTable::entries_used`]).
+    pub(super) extensions: AtomicU64,
 }
 
 /// What a sweep did.
@@ -72,6 +77,7 @@ impl FlowTable {
         FlowTableStats {
             capacity: self.capacity(),
             len: self.len(),
+            entries: self.entries_used(),
             inserted: r(&c.inserted),
             full: r(&c.full),
             exists: r(&c.exists),

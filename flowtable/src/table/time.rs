@@ -75,7 +75,7 @@ impl FlowTable {
     /// flows gave way within the last [`PRESSURE_HOLD_TICKS`].
     pub(super) fn pressure_at(&self, now_t: u32) -> bool {
         u64::from(now_t) < self.pressure_until.0.load(Ordering::Relaxed)
-            || self.len() * 8 >= self.entries.len() * 7
+            || self.entries_used() * 8 >= self.entries.len() * 7
     }
 
     /// Whether the table is under pressure at `now`: embryonic TCP flows then expire after

@@ -519,9 +519,15 @@ const FAMILIES: &[Row] = &[
         |o, n, i| o.sample(n, &[], f(i.stats.flowtable.embryonic)),
     ),
     fam(
+        "xvs_flowtable_entries",
+        "gauge",
+        "Entries in use: one a flow, two an IPv6 flow (against xvs_flowtable_capacity).",
+        |o, n, i| o.sample(n, &[], f(i.stats.flowtable.entries)),
+    ),
+    fam(
         "xvs_flowtable_capacity",
         "gauge",
-        "Most flows the table holds.",
+        "Entries of the table: the most IPv4 flows it holds (an IPv6 flow takes two).",
         |o, n, i| o.sample(n, &[], f(i.stats.flowtable.capacity)),
     ),
     fam(

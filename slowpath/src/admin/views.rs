@@ -715,6 +715,9 @@ pub struct FlowTableView {
     /// Live TCP flows whose handshake has not completed (the SYN proxy's `auto` looks at it).
     #[serde(default)]
     pub embryonic: u64,
+    /// Entries in use: one a flow, two an IPv6 flow (the table is full at `capacity`).
+    #[serde(default)]
+    pub entries: u64,
 }
 
 impl FlowTableView {
@@ -730,6 +733,7 @@ impl FlowTableView {
     pub fn from_stats(s: &FlowTableStats, bytes_per_flow: f64) -> FlowTableView {
         FlowTableView {
             flows: s.len as u64,
+            entries: s.entries as u64,
             capacity: s.capacity as u64,
             bytes_per_flow,
             inserted: s.inserted,

@@ -338,6 +338,7 @@ impl FlowTable {
             b.0.store(0, Ordering::Relaxed);
         }
         self.counters.0.embryonic.store(0, Ordering::Relaxed);
+        self.counters.0.extensions.store(0, Ordering::Relaxed);
         for (e, _) in keep.iter().enumerate().filter(|(_, k)| **k) {
             let c = self.entries[e].w[W_CTL].load(Ordering::Relaxed);
             let backend = BackendId((self.word(e as u32, W_IDS) >> 32) as u32);
@@ -351,6 +352,7 @@ impl FlowTable {
             let v6 = (self.word(e as u32, W_META) >> 40) & 1 == 1;
             if let Some(x) = self.ext_of(e as u32).filter(|_| v6) {
                 ext[x as usize] = true;
+                self.counters.0.extensions.fetch_add(1, Ordering::Relaxed);
             }
         }
         let mut head = 0u64;
