@@ -182,6 +182,8 @@ struct Shook {
 /// SYN, ACK and the backend's SYN-ACK through `p` for `s`, with every frame checked.
 fn handshake(p: &mut Pipeline, s: &Svc, now: Instant) -> Shook {
     let flows_before = p.flows().len();
+    // (An embryonic flow that gave way its SNAT port to this one is gone.)
+    let gave_way_before = p.flows().stats().gave_way;
     // 1. SYN → SYN-ACK with a cookie, the client's MSS and SACK, our window scale, no TS.
     let syn = tcp(
         CLIENT_MAC,
@@ -252,7 +254,8 @@ fn handshake(p: &mut Pipeline, s: &Svc, now: Instant) -> Shook {
         "{}: the client's window, unscaled",
         s.name
     );
-    assert_eq!(p.flows().len(), flows_before + 1, "{}", s.name);
+    let gave_way = (p.flows().stats().gave_way - gave_way_before) as usize;
+    assert_eq!(p.flows().len(), flows_before + 1 - gave_way, "{}", s.name);
 
     // 3. The backend's SYN-ACK → the ACK back to the backend.
     let synack = tcp(
@@ -289,73 +292,7 @@ fn a_proxied_connection_translates_both_ways() {
     let mut p = pipeline_from(&config_on(), epoch);
     for s in services() {
         let h = handshake(&mut p, &s, now);
-        // Client → backend: ack and SACK edges move by the delta.
-        let delta = BACKEND_ISN.wrapping_sub(h.cookie);
-        let sack_l = h.cookie.wrapping_add(201);
-        let sack_r = h.cookie.wrapping_add(301);
-        let mut opts = vec![1, 1, 5, 10];
-        opts.extend_from_slice(&sack_l.to_be_bytes());
-        opts.extend_from_slice(&sack_r.to_be_bytes());
-        let data = tcp(
-            CLIENT_MAC,
-            s.client,
-            s.vip,
-            0x18,
-            CLIENT_ISN.wrapping_add(1),
-            h.cookie.wrapping_add(101),
-            502,
-            &opts,
-            PAYLOAD,
-        );
-        let (v, out) = run(&mut p, &data, now);
-        assert_eq!(v, Verdict::Tx(0), "{}", s.name);
-        let d = seen(&out, &format!("{}: client data", s.name));
-        assert_eq!((d.src, d.dst), (h.seen_by_backend, s.backend));
-        assert_eq!(d.seq, CLIENT_ISN.wrapping_add(1), "sequence numbers stay");
-        assert_eq!(d.ack, BACKEND_ISN.wrapping_add(101), "{}", s.name);
-        let mut want = vec![1, 1, 5, 10];
-        want.extend_from_slice(&sack_l.wrapping_add(delta).to_be_bytes());
-        want.extend_from_slice(&sack_r.wrapping_add(delta).to_be_bytes());
-        assert_eq!(d.opts, want, "{}: SACK edges", s.name);
-        assert_eq!((d.window, d.payload), (502, PAYLOAD.len()));
-
-        // Backend → client: seq moves back; the window from scale 9 to ours, 7.
-        let reply = tcp(
-            s.backend_mac,
-            s.backend,
-            h.seen_by_backend,
-            0x18,
-            BACKEND_ISN.wrapping_add(1),
-            CLIENT_ISN.wrapping_add(1 + PAYLOAD.len() as u32),
-            100,
-            &[],
-            PAYLOAD,
-        );
-        let (v, out) = run(&mut p, &reply, now);
-        assert_eq!(v, Verdict::Tx(0), "{}", s.name);
-        let r = seen(&out, &format!("{}: backend data", s.name));
-        assert_eq!((r.src, r.dst), (s.vip, s.client), "{}", s.name);
-        assert_eq!(r.dst_mac, CLIENT_MAC);
-        assert_eq!(r.seq, h.cookie.wrapping_add(1), "{}", s.name);
-        assert_eq!(r.ack, CLIENT_ISN.wrapping_add(1 + PAYLOAD.len() as u32));
-        assert_eq!(r.window, 400, "{}: 100 << 9 >> 7", s.name);
-
-        // The flow is established; a retransmitted SYN-ACK is answered again.
-        let synack = tcp(
-            s.backend_mac,
-            s.backend,
-            h.seen_by_backend,
-            0x12,
-            BACKEND_ISN,
-            CLIENT_ISN.wrapping_add(1),
-            65160,
-            &[],
-            &[],
-        );
-        let (v, out) = run(&mut p, &synack, now);
-        assert_eq!(v, Verdict::Tx(0));
-        let a = seen(&out, "re-ACK");
-        assert_eq!((a.flags, a.ack), (0x10, BACKEND_ISN.wrapping_add(1)));
+        both_ways(&mut p, &s, &h, now);
     }
     let c = p.counters();
     assert_eq!((c.synproxy_syns, c.synproxy_acks, c.new_flows), (4, 4, 4));
@@ -363,6 +300,147 @@ fn a_proxied_connection_translates_both_ways() {
     let established = fastpath_flows_established(&p);
     assert_eq!(established, 4);
     assert_eq!(p.flows().embryonic(), 0);
+}
+
+/// Data both ways on the proxied flow `h` of `s` (just established): sequence numbers, SACK
+/// edges and windows translated; then a retransmitted SYN-ACK is answered again.
+fn both_ways(p: &mut Pipeline, s: &Svc, h: &Shook, now: Instant) {
+    // Client → backend: ack and SACK edges move by the delta.
+    let delta = BACKEND_ISN.wrapping_sub(h.cookie);
+    let sack_l = h.cookie.wrapping_add(201);
+    let sack_r = h.cookie.wrapping_add(301);
+    let mut opts = vec![1, 1, 5, 10];
+    opts.extend_from_slice(&sack_l.to_be_bytes());
+    opts.extend_from_slice(&sack_r.to_be_bytes());
+    let data = tcp(
+        CLIENT_MAC,
+        s.client,
+        s.vip,
+        0x18,
+        CLIENT_ISN.wrapping_add(1),
+        h.cookie.wrapping_add(101),
+        502,
+        &opts,
+        PAYLOAD,
+    );
+    let (v, out) = run(p, &data, now);
+    assert_eq!(v, Verdict::Tx(0), "{}", s.name);
+    let d = seen(&out, &format!("{}: client data", s.name));
+    assert_eq!((d.src, d.dst), (h.seen_by_backend, s.backend));
+    assert_eq!(d.seq, CLIENT_ISN.wrapping_add(1), "sequence numbers stay");
+    assert_eq!(d.ack, BACKEND_ISN.wrapping_add(101), "{}", s.name);
+    let mut want = vec![1, 1, 5, 10];
+    want.extend_from_slice(&sack_l.wrapping_add(delta).to_be_bytes());
+    want.extend_from_slice(&sack_r.wrapping_add(delta).to_be_bytes());
+    assert_eq!(d.opts, want, "{}: SACK edges", s.name);
+    assert_eq!((d.window, d.payload), (502, PAYLOAD.len()));
+
+    // Backend → client: seq moves back; the window from scale 9 to ours, 7.
+    let reply = tcp(
+        s.backend_mac,
+        s.backend,
+        h.seen_by_backend,
+        0x18,
+        BACKEND_ISN.wrapping_add(1),
+        CLIENT_ISN.wrapping_add(1 + PAYLOAD.len() as u32),
+        100,
+        &[],
+        PAYLOAD,
+    );
+    let (v, out) = run(p, &reply, now);
+    assert_eq!(v, Verdict::Tx(0), "{}", s.name);
+    let r = seen(&out, &format!("{}: backend data", s.name));
+    assert_eq!((r.src, r.dst), (s.vip, s.client), "{}", s.name);
+    assert_eq!(r.dst_mac, CLIENT_MAC);
+    assert_eq!(r.seq, h.cookie.wrapping_add(1), "{}", s.name);
+    assert_eq!(r.ack, CLIENT_ISN.wrapping_add(1 + PAYLOAD.len() as u32));
+    assert_eq!(r.window, 400, "{}: 100 << 9 >> 7", s.name);
+
+    // The flow is established; a retransmitted SYN-ACK is answered again.
+    let synack = tcp(
+        s.backend_mac,
+        s.backend,
+        h.seen_by_backend,
+        0x12,
+        BACKEND_ISN,
+        CLIENT_ISN.wrapping_add(1),
+        65160,
+        &[],
+        &[],
+    );
+    let (v, out) = run(p, &synack, now);
+    assert_eq!(v, Verdict::Tx(0));
+    let a = seen(&out, "re-ACK");
+    assert_eq!((a.flags, a.ack), (0x10, BACKEND_ISN.wrapping_add(1)));
+}
+
+/// Full-NAT with the fewest SNAT ports a worker may have (64), all held by embryonic
+/// proxied flows (their backend never answered): a later client's proxied handshake takes
+/// a port when one of those flows gives way, and its connection is proxied and translated
+/// exactly as one made without give-way (the backend's SYN-ACK answered, data both ways
+/// translated).
+#[test]
+fn a_proxied_flow_on_a_port_given_way_is_proxied_as_any_other() {
+    const PORTS: u16 = 64;
+    let few_ports = config_on().replace(
+        "snat_port_range = \"40000-40999\"",
+        "snat_port_range = \"40000-40063\"",
+    );
+    assert_ne!(few_ports, config_on(), "the fixture's port range changed");
+    // The fullnat services, IPv4 and IPv6.
+    for s in services().into_iter().filter(|s| s.snat.is_some()) {
+        let epoch = Instant::now();
+        let mut p = pipeline_from(&few_ports, epoch);
+        let t0 = at(epoch, 1000);
+
+        // Other clients' proxied handshakes stop at the SYN to the backend, one per port.
+        let mut held = Vec::new();
+        for i in 0..PORTS {
+            let client = SocketAddr::new(s.client.ip(), 50000 + i);
+            let isn = 7000 + u32::from(i);
+            let syn = tcp(CLIENT_MAC, client, s.vip, 0x02, isn, 0, 64240, &[], &[]);
+            let cookie = seen(&run(&mut p, &syn, t0).1, "SYN-ACK").seq;
+            let ack = tcp(
+                CLIENT_MAC,
+                client,
+                s.vip,
+                0x10,
+                isn + 1,
+                cookie.wrapping_add(1),
+                502,
+                &[],
+                &[],
+            );
+            let (v, out) = run(&mut p, &ack, t0);
+            assert_eq!(v, Verdict::Tx(0), "{}: ACK of {client}", s.name);
+            let syn_b = seen(&out, "SYN to the backend");
+            assert_eq!((syn_b.flags, syn_b.src.ip()), (0x02, s.snat.unwrap()));
+            held.push(syn_b.src.port());
+        }
+        held.sort_unstable();
+        held.dedup();
+        assert_eq!(
+            held,
+            (40000..40000 + PORTS).collect::<Vec<_>>(),
+            "{}",
+            s.name
+        );
+        assert_eq!(p.flows().embryonic(), u64::from(PORTS));
+
+        // Half a second later (past the give-way idle threshold): the client's handshake,
+        // checked frame by frame as any proxied handshake.
+        let later = at(epoch, 1500);
+        let h = handshake(&mut p, &s, later);
+        assert_eq!(p.flows().stats().gave_way, 1, "{}: a flow gave way", s.name);
+        assert!(held.contains(&h.seen_by_backend.port()), "{}", s.name);
+        assert_eq!(p.flows().len(), usize::from(PORTS), "{}", s.name);
+        both_ways(&mut p, &s, &h, later);
+        assert_eq!(fastpath_flows_established(&p), 1, "{}", s.name);
+        let c = p.counters();
+        assert_eq!(c.synproxy_acks, u64::from(PORTS) + 1, "{}", s.name);
+        assert_eq!(c.new_flows, u64::from(PORTS) + 1, "{}", s.name);
+        assert_eq!(c.drops_total(), 0, "{}: {c:?}", s.name);
+    }
 }
 
 fn fastpath_flows_established(p: &Pipeline) -> usize {

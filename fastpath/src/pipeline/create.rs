@@ -270,10 +270,10 @@ impl Pipeline {
             .give_way(&oldest, tick)
             .ok_or(DropReason::SnatPortsExhausted)?;
         data.snat = SocketAddr::new(snat_ip, port);
-        // (Kept as it was: this insert's handle is not returned, so a SYN-proxied flow made
-        // here gets no sequence word. To check.)
+        // The handle too, as above: a SYN-proxied flow needs it for its sequence word.
         let r = self.flows.insert(data, flags, tick);
-        self.inserted(r, data).map(|()| None)
+        let created = r.ok();
+        self.inserted(r, data).map(|()| created)
     }
 
     /// The first packet of a new DSR flow on its `way` out (another worker's flow, adopted
