@@ -196,6 +196,18 @@ fn the_takeover_socket_refuses_what_is_not_a_takeover() {
         assert!(xvs.try_wait().unwrap().is_none(), "xvs exited after {a:?}");
         check_rr(&lab, "http://198.18.100.1/");
     }
+    // Each was refused once, and counted.
+    let metrics = lab.exec("x", &["curl", "-sS", "http://127.0.0.1:10249/metrics"]);
+    let metrics = String::from_utf8_lossy(&metrics.stdout);
+    assert!(
+        metrics.contains("xvs_refused_total{kind=\"takeover\"} 6\n"),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("refused"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     // Another uid cannot even connect (the socket is root's, 0600).
     let out = client(
         &sock,

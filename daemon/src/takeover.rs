@@ -25,7 +25,7 @@
 //!    workers left them. Meanwhile the kernel receives into the frames the fill rings hold.
 //!
 //! Everything received is untrusted: each refusal is one log line naming the peer, the
-//! field and the value, and is counted ([`REFUSED`]). The old side refuses and keeps
+//! field and the value, and is counted ([`REFUSED`], `xvs_refused_total{kind="takeover"}`). The old side refuses and keeps
 //! running; the new side falls back to today's restart (a normal start, which waits for
 //! the old process's sockets and state as a restart does).
 
@@ -54,8 +54,11 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the new process waits for the old one to exit after the switch.
 const EXIT_WAIT: Duration = Duration::from_secs(30);
 
-/// Hand-over requests and messages refused, by either side, since the process started.
+/// Hand-over requests and messages refused, by either side, since the process started
+/// (`xvs_refused_total{kind="takeover"}`).
 pub static REFUSED: AtomicU64 = AtomicU64::new(0);
+/// The kind of [`REFUSED`] in the refusal metrics.
+pub const REFUSED_KIND: &str = "takeover";
 
 /// The hand-over socket of a state directory.
 pub fn socket_path(state_dir: &Path) -> PathBuf {
