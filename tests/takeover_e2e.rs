@@ -22,16 +22,36 @@ fn config() -> String {
     lab_config().replace("batch_size = 64", "batch_size = 64\ndrain_timeout = \"0s\"")
 }
 
-/// `xvs run --takeover` on the lab's config file (written by `start_xvs`).
-fn spawn_takeover(lab: &Lab) -> Child {
+/// `xvs run --takeover` on the lab's config file (written by `start_xvs`), logging to
+/// `log` (a file, so that the whole log can be shown when a check fails).
+fn spawn_takeover(lab: &Lab, log: &Path) -> Child {
+    let file = std::fs::File::create(log).unwrap();
     Command::new("ip")
         .args(["netns", "exec", &lab.ns("x")])
         .args([env!("CARGO_BIN_EXE_xvs"), "run", "--takeover", "--config"])
         .arg(lab.dir.path().join("xvs.toml"))
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(file)
         .spawn()
         .expect("start xvs --takeover")
+}
+
+/// Waits (30 s at most) for the `xvs: ready` line in `log`; `Err` with the log when the
+/// child exits or the time runs out first.
+fn ready_in(child: &mut Child, log: &Path) -> Result<String, String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if text.lines().any(is_ready_line) {
+            return Ok(text);
+        }
+        if Instant::now() > deadline || child.try_wait().ok().flatten().is_some() {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(text);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn takeover_socket(lab: &Lab) -> PathBuf {
@@ -87,11 +107,17 @@ fn sha256_of_pattern(n: usize) -> String {
 
 /// Takes over from the running xvs: the new one becomes ready having taken the sockets
 /// (its log says so), the old one exits with success; the new one is the lab's xvs.
-fn take_over(lab: &mut Lab) {
+fn take_over(lab: &mut Lab) -> PathBuf {
     let mut old = lab.xvs.take().expect("xvs runs");
-    let (new, log) = wait_ready(spawn_takeover(lab))
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = lab.dir.path().join(format!("takeover-{n}.log"));
+    let mut new = spawn_takeover(lab, &path);
+    let log = ready_in(&mut new, &path)
         .unwrap_or_else(|log| panic!("xvs --takeover did not become ready:\n{log}"));
     lab.xvs = Some(new);
+    for l in log.lines().filter(|l| l.contains("took over")) {
+        eprintln!("new xvs: {l}");
+    }
     assert!(
         log.contains("took over the AF_XDP sockets"),
         "the new process started without taking over:\n{log}"
@@ -101,6 +127,7 @@ fn take_over(lab: &mut Lab) {
         status.is_some_and(|s| s.success()),
         "the old xvs did not exit cleanly: {status:?}"
     );
+    path
 }
 
 #[test]
@@ -112,8 +139,39 @@ fn a_download_survives_a_takeover_byte_for_byte() {
     let file = lab.dir.path().join("download");
     let d = download(&lab, bytes, &file);
     std::thread::sleep(Duration::from_millis(1500));
-    take_over(&mut lab);
+    let log = take_over(&mut lab);
     let out = d.join().unwrap();
+    if !out.status.success() {
+        let st = lab.xvs.as_mut().unwrap().try_wait();
+        eprintln!(
+            "DIAG new xvs status {st:?}, log:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        let m = lab.exec("x", &["curl", "-sS", "http://127.0.0.1:10249/metrics"]);
+        for l in String::from_utf8_lossy(&m.stdout).lines() {
+            if (l.contains("xsk")
+                || l.contains("steer")
+                || l.contains("ring")
+                || l.contains("fill")
+                || l.contains("worker")
+                || l.contains("drop"))
+                && !l.starts_with('#')
+                && !l.ends_with(" 0")
+                && !l.contains("bucket")
+            {
+                eprintln!("DIAG {l}");
+            }
+        }
+        let r = lab.exec(
+            "c",
+            &["curl", "-sS", "--max-time", "3", "http://198.18.100.1/"],
+        );
+        eprintln!(
+            "DIAG new conn: {:?} {}",
+            r.status,
+            String::from_utf8_lossy(&r.stdout)
+        );
+    }
     assert!(
         out.status.success(),
         "download: {}",
@@ -260,7 +318,9 @@ print("switch" if c.recv(64) else "closed", flush=True)
         std::thread::sleep(Duration::from_millis(20));
     }
     std::fs::write(lab.dir.path().join("xvs.toml"), lab.with_state(&config())).unwrap();
-    let (new, log) = wait_ready(spawn_takeover(&lab))
+    let path = lab.dir.path().join("takeover.log");
+    let mut new = spawn_takeover(&lab, &path);
+    let log = ready_in(&mut new, &path)
         .unwrap_or_else(|log| panic!("xvs --takeover did not start normally:\n{log}"));
     lab.xvs = Some(new);
     assert!(log.contains("takeover refused"), "{log}");

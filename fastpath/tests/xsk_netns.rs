@@ -496,6 +496,10 @@ fn handed_over_sockets_keep_serving_what_arrived_meanwhile() {
     let Some(mut s) = setup() else { return };
     let published = Arc::new(ArcSwap::new(Arc::clone(&s.snapshot)));
     let sockets = s.open_sockets();
+    // Exported before the worker owns the set, as the daemon does.
+    let export = sockets.export().expect("export");
+    assert_eq!(export.sockets.len(), 2);
+    let total = sockets.frames() as u64;
     let mut spec = WorkerSpec::from_config(&s.cfg.dataplane, s.cfg.dataplane.cores.listed(), 0);
     spec.core = None;
     let stop1 = Arc::new(AtomicBool::new(false));
@@ -508,6 +512,13 @@ fn handed_over_sockets_keep_serving_what_arrived_meanwhile() {
         Arc::clone(&stop1),
     )
     .unwrap();
+    let dp = XskSettings::from_config(&s.cfg.dataplane);
+    let adopt = |meta: &fastpath::xsk::handover::SetMeta, sockets: Vec<std::os::fd::OwnedFd>| {
+        XskSet::adopt(&dp, 0, meta, dup(export.umem.as_raw_fd()), sockets)
+    };
+    let socks = || export.sockets.iter().map(|&fd| dup(fd)).collect::<Vec<_>>();
+    // Adopted (rings mapped) while worker 1 still runs and moves the rings' indices.
+    let mut new = adopt(&export.meta, socks()).expect("adopt");
     let (ok, bad) = s.client_round(5);
     assert!(ok >= 5 && bad == 0, "before: {ok} good, {bad} wrong echoes");
 
@@ -517,9 +528,6 @@ fn handed_over_sockets_keep_serving_what_arrived_meanwhile() {
         .unwrap()
         .expect("the worker hands its sockets back");
     let state = old.frame_state();
-    let export = old.export().expect("export");
-    assert_eq!(export.sockets.len(), 2);
-    let total = old.frames() as u64;
     let in_fill: u64 = state.in_fill.iter().map(|&n| u64::from(n)).sum();
     assert!(
         in_fill > 0,
@@ -538,11 +546,6 @@ fn handed_over_sockets_keep_serving_what_arrived_meanwhile() {
         .expect("spawn client");
     std::thread::sleep(Duration::from_millis(300));
 
-    let dp = XskSettings::from_config(&s.cfg.dataplane);
-    let adopt = |meta: &fastpath::xsk::handover::SetMeta, sockets: Vec<std::os::fd::OwnedFd>| {
-        XskSet::adopt(&dp, 0, meta, dup(export.umem.as_raw_fd()), sockets)
-    };
-    let socks = || export.sockets.iter().map(|&fd| dup(fd)).collect::<Vec<_>>();
     // Refused: ports swapped, a UDP socket for an AF_XDP one.
     let mut swapped = export.meta.clone();
     swapped.ports.reverse();
@@ -557,7 +560,6 @@ fn handed_over_sockets_keep_serving_what_arrived_meanwhile() {
     assert_eq!(e.field, "socket", "{e}");
     let e = adopt(&export.meta, vec![dup(export.sockets[0])]).unwrap_err();
     assert_eq!(e.field, "sockets", "{e}");
-    let mut new = adopt(&export.meta, socks()).expect("adopt");
     let twice = FrameState {
         free: vec![state.free[0], state.free[0]],
         in_fill: state.in_fill.clone(),
@@ -568,6 +570,19 @@ fn handed_over_sockets_keep_serving_what_arrived_meanwhile() {
         in_fill: state.in_fill.clone(),
     };
     assert_eq!(new.resume(outside).unwrap_err().field, "free");
+    // Frames given to the fill ring and not yet received may fill it and the rx ring.
+    let rx = s.cfg.dataplane.rx_ring_size;
+    let deep = FrameState {
+        free: state.free.clone(),
+        in_fill: vec![rx + 1, 0],
+    };
+    new.resume(deep)
+        .expect("a fill ring and part of the rx ring");
+    let deeper = FrameState {
+        free: state.free.clone(),
+        in_fill: vec![2 * rx + 1, 0],
+    };
+    assert_eq!(new.resume(deeper).unwrap_err().field, "in_fill");
     new.resume(state).expect("resume");
 
     let stop2 = Arc::new(AtomicBool::new(false));

@@ -23,7 +23,7 @@
 //!   interfaces in the same ports, same queue, frame size, ring sizes and UMEM size), every
 //!   socket descriptor is an AF_XDP socket, the UMEM descriptor a regular file at least as
 //!   large as the UMEM, every free frame inside the UMEM and no chunk twice, fill counts
-//!   within the ring. A refusal ([`Refused`]) names the field and the value.
+//!   within a full fill ring and a full rx ring. A refusal ([`Refused`]) names the field and the value.
 
 use std::fmt;
 use std::io;
@@ -60,7 +60,8 @@ pub struct SetMeta {
 pub struct FrameState {
     /// Free frames' addresses.
     pub free: Vec<u64>,
-    /// Per port: frames in the fill ring or the kernel's receive path.
+    /// Per port: frames given to the fill ring and not yet taken off the rx ring (in the
+    /// fill ring, the kernel, or the rx ring).
     pub in_fill: Vec<u32>,
 }
 
@@ -244,7 +245,8 @@ impl XskSet {
 
     /// Takes the stopped worker's [`FrameState`]: its free frames become this set's, its
     /// fill counts the new worker's. Checked: every frame inside the UMEM, no chunk twice,
-    /// no more than the UMEM holds, one count per port, each within its ring.
+    /// no more than the UMEM holds, one count per port, each within a full fill ring and
+    /// a full rx ring.
     pub fn resume(&mut self, state: FrameState) -> Result<(), Refused> {
         let fs = self.area.frame_size();
         let chunks = self.area.len() / fs;
@@ -262,11 +264,14 @@ impl XskSet {
                 format!("not one count per port ({})", self.ports.len()),
             ));
         }
-        if let Some(n) = state.in_fill.iter().find(|&&n| n > self.rx_ring_size) {
+        // Given to the fill ring and not yet taken off the rx ring: at most a full fill
+        // ring and a full rx ring (what the kernel holds between them comes from the first).
+        let most = self.rx_ring_size.saturating_mul(2);
+        if let Some(n) = state.in_fill.iter().find(|&&n| n > most) {
             return Err(refuse(
                 "in_fill",
                 n,
-                format!("more than the fill ring's {} entries", self.rx_ring_size),
+                format!("more than a full fill ring and a full rx ring ({most})"),
             ));
         }
         let mut seen = vec![false; chunks];
@@ -284,6 +289,11 @@ impl XskSet {
                 len: 0,
                 options: 0,
             });
+        }
+        // The old worker moved the indices after the rings were mapped (at the offer):
+        // read them again now that it has stopped.
+        for p in self.ports.iter_mut().flatten() {
+            p.rings.resync();
         }
         self.frames = free;
         self.in_fill = state.in_fill;

@@ -12,9 +12,11 @@
 //!   a cached consumer (plus the ring size), a consumer ring (rx, completion) the reverse,
 //!   exactly as libxdp's `xsk_ring_prod`/`xsk_ring_cons` do; the shared indices are written
 //!   with release and read with acquire ordering. A ring mapped from a socket someone else
-//!   used starts from the shared producer and consumer indices, so the new owner continues
-//!   where the old one stopped, provided the old one reserved nothing it did not submit and
-//!   peeked nothing it did not release (xsk-rs' `produce`/`consume` never leave either).
+//!   used starts from the shared producer and consumer indices as they are once the old
+//!   owner has stopped ([`Rings::resync`]: mapped earlier, they are read again then), so the
+//!   new owner continues where the old one stopped, provided the old one reserved nothing
+//!   it did not submit and peeked nothing it did not release (the calls here never leave
+//!   either).
 //! - **Frames.** [`Desc`] is the kernel's `struct xdp_desc`; [`Area`] is the UMEM as
 //!   memory: a frame's data starts at its descriptor's address and its buffer runs to the
 //!   end of its chunk (aligned mode: chunks of `frame_size`, a power of two). A descriptor
@@ -167,16 +169,23 @@ pub struct Prod {
 
 impl Prod {
     fn new(ring: Shared) -> Prod {
-        let cached_prod = ring.producer().load(Ordering::Acquire);
-        let cached_cons = ring
+        let mut p = Prod {
+            ring,
+            cached_prod: 0,
+            cached_cons: 0,
+        };
+        p.resync();
+        p
+    }
+
+    /// Takes the shared indices as they are now (a ring another owner used until now).
+    fn resync(&mut self) {
+        self.cached_prod = self.ring.producer().load(Ordering::Acquire);
+        self.cached_cons = self
+            .ring
             .consumer()
             .load(Ordering::Acquire)
-            .wrapping_add(ring.size);
-        Prod {
-            ring,
-            cached_prod,
-            cached_cons,
-        }
+            .wrapping_add(self.ring.size);
     }
 
     #[inline]
@@ -263,13 +272,19 @@ pub struct Cons {
 
 impl Cons {
     fn new(ring: Shared) -> Cons {
-        let cached_cons = ring.consumer().load(Ordering::Acquire);
-        let cached_prod = ring.producer().load(Ordering::Acquire);
-        Cons {
+        let mut c = Cons {
             ring,
-            cached_prod,
-            cached_cons,
-        }
+            cached_prod: 0,
+            cached_cons: 0,
+        };
+        c.resync();
+        c
+    }
+
+    /// Takes the shared indices as they are now (a ring another owner used until now).
+    fn resync(&mut self) {
+        self.cached_cons = self.ring.consumer().load(Ordering::Acquire);
+        self.cached_prod = self.ring.producer().load(Ordering::Acquire);
     }
 
     #[inline]
@@ -358,6 +373,17 @@ pub struct Rings {
 }
 
 impl Rings {
+    /// Takes every ring's shared indices as they are now: the cached copies were read when
+    /// the rings were mapped, and whoever used them since (the previous owner, until its
+    /// worker stopped) has moved them. Must be called once nobody else uses the rings and
+    /// before this owner does.
+    pub fn resync(&mut self) {
+        self.rx.resync();
+        self.tx.resync();
+        self.fill.resync();
+        self.comp.resync();
+    }
+
     /// Maps the rings of the bound AF_XDP socket `fd`, sized `sizes`.
     pub fn map(fd: RawFd, sizes: RingSizes) -> io::Result<Rings> {
         let off = mmap_offsets(fd)?;
