@@ -217,6 +217,12 @@ enum Command {
         /// (config/examples/lab.toml, the netns lab of scripts/demo) and says so loudly.
         #[arg(long, short)]
         config: Option<PathBuf>,
+        /// Take over from the xvs running on the same state directory without losing a
+        /// packet: receive its AF_XDP sockets and UMEMs, adopt its flow table once it has
+        /// stopped, and go on from its rings (docs/operations.md, "Upgrades"). With no xvs
+        /// running, or one that refuses, it starts as without the flag.
+        #[arg(long)]
+        takeover: bool,
     },
 }
 
@@ -432,7 +438,7 @@ fn main() -> ExitCode {
         Command::Unfreeze { admin, service } => control(&admin, "unfreeze", service),
         Command::Drain { admin } => control(&admin, "drain", None),
         Command::Undrain { admin } => control(&admin, "undrain", None),
-        Command::Run { config } => run::main(config.as_ref()),
+        Command::Run { config, takeover } => run::main(config.as_ref(), takeover),
         Command::Decap(args) => decap::main(args),
         Command::Cleanup {
             config,

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use daemon::driver::{self, Outcome};
 use fastpath::pipeline::{DropReason, RejectReason};
 
-pub fn main(path: Option<&PathBuf>) -> ExitCode {
+pub fn main(path: Option<&PathBuf>, takeover: bool) -> ExitCode {
     let Some(loaded) = crate::load(path) else {
         return ExitCode::from(crate::EXIT_BAD_CONFIG);
     };
@@ -42,7 +42,16 @@ pub fn main(path: Option<&PathBuf>) -> ExitCode {
             "no --config given: running the embedded DEMO config, meant for the netns lab of scripts/demo, not for a real node"
         ),
     }
-    if let Err(problems) = daemon::preflight::preflight(&cfg) {
+    // The process taken over holds the admin ports until it exits, which it does before
+    // this one binds them: `--takeover` does not refuse to start for them.
+    let preflight = daemon::preflight::preflight(&cfg).or_else(|problems| {
+        let rest: Vec<_> = problems
+            .into_iter()
+            .filter(|p| !(takeover && p.check == "ports"))
+            .collect();
+        if rest.is_empty() { Ok(()) } else { Err(rest) }
+    });
+    if let Err(problems) = preflight {
         // Every problem at once, so one round of fixes is enough.
         for p in &problems {
             tracing::error!(target: "xvs", check = p.check, "cannot run: {}", p.text);
@@ -54,7 +63,7 @@ pub fn main(path: Option<&PathBuf>) -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
-    match driver::run(cfg, path.map(PathBuf::as_path)) {
+    match driver::run(cfg, path.map(PathBuf::as_path), takeover) {
         Ok(outcome) => {
             print_counters(&outcome);
             match outcome.failure {

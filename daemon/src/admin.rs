@@ -125,6 +125,13 @@ pub fn refused_stats(status: &Status) -> RefusedStats {
     for r in status.refused.iter() {
         *out.current.entry(r.kind.to_owned()).or_default() += 1;
     }
+    // Hand-over requests and messages refused (`crate::takeover`): counted, never current.
+    out.current
+        .insert(crate::takeover::REFUSED_KIND.to_owned(), 0);
+    out.total.insert(
+        crate::takeover::REFUSED_KIND.to_owned(),
+        crate::takeover::REFUSED.load(std::sync::atomic::Ordering::Relaxed),
+    );
     out
 }
 
@@ -478,7 +485,10 @@ mod tests {
         assert_eq!(r.current["endpoint_special"], 0);
         assert_eq!(r.total["service_refused"], 3);
         assert_eq!(r.total["snapshot_build"], 0);
-        assert_eq!(r.current.len(), 11);
+        // Every kind, and the takeover's refusals (counted only).
+        assert_eq!(r.current.len(), 12);
+        assert_eq!(r.current["takeover"], 0);
+        assert!(r.total.contains_key("takeover"));
         let v = refused_views(&status);
         assert_eq!(v[1].object, "service ns/b:http");
         assert_eq!(v[1].kind, "snapshot_build");

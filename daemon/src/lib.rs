@@ -31,6 +31,7 @@ pub mod logging;
 pub mod preflight;
 pub mod startcheck;
 pub mod state;
+pub mod takeover;
 pub mod watch;
 
 // The config's limits are the crates' own (see `config`'s `validate`).

@@ -53,8 +53,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use xsk_rs::FrameDesc;
-use xsk_rs::umem::Umem;
 
 use crate::flowlog::{EndedFlow, FlowEvent};
 use crate::pipeline::{
@@ -62,7 +60,8 @@ use crate::pipeline::{
 };
 use crate::snapshot::Snapshot;
 use crate::xsk::pool::FramePool;
-use crate::xsk::{XskSet, napi, wake_rx};
+use crate::xsk::ring::Area;
+use crate::xsk::{Desc, XskSet, napi, wake_rx};
 
 /// Empty polls in a row before the worker sleeps `idle_backoff`.
 pub const IDLE_POLLS: u32 = 1024;
@@ -380,14 +379,16 @@ impl WorkerStats {
 }
 
 /// Starts worker `spec` on its own thread (`xvs-w{index}`), pinned to `spec.core`, owning
-/// `sockets` and `pipeline`. It runs until `stop` is set, then closes its sockets.
+/// `sockets` and `pipeline`. It runs until `stop` is set, then returns its sockets with
+/// their frames accounted for ([`Worker::hand_back`]; `None`: it never ran): dropped, they
+/// close; handed to another process, its worker continues ([`crate::xsk::handover`]).
 pub fn spawn_worker(
     spec: WorkerSpec,
     sockets: XskSet,
     pipeline: Pipeline,
     snapshot: Arc<ArcSwap<Snapshot>>,
     stop: Arc<AtomicBool>,
-) -> io::Result<(JoinHandle<()>, Arc<WorkerStats>)> {
+) -> io::Result<(JoinHandle<Option<XskSet>>, Arc<WorkerStats>)> {
     let stats = Arc::new(WorkerStats::with_ports(&sockets));
     let mut worker = Worker::new(spec, sockets, pipeline, snapshot, stop, Arc::clone(&stats));
     let handle = std::thread::Builder::new()
@@ -398,10 +399,11 @@ pub fn spawn_worker(
             // with a failure, rather than busy-polling on a core it shares.
             if let Err(e) = worker.pin() {
                 tracing::error!(worker = worker.spec.index, error = %e, "worker not started");
-                return;
+                return None;
             }
             worker.pipeline.enter_thread();
             worker.run();
+            Some(worker.hand_back())
         })?;
     Ok((handle, stats))
 }
@@ -417,11 +419,11 @@ pub struct Worker {
     stats: Arc<WorkerStats>,
     pool: FramePool,
     /// Scratch for one rx or completion read.
-    batch: Vec<FrameDesc>,
+    batch: Vec<Desc>,
     /// The verdicts of one rx batch (`batch_size` long).
     verdicts: Vec<Verdict>,
     /// Per port: descriptors waiting for that port's tx ring (capacity `batch_size`).
-    stage: Vec<Vec<FrameDesc>>,
+    stage: Vec<Vec<Desc>>,
     /// Per port: frames currently given to that socket's fill ring.
     in_fill: Vec<u32>,
     /// Ports whose socket's NAPI id is still to be checked (`napi_busy_poll`: once, at the
@@ -463,7 +465,8 @@ impl Worker {
         let batch_size = spec.batch_size.clamp(1, BATCH_MAX);
         let ports = xsk.ports.len();
         let napi_busy_poll = spec.napi_busy_poll;
-        let pool = FramePool::new(std::mem::take(&mut xsk.frames));
+        let pool = FramePool::new(std::mem::take(&mut xsk.frames), xsk.frames());
+        let in_fill = std::mem::take(&mut xsk.in_fill);
         let mut w = Worker {
             spec: WorkerSpec { batch_size, ..spec },
             xsk,
@@ -472,10 +475,10 @@ impl Worker {
             stop,
             stats,
             pool,
-            batch: vec![FrameDesc::default(); batch_size],
+            batch: vec![Desc::default(); batch_size],
             verdicts: vec![Verdict::Pass; batch_size],
             stage: (0..ports).map(|_| Vec::with_capacity(batch_size)).collect(),
-            in_fill: vec![0; ports],
+            in_fill,
             napi_unchecked: vec![napi_busy_poll; ports],
             busy_since: None,
             last_sweep: Instant::now(),
@@ -587,7 +590,7 @@ impl Worker {
             for _ in 0..COMP_ROUNDS {
                 // SAFETY: the completion ring hands back frames of this UMEM that the kernel
                 // is done with.
-                let n = unsafe { s.comp.consume(&mut self.batch) };
+                let n = unsafe { s.rings.comp.consume_comp(&mut self.batch) };
                 for d in &self.batch[..n] {
                     self.pool.put(*d);
                 }
@@ -610,7 +613,7 @@ impl Worker {
             self.local.wakeup_errors += 1;
         }
         // SAFETY: the descriptors written are frames of this UMEM, now owned by us.
-        let n = unsafe { s.rx.consume(&mut self.batch) };
+        let n = unsafe { s.rings.rx.consume_rx(&mut self.batch) };
         if n == 0 {
             return false;
         }
@@ -622,7 +625,7 @@ impl Worker {
         }
         self.local.rx += n as u64;
         let mut frames = RxFrames {
-            umem: &self.xsk.umem,
+            area: &self.xsk.area,
             descs: &mut self.batch[..n],
         };
         self.pipeline
@@ -641,9 +644,8 @@ impl Worker {
                 Verdict::Pass => {
                     if let Some(tap) = self.xsk.pass.get(port).and_then(Option::as_ref) {
                         // SAFETY: the frame came off our rx ring and is ours until put back.
-                        let mut d = desc;
-                        let data = unsafe { self.xsk.umem.data_mut(&mut d) };
-                        self.local.pass_injected += u64::from(tap.inject(data.contents()));
+                        let data = unsafe { self.xsk.area.data(&desc) };
+                        self.local.pass_injected += u64::from(tap.inject(data));
                     }
                     self.pool.put(desc);
                 }
@@ -665,7 +667,7 @@ impl Worker {
             };
             // SAFETY: staged descriptors are frames of this UMEM with their lengths set by
             // the rx ring, or by the pipeline (`set_len`: a SYN to a backend, a reject).
-            let done = unsafe { s.tx.produce(stage) };
+            let done = unsafe { s.rings.tx.produce_tx(stage) };
             for d in &stage[done..] {
                 self.local.tx_ring_full += 1;
                 self.pool.put(*d);
@@ -684,9 +686,9 @@ impl Worker {
         let size = self.xsk.tx_ring_size;
         let mut kicked = false;
         for s in self.xsk.ports.iter_mut().flatten() {
-            if s.tx.nb_free_exact() < size && s.tx.needs_wakeup() {
+            if s.rings.tx.nb_free_exact() < size && s.rings.tx.needs_wakeup() {
                 kicked = true;
-                if s.tx.wakeup().is_err() {
+                if !crate::xsk::wake_tx(s.fd()) {
                     self.local.wakeup_errors += 1;
                 }
             }
@@ -703,10 +705,10 @@ impl Worker {
                 continue;
             }
             // SAFETY: the pool holds frames of this UMEM; `s.fill` is a ring of it.
-            let done = unsafe { self.pool.fill(&mut s.fill, want as usize) };
+            let done = unsafe { self.pool.fill(&mut s.rings.fill, want as usize) };
             self.in_fill[port] += done as u32;
             self.local.rings[port].filled += done as u64;
-            if done > 0 && s.fill.needs_wakeup() && !wake_rx(s.fd()) {
+            if done > 0 && s.rings.fill.needs_wakeup() && !wake_rx(s.fd()) {
                 self.local.wakeup_errors += 1;
             }
         }
@@ -753,6 +755,26 @@ impl Worker {
         }
     }
 
+    /// Ends the worker (after [`Worker::run`], or between polls): tops every fill ring up
+    /// as far as the ring and the free frames allow, so that the kernel has the most room
+    /// to receive into while nobody polls (a hand-over's gap), and returns the sockets with
+    /// the free frames and fill counts ([`crate::xsk::handover::FrameState`]).
+    pub fn hand_back(mut self) -> XskSet {
+        for (port, s) in self.xsk.ports.iter_mut().enumerate() {
+            let Some(s) = s else { continue };
+            let room = s.rings.fill.nb_free_exact() as usize;
+            // SAFETY: as in `refill`.
+            let done = unsafe { self.pool.fill(&mut s.rings.fill, room) };
+            self.in_fill[port] += done as u32;
+            if done > 0 && s.rings.fill.needs_wakeup() {
+                let _ = wake_rx(s.fd());
+            }
+        }
+        self.xsk.frames = self.pool.free().to_vec();
+        self.xsk.in_fill = std::mem::take(&mut self.in_fill);
+        self.xsk
+    }
+
     /// The worker's counters so far (also published in its [`WorkerStats`]).
     pub fn stats(&self) -> &Arc<WorkerStats> {
         &self.stats
@@ -762,8 +784,8 @@ impl Worker {
 /// One rx batch as the pipeline's [`FrameBatch`]: descriptors just taken off an rx ring,
 /// whose frames this worker owns until it gives them to a ring again.
 struct RxFrames<'a> {
-    umem: &'a Umem,
-    descs: &'a mut [FrameDesc],
+    area: &'a Area,
+    descs: &'a mut [Desc],
 }
 
 impl FrameBatch for RxFrames<'_> {
@@ -775,34 +797,18 @@ impl FrameBatch for RxFrames<'_> {
     #[inline]
     fn frame(&mut self, i: usize) -> &mut [u8] {
         // SAFETY: `descs[i]` came off our rx ring: the frame is ours alone until it is given
-        // to a ring again, and it lies inside the UMEM.
-        let mut data = unsafe { self.umem.data_mut(&mut self.descs[i]) };
-        let s = data.contents_mut();
-        let (ptr, len) = (s.as_mut_ptr(), s.len());
-        // SAFETY: the bytes are the frame's data segment in the UMEM, which outlives `self`;
-        // `DataMut` only borrows the descriptor (whose length we do not change). The slice
-        // borrows `self` mutably, so no other view of this frame exists meanwhile.
-        unsafe { std::slice::from_raw_parts_mut(ptr, len) }
+        // to a ring again, and the slice borrows `self` mutably, so no other view of it
+        // exists meanwhile.
+        unsafe { self.area.data(&self.descs[i]) }
     }
 
     fn buffer(&mut self, i: usize) -> &mut [u8] {
-        // SAFETY: as in `frame`.
-        let mut data = unsafe { self.umem.data_mut(&mut self.descs[i]) };
-        let len = data.contents().len();
-        let mut cursor = data.cursor();
-        let room = cursor.buf_len();
-        // The whole data segment, then the length put back as it was.
-        cursor.set_pos(room);
-        let s = data.contents_mut();
-        let (ptr, n) = (s.as_mut_ptr(), s.len());
-        data.cursor().set_pos(len);
         // SAFETY: as in `frame`: the frame's data segment (all of it), ours alone.
-        unsafe { std::slice::from_raw_parts_mut(ptr, n) }
+        unsafe { self.area.buffer(&self.descs[i]) }
     }
 
     fn set_len(&mut self, i: usize, len: usize) {
-        // SAFETY: as in `frame`.
-        let mut data = unsafe { self.umem.data_mut(&mut self.descs[i]) };
-        data.cursor().set_pos(len);
+        let room = self.buffer(i).len();
+        self.descs[i].len = len.min(room) as u32;
     }
 }

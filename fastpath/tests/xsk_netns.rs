@@ -183,6 +183,8 @@ struct Setup {
     builder: SnapshotBuilder,
     snapshot: Arc<Snapshot>,
     pipeline: Option<Pipeline>,
+    /// A second pipeline over the same tables, for the worker that takes over.
+    second: Option<Pipeline>,
 }
 
 /// Builds the three namespaces and two veth pairs, starts the echo server, and prepares a
@@ -328,8 +330,15 @@ mac = "{mac_c}"
     let affinity = Arc::new(AffinityTable::new(1024, epoch));
     let mut pc = PipelineConfig::from_config(&cfg, 0, worker_count(&xsk));
     pc.mac = parse_mac(&mac_lc);
+    let second = Pipeline::new(
+        pc.clone(),
+        Arc::clone(&flows),
+        Arc::clone(&affinity),
+        Arc::clone(&snapshot),
+    );
     let pipeline = Pipeline::new(pc, flows, affinity, Arc::clone(&snapshot));
     Some(Setup {
+        second: Some(second),
         lab,
         ns_c,
         ns_l,
@@ -463,6 +472,158 @@ fn udp_echo_through_a_fullnat_worker() {
     assert_eq!(c.tx_ring_full, 0, "{c:?}");
     assert_eq!(c.tx_no_port, 0, "{c:?}");
     assert_eq!(c.slow, 0, "{c:?}");
+    s.finish();
+}
+
+/// A duplicate of `fd`, as SCM_RIGHTS would give another process.
+fn dup(fd: std::os::fd::RawFd) -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    // SAFETY: duplicating an open descriptor; the copy is ours alone.
+    let d = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    assert!(d >= 0, "dup: {}", std::io::Error::last_os_error());
+    // SAFETY: freshly duplicated, owned by nobody else.
+    unsafe { std::os::fd::OwnedFd::from_raw_fd(d) }
+}
+
+/// A hand-over as `xvs run --takeover` does it, inside one process: worker 1 stops, its
+/// sockets and UMEM are exported, adopted from duplicated descriptors (checked: a wrong
+/// description, a descriptor that is no AF_XDP socket, free lists naming a frame twice or
+/// outside the UMEM are refused), and worker 2 continues from the same rings: a burst sent
+/// while nobody polled is answered, so the frames in flight at the switch were kept.
+#[test]
+fn handed_over_sockets_keep_serving_what_arrived_meanwhile() {
+    use fastpath::xsk::handover::FrameState;
+    let Some(mut s) = setup() else { return };
+    let published = Arc::new(ArcSwap::new(Arc::clone(&s.snapshot)));
+    let sockets = s.open_sockets();
+    // Exported before the worker owns the set, as the daemon does.
+    let export = sockets.export().expect("export");
+    assert_eq!(export.sockets.len(), 2);
+    let total = sockets.frames() as u64;
+    let mut spec = WorkerSpec::from_config(&s.cfg.dataplane, s.cfg.dataplane.cores.listed(), 0);
+    spec.core = None;
+    let stop1 = Arc::new(AtomicBool::new(false));
+    let pipeline = s.pipeline.take().unwrap();
+    let (h1, _) = spawn_worker(
+        spec.clone(),
+        sockets,
+        pipeline,
+        Arc::clone(&published),
+        Arc::clone(&stop1),
+    )
+    .unwrap();
+    let dp = XskSettings::from_config(&s.cfg.dataplane);
+    let adopt = |meta: &fastpath::xsk::handover::SetMeta, sockets: Vec<std::os::fd::OwnedFd>| {
+        XskSet::adopt(&dp, 0, meta, dup(export.umem.as_raw_fd()), sockets)
+    };
+    let socks = || export.sockets.iter().map(|&fd| dup(fd)).collect::<Vec<_>>();
+    // Adopted (rings mapped) while worker 1 still runs and moves the rings' indices.
+    let mut new = adopt(&export.meta, socks()).expect("adopt");
+    let (ok, bad) = s.client_round(5);
+    assert!(ok >= 5 && bad == 0, "before: {ok} good, {bad} wrong echoes");
+
+    stop1.store(true, Ordering::Relaxed);
+    let old = h1
+        .join()
+        .unwrap()
+        .expect("the worker hands its sockets back");
+    let state = old.frame_state();
+    let in_fill: u64 = state.in_fill.iter().map(|&n| u64::from(n)).sum();
+    assert!(
+        in_fill > 0,
+        "the fill rings hold frames at the switch: {state:?}"
+    );
+    assert!(state.free.len() as u64 + in_fill <= total);
+
+    // The burst arrives while nobody polls: the kernel receives into the fill rings.
+    let mut client = Command::new("ip")
+        .args([
+            "netns", "exec", &s.ns_c, "python3", "-u", "-c", CLIENT, "0", "100",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn client");
+    std::thread::sleep(Duration::from_millis(300));
+
+    // Refused: ports swapped, a UDP socket for an AF_XDP one.
+    let mut swapped = export.meta.clone();
+    swapped.ports.reverse();
+    let e = adopt(&swapped, socks()).unwrap_err();
+    assert_eq!(e.field, "ports", "{e}");
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let e = adopt(
+        &export.meta,
+        vec![dup(udp.as_raw_fd()), dup(export.sockets[1])],
+    )
+    .unwrap_err();
+    assert_eq!(e.field, "socket", "{e}");
+    let e = adopt(&export.meta, vec![dup(export.sockets[0])]).unwrap_err();
+    assert_eq!(e.field, "sockets", "{e}");
+    let twice = FrameState {
+        free: vec![state.free[0], state.free[0]],
+        in_fill: state.in_fill.clone(),
+    };
+    assert_eq!(new.resume(twice).unwrap_err().field, "free");
+    let outside = FrameState {
+        free: vec![total * u64::from(s.cfg.dataplane.frame_size)],
+        in_fill: state.in_fill.clone(),
+    };
+    assert_eq!(new.resume(outside).unwrap_err().field, "free");
+    // Frames given to the fill ring and not yet received may fill it and the rx ring.
+    let rx = s.cfg.dataplane.rx_ring_size;
+    let deep = FrameState {
+        free: state.free.clone(),
+        in_fill: vec![rx + 1, 0],
+    };
+    new.resume(deep)
+        .expect("a fill ring and part of the rx ring");
+    let deeper = FrameState {
+        free: state.free.clone(),
+        in_fill: vec![2 * rx + 1, 0],
+    };
+    assert_eq!(new.resume(deeper).unwrap_err().field, "in_fill");
+    new.resume(state).expect("resume");
+
+    let stop2 = Arc::new(AtomicBool::new(false));
+    let (h2, stats2) = spawn_worker(
+        spec,
+        new,
+        s.second.take().unwrap(),
+        Arc::clone(&published),
+        Arc::clone(&stop2),
+    )
+    .unwrap();
+    let out = client.stdout.take().unwrap();
+    let done = wait_with_deadline(&mut client, Instant::now() + Duration::from_secs(40));
+    s.lab.children.push(client);
+    assert!(done, "client did not finish in time");
+    let mut line = String::new();
+    BufReader::new(out).read_line(&mut line).unwrap();
+    eprintln!("client after the hand-over: {}", line.trim());
+    let field = |k: &str| -> usize {
+        line.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(k))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let (ok2, bad2) = (field("ok="), field("bad="));
+    assert!(
+        ok2 >= 80,
+        "after the hand-over only {ok2} of 100 echoes ({bad2} wrong)"
+    );
+    assert_eq!(bad2, 0);
+    let (ok3, bad3) = s.client_round(5);
+    assert!(
+        ok3 >= 5 && bad3 == 0,
+        "after: {ok3} good, {bad3} wrong echoes"
+    );
+    stop2.store(true, Ordering::Relaxed);
+    h2.join().unwrap();
+    let c = stats2.read();
+    assert!(c.rx >= 2 * (ok2 + ok3) as u64, "{c:?}");
+    // The old set (and libxdp's program it attached) goes last.
+    drop(old);
     s.finish();
 }
 

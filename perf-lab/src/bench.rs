@@ -146,6 +146,8 @@ pub struct RunOpts {
     pub rate_pps: u64,
     /// Run the NDR search after the main run.
     pub ndr: bool,
+    /// The restart scenario also upgrades xvs with `xvs run --takeover`.
+    pub takeover: bool,
     /// Generator mode: the rate of the latency trial every target gets (0 = none), and of
     /// change-under-load's main run when `rate_pps` is 0.
     pub latency_rate_pps: u64,

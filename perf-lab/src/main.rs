@@ -106,6 +106,10 @@ struct RunArgs {
     /// Also search the no-drop rate (loss <= 0.1%), binary search.
     #[arg(long)]
     ndr: bool,
+    /// The restart scenario: after its SIGKILL and SIGTERM restarts, a third trial
+    /// upgrades xvs with `xvs run --takeover` halfway (signal `takeover`).
+    #[arg(long)]
+    takeover: bool,
     /// Generator mode: a further trial at this one rate for every target, for latency at a
     /// load all of them carry (0 = none); change-under-load's main run uses it too unless
     /// --rate is given.
@@ -216,6 +220,7 @@ fn real_main() -> anyhow::Result<()> {
                 duration_s: a.duration,
                 rate_pps: a.rate,
                 ndr: a.ndr,
+                takeover: a.takeover,
                 latency_rate_pps: a.latency_rate,
                 ndr_trials: a.ndr_trials,
                 ndr_trial_s: a.ndr_trial_secs,

@@ -546,12 +546,13 @@ fn restart_table(md: &mut String, by_target: &BTreeMap<Target, Vec<&RunResult>>)
     let mut rows = Vec::new();
     for (t, runs) in by_target {
         let all: Vec<&Restarts> = runs.iter().filter_map(|r| r.restart.as_ref()).collect();
-        for signal in ["kill", "term"] {
+        for signal in ["kill", "term", "takeover"] {
             let xs: Vec<&Restart> = all
                 .iter()
                 .filter_map(|r| match signal {
                     "kill" => Some(&r.kill),
-                    _ => r.term.as_ref(),
+                    "term" => r.term.as_ref(),
+                    _ => r.takeover.as_ref(),
                 })
                 .collect();
             if !xs.is_empty() {
@@ -565,7 +566,8 @@ fn restart_table(md: &mut String, by_target: &BTreeMap<Target, Vec<&RunResult>>)
     md.push_str(
         "
 Restarts under load (kill: SIGKILL, then a new xvs at once; term: SIGTERM with \
-         drain_timeout 0s, its exit awaited, then a new xvs). Gap: the longest run of lost \
+         drain_timeout 0s, its exit awaited, then a new xvs; takeover: `xvs run --takeover` \
+         beside the running xvs, which hands its sockets over and exits). Gap: the longest run of lost \
          packets around the restart as sending time; lost: packets lost minus those of the \
          run without a restart; flows lost: flows forwarded before the signal none of whose \
          packets after the gap was (the worst run); phases: from the signal. Medians of the \
@@ -1185,6 +1187,7 @@ mod tests {
                     signal: "term".into(),
                     ..kill.clone()
                 }),
+                takeover: None,
                 kill,
             };
             let mut v = result("xvs", 100.0, 10.0, 0);

@@ -50,12 +50,16 @@ pub struct Restarts {
     pub kill: Restart,
     /// The SIGTERM restart.
     pub term: Option<Restart>,
+    /// The upgrade by `xvs run --takeover` (`--takeover`; null otherwise and in results
+    /// from before it).
+    #[serde(default)]
+    pub takeover: Option<Restart>,
 }
 
 /// One restart under load (see the module doc for each figure).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Restart {
-    /// `kill` or `term`.
+    /// `kill`, `term` or `takeover`.
     pub signal: String,
     /// Seconds into the trial the signal was sent.
     pub at_s: f64,
@@ -259,11 +263,16 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 }
 
 /// The figures as `key=value` lines: the SIGKILL restart's unprefixed, the SIGTERM
-/// restart's prefixed `graceful_`.
+/// restart's prefixed `graceful_`, the takeover's `takeover_`.
 pub fn key_values(r: &Restarts) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "baseline_lost_pkts={}", r.baseline_lost_pkts);
-    for (prefix, x) in [("", Some(&r.kill)), ("graceful_", r.term.as_ref())] {
+    let all = [
+        ("", Some(&r.kill)),
+        ("graceful_", r.term.as_ref()),
+        ("takeover_", r.takeover.as_ref()),
+    ];
+    for (prefix, x) in all {
         let Some(x) = x else { continue };
         let opt = |v: Option<f64>| v.map_or("null".to_owned(), |v| format!("{v:.1}"));
         let int = |v: Option<u64>| v.map_or("null".to_owned(), |v| v.to_string());
@@ -295,6 +304,9 @@ pub fn key_values(r: &Restarts) -> String {
 /// `None` for every other scenario.
 pub fn check(opts: &RunOpts) -> anyhow::Result<Option<u64>> {
     if opts.scenario != Scenario::Restart {
+        if opts.takeover {
+            bail!("--takeover is a trial of the restart scenario (--scenario restart)");
+        }
         return Ok(None);
     }
     if opts.target != Target::Xvs {
@@ -448,7 +460,8 @@ pub fn finish(
 }
 
 /// The restart scenario after its run without a restart (`baseline`): a trial with a SIGKILL
-/// restart, then one with a SIGTERM restart, at the same rate and duration.
+/// restart, then one with a SIGTERM restart, then (`--takeover`) one with an upgrade by
+/// `xvs run --takeover`, at the same rate and duration.
 pub(crate) fn run(
     ctx: &mut Ctx<'_>,
     target: &mut Running,
@@ -457,6 +470,7 @@ pub(crate) fn run(
 ) -> anyhow::Result<Restarts> {
     let secs = ctx.opts.duration_s;
     let baseline_lost_pkts = baseline.sent.saturating_sub(baseline.unique);
+    let upgrade = ctx.opts.takeover;
     let mut one = |how: Stop| -> anyhow::Result<Restart> {
         let t = trial(ctx, target, rate, secs, Event::Restart(how))?;
         let mut r = t.restart.context("the trial did not restart xvs")?;
@@ -466,11 +480,17 @@ pub(crate) fn run(
     };
     let kill = one(Stop::Kill)?;
     let term = one(Stop::Term)?;
+    let takeover = if upgrade {
+        Some(one(Stop::Takeover)?)
+    } else {
+        None
+    };
     Ok(Restarts {
         baseline_sent: baseline.sent,
         baseline_lost_pkts,
         kill,
         term: Some(term),
+        takeover,
     })
 }
 
@@ -563,6 +583,37 @@ mod tests {
         assert_eq!(f.flows_adopted, Some(100_000));
         assert_eq!(f.torn_down, Some(2));
         assert_eq!(f.adoption_ms, Some(12.5));
+    }
+
+    #[test]
+    fn the_takeover_trial_has_its_own_prefix() {
+        let kill = Restart {
+            signal: "kill".into(),
+            restart_lost_pkts: 20_000,
+            ..Restart::default()
+        };
+        let mut r = Restarts {
+            baseline_sent: 1,
+            baseline_lost_pkts: 0,
+            kill: kill.clone(),
+            term: None,
+            takeover: None,
+        };
+        assert!(!key_values(&r).contains("takeover_"));
+        r.takeover = Some(Restart {
+            signal: "takeover".into(),
+            restart_lost_pkts: 7,
+            flows_lost: 0,
+            ..kill
+        });
+        let kv = key_values(&r);
+        assert!(kv.contains("\nrestart_lost_pkts=20000\n"), "{kv}");
+        assert!(kv.contains("\ntakeover_restart_lost_pkts=7\n"), "{kv}");
+        assert!(kv.contains("\ntakeover_flows_lost=0\n"), "{kv}");
+        // Results from before the trial existed still read.
+        let old = r#"{"baseline_sent":1,"baseline_lost_pkts":0,"kill":{"signal":"kill","at_s":0,"offered_pps":0,"sent":0,"lost_pkts":0,"restart_lost_pkts":0,"gap_ms":0,"gap_pkts":0,"signal_to_forward_ms":null,"exit_ms":0,"ready_ms":0,"start_attempts":1,"start_failures":[],"phases_ms":{},"flows_before":null,"established_before":null,"flows_adopted":null,"torn_down":null,"adoption_ms":null,"established_after":null,"flows_seen":0,"flows_checked":0,"flows_lost":0},"term":null}"#;
+        let back: Restarts = serde_json::from_str(old).unwrap();
+        assert!(back.takeover.is_none());
     }
 
     #[test]

@@ -134,6 +134,9 @@ pub enum Stop {
     /// SIGTERM (a graceful stop: with `drain_timeout = "0s"` it stops at once), the exit
     /// awaited, then a new xvs.
     Term,
+    /// No signal: `xvs run --takeover` started beside the running xvs, which hands its
+    /// sockets over and exits (an upgrade).
+    Takeover,
 }
 
 impl Stop {
@@ -142,6 +145,25 @@ impl Stop {
         match self {
             Stop::Kill => "kill",
             Stop::Term => "term",
+            Stop::Takeover => "takeover",
+        }
+    }
+}
+
+/// Waits (up to 30 s) for `child` to exit, then kills it.
+fn reap(child: &mut Child, how: Stop) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => return Ok(()),
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_micros(500))
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("xvs did not exit within 30 s of the {}", how.name());
+            }
         }
     }
 }
@@ -417,29 +439,16 @@ impl Running {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
         let signal_ns = crate::sys::mono_ns();
+        if how == Stop::Takeover {
+            return self.take_over(child, dir, wall, signal_ns);
+        }
         let sig = match how {
             Stop::Kill => libc::SIGKILL,
-            Stop::Term => libc::SIGTERM,
+            Stop::Term | Stop::Takeover => libc::SIGTERM,
         };
         // SAFETY: kill has no memory preconditions.
         unsafe { libc::kill(child.id() as i32, sig) };
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            match child.try_wait() {
-                Ok(Some(_)) => break,
-                Ok(None) if std::time::Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_micros(500))
-                }
-                _ => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    bail!(
-                        "xvs did not exit within 30 s of SIG{}",
-                        how.name().to_uppercase()
-                    );
-                }
-            }
-        }
+        reap(&mut child, how)?;
         let exited_ns = crate::sys::mono_ns();
         self.stdout = None;
         self.restarts += 1;
@@ -484,6 +493,45 @@ impl Running {
             }
         }
         unreachable!("the loop returns")
+    }
+
+    /// [`Running::restart`] as an upgrade: the new xvs is started with `--takeover` while
+    /// `old` runs; ready, then the old one reaped (its stdout kept open until then, so its
+    /// final counters do not meet a closed pipe).
+    fn take_over(
+        &mut self,
+        mut old: Child,
+        dir: &Path,
+        wall: u64,
+        signal_ns: u64,
+    ) -> anyhow::Result<Restarted> {
+        self.restarts += 1;
+        let old_stdout = self.stdout.take();
+        let mut argv: Vec<String> = self.argv.clone();
+        let run = argv
+            .iter()
+            .position(|a| a == "run")
+            .context("xvs argv without `run`")?;
+        argv.insert(run + 1, "--takeover".to_owned());
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let log = dir.join(format!("xvs-takeover{}.log", self.restarts));
+        let started_ns = crate::sys::mono_ns();
+        let ready = self.spawn_ready(&argv, "xvs: ready", &log);
+        let ready_ns = crate::sys::mono_ns();
+        reap(&mut old, Stop::Takeover)?;
+        let exited_ns = crate::sys::mono_ns();
+        drop(old_stdout);
+        ready?;
+        Ok(Restarted {
+            signal_ns,
+            signal_wall_ns: wall,
+            exited_ns,
+            started_ns,
+            ready_ns,
+            log,
+            attempts: 1,
+            failures: Vec::new(),
+        })
     }
 
     /// xvs' Prometheus metrics, when they can be read.

@@ -186,6 +186,9 @@ pub enum StopReason {
     Signal,
     /// A worker thread ended: a failure.
     WorkerExited,
+    /// A newer process took the sockets over (`xvs run --takeover`): the driver's
+    /// business, never the controller's.
+    TakenOver,
 }
 
 /// What the controller asks the driver to do, in order.

@@ -83,22 +83,28 @@ pub struct Outcome {
 }
 
 /// Runs the daemon with `cfg` (read from `path`, which SIGHUP reloads; `None`: the embedded
-/// config) until a stop signal, a drain, or a failure. `Err` is a start-up failure, with
-/// context naming what could not be set up. The phases are the module doc's start-up order.
-pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
+/// config) until a stop signal, a drain, a takeover by a newer process, or a failure. With
+/// `takeover`, the AF_XDP sockets of the xvs running on this state directory are taken
+/// over before the state is opened ([`crate::takeover`]). `Err` is a start-up failure,
+/// with context naming what could not be set up. The phases are the module doc's start-up
+/// order.
+pub fn run(mut cfg: Config, path: Option<&Path>, takeover: bool) -> anyhow::Result<Outcome> {
     let (ev_tx, ev_rx) = mpsc::unbounded_channel::<Event>();
     let (cmd_tx, cmd_rx) = mpsc::unbounded_channel::<CommandMsg>();
     let (mut slow, cores) = open::slowpath(&mut cfg, ev_tx.clone())?;
     let inputs = open::inputs(&cfg, &slow)?;
+    let adopted = takeover.then(|| open::take_over(&cfg)).flatten();
 
     let mut st = open::state(&cfg)?;
-    let dp = open::dataplane(&cfg, &cores, &st.ifnames)?;
+    let dp = open::dataplane(&cfg, &cores, &st.ifnames, adopted)?;
     let _napi_defer = dp.napi_defer;
 
     let services = start::services(&cfg, &mut slow, ev_tx, &st.ifnames, inputs.k8s)?;
     let (mut io, k8s) = start::first_publish(&cfg, &mut st.ctl, services, dp.steers, path)?;
 
     let sync = inputs.sync.is_some();
+    let (switch_tx, switch_rx) = mpsc::unbounded_channel();
+    let listener = start::takeover_listener(&cfg, &dp.sockets, switch_tx);
     let mut workers = start::workers(&cfg, &st, dp.sockets, &io.current, sync)?;
     let logs = std::mem::take(&mut workers.logs);
     let tier = start::tier(&cfg, &mut slow, inputs.sync, &st, &mut io, logs)?;
@@ -107,8 +113,17 @@ pub fn run(mut cfg: Config, path: Option<&Path>) -> anyhow::Result<Outcome> {
     start::admin(&cfg, &mut slow, &state, &st.ifnames)?;
 
     let handles = &workers.handles;
-    let stopped = serve::serve(&slow, &mut io, &mut st.ctl, ev_rx, cmd_rx, &state, handles);
-    Ok(stop::shut_down(slow, io, workers, &state, &cfg, stopped))
+    let channels = serve::Channels {
+        events: ev_rx,
+        commands: cmd_rx,
+        takeover: switch_rx,
+    };
+    let stopped = serve::serve(&slow, &mut io, &mut st.ctl, channels, &state, handles);
+    let outcome = stop::shut_down(slow, io, workers, &state, &cfg, stopped);
+    if listener {
+        let _ = std::fs::remove_file(crate::takeover::socket_path(&cfg.dataplane.state_dir));
+    }
+    Ok(outcome)
 }
 
 /// The slowpath runtime and what stops its services. Fields drop in order: the guard

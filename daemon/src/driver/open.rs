@@ -174,13 +174,21 @@ pub(super) struct Dataplane {
     pub napi_defer: Option<NapiDefer>,
 }
 
-/// Sockets first, then the program that feeds them. The steering programs stay attached
-/// across restarts (pinned); an earlier process's are adopted in place, with no moment in
-/// which the kernel sees xvs's frames.
+/// `xvs run --takeover`: the running xvs's sockets, before the state is opened (its
+/// process is gone when this returns `Some`; see [`crate::takeover`]).
+pub(super) fn take_over(cfg: &Config) -> Option<Vec<XskSet>> {
+    let xsk = XskSettings::from_config(&cfg.dataplane);
+    crate::takeover::take_over(&xsk, &cfg.dataplane.state_dir)
+}
+
+/// Sockets first (`adopted` from a takeover, or opened), then the program that feeds them.
+/// The steering programs stay attached across restarts (pinned); an earlier process's are
+/// adopted in place, with no moment in which the kernel sees xvs's frames.
 pub(super) fn dataplane(
     cfg: &Config,
     cores: &CorePlan,
     ifnames: &[String],
+    adopted: Option<Vec<XskSet>>,
 ) -> anyhow::Result<Dataplane> {
     let napi_defer = if cfg.dataplane.napi_busy_poll {
         let names: Vec<&str> = ifnames.iter().map(String::as_str).collect();
@@ -188,7 +196,21 @@ pub(super) fn dataplane(
     } else {
         None
     };
-    let sockets = open_all_sockets(cfg, cores)?;
+    let sockets = match adopted {
+        Some(sets) => {
+            let specs = worker_specs(&cfg.dataplane, &cores.workers);
+            let mut sockets: Vec<(WorkerSpec, XskSet)> = specs.into_iter().zip(sets).collect();
+            if cfg.dataplane.pass_to_kernel {
+                for (spec, set) in &mut sockets {
+                    for (interface, e) in set.open_pass() {
+                        tracing::warn!(%interface, queue = spec.queue, error = %e, "no exception device: frames steered to xvs that it does not own are dropped instead of reaching the kernel ([dataplane] pass_to_kernel)");
+                    }
+                }
+            }
+            sockets
+        }
+        None => open_all_sockets(cfg, cores)?,
+    };
     let pins = steer::pin_dir_in(&cfg.dataplane.bpf_pin_root).with_context(|| {
         format!(
             "[dataplane] bpf_pin_root {}",

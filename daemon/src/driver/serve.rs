@@ -1,6 +1,7 @@
 //! The driver's serving phase: the loop that feeds the controller its events and performs
 //! its actions (see the driver's module doc for what wakes it).
 
+use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -23,20 +24,29 @@ use crate::controller::{Action, Controller, Event, Reload, Sample, Signal, Steer
 use crate::hold;
 use crate::watch::{FileWatch, Stamp};
 
+/// What wakes the loop besides its tick.
+pub(super) struct Channels {
+    pub events: mpsc::UnboundedReceiver<Event>,
+    pub commands: mpsc::UnboundedReceiver<CommandMsg>,
+    /// A newer process at the switch of a takeover ([`crate::takeover`]).
+    pub takeover: mpsc::UnboundedReceiver<UnixStream>,
+}
+
 /// Runs the loop until the controller stops, then lets BIRD take the file that announces
-/// nothing (the liveness device closed at the stop action). Returns why it stopped.
-pub(super) fn serve(
+/// nothing (the liveness device closed at the stop action); after a takeover BIRD is left
+/// as it is, for the new process. Returns why it stopped.
+pub(super) fn serve<T>(
     slow: &Slowpath,
     io: &mut Io<'_>,
     ctl: &mut Controller,
-    events: mpsc::UnboundedReceiver<Event>,
-    commands: mpsc::UnboundedReceiver<CommandMsg>,
+    channels: Channels,
     state: &DaemonState,
-    workers: &[JoinHandle<()>],
+    workers: &[JoinHandle<T>],
 ) -> StopReason {
-    let stopped = slow
-        .rt
-        .block_on(io.run(ctl, events, commands, state, workers));
+    let stopped = slow.rt.block_on(io.run(ctl, channels, state, workers));
+    if stopped == StopReason::TakenOver {
+        return stopped;
+    }
     if let Bgp::On(speaker) = std::mem::take(&mut io.bgp)
         && !slow.rt.block_on(speaker.finish(BGP_FINISH))
     {
@@ -60,6 +70,8 @@ pub(super) struct Io<'a> {
     path: Option<&'a Path>,
     watch: FileWatch,
     stop: Option<StopReason>,
+    /// The connection of the process that takes over, at the switch.
+    pub handed: Option<UnixStream>,
     pub restart_hold: Duration,
     pub bgp: Bgp,
 }
@@ -120,20 +132,25 @@ impl<'a> Io<'a> {
             path,
             watch: FileWatch::new(path.and_then(Stamp::of)),
             stop: None,
+            handed: None,
             restart_hold,
             bgp: Bgp::default(),
         }
     }
 
     /// Feeds the controller until it stops; returns why.
-    async fn run(
+    async fn run<T>(
         &mut self,
         ctl: &mut Controller,
-        mut events: mpsc::UnboundedReceiver<Event>,
-        mut commands: mpsc::UnboundedReceiver<CommandMsg>,
+        channels: Channels,
         state: &DaemonState,
-        workers: &[JoinHandle<()>],
+        workers: &[JoinHandle<T>],
     ) -> StopReason {
+        let Channels {
+            mut events,
+            mut commands,
+            mut takeover,
+        } = channels;
         let mut next_second = Instant::now();
         let mut next_traffic = Instant::now();
         loop {
@@ -147,6 +164,11 @@ impl<'a> Io<'a> {
                 Some(ev) = events.recv() => ctl.handle(Instant::now(), ev),
                 Some((cmd, reply)) = commands.recv() => {
                     let _ = reply.send(ctl.command(Instant::now(), cmd));
+                }
+                Some(conn) = takeover.recv() => {
+                    tracing::info!(target: "xvs", "handing the sockets over to the new process; stopping");
+                    self.handed = Some(conn);
+                    return StopReason::TakenOver;
                 }
                 () = tokio::time::sleep(wait) => {}
             }
@@ -171,16 +193,7 @@ impl<'a> Io<'a> {
             }
             if now >= next_second {
                 next_second = now + Duration::from_secs(1);
-                if let Ok(mut s) = state.steer.lock() {
-                    *s = self
-                        .steers
-                        .iter()
-                        .filter_map(|st| Some((st.ifname().to_owned(), st.counters().ok()?)))
-                        .collect();
-                }
-                if let Err(e) = hold::refresh(&mut self.steers, self.restart_hold) {
-                    tracing::warn!(error = %e, "refreshing the restart hold");
-                }
+                self.every_second(state);
             }
             let running = !workers.iter().any(JoinHandle::is_finished);
             if !running {
@@ -201,6 +214,20 @@ impl<'a> Io<'a> {
             if let Some(why) = self.stop.take() {
                 return why;
             }
+        }
+    }
+
+    /// The steering counters read, the restart hold refreshed.
+    fn every_second(&mut self, state: &DaemonState) {
+        if let Ok(mut s) = state.steer.lock() {
+            *s = self
+                .steers
+                .iter()
+                .filter_map(|st| Some((st.ifname().to_owned(), st.counters().ok()?)))
+                .collect();
+        }
+        if let Err(e) = hold::refresh(&mut self.steers, self.restart_hold) {
+            tracing::warn!(error = %e, "refreshing the restart hold");
         }
     }
 
@@ -270,6 +297,7 @@ impl<'a> Io<'a> {
                         StopReason::WorkerExited => {
                             tracing::error!("a worker thread ended unexpectedly; stopping")
                         }
+                        StopReason::TakenOver => {}
                     }
                     self.stop = Some(why);
                 }

@@ -134,7 +134,7 @@ pub(super) fn first_publish<'a>(
 
 /// The running workers and what the rest of the daemon reads of them.
 pub(super) struct Workers {
-    pub handles: Vec<JoinHandle<()>>,
+    pub handles: Vec<JoinHandle<Option<XskSet>>>,
     pub stats: Vec<Arc<WorkerStats>>,
     pub traffic: Vec<Arc<Traffic>>,
     /// The interfaces each worker has a socket on (an interface with fewer queues has none).
@@ -213,6 +213,29 @@ pub(super) fn workers(
         w.stats.push(s);
     }
     Ok(w)
+}
+
+/// Listens for a newer process taking the sockets over (`xvs run --takeover`), on a thread
+/// of its own; a connection that reaches the switch goes to `switch`. Returns whether it
+/// listens (it does not when the UMEM cannot be passed: an upgrade is then a restart).
+pub(super) fn takeover_listener(
+    cfg: &Config,
+    sockets: &[(WorkerSpec, XskSet)],
+    switch: tokio::sync::mpsc::UnboundedSender<std::os::unix::net::UnixStream>,
+) -> bool {
+    let mut exports = Vec::with_capacity(sockets.len());
+    for (spec, set) in sockets {
+        match set.export() {
+            Ok(e) => exports.push(e),
+            Err(e) => {
+                tracing::warn!(queue = spec.queue, error = %e, "the AF_XDP sockets cannot be handed over: an upgrade will be a restart");
+                return false;
+            }
+        }
+    }
+    let path = crate::takeover::socket_path(&cfg.dataplane.state_dir);
+    let offered = crate::takeover::Offered { exports };
+    crate::takeover::listen(&path, offered, switch).is_some()
 }
 
 /// The interfaces each worker has a socket on.

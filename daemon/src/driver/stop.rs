@@ -38,16 +38,24 @@ pub(super) fn shut_down(
         st.release();
     }
     workers.stop.store(true, Ordering::SeqCst);
-    for h in workers.handles {
-        let _ = h.join();
+    let sets: Vec<_> = workers
+        .handles
+        .into_iter()
+        .map(|h| h.join().ok().flatten())
+        .collect();
+    if let Some(conn) = io.handed.as_mut() {
+        hand_over(conn, &state.flows, &sets);
     }
+    // The new process holds its own references to the sockets: closing ours is no loss.
+    drop(sets);
     if let Ok(mut readers) = state.sockets.lock() {
         readers.clear();
     }
     state.fastpath_running.store(false, Ordering::Relaxed);
     // The flows stay in the state file for the next process; a graceful stop also exports
     // them for one with another layout.
-    crate::state::close(&state.flows, cfg, stopped != StopReason::WorkerExited);
+    let graceful = !matches!(stopped, StopReason::WorkerExited | StopReason::TakenOver);
+    crate::state::close(&state.flows, cfg, graceful);
     drop(io);
     stop_services(slow);
     let mut counters = WorkerCounters::default();
@@ -63,6 +71,32 @@ pub(super) fn shut_down(
             StopReason::WorkerExited => Some(anyhow::anyhow!("a worker thread ended unexpectedly")),
             _ => None,
         },
+    }
+}
+
+/// The switch of a takeover, the old side: the workers have stopped; the flow table is
+/// marked clean (the new process adopts it once this one is gone) and every worker's
+/// frames are accounted for to the new process. A worker that did not hand its sockets
+/// back leaves the new process nothing to resume: it refuses and starts as a restart.
+fn hand_over(
+    conn: &mut std::os::unix::net::UnixStream,
+    flows: &flowtable::FlowTable,
+    sets: &[Option<fastpath::xsk::XskSet>],
+) {
+    flows.mark_clean();
+    let states: Option<Vec<_>> = sets
+        .iter()
+        .map(|s| s.as_ref().map(|s| s.frame_state()))
+        .collect();
+    let Some(states) = states else {
+        tracing::error!(
+            "a worker did not hand its sockets back; the new process starts as after a restart"
+        );
+        return;
+    };
+    match crate::takeover::send_states(conn, &states) {
+        Ok(()) => tracing::info!(target: "xvs", workers = states.len(), "sockets handed over"),
+        Err(e) => tracing::error!(error = %e, "sending the frame states to the new process"),
     }
 }
 

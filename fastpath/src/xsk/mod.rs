@@ -44,16 +44,21 @@ use std::ffi::CString;
 use std::fmt;
 use std::io;
 use std::num::NonZeroU32;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::ptr::NonNull;
 
 use vocab::{XdpMode, ZeroCopy};
 use xsk_rs::config::{
     BindFlags, FrameSize, Interface, LibxdpFlags, QueueSize, SocketConfig, UmemConfig, XdpFlags,
 };
-use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue, Umem};
+use xsk_rs::{CompQueue, FillQueue, RxQueue, Socket, TxQueue, Umem};
 
+pub use ring::{Desc, RingSizes};
+
+pub mod handover;
 pub mod napi;
 pub mod pool;
+pub mod ring;
 pub mod stats;
 pub mod tap;
 
@@ -164,15 +169,12 @@ pub enum XskError {
     },
 }
 
-/// One socket of a set: its four rings.
+/// One socket of a set: its four rings, as this process mapped them ([`ring`]).
 #[derive(Debug)]
 pub struct PortSocket {
     /// Interface name.
     pub ifname: String,
-    pub(crate) rx: RxQueue,
-    pub(crate) tx: TxQueue,
-    pub(crate) fill: FillQueue,
-    pub(crate) comp: CompQueue,
+    pub(crate) rings: ring::Rings,
     fd: RawFd,
 }
 
@@ -190,17 +192,40 @@ impl PortSocket {
 pub struct XskSet {
     queue: u32,
     mode: BindMode,
-    // Field order is drop order: sockets (and their rings) before the UMEM.
+    // Field order is drop order: our ring mappings and the UMEM's view before what owns
+    // the sockets and the UMEM (`keep`).
     pub(crate) ports: Vec<Option<PortSocket>>,
-    pub(crate) umem: Umem,
-    pub(crate) frames: Vec<FrameDesc>,
+    pub(crate) area: ring::Area,
+    /// Free frames (all of them when opened here; what the previous owner had free when
+    /// adopted).
+    pub(crate) frames: Vec<Desc>,
+    /// Per port: frames given to the fill ring and not yet received (zero when opened).
+    pub(crate) in_fill: Vec<u32>,
     /// Fill-ring depth kept per socket.
     pub(crate) fill_target: u32,
     /// Entries of each tx ring.
     pub(crate) tx_ring_size: u32,
+    /// Entries of each rx ring.
+    pub(crate) rx_ring_size: u32,
     /// Per port: this worker's queue of the interface's exception device ([`tap`]), once
     /// [`XskSet::open_pass`] opened it; `Pass` frames go there.
     pub(crate) pass: Vec<Option<tap::PassTap>>,
+    _keep: Keep,
+}
+
+/// What owns the sockets and the UMEM's memory.
+#[derive(Debug)]
+enum Keep {
+    /// Opened here by xsk-rs: its sockets (ring objects unused) and UMEM.
+    Opened {
+        _sockets: Vec<(TxQueue, RxQueue, FillQueue, CompQueue)>,
+        _umem: Umem,
+    },
+    /// Received from the previous process ([`handover`]).
+    Adopted {
+        _sockets: Vec<OwnedFd>,
+        _mem: handover::Mem,
+    },
 }
 
 /// What the sockets of a worker are opened with: the `[dataplane]` keys of AF_XDP, XDP and
@@ -344,6 +369,11 @@ impl XskSet {
             .bind_flags(mode.flags())
             .build();
         let mut ports = Vec::with_capacity(names.len());
+        let mut owned = Vec::with_capacity(names.len());
+        let ring_sizes = RingSizes {
+            rx: sizes.rx.get(),
+            tx: sizes.tx.get(),
+        };
         for name in names {
             let Some(name) = name else {
                 ports.push(None);
@@ -379,24 +409,43 @@ impl XskSet {
                     detail,
                 })?;
             }
+            let rings = ring::Rings::map(fd, ring_sizes).map_err(|e| XskError::Socket {
+                ifname: (*name).to_owned(),
+                queue,
+                mode,
+                detail: format!("mapping its rings: {e}"),
+            })?;
+            owned.push((tx, rx, fill, comp));
             ports.push(Some(PortSocket {
                 ifname: (*name).to_owned(),
-                rx,
-                tx,
-                fill,
-                comp,
+                rings,
                 fd,
             }));
         }
+        let area = umem_area(&umem, &frames, dp.frame_size as usize);
+        let free = frames
+            .iter()
+            .map(|f| Desc {
+                addr: f.addr() as u64,
+                len: 0,
+                options: 0,
+            })
+            .collect();
         Ok(XskSet {
             queue,
             mode,
+            in_fill: vec![0; ports.len()],
             ports,
-            umem,
-            frames,
+            area,
+            frames: free,
             fill_target: sizes.fill_target,
             tx_ring_size: sizes.tx.get(),
+            rx_ring_size: sizes.rx.get(),
             pass: Vec::new(),
+            _keep: Keep::Opened {
+                _sockets: owned,
+                _umem: umem,
+            },
         })
     }
 
@@ -459,8 +508,21 @@ impl XskSet {
 
     /// Frames in the shared UMEM.
     pub fn frames(&self) -> usize {
-        self.frames.len()
+        self.area.len() / self.area.frame_size()
     }
+}
+
+/// The UMEM xsk-rs mapped, as an [`ring::Area`]: its first frame's data address less that
+/// frame's offset is the mapping's start; the frames fill it.
+fn umem_area(umem: &Umem, frames: &[xsk_rs::FrameDesc], frame_size: usize) -> ring::Area {
+    let first = &frames[0];
+    // SAFETY: a frame of this UMEM that nobody uses yet; only its address is read.
+    let data = unsafe { umem.data(first) }.contents().as_ptr();
+    let base = data.wrapping_sub(first.addr()).cast_mut();
+    let base = NonNull::new(base).expect("a mapping does not start at 0");
+    // SAFETY: xsk-rs' mapping of `frames.len()` frames stays mapped while `Keep::Opened`
+    // holds the UMEM, which the set drops after the area.
+    unsafe { ring::Area::new(base, frames.len() * frame_size, frame_size) }
 }
 
 /// The sizes of a set, checked.
@@ -552,6 +614,29 @@ pub fn wake_rx(fd: RawFd) -> bool {
             libc::MSG_DONTWAIT,
             std::ptr::null_mut(),
             std::ptr::null_mut(),
+        )
+    };
+    r >= 0 || {
+        let e = io::Error::last_os_error().raw_os_error();
+        matches!(
+            e,
+            Some(libc::EAGAIN | libc::EBUSY | libc::ENOBUFS | libc::ENETDOWN)
+        )
+    }
+}
+
+/// A non-blocking zero-length `sendto`: tells the kernel the tx ring has frames
+/// (need_wakeup). Returns false on an unexpected error.
+pub fn wake_tx(fd: RawFd) -> bool {
+    // SAFETY: a zero-length send with null buffers is valid on an AF_XDP socket.
+    let r = unsafe {
+        libc::sendto(
+            fd,
+            std::ptr::null(),
+            0,
+            libc::MSG_DONTWAIT,
+            std::ptr::null(),
+            0,
         )
     };
     r >= 0 || {

@@ -5,18 +5,20 @@
 //! or a tx staging array. The stack is allocated once with room for every frame, so
 //! [`FramePool::put`] never reallocates: frames are conserved, the stack cannot overflow.
 
-use xsk_rs::{FillQueue, FrameDesc};
+use super::ring::{Desc, Prod};
 
 /// A fixed-capacity stack of free frame descriptors.
 #[derive(Debug)]
 pub struct FramePool {
-    free: Vec<FrameDesc>,
+    free: Vec<Desc>,
 }
 
 impl FramePool {
-    /// A pool holding `frames` (all of a UMEM's frames); its capacity never changes.
-    pub fn new(frames: Vec<FrameDesc>) -> FramePool {
-        let mut free = Vec::with_capacity(frames.len());
+    /// A pool holding `frames` (the free ones of a UMEM of `total` frames: all of them, or
+    /// what a previous owner left free), with room for every frame of the UMEM; its
+    /// capacity never changes.
+    pub fn new(frames: Vec<Desc>, total: usize) -> FramePool {
+        let mut free = Vec::with_capacity(frames.len().max(total));
         free.extend(frames);
         FramePool { free }
     }
@@ -41,7 +43,7 @@ impl FramePool {
 
     /// Returns a frame to the pool.
     #[inline]
-    pub fn put(&mut self, desc: FrameDesc) {
+    pub fn put(&mut self, desc: Desc) {
         // Frames are conserved, so the stack is never full here; if a bug ever broke that,
         // losing a frame beats allocating on the hot path.
         debug_assert!(
@@ -53,9 +55,14 @@ impl FramePool {
         }
     }
 
+    /// The free frames' descriptors (for a hand-over: [`super::handover`]).
+    pub fn free(&self) -> &[Desc] {
+        &self.free
+    }
+
     /// Takes a frame, if any is free.
     #[inline]
-    pub fn take(&mut self) -> Option<FrameDesc> {
+    pub fn take(&mut self) -> Option<Desc> {
         self.free.pop()
     }
 
@@ -65,7 +72,7 @@ impl FramePool {
     ///
     /// `fill` must belong to a socket of the UMEM these frames come from.
     #[inline]
-    pub unsafe fn fill(&mut self, fill: &mut FillQueue, max: usize) -> usize {
+    pub unsafe fn fill(&mut self, fill: &mut Prod, max: usize) -> usize {
         let n = max.min(self.free.len());
         if n == 0 {
             return 0;
@@ -73,9 +80,9 @@ impl FramePool {
         let from = self.free.len() - n;
         // SAFETY: the descriptors are free frames of the fill ring's UMEM (caller's contract);
         // the kernel owns them from here until they come back on an rx ring.
-        let done = unsafe { fill.produce(&self.free[from..]) };
-        // The ring reserves all or nothing, but stay correct either way: `produce` takes
-        // descriptors from the front of the slice.
+        let done = unsafe { fill.produce_fill(&self.free[from..]) };
+        // The ring reserves all or nothing, but stay correct either way: `produce_fill`
+        // takes descriptors from the front of the slice.
         self.free.drain(from..from + done);
         done
     }
