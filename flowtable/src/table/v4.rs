@@ -400,6 +400,7 @@ impl FlowTable {
     ///
     /// Errors: [`InsertError::Exists`] (the original tuple is taken), `Full`, `IndexFull`,
     /// `Invalid`; never `ReplyInUse` (that is `insert_v4_finish`'s to say).
+    #[inline]
     pub fn insert_v4_begin(
         &self,
         flow: &V4Flow,
@@ -442,6 +443,7 @@ impl FlowTable {
     /// The second half of [`insert_v4`](Self::insert_v4): indexes the reply tuple and makes
     /// the flow LIVE, or (with [`InsertError::ReplyInUse`] or `IndexFull`) withdraws and
     /// frees it.
+    #[inline]
     pub fn insert_v4_finish(&self, p: PendingV4) -> Result<FlowHandle, InsertError> {
         self.publish_reply(
             p.entry,
