@@ -613,3 +613,44 @@ fn the_syn_proxys_word_and_other_protocols_take_no_samples() {
     );
     assert_eq!(t.seq(h), None);
 }
+
+/// A pending IPv4 insert carries the original direction's checksum delta (what the first
+/// packet's rewrite adds) and its entry's generation in one word: the delta is the one a
+/// lookup of the original tuple answers later, and the handle the insert ends with is the
+/// flow's, across generations of a reused entry.
+#[test]
+fn a_pending_v4_insert_carries_the_checksum_delta_and_the_generation() {
+    let (t, epoch) = table(64);
+    for round in 0..3u32 {
+        let tick = t.tick(epoch + Duration::from_secs(u64::from(round)));
+        for i in 0..40u32 {
+            let o = t.v4_key(
+                Protocol::Tcp,
+                u64::from(0xc612_0000 + i) | 0xc612_6401 << 32,
+                u32::from(10_000 + i as u16) | 80 << 16,
+            );
+            let r = t.v4_key(
+                Protocol::Tcp,
+                0xc612_0101 | u64::from(0xc612_c801 + round) << 32,
+                8080 | u32::from(20_000 + i as u16) << 16,
+            );
+            let f = V4Flow {
+                original: o,
+                reply: r,
+                service_id: 7,
+                backend_id: BackendId(1),
+                snapshot_gen: round,
+                flags: 0,
+            };
+            let p = t.insert_v4_begin(&f, TcpFlags::SYN, tick).unwrap();
+            let out = (r.addrs().rotate_left(32), r.ports().rotate_left(16));
+            let want = v4_csum_delta((o.addrs(), o.ports()), out);
+            assert_eq!(p.csum_delta(), want, "round {round}, flow {i}");
+            let h = t.insert_v4_finish(p).unwrap();
+            let hit = t.lookup_v4(&o).expect("inserted");
+            assert_eq!(hit.csum_delta, want);
+            assert_eq!(hit.handle(), h, "the generation survives the packing");
+            assert!(t.remove(h).is_some(), "round {round}, flow {i}");
+        }
+    }
+}

@@ -486,7 +486,7 @@ impl Pipeline {
     pub(super) fn begin_v4(&mut self, nv: &NewV4) -> Begun {
         match self.flows.insert_v4_begin(&nv.flow, nv.tcp_flags, nv.tick) {
             Ok(p) => Begun::Pending(p),
-            Err(e) => Begun::Done(self.inserted_v4(nv, Err(e))),
+            Err(e) => Begun::Done(self.inserted_v4(nv, Err(e), 0)),
         }
     }
 
@@ -494,9 +494,10 @@ impl Pipeline {
     /// SNAT ports (fullnat, [`next_snat_ports`](Self::next_snat_ports)).
     #[inline(always)]
     pub(super) fn finish_v4(&mut self, nv: &mut NewV4, p: PendingV4) -> Result<Out, DropReason> {
+        let csum = p.csum_delta();
         match self.flows.insert_v4_finish(p) {
             Err(InsertError::ReplyInUse(h)) if nv.snat.is_some() => self.next_snat_ports(nv, h),
-            r => self.inserted_v4(nv, r),
+            r => self.inserted_v4(nv, r, csum),
         }
     }
 
@@ -526,16 +527,21 @@ impl Pipeline {
             self.next_reply_v4(nv, 0, 0);
             r = self.flows.insert_v4(&nv.flow, nv.tcp_flags, nv.tick);
         }
-        self.inserted_v4(nv, r)
+        let (o, reply) = (&nv.flow.original, &nv.flow.reply);
+        let to = (reply.addrs().rotate_left(32), reply.ports().rotate_left(16));
+        let csum = flowtable::v4_csum_delta((o.addrs(), o.ports()), to);
+        self.inserted_v4(nv, r, csum)
     }
 
-    /// [`inserted`](Self::inserted) for a [`NewV4`]: the way out of the flow inserted, or
+    /// [`inserted`](Self::inserted) for a [`NewV4`]: the way out of the flow inserted
+    /// (whose original direction's checksum delta, as its entry stores it, is `csum`), or
     /// adopted on a lost race.
     #[inline]
     fn inserted_v4(
         &mut self,
         nv: &NewV4,
         r: Result<FlowHandle, InsertError>,
+        csum: u32,
     ) -> Result<Out, DropReason> {
         match r {
             Ok(h) => {
@@ -546,11 +552,12 @@ impl Pipeline {
                 Ok(Out {
                     addrs: reply.addrs().rotate_left(32),
                     ports: reply.ports().rotate_left(16),
+                    csum_delta: csum,
                     created: true,
                     backend: nv.flow.backend_id,
                 })
             }
-            Err(InsertError::Exists(h)) => self.adopted_v4(h),
+            Err(InsertError::Exists(h)) => self.adopted_v4(h, &nv.flow.original),
             Err(InsertError::ReplyInUse(_)) if nv.snat.is_some() => {
                 Err(DropReason::SnatPortsExhausted)
             }
@@ -558,19 +565,26 @@ impl Pipeline {
         }
     }
 
-    /// The way out of another worker's flow `h` (the race's winner).
+    /// The way out of another worker's flow `h` (the race's winner) for a frame of its
+    /// original tuple `original`.
     #[cold]
     #[inline(never)]
-    fn adopted_v4(&self, h: FlowHandle) -> Result<Out, DropReason> {
+    fn adopted_v4(&self, h: FlowHandle, original: &V4Key) -> Result<Out, DropReason> {
         let v = self.flows.get(h).ok_or(DropReason::FlowTableFull)?;
         let to = nat::after(&v.data, Direction::Original);
         match (to.src.ip(), to.dst.ip()) {
-            (IpAddr::V4(s), IpAddr::V4(d)) => Ok(Out {
-                addrs: nat::pack_addrs(s.to_bits(), d.to_bits()),
-                ports: nat::pack_ports(to.src.port(), to.dst.port()),
-                created: false,
-                backend: v.data.backend_id,
-            }),
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                let addrs = nat::pack_addrs(s.to_bits(), d.to_bits());
+                let ports = nat::pack_ports(to.src.port(), to.dst.port());
+                let from = (original.addrs(), original.ports());
+                Ok(Out {
+                    addrs,
+                    ports,
+                    csum_delta: flowtable::v4_csum_delta(from, (addrs, ports)),
+                    created: false,
+                    backend: v.data.backend_id,
+                })
+            }
             // An IPv4 tuple's flow is IPv4.
             _ => Err(DropReason::FlowTableFull),
         }
@@ -607,9 +621,6 @@ impl Pipeline {
             }
         }
         frame[..12].copy_from_slice(&macs);
-        // The frame's tuple is the flow's original one.
-        let from = (nv.flow.original.addrs(), nv.flow.original.ports());
-        let delta = flowtable::v4_csum_delta(from, (out.addrs, out.ports));
         nat::rewrite_v4_delta(
             frame,
             fast::L3,
@@ -617,7 +628,7 @@ impl Pipeline {
             nat::l4_csum_at(fast::L4, nv.proto),
             out.addrs,
             out.ports,
-            delta,
+            out.csum_delta,
         );
         self.traffic
             .packet(out.backend, false, usize::from(fast::ip_len(frame)));
@@ -653,6 +664,10 @@ pub(super) struct NewV4 {
 pub(super) struct Out {
     addrs: u64,
     ports: u32,
+    /// What the frame's checksums change by, from its tuple (the flow's original one) to
+    /// `addrs`/`ports`: [`flowtable::v4_csum_delta`], as the flow table computed it at the
+    /// insert.
+    csum_delta: u32,
     created: bool,
     /// The flow's backend (another worker's, when adopted).
     backend: BackendId,

@@ -52,6 +52,7 @@ impl FlowTable {
         self.pop_free()
     }
 
+    #[inline]
     pub(super) fn pop_free(&self) -> Option<u32> {
         let mut head = self.free.0.load(Ordering::Acquire);
         loop {

@@ -219,7 +219,9 @@ pub struct V4Flow {
 pub struct PendingV4 {
     entry: u32,
     backend: u32,
-    gen_: u64,
+    /// The entry's generation | the original direction's checksum delta << 32 (a
+    /// generation fits in 22 bits): one word, so the pending insert stays 32 bytes.
+    gen_csum: u64,
     original_hash: u64,
     // The reply tuple itself is in the entry (ours until the insert ends): 32 bytes to move
     // about instead of 56.
@@ -232,6 +234,19 @@ impl PendingV4 {
     #[inline]
     pub fn reply_hash(&self) -> u64 {
         self.reply_hash
+    }
+
+    /// What the original direction's packets' checksums change by, [`v4_csum_delta`] from
+    /// the original tuple to the reply tuple reversed (the way out of a flow this insert
+    /// creates): computed once for the entry, so the first packet's rewrite need not.
+    #[inline]
+    pub fn csum_delta(&self) -> u32 {
+        (self.gen_csum >> 32) as u32
+    }
+
+    #[inline(always)]
+    fn gen_(&self) -> u64 {
+        self.gen_csum & GEN_MASK
     }
 }
 
@@ -385,6 +400,7 @@ impl FlowTable {
     ///
     /// Errors: [`InsertError::Exists`] (the original tuple is taken), `Full`, `IndexFull`,
     /// `Invalid`; never `ReplyInUse` (that is `insert_v4_finish`'s to say).
+    #[inline]
     pub fn insert_v4_begin(
         &self,
         flow: &V4Flow,
@@ -407,7 +423,7 @@ impl FlowTable {
             return Err(InsertError::Full);
         };
         let code = self.initial_code(o.proto, tcp_flags);
-        let gen_ = self.write_entry_v4(e, flow, code, now.0);
+        let (gen_, csum) = self.write_entry_v4(e, flow, code, now.0);
         // Same-key tests only run on tag matches (rare): the generic comparison will do.
         self.publish_original(
             e,
@@ -418,7 +434,7 @@ impl FlowTable {
         Ok(PendingV4 {
             entry: e,
             backend: flow.backend_id.0,
-            gen_,
+            gen_csum: gen_ | u64::from(csum) << 32,
             original_hash: o.hash,
             reply_hash: r.hash,
         })
@@ -427,10 +443,11 @@ impl FlowTable {
     /// The second half of [`insert_v4`](Self::insert_v4): indexes the reply tuple and makes
     /// the flow LIVE, or (with [`InsertError::ReplyInUse`] or `IndexFull`) withdraws and
     /// frees it.
+    #[inline]
     pub fn insert_v4_finish(&self, p: PendingV4) -> Result<FlowHandle, InsertError> {
         self.publish_reply(
             p.entry,
-            p.gen_,
+            p.gen_(),
             p.backend,
             p.original_hash,
             (p.reply_hash, |w| {
@@ -454,9 +471,10 @@ impl FlowTable {
         )
     }
 
-    /// [`write_entry`](Self::write_entry) for a [`V4Flow`]: the same words.
+    /// [`write_entry`](Self::write_entry) for a [`V4Flow`]: the same words. Returns the
+    /// generation and the original direction's checksum delta.
     #[inline(always)]
-    fn write_entry_v4(&self, e: u32, f: &V4Flow, state: u8, t: u32) -> u64 {
+    fn write_entry_v4(&self, e: u32, f: &V4Flow, state: u8, t: u32) -> (u64, u32) {
         self.saw_flags(f.flags);
         let entry = &self.entries[e as usize];
         let old = entry.w[W_CTL].load(Ordering::Relaxed);
@@ -468,10 +486,8 @@ impl FlowTable {
         // client | vip << 32 and backend | snat << 32: the keys' own packing.
         set(W_ADDR, o.addrs);
         set(W_ADDR + 1, r.addrs);
-        set(
-            W_V4_CSUM,
-            v4_csum_deltas((o.addrs, o.ports), (r.addrs, r.ports)),
-        );
+        let csum = v4_csum_deltas((o.addrs, o.ports), (r.addrs, r.ports));
+        set(W_V4_CSUM, csum);
         set(W_PORTS, u64::from(o.ports) | u64::from(r.ports) << 32);
         set(
             W_IDS,
@@ -484,7 +500,7 @@ impl FlowTable {
         let new = ctl(gen_, ST_INSERTING, state, t);
         debug_transition!(old, new);
         entry.w[W_CTL].store(new, Ordering::Release);
-        gen_
+        (gen_, csum as u32)
     }
 }
 
