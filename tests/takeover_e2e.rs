@@ -122,12 +122,39 @@ fn take_over(lab: &mut Lab) -> PathBuf {
         log.contains("took over the AF_XDP sockets"),
         "the new process started without taking over:\n{log}"
     );
+    assert_steering_before_switch(&log);
     let status = wait_exit(&mut old, Duration::from_secs(30));
     assert!(
         status.is_some_and(|s| s.success()),
         "the old xvs did not exit cleanly: {status:?}"
     );
     path
+}
+
+/// The pause in which nobody polls holds only what must see the old process stopped: the
+/// new process adopted every interface's steering, with the handed-over sockets already
+/// in its XSK map, before the switch (the "took over" line ends it), not after.
+fn assert_steering_before_switch(log: &str) {
+    let lines: Vec<&str> = log.lines().collect();
+    let switch = lines
+        .iter()
+        .position(|l| l.contains("took over the AF_XDP sockets"))
+        .expect("took over");
+    let steering: Vec<usize> = (0..lines.len())
+        .filter(|&i| lines[i].contains("steering program pinned"))
+        .collect();
+    assert_eq!(steering.len(), 2, "one per interface:\n{log}");
+    for i in steering {
+        assert!(
+            i < switch,
+            "the steering was adopted after the switch:\n{log}"
+        );
+        assert!(
+            lines[i].contains("adopted=true") && lines[i].contains("sockets=1"),
+            "the pinned link adopted with the handed-over socket in its map: {}",
+            lines[i]
+        );
+    }
 }
 
 #[test]

@@ -14,15 +14,19 @@
 //!    descriptors (per set: its UMEM, then its sockets in port order). The new process
 //!    checks the descriptors' count and kinds and the descriptions against its own config,
 //!    and maps the UMEMs and rings ([`XskSet::adopt`]). Nothing has changed for the old
-//!    process yet: a refusal here leaves it running.
+//!    process yet: a refusal here leaves it running. Still before the switch ([`Pending`]),
+//!    the new process does everything that need not see the old one stopped: it adopts the
+//!    pinned steering with these sockets already in the new programs' XSK maps (the same
+//!    kernel objects the old programs redirect to) and reads the routes and neighbours.
 //! 3. new → old: `{"switch":true}`. The switch: the old process stops its workers (each
 //!    after a whole poll, its fill rings topped up), marks the flow table clean and sends
-//!    every worker's [`FrameState`]; then it shuts down as at a stop, without exporting
-//!    the flows or withdrawing BGP routes, and exits.
+//!    every worker's [`FrameState`]; then it exits at once, without exporting the flows,
+//!    withdrawing BGP routes or awaiting its services (nothing is its business any more).
 //! 4. the new process takes the frame states ([`XskSet::resume`]), waits for the old one
-//!    to exit (its state files' locks go with it), adopts the flow table as a restart does
-//!    and starts its workers on the adopted sockets, from the rings' indices as the old
-//!    workers left them. Meanwhile the kernel receives into the frames the fill rings hold.
+//!    to be gone and its state files' locks with it ([`Pending::switch`]), adopts the flow
+//!    table as a restart does (the full recovery pass) and starts its workers on the
+//!    adopted sockets, from the rings' indices as the old workers left them. Meanwhile
+//!    (the pause: nobody polls) the kernel receives into the frames the fill rings hold.
 //!
 //! Everything received is untrusted: each refusal is one log line naming the peer, the
 //! field and the value, and is counted ([`REFUSED`], `xvs_refused_total{kind="takeover"}`). The old side refuses and keeps
@@ -395,11 +399,65 @@ pub fn send_states(conn: &mut UnixStream, states: &[FrameState]) -> io::Result<(
     write_frame(conn, &msg)
 }
 
-/// The new side: takes the running xvs's sockets over. `None`: there is none, or it or
-/// what it sent was refused before the switch (start normally), or the switch failed
-/// after it (start normally once the old process is gone, as a restart). `Some`: the
-/// adopted sets, one per queue in queue order, ready for the workers.
-pub fn take_over(settings: &XskSettings, state_dir: &Path) -> Option<Vec<XskSet>> {
+/// The new side before the switch: the running xvs's sockets adopted, the old process
+/// still polling them. Whatever can happen before the switch (the steering adopted with
+/// these sockets already in its XSK map) happens while the old process forwards; then
+/// [`Pending::switch`].
+pub struct Pending {
+    conn: UnixStream,
+    pid: i32,
+    peer: String,
+    sets: Vec<XskSet>,
+    state_dir: PathBuf,
+}
+
+impl Pending {
+    /// The adopted sets, one per queue in queue order.
+    pub fn sets(&self) -> &[XskSet] {
+        &self.sets
+    }
+
+    /// Step 3 and 4: the switch. `Some`: the adopted sets, resumed from the frame states
+    /// the old workers left, ready for the workers; the old process is gone (its state
+    /// files' locks with it). `None`: the switch failed (refused and logged): the sets are
+    /// closed and the old process awaited, start as a restart does.
+    pub fn switch(self) -> Option<Vec<XskSet>> {
+        let Pending {
+            mut conn,
+            pid,
+            peer,
+            mut sets,
+            state_dir,
+        } = self;
+        let t0 = Instant::now();
+        let switched = write_frame(&mut conn, &Switch { switch: true })
+            .map_err(|e| format!("sending the switch: {e}"))
+            .and_then(|()| read_frame::<States>(&mut conn, FRAME_MAX, "frame states"))
+            .and_then(|st| resume(&mut sets, st));
+        if let Err(why) = switched {
+            refused(
+                "new",
+                &peer,
+                &format!("{why}; starting normally once the old process is gone"),
+            );
+            drop(sets);
+            wait_exit(pid);
+            return None;
+        }
+        let states_ms = t0.elapsed().as_secs_f64() * 1e3;
+        wait_exit(pid);
+        // The leader of a process that exits can be a zombie before its other threads
+        // have closed its files: the locks are what the state's opening needs.
+        wait_unlocked(&self_locks(&state_dir));
+        tracing::info!(target: "xvs", old_pid = pid, workers = sets.len(), states_ms, waited_ms = t0.elapsed().as_secs_f64() * 1e3, "took over the AF_XDP sockets of the running xvs");
+        Some(sets)
+    }
+}
+
+/// The new side up to the switch: connects to the running xvs and adopts the sockets it
+/// offers. `None`: there is none, or it or what it sent was refused (logged): start
+/// normally; the old process runs on.
+pub fn connect(settings: &XskSettings, state_dir: &Path) -> Option<Pending> {
     let path = socket_path(state_dir);
     let mut conn = match UnixStream::connect(&path) {
         Ok(c) => c,
@@ -426,31 +484,19 @@ pub fn take_over(settings: &XskSettings, state_dir: &Path) -> Option<Vec<XskSet>
     }
     let _ = conn.set_read_timeout(Some(STEP_TIMEOUT));
     let _ = conn.set_write_timeout(Some(STEP_TIMEOUT));
-    let mut sets = match receive_offer(&mut conn, settings) {
-        Ok(s) => s,
+    match receive_offer(&mut conn, settings) {
+        Ok(sets) => Some(Pending {
+            conn,
+            pid,
+            peer,
+            sets,
+            state_dir: state_dir.to_owned(),
+        }),
         Err(why) => {
             refused("new", &peer, &why);
-            return None;
+            None
         }
-    };
-    let t0 = Instant::now();
-    let switched = write_frame(&mut conn, &Switch { switch: true })
-        .map_err(|e| format!("sending the switch: {e}"))
-        .and_then(|()| read_frame::<States>(&mut conn, FRAME_MAX, "frame states"))
-        .and_then(|st| resume(&mut sets, st));
-    if let Err(why) = switched {
-        refused(
-            "new",
-            &peer,
-            &format!("{why}; starting normally once the old process is gone"),
-        );
-        drop(sets);
-        wait_exit(pid);
-        return None;
     }
-    wait_exit(pid);
-    tracing::info!(target: "xvs", old_pid = pid, workers = sets.len(), waited_ms = t0.elapsed().as_millis() as u64, "took over the AF_XDP sockets of the running xvs");
-    Some(sets)
 }
 
 /// Steps 1 and 2: the offer, checked and adopted.
@@ -521,6 +567,40 @@ fn resume(sets: &mut [XskSet], st: States) -> Result<(), String> {
         .map_err(|e| format!("worker {q}: {e}"))?;
     }
     Ok(())
+}
+
+/// The state files the old process holds locked until it is gone.
+fn self_locks(state_dir: &Path) -> [PathBuf; 2] {
+    let paths = crate::state::Paths::of(state_dir);
+    [paths.flows, paths.affinity]
+}
+
+/// Waits (up to [`EXIT_WAIT`]) until nobody holds `paths`' `flock`s. Only the lock is
+/// taken (and dropped at once): nothing of the files is read here; a missing file, or one
+/// that cannot be opened, is the state's opening's business.
+fn wait_unlocked(paths: &[PathBuf]) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let deadline = Instant::now() + EXIT_WAIT;
+    for path in paths {
+        let Ok(file) = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path)
+        else {
+            continue;
+        };
+        loop {
+            // SAFETY: flock on our own open file; closing it drops the lock.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                break;
+            }
+            if Instant::now() >= deadline {
+                tracing::warn!(file = %path.display(), "still locked {EXIT_WAIT:?} after the switch; starting anyway");
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
 }
 
 /// Waits (up to [`EXIT_WAIT`]) for process `pid` to end: its state files' locks and its

@@ -20,6 +20,9 @@
 //!      ([`open::inputs`]);
 //!   2. open state: the tables and the controller ([`open::state`]);
 //!   3. open dataplane: sockets, steering programs, restart hold ([`open::dataplane`]);
+//!      a takeover ([`crate::takeover`]) swaps 2 and 3: its sockets are adopted and the
+//!      steering attached while the old process still forwards, the switch is the end of
+//!      3, and the state (locked until the old process is gone) is opened after it;
 //!   4. start services: health, neighbours, healthCheckNodePorts, Kubernetes
 //!      ([`start::services`]), and the first snapshot, published and steered
 //!      ([`start::first_publish`]);
@@ -93,11 +96,21 @@ pub fn run(mut cfg: Config, path: Option<&Path>, takeover: bool) -> anyhow::Resu
     let (cmd_tx, cmd_rx) = mpsc::unbounded_channel::<CommandMsg>();
     let (mut slow, cores) = open::slowpath(&mut cfg, ev_tx.clone())?;
     let inputs = open::inputs(&cfg, &slow)?;
-    let adopted = takeover.then(|| open::take_over(&cfg)).flatten();
+    let pending = takeover.then(|| open::take_over(&cfg)).flatten();
 
-    let mut st = open::state(&cfg)?;
-    let dp = open::dataplane(&cfg, &cores, &st.ifnames, adopted)?;
-    let _napi_defer = dp.napi_defer;
+    // A takeover opens the dataplane first: all of it but the switch happens while the
+    // old process forwards, and the state files are locked until it is gone.
+    let (mut st, dp) = if pending.is_some() {
+        let ifnames = open::ifnames(&cfg);
+        let l2 = slowpath::neigh::read_l2(&ifnames).context("reading routes and neighbours")?;
+        let dp = open::dataplane(&cfg, &cores, &ifnames, pending)?;
+        (open::state(&cfg, Some(l2))?, dp)
+    } else {
+        let st = open::state(&cfg, None)?;
+        let dp = open::dataplane(&cfg, &cores, &st.ifnames, None)?;
+        (st, dp)
+    };
+    let napi_defer = dp.napi_defer;
 
     let services = start::services(&cfg, &mut slow, ev_tx, &st.ifnames, inputs.k8s)?;
     let (mut io, k8s) = start::first_publish(&cfg, &mut st.ctl, services, dp.steers, path)?;
@@ -119,7 +132,7 @@ pub fn run(mut cfg: Config, path: Option<&Path>, takeover: bool) -> anyhow::Resu
         takeover: switch_rx,
     };
     let stopped = serve::serve(&slow, &mut io, &mut st.ctl, channels, &state, handles);
-    let outcome = stop::shut_down(slow, io, workers, &state, &cfg, stopped);
+    let outcome = stop::shut_down(slow, io, workers, &state, &cfg, stopped, napi_defer);
     if listener {
         let _ = std::fs::remove_file(crate::takeover::socket_path(&cfg.dataplane.state_dir));
     }

@@ -2,6 +2,7 @@
 //! start), the inputs checked before anything of the node is touched, the state that
 //! outlives a process, and the dataplane (AF_XDP sockets, then the steering programs).
 
+use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -10,6 +11,7 @@ use config::{Config, CorePlan};
 use fastpath::passive::SynWatch;
 use fastpath::pipeline::CookieKey;
 use fastpath::settings::worker_specs;
+use fastpath::snapshot::L2Table;
 use fastpath::steer::{self, Steering};
 use fastpath::worker::WorkerSpec;
 use fastpath::xsk::napi::NapiDefer;
@@ -133,19 +135,18 @@ pub(super) struct State {
 }
 
 /// The flow and affinity tables (adopted from the previous process of this boot, or new),
-/// the routes and neighbours, and the controller that adopts the tables' ids.
-pub(super) fn state(cfg: &Config) -> anyhow::Result<State> {
+/// the routes and neighbours (`l2`, when already read: a takeover reads them before the
+/// switch), and the controller that adopts the tables' ids.
+pub(super) fn state(cfg: &Config, l2: Option<L2Table>) -> anyhow::Result<State> {
     let epoch = Instant::now();
     let tables = state::open(cfg, epoch)?;
     let flows = Arc::new(tables.flows);
     let syn_watch = Arc::new(SynWatch::new(cfg.flowtable.backends_max as usize));
-    let ifnames: Vec<String> = cfg
-        .dataplane
-        .interfaces
-        .iter()
-        .map(|i| i.name.clone())
-        .collect();
-    let l2 = read_l2(&ifnames).context("reading routes and neighbours")?;
+    let ifnames = ifnames(cfg);
+    let l2 = match l2 {
+        Some(l2) => l2,
+        None => read_l2(&ifnames).context("reading routes and neighbours")?,
+    };
     let ctl = Controller::adopting(
         cfg.clone(),
         Arc::clone(&flows),
@@ -165,6 +166,13 @@ pub(super) fn state(cfg: &Config) -> anyhow::Result<State> {
     })
 }
 
+/// The configured interfaces, in order.
+pub(super) fn ifnames(cfg: &Config) -> Vec<String> {
+    (cfg.dataplane.interfaces.iter())
+        .map(|i| i.name.clone())
+        .collect()
+}
+
 /// The AF_XDP sockets and the steering programs that feed them.
 pub(super) struct Dataplane {
     /// Every worker's spec and sockets.
@@ -174,43 +182,76 @@ pub(super) struct Dataplane {
     pub napi_defer: Option<NapiDefer>,
 }
 
-/// `xvs run --takeover`: the running xvs's sockets, before the state is opened (its
-/// process is gone when this returns `Some`; see [`crate::takeover`]).
-pub(super) fn take_over(cfg: &Config) -> Option<Vec<XskSet>> {
+/// `xvs run --takeover` up to the switch: the running xvs's sockets adopted, the old
+/// process still forwarding (see [`crate::takeover`]).
+pub(super) fn take_over(cfg: &Config) -> Option<crate::takeover::Pending> {
     let xsk = XskSettings::from_config(&cfg.dataplane);
-    crate::takeover::take_over(&xsk, &cfg.dataplane.state_dir)
+    crate::takeover::connect(&xsk, &cfg.dataplane.state_dir)
 }
 
-/// Sockets first (`adopted` from a takeover, or opened), then the program that feeds them.
-/// The steering programs stay attached across restarts (pinned); an earlier process's are
-/// adopted in place, with no moment in which the kernel sees xvs's frames.
+/// Sockets first (`pending`'s, adopted from a running xvs, or opened), then the program
+/// that feeds them. The steering programs stay attached across restarts (pinned); an
+/// earlier process's are adopted in place, with no moment in which the kernel sees xvs's
+/// frames. With `pending`, everything here happens before the switch, while the old
+/// process still forwards: the adopted sockets are in the new programs' XSK maps before
+/// they take the links; the switch (the pause in which nobody polls) comes last.
 pub(super) fn dataplane(
     cfg: &Config,
     cores: &CorePlan,
     ifnames: &[String],
-    adopted: Option<Vec<XskSet>>,
+    pending: Option<crate::takeover::Pending>,
 ) -> anyhow::Result<Dataplane> {
-    let napi_defer = if cfg.dataplane.napi_busy_poll {
-        let names: Vec<&str> = ifnames.iter().map(String::as_str).collect();
-        Some(NapiDefer::apply(&names).map_err(anyhow::Error::msg)?)
-    } else {
-        None
-    };
-    let sockets = match adopted {
-        Some(sets) => {
-            let specs = worker_specs(&cfg.dataplane, &cores.workers);
-            let mut sockets: Vec<(WorkerSpec, XskSet)> = specs.into_iter().zip(sets).collect();
-            if cfg.dataplane.pass_to_kernel {
-                for (spec, set) in &mut sockets {
-                    for (interface, e) in set.open_pass() {
-                        tracing::warn!(%interface, queue = spec.queue, error = %e, "no exception device: frames steered to xvs that it does not own are dropped instead of reaching the kernel ([dataplane] pass_to_kernel)");
-                    }
-                }
-            }
-            sockets
+    let napi = || -> anyhow::Result<Option<NapiDefer>> {
+        if !cfg.dataplane.napi_busy_poll {
+            return Ok(None);
         }
-        None => open_all_sockets(cfg, cores)?,
+        let names: Vec<&str> = ifnames.iter().map(String::as_str).collect();
+        Ok(Some(NapiDefer::apply(&names).map_err(anyhow::Error::msg)?))
     };
+    let (steers, sockets, napi_defer) = match pending {
+        Some(pending) => {
+            let specs = worker_specs(&cfg.dataplane, &cores.workers);
+            let adopted: Vec<(u32, Vec<(usize, RawFd)>)> = (specs.iter().zip(pending.sets()))
+                .map(|(spec, set)| (spec.queue, set.fds()))
+                .collect();
+            let steers = steering(cfg, ifnames, &adopted)?;
+            let sockets = match pending.switch() {
+                Some(sets) => adopted_sockets(cfg, specs.into_iter().zip(sets).collect()),
+                // The switch failed and the old process is gone: a restart.
+                None => open_all_sockets(cfg, cores)?,
+            };
+            // After the switch: the old process put back the NAPI settings it changed as
+            // it exited, so that this one changes them again and puts them back at its end.
+            let napi_defer = napi()?;
+            (steers, sockets, napi_defer)
+        }
+        None => {
+            let napi_defer = napi()?;
+            let sockets = open_all_sockets(cfg, cores)?;
+            (steering(cfg, ifnames, &[])?, sockets, napi_defer)
+        }
+    };
+    let mut steers = steers;
+    for (spec, set) in &sockets {
+        for (port, fd) in set.fds() {
+            steers[port].register_socket(spec.queue, fd)?;
+        }
+    }
+    Ok(Dataplane {
+        sockets,
+        steers,
+        napi_defer,
+    })
+}
+
+/// The steering programs, pinned (an earlier process's adopted in place), with `adopted`
+/// (`(queue, [(port, socket)])`: a takeover's sockets) in their XSK maps before they take
+/// the links; the restart hold and its watchdog.
+fn steering(
+    cfg: &Config,
+    ifnames: &[String],
+    adopted: &[(u32, Vec<(usize, RawFd)>)],
+) -> anyhow::Result<Vec<Steering>> {
     let pins = steer::pin_dir_in(&cfg.dataplane.bpf_pin_root).with_context(|| {
         format!(
             "[dataplane] bpf_pin_root {}",
@@ -218,9 +259,17 @@ pub(super) fn dataplane(
         )
     })?;
     let mut steers = Vec::with_capacity(ifnames.len());
-    for name in ifnames {
-        let (st, adopted) = Steering::attach_pinned(name, cfg.dataplane.xdp_mode, &pins)?;
-        tracing::info!(interface = %name, adopted, pins = %pins.display(), "steering program pinned");
+    for (i, name) in ifnames.iter().enumerate() {
+        let sockets: Vec<(u32, RawFd)> = (adopted.iter())
+            .flat_map(|(queue, fds)| {
+                fds.iter()
+                    .filter(|(port, _)| *port == i)
+                    .map(|&(_, fd)| (*queue, fd))
+            })
+            .collect();
+        let (st, adopted) =
+            Steering::attach_pinned_with(name, cfg.dataplane.xdp_mode, &pins, &sockets)?;
+        tracing::info!(interface = %name, adopted, sockets = sockets.len(), pins = %pins.display(), "steering program pinned");
         steers.push(st);
     }
     hold::refresh(&mut steers, cfg.dataplane.restart_hold.get()).map_err(anyhow::Error::msg)?;
@@ -232,16 +281,22 @@ pub(super) fn dataplane(
         }
         Err(e) => tracing::warn!(error = %e, "could not start the restart-hold watchdog"),
     }
-    for (spec, set) in &sockets {
-        for (port, fd) in set.fds() {
-            steers[port].register_socket(spec.queue, fd)?;
+    Ok(steers)
+}
+
+/// A takeover's sockets, with their exception devices (`pass_to_kernel`).
+fn adopted_sockets(
+    cfg: &Config,
+    mut sockets: Vec<(WorkerSpec, XskSet)>,
+) -> Vec<(WorkerSpec, XskSet)> {
+    if cfg.dataplane.pass_to_kernel {
+        for (spec, set) in &mut sockets {
+            for (interface, e) in set.open_pass() {
+                tracing::warn!(%interface, queue = spec.queue, error = %e, "no exception device: frames steered to xvs that it does not own are dropped instead of reaching the kernel ([dataplane] pass_to_kernel)");
+            }
         }
     }
-    Ok(Dataplane {
-        sockets,
-        steers,
-        napi_defer,
-    })
+    sockets
 }
 
 /// Every worker's AF_XDP sockets.

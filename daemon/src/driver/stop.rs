@@ -25,6 +25,7 @@ pub(super) fn shut_down(
     state: &DaemonState,
     cfg: &Config,
     stopped: StopReason,
+    napi_defer: Option<fastpath::xsk::napi::NapiDefer>,
 ) -> Outcome {
     let steer: Vec<_> = io
         .steers
@@ -43,8 +44,19 @@ pub(super) fn shut_down(
         .into_iter()
         .map(|h| h.join().ok().flatten())
         .collect();
-    if let Some(conn) = io.handed.as_mut() {
-        hand_over(conn, &state.flows, &sets);
+    if let Some(conn) = io.handed.as_mut()
+        && hand_over(conn, &state.flows, &sets)
+    {
+        // The new process waits for this one to be gone (the state files' locks go with
+        // it) before it adopts the flow table, and nothing polls meanwhile: what is left
+        // here (the services' ends, the sockets closed, the takeover socket removed) is
+        // no longer this process's business, so it ends now. The flow table's recovery
+        // pass in the new process does not trust the clean mark anyway.
+        // The NAPI settings go back first: the new process changes them again after the
+        // switch, and so puts them back at its own end.
+        drop(napi_defer);
+        tracing::info!(target: "xvs", "handed over; exiting");
+        std::process::exit(0);
     }
     // The new process holds its own references to the sockets: closing ours is no loss.
     drop(sets);
@@ -58,6 +70,7 @@ pub(super) fn shut_down(
     crate::state::close(&state.flows, cfg, graceful);
     drop(io);
     stop_services(slow);
+    drop(napi_defer);
     let mut counters = WorkerCounters::default();
     for s in &workers.stats {
         counters.add(&s.read());
@@ -78,11 +91,12 @@ pub(super) fn shut_down(
 /// marked clean (the new process adopts it once this one is gone) and every worker's
 /// frames are accounted for to the new process. A worker that did not hand its sockets
 /// back leaves the new process nothing to resume: it refuses and starts as a restart.
+/// Returns whether the states were sent.
 fn hand_over(
     conn: &mut std::os::unix::net::UnixStream,
     flows: &flowtable::FlowTable,
     sets: &[Option<fastpath::xsk::XskSet>],
-) {
+) -> bool {
     flows.mark_clean();
     let states: Option<Vec<_>> = sets
         .iter()
@@ -92,11 +106,17 @@ fn hand_over(
         tracing::error!(
             "a worker did not hand its sockets back; the new process starts as after a restart"
         );
-        return;
+        return false;
     };
     match crate::takeover::send_states(conn, &states) {
-        Ok(()) => tracing::info!(target: "xvs", workers = states.len(), "sockets handed over"),
-        Err(e) => tracing::error!(error = %e, "sending the frame states to the new process"),
+        Ok(()) => {
+            tracing::info!(target: "xvs", workers = states.len(), "sockets handed over");
+            true
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "sending the frame states to the new process");
+            false
+        }
     }
 }
 

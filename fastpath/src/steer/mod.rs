@@ -464,6 +464,22 @@ impl Maps {
             hold: Array::try_from(take_map(ebpf, "hold")?).map_err(typed("hold"))?,
         })
     }
+
+    /// Points `queue`'s entry of the XSK map at the AF_XDP socket `xsk_fd`.
+    fn register_socket(&mut self, queue: u32, xsk_fd: RawFd) -> Result<(), SteerError> {
+        if queue >= maps::XSKS_MAX {
+            return Err(SteerError::Queue {
+                queue,
+                max: maps::XSKS_MAX,
+            });
+        }
+        self.xsks
+            .set(queue, xsk_fd, 0)
+            .map_err(|source| SteerError::Map {
+                map: "xsks",
+                source,
+            })
+    }
 }
 
 fn take_map(ebpf: &mut Ebpf, name: &'static str) -> Result<Map, SteerError> {
@@ -571,19 +587,7 @@ impl Steering {
 
     /// Sends frames xvs owns that arrive on `queue` to the AF_XDP socket `xsk_fd`.
     pub fn register_socket(&mut self, queue: u32, xsk_fd: RawFd) -> Result<(), SteerError> {
-        if queue >= maps::XSKS_MAX {
-            return Err(SteerError::Queue {
-                queue,
-                max: maps::XSKS_MAX,
-            });
-        }
-        self.maps
-            .xsks
-            .set(queue, xsk_fd, 0)
-            .map_err(|source| SteerError::Map {
-                map: "xsks",
-                source,
-            })
+        self.maps.register_socket(queue, xsk_fd)
     }
 
     /// Replaces the frontends: `(VIP, IP protocol, port)`, and the ClusterIPs among their

@@ -79,6 +79,19 @@ impl Steering {
         mode: vocab::XdpMode,
         pins: &Path,
     ) -> Result<(Steering, bool), SteerError> {
+        Self::attach_pinned_with(ifname, mode, pins, &[])
+    }
+
+    /// [`Steering::attach_pinned`] with `sockets` (`(queue, AF_XDP socket)`) already in the
+    /// new program's XSK map when it takes the link: a takeover's sockets are the same
+    /// kernel objects the old program redirects to, so the adopted link never meets a queue
+    /// without its socket (no frame held, none passed) while the old process still polls.
+    pub fn attach_pinned_with(
+        ifname: &str,
+        mode: vocab::XdpMode,
+        pins: &Path,
+        sockets: &[(u32, std::os::fd::RawFd)],
+    ) -> Result<(Steering, bool), SteerError> {
         let ifindex = if_index(ifname)?;
         let dir = iface_dir(pins, ifname);
         check_bpffs(&dir)?;
@@ -94,6 +107,9 @@ impl Steering {
 
         let mut ebpf = super::load_program()?;
         let mut maps = Maps::take(&mut ebpf)?;
+        for &(queue, fd) in sockets {
+            maps.register_socket(queue, fd)?;
+        }
         let mut staged = Staged::pin(&dir, &maps.pinnable()).map_err(pin_error)?;
         let prog = program(&mut ebpf)?;
         let prog_fd = prog.fd().map_err(SteerError::Verify)?.as_fd();
