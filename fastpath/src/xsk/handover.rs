@@ -412,21 +412,10 @@ fn check_xdp_socket(fd: RawFd) -> Result<(), String> {
     if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
         return Err(format!("mode {:o}: not a socket", st.st_mode));
     }
-    let mut domain: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: `domain` is writable for `len` bytes.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_DOMAIN,
-            (&raw mut domain).cast(),
-            &mut len,
-        )
-    };
-    if r != 0 {
-        return Err(format!("SO_DOMAIN: {}", io::Error::last_os_error()));
-    }
+    // SAFETY: an int.
+    let (domain, _) =
+        unsafe { super::sockopt::<libc::c_int>(fd, libc::SOL_SOCKET, libc::SO_DOMAIN) }
+            .map_err(|e| format!("SO_DOMAIN: {e}"))?;
     if domain != libc::AF_XDP {
         return Err(format!("address family {domain}, not AF_XDP"));
     }

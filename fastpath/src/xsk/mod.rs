@@ -647,3 +647,26 @@ pub fn wake_tx(fd: RawFd) -> bool {
         )
     }
 }
+
+/// Reads socket option `name` at `level` of `fd` as a `T`; returns it with the number of
+/// bytes the kernel wrote (an older kernel may write fewer than `size_of::<T>()`).
+///
+/// # Safety
+///
+/// `T` must be plain data for which every bit pattern, all zeros included, is valid (the
+/// kernel's option structs and integers).
+pub(crate) unsafe fn sockopt<T>(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+) -> io::Result<(T, usize)> {
+    // SAFETY: the caller promises that zero is a valid `T`.
+    let mut v: T = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
+    // SAFETY: `v` is writable for `len` bytes; the kernel writes at most that.
+    let r = unsafe { libc::getsockopt(fd, level, name, (&raw mut v).cast(), &mut len) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((v, len as usize))
+}

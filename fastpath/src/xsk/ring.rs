@@ -400,23 +400,11 @@ impl Rings {
 
 /// The kernel's offsets of the rings of `fd` (`XDP_MMAP_OFFSETS`).
 fn mmap_offsets(fd: RawFd) -> io::Result<libc::xdp_mmap_offsets> {
-    // SAFETY: plain data; zero is a valid value.
-    let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
-    // SAFETY: `off` is writable for `len` bytes.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_XDP,
-            libc::XDP_MMAP_OFFSETS,
-            (&raw mut off).cast(),
-            &mut len,
-        )
+    // SAFETY: `xdp_mmap_offsets` is plain u64 offsets.
+    let (off, len) = unsafe {
+        super::sockopt::<libc::xdp_mmap_offsets>(fd, libc::SOL_XDP, libc::XDP_MMAP_OFFSETS)?
     };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if len as usize != std::mem::size_of::<libc::xdp_mmap_offsets>() {
+    if len != std::mem::size_of::<libc::xdp_mmap_offsets>() {
         return Err(io::Error::other(format!(
             "XDP_MMAP_OFFSETS of {len} bytes: a kernel without the rings' flags field"
         )));

@@ -34,28 +34,10 @@ pub struct XdpStatistics {
 impl XdpStatistics {
     /// Reads the statistics of the AF_XDP socket `fd`.
     pub fn read(fd: RawFd) -> io::Result<XdpStatistics> {
-        let mut s = libc::xdp_statistics {
-            rx_dropped: 0,
-            rx_invalid_descs: 0,
-            tx_invalid_descs: 0,
-            rx_ring_full: 0,
-            rx_fill_ring_empty_descs: 0,
-            tx_ring_empty_descs: 0,
+        // SAFETY: `xdp_statistics` is six u64 counters.
+        let (s, _) = unsafe {
+            super::sockopt::<libc::xdp_statistics>(fd, libc::SOL_XDP, libc::XDP_STATISTICS)?
         };
-        let mut len = std::mem::size_of::<libc::xdp_statistics>() as libc::socklen_t;
-        // SAFETY: `s` is valid for writes of `len` bytes; the kernel writes at most that.
-        let r = unsafe {
-            libc::getsockopt(
-                fd,
-                libc::SOL_XDP,
-                libc::XDP_STATISTICS,
-                (&raw mut s).cast(),
-                &mut len,
-            )
-        };
-        if r != 0 {
-            return Err(io::Error::last_os_error());
-        }
         // A kernel before 5.9 fills only the first three; the rest stay 0.
         Ok(XdpStatistics {
             rx_dropped: s.rx_dropped,
