@@ -6,11 +6,15 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// The shared prelude every program includes (`#include "xvs_bpf.h"`).
+const PRELUDE_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/include");
+
 /// Compiles `source` (relative to the crate) into `$OUT_DIR/object` with clang for the BPF
-/// target; `who` names the crate in error messages. Reruns only when the source or
-/// `XVS_BPF_CLANG` changes.
+/// target, with [`PRELUDE_DIR`] on the include path; `who` names the crate in error
+/// messages. Reruns only when the source, the prelude or `XVS_BPF_CLANG` changes.
 pub fn compile(source: &str, object: &str, who: &str) {
     println!("cargo:rerun-if-changed={source}");
+    println!("cargo:rerun-if-changed={PRELUDE_DIR}/xvs_bpf.h");
     println!("cargo:rerun-if-env-changed=XVS_BPF_CLANG");
 
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
@@ -19,6 +23,7 @@ pub fn compile(source: &str, object: &str, who: &str) {
 
     let mut cmd = Command::new(&clang);
     cmd.args(["-O2", "-g", "-target", "bpf", "-Wall", "-Werror"]);
+    cmd.arg(format!("-I{PRELUDE_DIR}"));
     // linux/types.h includes <asm/types.h>, which Debian keeps in the multiarch directory.
     if let Some(dir) = multiarch_include() {
         cmd.arg(format!("-I{}", dir.display()));

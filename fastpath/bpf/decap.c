@@ -35,35 +35,19 @@
 // Addresses are 16 bytes, IPv4 v4-mapped; every port is in network byte order. Every packet
 // read is bounds-checked against data_end.
 
-#include <linux/bpf.h>
+#include "xvs_bpf.h"
 #include <linux/if_ether.h>
 #include <linux/in.h>
 #include <linux/ip.h>
 #include <linux/ipv6.h>
 #include <linux/pkt_cls.h>
-#include <linux/types.h>
 
-#define SEC(name) __attribute__((section(name), used))
-#define __uint(name, val) int (*name)[val]
-#define __type(name, val) typeof(val) *name
-#undef __always_inline
-#define __always_inline inline __attribute__((always_inline))
-
-static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)BPF_FUNC_map_lookup_elem;
 static long (*bpf_xdp_adjust_head)(struct xdp_md *ctx, int delta) = (void *)BPF_FUNC_xdp_adjust_head;
 static long (*bpf_l4_csum_replace)(struct __sk_buff *skb, __u32 offset, __u64 from, __u64 to,
 				   __u64 flags) = (void *)BPF_FUNC_l4_csum_replace;
 static long (*bpf_skb_store_bytes)(struct __sk_buff *skb, __u32 offset, const void *from,
 				   __u32 len, __u64 flags) = (void *)BPF_FUNC_skb_store_bytes;
 static long (*bpf_skb_pull_data)(struct __sk_buff *skb, __u32 len) = (void *)BPF_FUNC_skb_pull_data;
-
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-#define host_to_be16(x) __builtin_bswap16(x)
-#define host_to_be32(x) __builtin_bswap32(x)
-#else
-#define host_to_be16(x) (x)
-#define host_to_be32(x) (x)
-#endif
 
 #define ETH_P_8021Q_ 0x8100
 #define ETH_P_8021AD_ 0x88A8

@@ -29,36 +29,18 @@
 // Malformed or short frames go to the kernel (XDP_PASS), which drops them with its own
 // counters. Every packet read is bounds-checked against data_end for the verifier.
 //
-// Only UAPI headers: helper prototypes and map-definition macros are defined here so the
-// build needs no libbpf-dev.
+// Only UAPI headers: the map-definition macros and the shared helper prototype are in the
+// prelude (bpf-build/include/xvs_bpf.h), the rest here, so the build needs no libbpf-dev.
 
-#include <linux/bpf.h>
+#include "xvs_bpf.h"
 #include <linux/if_ether.h>
 #include <linux/in.h>
 #include <linux/ip.h>
 #include <linux/ipv6.h>
 #include <linux/icmpv6.h>
-#include <linux/types.h>
 
-#define SEC(name) __attribute__((section(name), used))
-#define __uint(name, val) int (*name)[val]
-#define __type(name, val) typeof(val) *name
-#undef __always_inline
-#define __always_inline inline __attribute__((always_inline))
-
-static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)BPF_FUNC_map_lookup_elem;
 static long (*bpf_redirect_map)(void *map, __u64 key, __u64 flags) = (void *)BPF_FUNC_redirect_map;
 static __u64 (*bpf_ktime_get_ns)(void) = (void *)BPF_FUNC_ktime_get_ns;
-
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-#define be16_to_host(x) __builtin_bswap16(x)
-#define host_to_be16(x) __builtin_bswap16(x)
-#define host_to_be32(x) __builtin_bswap32(x)
-#else
-#define be16_to_host(x) (x)
-#define host_to_be16(x) (x)
-#define host_to_be32(x) (x)
-#endif
 
 #define ETH_P_8021Q_ 0x8100
 #define ETH_P_8021AD_ 0x88A8

@@ -22,25 +22,11 @@
 // `xdp_pass` is a second program: attached to a veth peer it only enables the NAPI that
 // XDP_TX into that peer needs.
 
-#include <linux/bpf.h>
+#include "xvs_bpf.h"
 #include <linux/if_ether.h>
 #include <linux/in.h>
 #include <linux/ip.h>
-#include <linux/types.h>
 
-#define SEC(name) __attribute__((section(name), used))
-#define __uint(name, val) int (*name)[val]
-#define __type(name, val) typeof(val) *name
-#undef __always_inline
-#define __always_inline inline __attribute__((always_inline))
-
-static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)BPF_FUNC_map_lookup_elem;
-
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-#define host_to_be16(x) __builtin_bswap16(x)
-#else
-#define host_to_be16(x) (x)
-#endif
 
 #define PAYLOAD_LEN 20
 #define C_REFLECTED 0
