@@ -208,13 +208,14 @@ impl Index {
     /// The word in `hash`'s home slot (a hint for prefetching: may be anything).
     #[inline]
     pub(crate) fn home_word(&self, hash: u64) -> u64 {
-        self.slots[self.home(hash)].load(Ordering::Relaxed)
+        // (The window's first slot: in range by construction, no bounds check per packet.)
+        self.window(hash)[0].load(Ordering::Relaxed)
     }
 
     /// Asks the CPU to fetch `hash`'s home slot.
     #[inline]
     pub(crate) fn prefetch(&self, hash: u64) {
-        crate::sync::prefetch(&self.slots[self.home(hash)]);
+        crate::sync::prefetch(&self.window(hash)[0]);
     }
 
     /// Publish `word` for a key with `hash`. `same_key(w)` says whether the live word `w` (not

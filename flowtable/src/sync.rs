@@ -47,3 +47,16 @@ pub(crate) fn prefetch<T>(t: &T) {
     #[cfg(not(all(target_arch = "x86_64", not(loom))))]
     let _ = t;
 }
+
+/// [`prefetch`] for an address that may point anywhere (it is never dereferenced).
+#[inline(always)]
+pub(crate) fn prefetch_ptr<T>(p: *const T) {
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    // SAFETY: a prefetch never faults and has no architectural effect, whatever the address.
+    #[allow(unused_unsafe)]
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>());
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+    let _ = p;
+}

@@ -210,6 +210,8 @@ impl Pipeline {
         let d = STAGE_DISTANCE;
         let block = |k: usize| (k * d).min(n)..((k + 1) * d).min(n);
         let mut parsed: [Option<Parsed>; RING] = [None; RING];
+        // The flow table's time, once for the batch (its clock reading is one).
+        let tick = self.tick(now);
         for k in 0..n.div_ceil(d) + 2 {
             for i in block(k) {
                 parsed[i % RING] = self.parse_staged(frames.frame(i));
@@ -234,7 +236,7 @@ impl Pipeline {
                         {
                             let frame = frames.frame(i);
                             let v = p.v4(frame);
-                            self.forward_v4::<true>(frame, &v, &hit, now)
+                            self.forward_v4::<true>(frame, &v, &hit, tick)
                         }
                         hit => {
                             let v = p.v4(frames.frame(i));

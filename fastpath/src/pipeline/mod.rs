@@ -392,6 +392,27 @@ pub(crate) const FLAG_SYNPROXY: u8 = flowtable::FLAG_SLOW;
 /// the pipeline forwards it like any other, flow sync tells its copies from its own flows.
 pub const FLAG_PEER: u8 = 2;
 
+/// A clock reading as the per-packet path takes it: an [`Instant`], or the flow table's
+/// [`Tick`] for it (which a batch computes once).
+trait Now: Copy {
+    /// The flow table's time.
+    fn tick(self, p: &mut Pipeline) -> Tick;
+}
+
+impl Now for Instant {
+    #[inline(always)]
+    fn tick(self, p: &mut Pipeline) -> Tick {
+        p.tick(self)
+    }
+}
+
+impl Now for Tick {
+    #[inline(always)]
+    fn tick(self, _: &mut Pipeline) -> Tick {
+        self
+    }
+}
+
 /// One worker's packet pipeline.
 pub struct Pipeline {
     config: PipelineConfig,
@@ -800,14 +821,16 @@ impl Pipeline {
 
     /// A fast-path frame `v` of a known flow (`hit`) that the SYN proxy did not open (the
     /// callers send those to [`proxied_v4`](Self::proxied_v4)), counted; `TOUCH`: its state
-    /// change and time are recorded (not for a packet the state guard holds).
+    /// change and time are recorded (not for a packet the state guard holds). `now` is the
+    /// batch's clock reading, or its flow-table time already (a batch's caller converts it
+    /// once).
     #[inline(always)]
     fn forward_v4<const TOUCH: bool>(
         &mut self,
         frame: &mut [u8],
         v: &fast::V4,
         hit: &V4Hit,
-        now: Instant,
+        now: impl Now,
     ) -> Verdict {
         // (`fast::parse` left frames whose TTL expires to the general path.)
         let Some(nh) = self.next_hop_v4(hit.dst()) else {
@@ -817,7 +840,8 @@ impl Pipeline {
         let port = nh.nh.port;
         frame[..12].copy_from_slice(&nh.macs);
         if TOUCH {
-            self.touch_v4(hit, v.flags, frame, now);
+            let tick = now.tick(self);
+            self.touch_v4(hit, v.flags, frame, tick);
         }
         nat::rewrite_v4_delta(
             frame,
@@ -889,10 +913,10 @@ impl Pipeline {
         self.answered(flags, hit.backend_id());
     }
 
-    /// [`touch`](Self::touch) for a [`V4Hit`] of a fast-path frame.
+    /// [`touch`](Self::touch) for a [`V4Hit`] of a fast-path frame, at `tick` (see
+    /// [`tick`](Self::tick)).
     #[inline(always)]
-    fn touch_v4(&mut self, hit: &V4Hit, flags: u8, frame: &[u8], now: Instant) {
-        let tick = self.tick(now);
+    fn touch_v4(&self, hit: &V4Hit, flags: u8, frame: &[u8], tick: Tick) {
         self.flows
             .touch_v4(hit, flowtable::TcpFlags(flags), tick, || {
                 guard::word_at(frame, fast::L4 + 4)

@@ -77,9 +77,9 @@ impl FlowTable {
     pub(super) fn prefetch_entry_word(&self, w: u64) {
         if w != index::EMPTY && w != index::TOMB && w != index::FROZEN {
             let (e, _) = index::word_entry(w);
-            if let Some(entry) = self.entries.get(e as usize) {
-                crate::sync::prefetch(entry);
-            }
+            // No bounds check: a hint reads nothing, so a damaged word's address (wrapping
+            // arithmetic, never dereferenced) is harmless.
+            crate::sync::prefetch_ptr(self.entries.as_ptr().wrapping_add(e as usize));
         }
     }
 
