@@ -130,10 +130,11 @@ impl Parsed {
     }
 }
 
-/// The new flows waiting to be finished, oldest first: frame index, flow, half insert. Kept
-/// in the [`Pipeline`] (empty between calls), so a batch does not initialise it.
+/// The new flows waiting to be finished, oldest first: frame index and half insert (each
+/// flow's [`NewV4`] is in the batch's [`Staged`] at the same ring position). Kept in the
+/// [`Pipeline`] (empty between calls), so a batch does not initialise it.
 pub(super) struct Waiting {
-    flows: [Option<(usize, NewV4, PendingV4)>; WAITING_SLOTS],
+    flows: [Option<(usize, PendingV4)>; WAITING_SLOTS],
     /// Ring position of the oldest.
     head: usize,
     len: usize,
@@ -160,29 +161,44 @@ impl Waiting {
             && (0..self.len).any(|k| {
                 self.flows[(self.head + k) % WAITING_SLOTS]
                     .as_ref()
-                    .is_some_and(|(_, _, p)| p.reply_hash() == hash)
+                    .is_some_and(|(_, p)| p.reply_hash() == hash)
             })
     }
 
-    fn push(&mut self, w: (usize, NewV4, PendingV4)) {
-        self.reply_bits |= 1 << (w.2.reply_hash() >> 58);
-        self.flows[(self.head + self.len) % WAITING_SLOTS] = Some(w);
+    /// The ring position the next waiting flow takes (its [`Staged`] slot).
+    #[inline(always)]
+    fn tail(&self) -> usize {
+        (self.head + self.len) % WAITING_SLOTS
+    }
+
+    /// A flow waits at [`tail`](Self::tail), its [`NewV4`] written there in [`Staged`].
+    fn push(&mut self, w: (usize, PendingV4)) {
+        self.reply_bits |= 1 << (w.1.reply_hash() >> 58);
+        self.flows[self.tail()] = Some(w);
         self.len += 1;
     }
 
-    fn pop(&mut self) -> Option<(usize, NewV4, PendingV4)> {
+    /// The oldest waiting flow: its frame index, half insert and ring position.
+    fn pop(&mut self) -> Option<(usize, PendingV4, usize)> {
         if self.len == 0 {
             return None;
         }
-        let w = self.flows[self.head].take();
+        let at = self.head;
+        let w = self.flows[at].take();
         self.head = (self.head + 1) % WAITING_SLOTS;
         self.len -= 1;
         if self.len == 0 {
             self.reply_bits = 0;
         }
-        w
+        w.map(|(i, p)| (i, p, at))
     }
 }
+
+/// The waiting flows' [`NewV4`]s, by ring position: [`Pipeline::prepare_v4`] writes a new
+/// flow's in place at [`Waiting::tail`] and finishing reads it there, so the flow is never
+/// copied in or out. On the stack of one `process_batch` (it borrows apart from the
+/// pipeline, which `prepare_v4` takes `&mut`).
+type Staged = [Option<NewV4>; WAITING_SLOTS];
 
 impl Pipeline {
     /// Processes a batch of frames in place: `verdicts[i]` is `frames[i]`'s verdict, as if
@@ -210,6 +226,8 @@ impl Pipeline {
         let d = STAGE_DISTANCE;
         let block = |k: usize| (k * d).min(n)..((k + 1) * d).min(n);
         let mut parsed: [Option<Parsed>; RING] = [None; RING];
+        let mut staged: Staged = [const { None }; WAITING_SLOTS];
+        let st = &mut staged;
         for k in 0..n.div_ceil(d) + 2 {
             for i in block(k) {
                 parsed[i % RING] = self.parse_staged(frames.frame(i));
@@ -239,18 +257,18 @@ impl Pipeline {
                         hit => {
                             let v = p.v4(frames.frame(i));
                             let found = (&v, &p.key, hit.is_some());
-                            match self.miss_staged(frames, i, found, now, verdicts) {
+                            match self.miss_staged(frames, st, i, found, now, verdicts) {
                                 Some(verdict) => verdict,
                                 None => continue,
                             }
                         }
                     },
-                    None => self.general_staged(frames, i, now, verdicts),
+                    None => self.general_staged(frames, st, i, now, verdicts),
                 };
                 verdicts[i] = verdict;
             }
         }
-        self.finish_waiting(frames, verdicts);
+        self.finish_waiting(frames, st, verdicts);
         #[cfg(debug_assertions)]
         self.debug_check_batch(frames, counted, n, verdicts);
     }
@@ -302,6 +320,7 @@ impl Pipeline {
     fn miss_staged<B: FrameBatch + ?Sized>(
         &mut self,
         frames: &mut B,
+        st: &mut Staged,
         i: usize,
         (v, key, found): (&fast::V4, &V4Key, bool),
         now: Instant,
@@ -313,7 +332,7 @@ impl Pipeline {
             // this frame's tuple may be a waiting flow's reply tuple: finish them and look
             // again, as `process` would see them; then a SYN reopens the flow found as
             // `process` does.
-            self.finish_waiting(frames, verdicts);
+            self.finish_waiting(frames, st, verdicts);
             if let Some(hit) = self.flows.lookup_v4(key)
                 && let Some(verdict) = self.known_v4(frames.frame(i), v, &hit, now)
             {
@@ -322,18 +341,22 @@ impl Pipeline {
         }
         if self.proxied_miss(v, key) {
             // A flow the SYN proxy opened (the shortcut skips those): the general path.
-            return Some(self.general_staged(frames, i, now, verdicts));
+            return Some(self.general_staged(frames, st, i, now, verdicts));
         }
-        let nv = match self.prepare_v4(v, key, now) {
+        if self.waiting.len == WAITING_MAX {
+            // (Before this flow's scheduling, as `process` would have finished it.)
+            self.finish_oldest(frames, st, verdicts);
+        }
+        let nv = match self.prepare_v4(v, key, now, &mut st[self.waiting.tail()]) {
             Ok(nv) => nv,
             Err(super::SYNPROXY) => {
                 // The SYN proxy's (it may insert a flow: the waiting ones first).
-                self.finish_waiting(frames, verdicts);
+                self.finish_waiting(frames, st, verdicts);
                 let verdict = self.synproxy_room(frames, i, now);
                 return Some(self.count(verdict));
             }
             // A DSR service's: the general path's (the waiting ones first, there).
-            Err(dsr::GENERAL) => return Some(self.general_staged(frames, i, now, verdicts)),
+            Err(dsr::GENERAL) => return Some(self.general_staged(frames, st, i, now, verdicts)),
             Err(verdict) => {
                 let verdict = match reject::pending_reason(verdict) {
                     Some(reason) => self.reject_room(frames, i, reason, now),
@@ -342,16 +365,13 @@ impl Pipeline {
                 return Some(self.count(verdict));
             }
         };
-        if self.waiting.len == WAITING_MAX {
-            self.finish_oldest(frames, verdicts);
-        }
-        match self.begin_v4(&nv) {
+        match self.begin_v4(nv) {
             Begun::Pending(p) => {
-                self.waiting.push((i, nv, p));
+                self.waiting.push((i, p));
                 None
             }
             Begun::Done(out) => {
-                let verdict = self.complete_v4(frames.frame(i), &nv, out);
+                let verdict = self.complete_v4(frames.frame(i), nv, out);
                 Some(self.count(verdict))
             }
         }
@@ -364,11 +384,12 @@ impl Pipeline {
     fn general_staged<B: FrameBatch + ?Sized>(
         &mut self,
         frames: &mut B,
+        st: &mut Staged,
         i: usize,
         now: Instant,
         verdicts: &mut [Verdict],
     ) -> Verdict {
-        self.finish_waiting(frames, verdicts);
+        self.finish_waiting(frames, st, verdicts);
         let mut v = self.run_general(frames.frame(i), now);
         if v == super::SYNPROXY {
             v = self.synproxy_room(frames, i, now);
@@ -396,17 +417,32 @@ impl Pipeline {
 
     /// Finishes the waiting new flows, oldest first, and sets their frames' verdicts.
     #[inline]
-    fn finish_waiting<B: FrameBatch + ?Sized>(&mut self, frames: &mut B, verdicts: &mut [Verdict]) {
+    fn finish_waiting<B: FrameBatch + ?Sized>(
+        &mut self,
+        frames: &mut B,
+        st: &mut Staged,
+        verdicts: &mut [Verdict],
+    ) {
         while self.waiting.len != 0 {
-            self.finish_oldest(frames, verdicts);
+            self.finish_oldest(frames, st, verdicts);
         }
     }
 
     /// Finishes the oldest waiting new flow and sets its frame's verdict.
-    fn finish_oldest<B: FrameBatch + ?Sized>(&mut self, frames: &mut B, verdicts: &mut [Verdict]) {
-        if let Some((i, mut nv, p)) = self.waiting.pop() {
-            let out = self.finish_v4(&mut nv, p);
-            let verdict = self.complete_v4(frames.frame(i), &nv, out);
+    fn finish_oldest<B: FrameBatch + ?Sized>(
+        &mut self,
+        frames: &mut B,
+        st: &mut Staged,
+        verdicts: &mut [Verdict],
+    ) {
+        if let Some((i, p, at)) = self.waiting.pop() {
+            // A waiting flow's slot holds its flow (written before it waited).
+            let Some(nv) = st[at].as_mut() else {
+                debug_assert!(false, "waiting flow {i} without its staged flow");
+                return;
+            };
+            let out = self.finish_v4(nv, p);
+            let verdict = self.complete_v4(frames.frame(i), nv, out);
             verdicts[i] = self.count(verdict);
         }
     }

@@ -370,7 +370,8 @@ impl Pipeline {
         key: &V4Key,
         now: Instant,
     ) -> Verdict {
-        let mut nv = match self.prepare_v4(v, key, now) {
+        let mut slot = None;
+        let nv = match self.prepare_v4(v, key, now, &mut slot) {
             Ok(nv) => nv,
             Err(SYNPROXY) => return self.synproxy_miss(frame, now),
             Err(dsr::GENERAL) => return self.run_general(frame, now),
@@ -379,24 +380,26 @@ impl Pipeline {
                 None => return verdict,
             },
         };
-        let out = match self.begin_v4(&nv) {
-            Begun::Pending(p) => self.finish_v4(&mut nv, p),
+        let out = match self.begin_v4(nv) {
+            Begun::Pending(p) => self.finish_v4(nv, p),
             Begun::Done(out) => out,
         };
-        self.complete_v4(frame, &nv, out)
+        self.complete_v4(frame, nv, out)
     }
 
     /// The first step of a new IPv4 flow: everything up to its insert (the checks and the
     /// scheduler, the next hop, the first SNAT port), as [`new_flow`](Self::new_flow) does
-    /// it. `Err` is the frame's verdict. (Inlined into its two callers: returned through
-    /// a `Result` of a call, the flow was copied twice.)
+    /// it, written into `out`. `Err` is the frame's verdict. (Inlined into its two callers,
+    /// and written in place: returned by value, the ~110-byte flow was copied out of the
+    /// `Result`, and again into the batch's waiting ring.)
     #[inline(always)]
-    pub(super) fn prepare_v4(
+    pub(super) fn prepare_v4<'s>(
         &mut self,
         v: &fast::V4,
         key: &V4Key,
         now: Instant,
-    ) -> Result<NewV4, Verdict> {
+        out: &'s mut Option<NewV4>,
+    ) -> Result<&'s mut NewV4, Verdict> {
         let tuple = FlowTuple {
             src: IpAddr::V4(Ipv4Addr::from_bits(v.src())),
             src_port: v.sport(),
@@ -427,7 +430,7 @@ impl Pipeline {
             (true, Some(a)) => Some(a.to_bits()),
             (true, None) => return Err(Verdict::Drop(DropReason::NoSnatAddress)),
         };
-        let mut nv = NewV4 {
+        let nv = out.insert(NewV4 {
             flow: V4Flow {
                 original: *key,
                 reply: *key,
@@ -446,8 +449,8 @@ impl Pipeline {
             macs,
             opens: s.opens,
             tick,
-        };
-        self.next_reply_v4(&mut nv, v.src(), v.sport());
+        });
+        self.next_reply_v4(nv, v.src(), v.sport());
         Ok(nv)
     }
 
