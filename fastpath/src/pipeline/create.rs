@@ -489,8 +489,17 @@ impl Pipeline {
     pub(super) fn begin_v4(&mut self, nv: &NewV4) -> Begun {
         match self.flows.insert_v4_begin(&nv.flow, nv.tcp_flags, nv.tick) {
             Ok(p) => Begun::Pending(p),
-            Err(e) => Begun::Done(self.inserted_v4(nv, Err(e), 0)),
+            Err(e) => Begun::Done(self.begin_failed(nv, e)),
         }
+    }
+
+    /// [`begin_v4`](Self::begin_v4)'s insert made no flow (it existed: adopted; the table is
+    /// full...): out of line, so that [`inserted_v4`](Self::inserted_v4) is inlined once,
+    /// into the finish.
+    #[cold]
+    #[inline(never)]
+    fn begin_failed(&mut self, nv: &NewV4, e: InsertError) -> Result<Out, DropReason> {
+        self.inserted_v4(nv, Err(e), 0)
     }
 
     /// The third step: the insert's second half; when the reply tuple is taken, the next
@@ -539,7 +548,7 @@ impl Pipeline {
     /// [`inserted`](Self::inserted) for a [`NewV4`]: the way out of the flow inserted
     /// (whose original direction's checksum delta, as its entry stores it, is `csum`), or
     /// adopted on a lost race.
-    #[inline]
+    #[inline(always)]
     fn inserted_v4(
         &mut self,
         nv: &NewV4,
