@@ -130,7 +130,7 @@ impl ServiceEntry {
     /// Picks a backend for a new flow: ClientIP affinity first (while fresh and the backend
     /// still usable), then the scheduler. Returns the index into `backends`. Hot path: no
     /// allocation, no clock.
-    #[inline]
+    #[inline(always)]
     pub fn schedule<C: ConnCounts + ?Sized>(
         &self,
         flow: &FlowTuple,

@@ -60,9 +60,21 @@ impl V4Frontends {
     /// The id of `key`'s frontend.
     #[inline(always)]
     pub(super) fn get(&self, key: u64) -> Option<u32> {
+        // The home slot inline (a frontend's key usually is there), the rest of the probe
+        // out of line.
+        let at = self.home(key);
+        match self.slots.get(at) {
+            Some(&(k, id)) if k == key && k != EMPTY => Some(id),
+            Some(&(k, _)) if k == EMPTY => None,
+            _ => self.probe(key, at),
+        }
+    }
+
+    /// [`get`](Self::get) past `key`'s home slot `home`.
+    #[inline(never)]
+    fn probe(&self, key: u64, home: usize) -> Option<u32> {
         let mask = self.slots.len() - 1;
-        let home = self.home(key);
-        for at in home..home + self.slots.len() {
+        for at in home + 1..home + self.slots.len() {
             let (k, id) = self.slots[at & mask];
             if k == EMPTY {
                 return None;
