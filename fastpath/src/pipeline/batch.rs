@@ -57,6 +57,8 @@ pub const WAITING_MAX: usize = 8;
 /// Slots of the waiting flows' ring.
 const WAITING_SLOTS: usize = 16;
 const _: () = assert!(WAITING_SLOTS.is_power_of_two() && WAITING_SLOTS >= WAITING_MAX);
+// (`Waiting::reply_counts` counts at most `WAITING_SLOTS` flows in a `u8`.)
+const _: () = assert!(WAITING_SLOTS < u8::MAX as usize);
 
 /// A batch of frames for [`Pipeline::process_batch`]: indexable mutable byte slices. Each
 /// frame is asked for more than once (parse, then process) and must be the same bytes each
@@ -138,9 +140,12 @@ pub(super) struct Waiting {
     /// Ring position of the oldest.
     head: usize,
     len: usize,
-    /// Bit `hash >> 58` of each waiting reply tuple's hash (and maybe of finished ones, until
-    /// none waits): most misses need no search.
+    /// Bit `hash >> 58` of each waiting reply tuple's hash, and no other: most misses need
+    /// no search. (Cleared as flows finish: in a batch of new flows the ring never empties,
+    /// and bits left set until it did filled the word.)
     reply_bits: u64,
+    /// How many waiting reply tuples have each bit of `reply_bits`.
+    reply_counts: [u8; 64],
 }
 
 impl Waiting {
@@ -150,6 +155,7 @@ impl Waiting {
             head: 0,
             len: 0,
             reply_bits: 0,
+            reply_counts: [0; 64],
         }
     }
 
@@ -173,7 +179,9 @@ impl Waiting {
 
     /// A flow waits at [`tail`](Self::tail), its [`NewV4`] written there in [`Staged`].
     fn push(&mut self, w: (usize, PendingV4)) {
-        self.reply_bits |= 1 << (w.1.reply_hash() >> 58);
+        let bit = (w.1.reply_hash() >> 58) as usize;
+        self.reply_bits |= 1 << bit;
+        self.reply_counts[bit] += 1;
         self.flows[self.tail()] = Some(w);
         self.len += 1;
     }
@@ -187,10 +195,13 @@ impl Waiting {
         let w = self.flows[at].take();
         self.head = (self.head + 1) % WAITING_SLOTS;
         self.len -= 1;
-        if self.len == 0 {
-            self.reply_bits = 0;
+        let (i, p) = w?;
+        let bit = (p.reply_hash() >> 58) as usize;
+        self.reply_counts[bit] -= 1;
+        if self.reply_counts[bit] == 0 {
+            self.reply_bits &= !(1 << bit);
         }
-        w.map(|(i, p)| (i, p, at))
+        Some((i, p, at))
     }
 }
 
