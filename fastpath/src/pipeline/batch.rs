@@ -434,12 +434,28 @@ impl Pipeline {
         st: &mut Staged,
         verdicts: &mut [Verdict],
     ) {
+        if self.waiting.len != 0 {
+            self.finish_all(frames, st, verdicts);
+        }
+    }
+
+    /// [`finish_waiting`](Self::finish_waiting)'s loop, out of line (one copy of the finish
+    /// besides the one inlined into [`miss_staged`](Self::miss_staged), where a batch of new
+    /// flows finishes most of them).
+    #[inline(never)]
+    fn finish_all<B: FrameBatch + ?Sized>(
+        &mut self,
+        frames: &mut B,
+        st: &mut Staged,
+        verdicts: &mut [Verdict],
+    ) {
         while self.waiting.len != 0 {
             self.finish_oldest(frames, st, verdicts);
         }
     }
 
     /// Finishes the oldest waiting new flow and sets its frame's verdict.
+    #[inline(always)]
     fn finish_oldest<B: FrameBatch + ?Sized>(
         &mut self,
         frames: &mut B,
