@@ -430,10 +430,12 @@ impl Pipeline {
             (true, Some(a)) => Some(a.to_bits()),
             (true, None) => return Err(Verdict::Drop(DropReason::NoSnatAddress)),
         };
+        let backend = (backend_ip, backend.port());
+        let (reply, tries) = self.first_reply_v4(v.protocol, snat, backend, (v.src(), v.sport()));
         let nv = out.insert(NewV4 {
             flow: V4Flow {
                 original: *key,
-                reply: *key,
+                reply,
                 service_id: s.service_id,
                 backend_id: s.backend_id,
                 snapshot_gen: s.snapshot_gen,
@@ -443,32 +445,45 @@ impl Pipeline {
             proto: v.proto,
             protocol: v.protocol,
             snat,
-            tries: SNAT_TRIES.min(self.snat.len()),
-            backend: (backend_ip, backend.port()),
+            tries,
+            backend,
             port,
             macs,
             opens: s.opens,
             tick,
         });
-        self.next_reply_v4(nv, v.src(), v.sport());
         Ok(nv)
     }
 
-    /// Sets `nv`'s reply tuple: backend -> the next SNAT port (fullnat) or the client.
-    #[inline]
-    fn next_reply_v4(&mut self, nv: &mut NewV4, client: u32, client_port: u16) {
-        let (to, to_port) = match nv.snat {
-            Some(a) => {
-                nv.tries = nv.tries.saturating_sub(1);
-                (a, self.snat.next_port())
-            }
-            None => (client, client_port),
+    /// A new flow's first reply tuple, backend -> the next SNAT port (fullnat: `snat`) or
+    /// the client, and the SNAT ports left to try after it. (Before the flow is written, so
+    /// that its reply key is stored once.)
+    #[inline(always)]
+    fn first_reply_v4(
+        &mut self,
+        protocol: Protocol,
+        snat: Option<u32>,
+        backend: (u32, u16),
+        client: (u32, u16),
+    ) -> (V4Key, usize) {
+        let tries = SNAT_TRIES.min(self.snat.len());
+        let (to, to_port, tries) = match snat {
+            Some(a) => (a, self.snat.next_port(), tries.saturating_sub(1)),
+            None => (client.0, client.1, tries),
         };
-        nv.flow.reply = self.flows.v4_key(
-            nv.protocol,
-            nat::pack_addrs(nv.backend.0, to),
-            nat::pack_ports(nv.backend.1, to_port),
+        let reply = self.flows.v4_key(
+            protocol,
+            nat::pack_addrs(backend.0, to),
+            nat::pack_ports(backend.1, to_port),
         );
+        (reply, tries)
+    }
+
+    /// Sets fullnat flow `nv`'s reply tuple to backend -> the next SNAT port.
+    fn next_reply_v4(&mut self, nv: &mut NewV4) {
+        nv.tries = nv.tries.saturating_sub(1);
+        let port = self.snat.next_port();
+        self.reply_v4(nv, port);
     }
 
     /// Sets `nv`'s reply tuple (fullnat) to backend -> SNAT address:`port`.
@@ -535,8 +550,7 @@ impl Pipeline {
                 }
                 break;
             }
-            // fullnat: the client is not part of the reply tuple.
-            self.next_reply_v4(nv, 0, 0);
+            self.next_reply_v4(nv);
             r = self.flows.insert_v4(&nv.flow, nv.tcp_flags, nv.tick);
         }
         let (o, reply) = (&nv.flow.original, &nv.flow.reply);
