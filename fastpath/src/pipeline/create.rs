@@ -400,20 +400,23 @@ impl Pipeline {
         now: Instant,
         out: &'s mut Option<NewV4>,
     ) -> Result<&'s mut NewV4, Verdict> {
-        let tuple = FlowTuple {
-            src: IpAddr::V4(Ipv4Addr::from_bits(v.src())),
-            src_port: v.sport(),
-            dst: IpAddr::V4(Ipv4Addr::from_bits(v.dst())),
-            dst_port: v.dport(),
-        };
+        let v4 = |a: u32| IpAddr::V4(Ipv4Addr::from_bits(a));
         // The frontend by its packed word; a DSR service's packet goes to the general path
         // before anything is decided.
         let Some(svc) = self.snapshot.service_for_v4(v.dst(), v.protocol, v.dport()) else {
-            return Err(self.unserved(tuple.src, tuple.dst, v.ttl));
+            return Err(self.unserved(v4(v.src()), v4(v.dst()), v.ttl));
         };
         if matches!(svc.mode, Mode::Dsr(_)) {
             return Err(dsr::GENERAL);
         }
+        // (Made once the frontend is known, in one place: made first, its addresses were
+        // built apart and copied in piece by piece.)
+        let tuple = FlowTuple {
+            src: v4(v.src()),
+            src_port: v.sport(),
+            dst: v4(v.dst()),
+            dst_port: v.dport(),
+        };
         let s = self.schedule_in(svc, &tuple, (v.protocol, v.flags, v.ttl), true, now)?;
         let SocketAddr::V4(backend) = s.backend else {
             return Err(Verdict::Drop(DropReason::NoBackend));
