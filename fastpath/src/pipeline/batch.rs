@@ -10,9 +10,12 @@
 //!    half inserted ([`FlowTable::insert_v4_begin`]: indexed by its original tuple, its
 //!    reply tuple's slot requested), and its frame waits;
 //!
-//! and a waiting new flow is finished (reply tuple indexed, frame rewritten) once
-//! [`WAITING_MAX`] later new flows wait behind it, or at the end of the batch, by when its
-//! reply slot has arrived.
+//! and a waiting new flow is finished (reply tuple indexed, frame rewritten) when a new flow
+//! comes with [`WAITING_MAX`] waiting (before that one is scheduled), or at the end of the
+//! batch, by when its reply slot has arrived. The waiting flows are kept apart from the
+//! pipeline for the batch's duration (a ring of frame indices and half inserts in the
+//! pipeline, each flow written once, in place, in a stack array of `process_batch`): a new
+//! flow is never copied in or out.
 //!
 //! The result is what [`Pipeline::process`] gives frame by frame in order, with one
 //! exception (below): a new flow's side effects (scheduler, rate limit, SNAT port cursor,
@@ -266,8 +269,7 @@ impl Pipeline {
                             self.forward_v4::<true>(frame, &v, &hit, now)
                         }
                         hit => {
-                            let v = p.v4(frames.frame(i));
-                            let found = (&v, &p.key, hit.is_some());
+                            let found = (p, hit.is_some());
                             match self.miss_staged(frames, st, i, found, now, verdicts) {
                                 Some(verdict) => verdict,
                                 None => continue,
@@ -322,7 +324,7 @@ impl Pipeline {
         }
     }
 
-    /// Stage 3 for frame `i` (parsed as `v`, `key`) when its lookup missed, or (`found`)
+    /// Stage 3 for frame `i` (parsed as `p`) when its lookup missed, or (`found`)
     /// found a flow still being inserted while flows wait, or found a flow and the frame is
     /// a SYN, FIN or RST (the state guard's; a SYN may reopen it, port reuse): the frame's
     /// counted verdict, or `None` when it waits as a new flow. (Inlined into the batch's
@@ -334,10 +336,11 @@ impl Pipeline {
         frames: &mut B,
         st: &mut Staged,
         i: usize,
-        (v, key, found): (&fast::V4, &V4Key, bool),
+        (p, found): (&Parsed, bool),
         now: Instant,
         verdicts: &mut [Verdict],
     ) -> Option<Verdict> {
+        let key = &p.key;
         if found || self.waiting.reply_clash(key.hash()) {
             // The flow found may be a waiting one (whose insert may yet fail), or one this
             // SYN ends (its removal frees its reply tuple, which a waiting flow may want), or
@@ -345,12 +348,16 @@ impl Pipeline {
             // again, as `process` would see them; then a SYN reopens the flow found as
             // `process` does.
             self.finish_waiting(frames, st, verdicts);
-            if let Some(hit) = self.flows.lookup_v4(key)
-                && let Some(verdict) = self.known_v4(frames.frame(i), v, &hit, now)
-            {
-                return Some(verdict);
+            if let Some(hit) = self.flows.lookup_v4(key) {
+                let frame = frames.frame(i);
+                // (Its own copy of the frame's fields: the one below stays in registers.)
+                let v = p.v4(frame);
+                if let Some(verdict) = self.known_v4(frame, &v, &hit, now) {
+                    return Some(verdict);
+                }
             }
         }
+        let v = &p.v4(frames.frame(i));
         if self.proxied_miss(v, key) {
             // A flow the SYN proxy opened (the shortcut skips those): the general path.
             return Some(self.general_staged(frames, st, i, now, verdicts));

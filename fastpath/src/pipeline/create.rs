@@ -445,7 +445,6 @@ impl Pipeline {
                 flags: if fullnat { FLAG_FULLNAT } else { 0 },
             },
             tcp_flags: TcpFlags(v.flags),
-            proto: v.proto,
             protocol: v.protocol,
             snat,
             tries,
@@ -643,7 +642,7 @@ impl Pipeline {
         if out.created {
             self.traffic.connection(out.backend);
             if nv.opens
-                && nv.proto == PROTO_TCP
+                && nv.protocol == Protocol::Tcp
                 && let Some(w) = &self.syn_watch
             {
                 w.syn(nv.flow.backend_id);
@@ -654,7 +653,7 @@ impl Pipeline {
             frame,
             fast::L3,
             fast::L4,
-            nat::l4_csum_at(fast::L4, nv.proto),
+            nat::l4_csum_at(fast::L4, nv.protocol as u8),
             out.addrs,
             out.ports,
             out.csum_delta,
@@ -672,7 +671,6 @@ pub(super) struct NewV4 {
     /// The flow; its reply tuple is the one being (or last) tried.
     pub flow: V4Flow,
     tcp_flags: TcpFlags,
-    proto: u8,
     protocol: Protocol,
     /// fullnat: the SNAT address; nat: `None`.
     snat: Option<u32>,
