@@ -292,6 +292,25 @@ impl Scheduler {
         counts: &C,
         now: Instant,
     ) -> Option<usize> {
+        // The schedulers that pick in a few instructions (a cursor, a table lookup), inline in
+        // the caller; the others, which walk the backends, out of line: one general dispatch
+        // was a call with its prologue and a jump table for every new flow.
+        match self {
+            Scheduler::Rr(s) => s.pick(),
+            Scheduler::Wrr(s) => s.pick(),
+            Scheduler::Mh(s) => s.pick(flow),
+            _ => self.pick_walking(flow, counts, now),
+        }
+    }
+
+    /// [`pick`](Self::pick) for the schedulers that walk their backends.
+    #[inline(never)]
+    fn pick_walking<C: ConnCounts + ?Sized>(
+        &self,
+        flow: &FlowTuple,
+        counts: &C,
+        now: Instant,
+    ) -> Option<usize> {
         match self {
             Scheduler::Rr(s) => s.pick(),
             Scheduler::Wrr(s) => s.pick(),

@@ -10,9 +10,12 @@
 //!    half inserted ([`FlowTable::insert_v4_begin`]: indexed by its original tuple, its
 //!    reply tuple's slot requested), and its frame waits;
 //!
-//! and a waiting new flow is finished (reply tuple indexed, frame rewritten) once
-//! [`WAITING_MAX`] later new flows wait behind it, or at the end of the batch, by when its
-//! reply slot has arrived.
+//! and a waiting new flow is finished (reply tuple indexed, frame rewritten) when a new flow
+//! comes with [`WAITING_MAX`] waiting (before that one is scheduled), or at the end of the
+//! batch, by when its reply slot has arrived. The waiting flows are kept apart from the
+//! pipeline for the batch's duration (a ring of frame indices and half inserts in the
+//! pipeline, each flow written once, in place, in a stack array of `process_batch`): a new
+//! flow is never copied in or out.
 //!
 //! The result is what [`Pipeline::process`] gives frame by frame in order, with one
 //! exception (below): a new flow's side effects (scheduler, rate limit, SNAT port cursor,
@@ -57,6 +60,8 @@ pub const WAITING_MAX: usize = 8;
 /// Slots of the waiting flows' ring.
 const WAITING_SLOTS: usize = 16;
 const _: () = assert!(WAITING_SLOTS.is_power_of_two() && WAITING_SLOTS >= WAITING_MAX);
+// (`Waiting::reply_counts` counts at most `WAITING_SLOTS` flows in a `u8`.)
+const _: () = assert!(WAITING_SLOTS < u8::MAX as usize);
 
 /// A batch of frames for [`Pipeline::process_batch`]: indexable mutable byte slices. Each
 /// frame is asked for more than once (parse, then process) and must be the same bytes each
@@ -130,16 +135,20 @@ impl Parsed {
     }
 }
 
-/// The new flows waiting to be finished, oldest first: frame index, flow, half insert. Kept
-/// in the [`Pipeline`] (empty between calls), so a batch does not initialise it.
+/// The new flows waiting to be finished, oldest first: frame index and half insert (each
+/// flow's [`NewV4`] is in the batch's [`Staged`] at the same ring position). Kept in the
+/// [`Pipeline`] (empty between calls), so a batch does not initialise it.
 pub(super) struct Waiting {
-    flows: [Option<(usize, NewV4, PendingV4)>; WAITING_SLOTS],
+    flows: [Option<(usize, PendingV4)>; WAITING_SLOTS],
     /// Ring position of the oldest.
     head: usize,
     len: usize,
-    /// Bit `hash >> 58` of each waiting reply tuple's hash (and maybe of finished ones, until
-    /// none waits): most misses need no search.
+    /// Bit `hash >> 58` of each waiting reply tuple's hash, and no other: most misses need
+    /// no search. (Cleared as flows finish: in a batch of new flows the ring never empties,
+    /// and bits left set until it did filled the word.)
     reply_bits: u64,
+    /// How many waiting reply tuples have each bit of `reply_bits`.
+    reply_counts: [u8; 64],
 }
 
 impl Waiting {
@@ -149,6 +158,7 @@ impl Waiting {
             head: 0,
             len: 0,
             reply_bits: 0,
+            reply_counts: [0; 64],
         }
     }
 
@@ -160,29 +170,49 @@ impl Waiting {
             && (0..self.len).any(|k| {
                 self.flows[(self.head + k) % WAITING_SLOTS]
                     .as_ref()
-                    .is_some_and(|(_, _, p)| p.reply_hash() == hash)
+                    .is_some_and(|(_, p)| p.reply_hash() == hash)
             })
     }
 
-    fn push(&mut self, w: (usize, NewV4, PendingV4)) {
-        self.reply_bits |= 1 << (w.2.reply_hash() >> 58);
-        self.flows[(self.head + self.len) % WAITING_SLOTS] = Some(w);
+    /// The ring position the next waiting flow takes (its [`Staged`] slot).
+    #[inline(always)]
+    fn tail(&self) -> usize {
+        (self.head + self.len) % WAITING_SLOTS
+    }
+
+    /// A flow waits at [`tail`](Self::tail), its [`NewV4`] written there in [`Staged`].
+    fn push(&mut self, w: (usize, PendingV4)) {
+        let bit = (w.1.reply_hash() >> 58) as usize;
+        self.reply_bits |= 1 << bit;
+        self.reply_counts[bit] += 1;
+        self.flows[self.tail()] = Some(w);
         self.len += 1;
     }
 
-    fn pop(&mut self) -> Option<(usize, NewV4, PendingV4)> {
+    /// The oldest waiting flow: its frame index, half insert and ring position.
+    fn pop(&mut self) -> Option<(usize, PendingV4, usize)> {
         if self.len == 0 {
             return None;
         }
-        let w = self.flows[self.head].take();
+        let at = self.head;
+        let w = self.flows[at].take();
         self.head = (self.head + 1) % WAITING_SLOTS;
         self.len -= 1;
-        if self.len == 0 {
-            self.reply_bits = 0;
+        let (i, p) = w?;
+        let bit = (p.reply_hash() >> 58) as usize;
+        self.reply_counts[bit] -= 1;
+        if self.reply_counts[bit] == 0 {
+            self.reply_bits &= !(1 << bit);
         }
-        w
+        Some((i, p, at))
     }
 }
+
+/// The waiting flows' [`NewV4`]s, by ring position: [`Pipeline::prepare_v4`] writes a new
+/// flow's in place at [`Waiting::tail`] and finishing reads it there, so the flow is never
+/// copied in or out. On the stack of one `process_batch` (it borrows apart from the
+/// pipeline, which `prepare_v4` takes `&mut`).
+type Staged = [Option<NewV4>; WAITING_SLOTS];
 
 impl Pipeline {
     /// Processes a batch of frames in place: `verdicts[i]` is `frames[i]`'s verdict, as if
@@ -212,6 +242,8 @@ impl Pipeline {
         let mut parsed: [Option<Parsed>; RING] = [None; RING];
         // The flow table's time, once for the batch (its clock reading is one).
         let tick = self.tick(now);
+        let mut staged: Staged = [const { None }; WAITING_SLOTS];
+        let st = &mut staged;
         for k in 0..n.div_ceil(d) + 2 {
             for i in block(k) {
                 parsed[i % RING] = self.parse_staged(frames.frame(i));
@@ -239,20 +271,19 @@ impl Pipeline {
                             self.forward_v4::<true>(frame, &v, &hit, tick)
                         }
                         hit => {
-                            let v = p.v4(frames.frame(i));
-                            let found = (&v, &p.key, hit.is_some());
-                            match self.miss_staged(frames, i, found, now, verdicts) {
+                            let found = (p, hit.is_some());
+                            match self.miss_staged(frames, st, i, found, now, verdicts) {
                                 Some(verdict) => verdict,
                                 None => continue,
                             }
                         }
                     },
-                    None => self.general_staged(frames, i, now, verdicts),
+                    None => self.general_staged(frames, st, i, now, verdicts),
                 };
                 verdicts[i] = verdict;
             }
         }
-        self.finish_waiting(frames, verdicts);
+        self.finish_waiting(frames, st, verdicts);
         #[cfg(debug_assertions)]
         self.debug_check_batch(frames, counted, n, verdicts);
     }
@@ -295,47 +326,58 @@ impl Pipeline {
         }
     }
 
-    /// Stage 3 for frame `i` (parsed as `v`, `key`) when its lookup missed, or (`found`)
+    /// Stage 3 for frame `i` (parsed as `p`) when its lookup missed, or (`found`)
     /// found a flow still being inserted while flows wait, or found a flow and the frame is
     /// a SYN, FIN or RST (the state guard's; a SYN may reopen it, port reuse): the frame's
-    /// counted verdict, or `None` when it
-    /// waits as a new flow.
-    #[inline(never)]
+    /// counted verdict, or `None` when it waits as a new flow. (Inlined into the batch's
+    /// loop, with the finish of the oldest waiting flow: called out of line, its arguments,
+    /// prologue and epilogue cost about 40 instructions a new flow.)
+    #[inline(always)]
     fn miss_staged<B: FrameBatch + ?Sized>(
         &mut self,
         frames: &mut B,
+        st: &mut Staged,
         i: usize,
-        (v, key, found): (&fast::V4, &V4Key, bool),
+        (p, found): (&Parsed, bool),
         now: Instant,
         verdicts: &mut [Verdict],
     ) -> Option<Verdict> {
+        let key = &p.key;
         if found || self.waiting.reply_clash(key.hash()) {
             // The flow found may be a waiting one (whose insert may yet fail), or one this
             // SYN ends (its removal frees its reply tuple, which a waiting flow may want), or
             // this frame's tuple may be a waiting flow's reply tuple: finish them and look
             // again, as `process` would see them; then a SYN reopens the flow found as
             // `process` does.
-            self.finish_waiting(frames, verdicts);
-            if let Some(hit) = self.flows.lookup_v4(key)
-                && let Some(verdict) = self.known_v4(frames.frame(i), v, &hit, now)
-            {
-                return Some(verdict);
+            self.finish_waiting(frames, st, verdicts);
+            if let Some(hit) = self.flows.lookup_v4(key) {
+                let frame = frames.frame(i);
+                // (Its own copy of the frame's fields: the one below stays in registers.)
+                let v = p.v4(frame);
+                if let Some(verdict) = self.known_v4(frame, &v, &hit, now) {
+                    return Some(verdict);
+                }
             }
         }
+        let v = &p.v4(frames.frame(i));
         if self.proxied_miss(v, key) {
             // A flow the SYN proxy opened (the shortcut skips those): the general path.
-            return Some(self.general_staged(frames, i, now, verdicts));
+            return Some(self.general_staged(frames, st, i, now, verdicts));
         }
-        let nv = match self.prepare_v4(v, key, now) {
+        if self.waiting.len == WAITING_MAX {
+            // (Before this flow's scheduling, as `process` would have finished it.)
+            self.finish_oldest(frames, st, verdicts);
+        }
+        let nv = match self.prepare_v4(v, key, now, &mut st[self.waiting.tail()]) {
             Ok(nv) => nv,
             Err(super::SYNPROXY) => {
                 // The SYN proxy's (it may insert a flow: the waiting ones first).
-                self.finish_waiting(frames, verdicts);
+                self.finish_waiting(frames, st, verdicts);
                 let verdict = self.synproxy_room(frames, i, now);
                 return Some(self.count(verdict));
             }
             // A DSR service's: the general path's (the waiting ones first, there).
-            Err(dsr::GENERAL) => return Some(self.general_staged(frames, i, now, verdicts)),
+            Err(dsr::GENERAL) => return Some(self.general_staged(frames, st, i, now, verdicts)),
             Err(verdict) => {
                 let verdict = match reject::pending_reason(verdict) {
                     Some(reason) => self.reject_room(frames, i, reason, now),
@@ -344,16 +386,13 @@ impl Pipeline {
                 return Some(self.count(verdict));
             }
         };
-        if self.waiting.len == WAITING_MAX {
-            self.finish_oldest(frames, verdicts);
-        }
-        match self.begin_v4(&nv) {
+        match self.begin_v4(nv) {
             Begun::Pending(p) => {
-                self.waiting.push((i, nv, p));
+                self.waiting.push((i, p));
                 None
             }
             Begun::Done(out) => {
-                let verdict = self.complete_v4(frames.frame(i), &nv, out);
+                let verdict = self.complete_v4(frames.frame(i), nv, out);
                 Some(self.count(verdict))
             }
         }
@@ -366,11 +405,12 @@ impl Pipeline {
     fn general_staged<B: FrameBatch + ?Sized>(
         &mut self,
         frames: &mut B,
+        st: &mut Staged,
         i: usize,
         now: Instant,
         verdicts: &mut [Verdict],
     ) -> Verdict {
-        self.finish_waiting(frames, verdicts);
+        self.finish_waiting(frames, st, verdicts);
         let mut v = self.run_general(frames.frame(i), now);
         if v == super::SYNPROXY {
             v = self.synproxy_room(frames, i, now);
@@ -398,17 +438,48 @@ impl Pipeline {
 
     /// Finishes the waiting new flows, oldest first, and sets their frames' verdicts.
     #[inline]
-    fn finish_waiting<B: FrameBatch + ?Sized>(&mut self, frames: &mut B, verdicts: &mut [Verdict]) {
+    fn finish_waiting<B: FrameBatch + ?Sized>(
+        &mut self,
+        frames: &mut B,
+        st: &mut Staged,
+        verdicts: &mut [Verdict],
+    ) {
+        if self.waiting.len != 0 {
+            self.finish_all(frames, st, verdicts);
+        }
+    }
+
+    /// [`finish_waiting`](Self::finish_waiting)'s loop, out of line (one copy of the finish
+    /// besides the one inlined into [`miss_staged`](Self::miss_staged), where a batch of new
+    /// flows finishes most of them).
+    #[inline(never)]
+    fn finish_all<B: FrameBatch + ?Sized>(
+        &mut self,
+        frames: &mut B,
+        st: &mut Staged,
+        verdicts: &mut [Verdict],
+    ) {
         while self.waiting.len != 0 {
-            self.finish_oldest(frames, verdicts);
+            self.finish_oldest(frames, st, verdicts);
         }
     }
 
     /// Finishes the oldest waiting new flow and sets its frame's verdict.
-    fn finish_oldest<B: FrameBatch + ?Sized>(&mut self, frames: &mut B, verdicts: &mut [Verdict]) {
-        if let Some((i, mut nv, p)) = self.waiting.pop() {
-            let out = self.finish_v4(&mut nv, p);
-            let verdict = self.complete_v4(frames.frame(i), &nv, out);
+    #[inline(always)]
+    fn finish_oldest<B: FrameBatch + ?Sized>(
+        &mut self,
+        frames: &mut B,
+        st: &mut Staged,
+        verdicts: &mut [Verdict],
+    ) {
+        if let Some((i, p, at)) = self.waiting.pop() {
+            // A waiting flow's slot holds its flow (written before it waited).
+            let Some(nv) = st[at].as_mut() else {
+                debug_assert!(false, "waiting flow {i} without its staged flow");
+                return;
+            };
+            let out = self.finish_v4(nv, p);
+            let verdict = self.complete_v4(frames.frame(i), nv, out);
             verdicts[i] = self.count(verdict);
         }
     }

@@ -370,7 +370,8 @@ impl Pipeline {
         key: &V4Key,
         now: Instant,
     ) -> Verdict {
-        let mut nv = match self.prepare_v4(v, key, now) {
+        let mut slot = None;
+        let nv = match self.prepare_v4(v, key, now, &mut slot) {
             Ok(nv) => nv,
             Err(SYNPROXY) => return self.synproxy_miss(frame, now),
             Err(dsr::GENERAL) => return self.run_general(frame, now),
@@ -379,38 +380,43 @@ impl Pipeline {
                 None => return verdict,
             },
         };
-        let out = match self.begin_v4(&nv) {
-            Begun::Pending(p) => self.finish_v4(&mut nv, p),
+        let out = match self.begin_v4(nv) {
+            Begun::Pending(p) => self.finish_v4(nv, p),
             Begun::Done(out) => out,
         };
-        self.complete_v4(frame, &nv, out)
+        self.complete_v4(frame, nv, out)
     }
 
     /// The first step of a new IPv4 flow: everything up to its insert (the checks and the
     /// scheduler, the next hop, the first SNAT port), as [`new_flow`](Self::new_flow) does
-    /// it. `Err` is the frame's verdict. (Inlined into its two callers: returned through
-    /// a `Result` of a call, the flow was copied twice.)
+    /// it, written into `out`. `Err` is the frame's verdict. (Inlined into its two callers,
+    /// and written in place: returned by value, the ~110-byte flow was copied out of the
+    /// `Result`, and again into the batch's waiting ring.)
     #[inline(always)]
-    pub(super) fn prepare_v4(
+    pub(super) fn prepare_v4<'s>(
         &mut self,
         v: &fast::V4,
         key: &V4Key,
         now: Instant,
-    ) -> Result<NewV4, Verdict> {
-        let tuple = FlowTuple {
-            src: IpAddr::V4(Ipv4Addr::from_bits(v.src())),
-            src_port: v.sport(),
-            dst: IpAddr::V4(Ipv4Addr::from_bits(v.dst())),
-            dst_port: v.dport(),
-        };
+        out: &'s mut Option<NewV4>,
+    ) -> Result<&'s mut NewV4, Verdict> {
+        let v4 = |a: u32| IpAddr::V4(Ipv4Addr::from_bits(a));
         // The frontend by its packed word; a DSR service's packet goes to the general path
         // before anything is decided.
         let Some(svc) = self.snapshot.service_for_v4(v.dst(), v.protocol, v.dport()) else {
-            return Err(self.unserved(tuple.src, tuple.dst, v.ttl));
+            return Err(self.unserved(v4(v.src()), v4(v.dst()), v.ttl));
         };
         if matches!(svc.mode, Mode::Dsr(_)) {
             return Err(dsr::GENERAL);
         }
+        // (Made once the frontend is known, in one place: made first, its addresses were
+        // built apart and copied in piece by piece.)
+        let tuple = FlowTuple {
+            src: v4(v.src()),
+            src_port: v.sport(),
+            dst: v4(v.dst()),
+            dst_port: v.dport(),
+        };
         let s = self.schedule_in(svc, &tuple, (v.protocol, v.flags, v.ttl), true, now)?;
         let SocketAddr::V4(backend) = s.backend else {
             return Err(Verdict::Drop(DropReason::NoBackend));
@@ -427,45 +433,59 @@ impl Pipeline {
             (true, Some(a)) => Some(a.to_bits()),
             (true, None) => return Err(Verdict::Drop(DropReason::NoSnatAddress)),
         };
-        let mut nv = NewV4 {
+        let backend = (backend_ip, backend.port());
+        let (reply, tries) = self.first_reply_v4(v.protocol, snat, backend, (v.src(), v.sport()));
+        let nv = out.insert(NewV4 {
             flow: V4Flow {
                 original: *key,
-                reply: *key,
+                reply,
                 service_id: s.service_id,
                 backend_id: s.backend_id,
                 snapshot_gen: s.snapshot_gen,
                 flags: if fullnat { FLAG_FULLNAT } else { 0 },
             },
             tcp_flags: TcpFlags(v.flags),
-            proto: v.proto,
             protocol: v.protocol,
             snat,
-            tries: SNAT_TRIES.min(self.snat.len()),
-            backend: (backend_ip, backend.port()),
+            tries,
+            backend,
             port,
             macs,
             opens: s.opens,
             tick,
-        };
-        self.next_reply_v4(&mut nv, v.src(), v.sport());
+        });
         Ok(nv)
     }
 
-    /// Sets `nv`'s reply tuple: backend -> the next SNAT port (fullnat) or the client.
-    #[inline]
-    fn next_reply_v4(&mut self, nv: &mut NewV4, client: u32, client_port: u16) {
-        let (to, to_port) = match nv.snat {
-            Some(a) => {
-                nv.tries = nv.tries.saturating_sub(1);
-                (a, self.snat.next_port())
-            }
-            None => (client, client_port),
+    /// A new flow's first reply tuple, backend -> the next SNAT port (fullnat: `snat`) or
+    /// the client, and the SNAT ports left to try after it. (Before the flow is written, so
+    /// that its reply key is stored once.)
+    #[inline(always)]
+    fn first_reply_v4(
+        &mut self,
+        protocol: Protocol,
+        snat: Option<u32>,
+        backend: (u32, u16),
+        client: (u32, u16),
+    ) -> (V4Key, usize) {
+        let tries = SNAT_TRIES.min(self.snat.len());
+        let (to, to_port, tries) = match snat {
+            Some(a) => (a, self.snat.next_port(), tries.saturating_sub(1)),
+            None => (client.0, client.1, tries),
         };
-        nv.flow.reply = self.flows.v4_key(
-            nv.protocol,
-            nat::pack_addrs(nv.backend.0, to),
-            nat::pack_ports(nv.backend.1, to_port),
+        let reply = self.flows.v4_key(
+            protocol,
+            nat::pack_addrs(backend.0, to),
+            nat::pack_ports(backend.1, to_port),
         );
+        (reply, tries)
+    }
+
+    /// Sets fullnat flow `nv`'s reply tuple to backend -> the next SNAT port.
+    fn next_reply_v4(&mut self, nv: &mut NewV4) {
+        nv.tries = nv.tries.saturating_sub(1);
+        let port = self.snat.next_port();
+        self.reply_v4(nv, port);
     }
 
     /// Sets `nv`'s reply tuple (fullnat) to backend -> SNAT address:`port`.
@@ -486,8 +506,17 @@ impl Pipeline {
     pub(super) fn begin_v4(&mut self, nv: &NewV4) -> Begun {
         match self.flows.insert_v4_begin(&nv.flow, nv.tcp_flags, nv.tick) {
             Ok(p) => Begun::Pending(p),
-            Err(e) => Begun::Done(self.inserted_v4(nv, Err(e), 0)),
+            Err(e) => Begun::Done(self.begin_failed(nv, e)),
         }
+    }
+
+    /// [`begin_v4`](Self::begin_v4)'s insert made no flow (it existed: adopted; the table is
+    /// full...): out of line, so that [`inserted_v4`](Self::inserted_v4) is inlined once,
+    /// into the finish.
+    #[cold]
+    #[inline(never)]
+    fn begin_failed(&mut self, nv: &NewV4, e: InsertError) -> Result<Out, DropReason> {
+        self.inserted_v4(nv, Err(e), 0)
     }
 
     /// The third step: the insert's second half; when the reply tuple is taken, the next
@@ -523,8 +552,7 @@ impl Pipeline {
                 }
                 break;
             }
-            // fullnat: the client is not part of the reply tuple.
-            self.next_reply_v4(nv, 0, 0);
+            self.next_reply_v4(nv);
             r = self.flows.insert_v4(&nv.flow, nv.tcp_flags, nv.tick);
         }
         let (o, reply) = (&nv.flow.original, &nv.flow.reply);
@@ -536,7 +564,7 @@ impl Pipeline {
     /// [`inserted`](Self::inserted) for a [`NewV4`]: the way out of the flow inserted
     /// (whose original direction's checksum delta, as its entry stores it, is `csum`), or
     /// adopted on a lost race.
-    #[inline]
+    #[inline(always)]
     fn inserted_v4(
         &mut self,
         nv: &NewV4,
@@ -614,7 +642,7 @@ impl Pipeline {
         if out.created {
             self.traffic.connection(out.backend);
             if nv.opens
-                && nv.proto == PROTO_TCP
+                && nv.protocol == Protocol::Tcp
                 && let Some(w) = &self.syn_watch
             {
                 w.syn(nv.flow.backend_id);
@@ -625,7 +653,7 @@ impl Pipeline {
             frame,
             fast::L3,
             fast::L4,
-            nat::l4_csum_at(fast::L4, nv.proto),
+            nat::l4_csum_at(fast::L4, nv.protocol as u8),
             out.addrs,
             out.ports,
             out.csum_delta,
@@ -643,7 +671,6 @@ pub(super) struct NewV4 {
     /// The flow; its reply tuple is the one being (or last) tried.
     pub flow: V4Flow,
     tcp_flags: TcpFlags,
-    proto: u8,
     protocol: Protocol,
     /// fullnat: the SNAT address; nat: `None`.
     snat: Option<u32>,

@@ -25,7 +25,8 @@
 //! file: `l2` (routes, neighbours, next hops), `spec` (the builder's input), `service` (the
 //! services' entries and scheduling), `builder` (the [`SnapshotBuilder`]), `isolate` (a build
 //! that leaves out the specs it cannot build), `adopt` (ids taken over from an adopted flow
-//! table), `admit` (which flows read from a state file the config can own: [`StateCheck`]).
+//! table), `admit` (which flows read from a state file the config can own: [`StateCheck`]),
+//! `v4_frontends` (the IPv4 frontends by one packed word, for the shortcut's new flows).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -44,6 +45,9 @@ mod service;
 mod spec;
 #[cfg(test)]
 mod tests;
+mod v4_frontends;
+
+use v4_frontends::V4Frontends;
 
 pub use crate::limit::RateLimit;
 pub use admit::{SERVICE_IDS_MAX, StateCheck};
@@ -104,7 +108,7 @@ impl Snapshot {
         protocol: flowtable::Protocol,
         port: u16,
     ) -> Option<&ServiceEntry> {
-        let id = *self.vips.by_v4.get(&v4_frontend(vip, protocol, port))?;
+        let id = self.vips.by_v4.get(v4_frontend(vip, protocol, port))?;
         self.services.get(id as usize).map(|s| &**s)
     }
 
@@ -186,7 +190,7 @@ struct VipSet {
     v4: Box<[u32]>,
     v6: Box<[u128]>,
     /// The map's IPv4 frontends by [`v4_frontend`] (empty in a set made by [`VipSet::of`]).
-    by_v4: HashMap<u64, u32, ahash::RandomState>,
+    by_v4: V4Frontends,
 }
 
 /// An IPv4 frontend as one word: address, port, protocol (distinct frontends, distinct
@@ -199,13 +203,10 @@ fn v4_frontend(vip: u32, protocol: flowtable::Protocol, port: u16) -> u64 {
 impl VipSet {
     fn new(frontends: &FrontendMap) -> Self {
         let mut set = Self::of(frontends.keys().map(|f| f.vip));
-        set.by_v4 = frontends
-            .iter()
-            .filter_map(|(f, &id)| match f.vip {
-                IpAddr::V4(a) => Some((v4_frontend(a.to_bits(), f.protocol, f.port), id)),
-                IpAddr::V6(_) => None,
-            })
-            .collect();
+        set.by_v4 = V4Frontends::build(frontends.iter().filter_map(|(f, &id)| match f.vip {
+            IpAddr::V4(a) => Some((v4_frontend(a.to_bits(), f.protocol, f.port), id)),
+            IpAddr::V6(_) => None,
+        }));
         set
     }
 
@@ -225,7 +226,7 @@ impl VipSet {
         VipSet {
             v4: v4.into(),
             v6: v6.into(),
-            by_v4: HashMap::default(),
+            by_v4: V4Frontends::default(),
         }
     }
 

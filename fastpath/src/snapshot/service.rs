@@ -130,7 +130,28 @@ impl ServiceEntry {
     /// Picks a backend for a new flow: ClientIP affinity first (while fresh and the backend
     /// still usable), then the scheduler. Returns the index into `backends`. Hot path: no
     /// allocation, no clock.
+    #[inline(always)]
     pub fn schedule<C: ConnCounts + ?Sized>(
+        &self,
+        flow: &FlowTuple,
+        counts: &C,
+        affinity: &AffinityTable,
+        now: Instant,
+    ) -> Result<usize, NoBackend> {
+        // A service without ClientIP affinity (most): the scheduler's pick, inline; the
+        // affinity and the reason for no backend out of line.
+        if self.affinity_timeout.is_none() {
+            return match self.scheduler.pick(flow, counts, now) {
+                Some(i) => Ok(i),
+                None => Err(self.no_backend()),
+            };
+        }
+        self.schedule_affine(flow, counts, affinity, now)
+    }
+
+    /// [`schedule`](Self::schedule) for a service with ClientIP affinity.
+    #[inline(never)]
+    fn schedule_affine<C: ConnCounts + ?Sized>(
         &self,
         flow: &FlowTuple,
         counts: &C,
@@ -148,16 +169,23 @@ impl ServiceEntry {
         }
         match self.scheduler.pick(flow, counts, now) {
             Some(i) => {
-                if self.affinity_timeout.is_some() {
-                    affinity.insert(self.id, flow.src, self.backends[i].id, now);
-                }
+                affinity.insert(self.id, flow.src, self.backends[i].id, now);
                 Ok(i)
             }
-            None if self.backends.is_empty() => Err(NoBackend::Empty),
-            None if self.backends.iter().all(|b| !b.usable || b.weight == 0) => {
-                Err(NoBackend::AllDrained)
-            }
-            None => Err(NoBackend::Refused),
+            None => Err(self.no_backend()),
+        }
+    }
+
+    /// Why the scheduler found no backend.
+    #[cold]
+    #[inline(never)]
+    fn no_backend(&self) -> NoBackend {
+        if self.backends.is_empty() {
+            NoBackend::Empty
+        } else if self.backends.iter().all(|b| !b.usable || b.weight == 0) {
+            NoBackend::AllDrained
+        } else {
+            NoBackend::Refused
         }
     }
 }

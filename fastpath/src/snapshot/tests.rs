@@ -626,3 +626,48 @@ fn the_v4_frontend_lookup_agrees_with_service_for() {
     let s = b.build(&builds[1], &l2).unwrap();
     assert!(s.service_for_v4(9, Protocol::Tcp, 80).is_none());
 }
+
+/// `schedule` says why a service found no backend (no backends, all drained), with and
+/// without ClientIP affinity, and an affine service keeps a client on its backend.
+#[test]
+fn schedule_says_why_no_backend_with_and_without_affinity() {
+    let mut b = SnapshotBuilder::new(1024, 251);
+    let mut specs = vec![spec("empty", 1, &[]), spec("drained", 2, &[1, 2])];
+    specs.push(spec("affine", 3, &[3, 4]));
+    for s in &mut specs[1].backends {
+        s.weight = 0;
+    }
+    let mut affine = specs.clone();
+    for (i, s) in affine.iter_mut().enumerate() {
+        s.name.push_str("-affine");
+        s.frontends[0].vip = IpAddr::from([198, 18, 101, i as u8 + 1]);
+        s.affinity_timeout = Some(std::time::Duration::from_secs(60));
+    }
+    specs.extend(affine);
+    let s = b.build(&specs, &L2Table::default()).unwrap();
+    let epoch = Instant::now();
+    let affinity = AffinityTable::new(16, epoch);
+    let flow = FlowTuple {
+        src: ip("198.18.0.2"),
+        src_port: 1000,
+        dst: ip("198.18.100.1"),
+        dst_port: 80,
+    };
+    let pick = |name: &str| {
+        let svc = s.services.iter().find(|x| x.name == name).unwrap();
+        svc.schedule(&flow, &NoCounts, &affinity, epoch)
+    };
+    for suffix in ["", "-affine"] {
+        assert_eq!(pick(&format!("empty{suffix}")), Err(NoBackend::Empty));
+        assert_eq!(
+            pick(&format!("drained{suffix}")),
+            Err(NoBackend::AllDrained)
+        );
+    }
+    // Round robin moves on; affinity keeps the client where its first flow went.
+    assert_eq!((pick("affine"), pick("affine")), (Ok(0), Ok(1)));
+    assert_eq!(
+        (pick("affine-affine"), pick("affine-affine")),
+        (Ok(0), Ok(0))
+    );
+}

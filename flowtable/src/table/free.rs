@@ -14,15 +14,24 @@ pub(super) const VICTIM_PROBE: usize = 32;
 
 impl FlowTable {
     /// Pop a free entry, or recycle an embryonic/expired one near `hash`.
+    #[inline]
     pub(super) fn alloc(
         &self,
         hash: u64,
         now_t: u32,
-        mut on_evict: impl FnMut(ExpiredFlow),
+        on_evict: impl FnMut(ExpiredFlow),
     ) -> Option<u32> {
         if let Some(e) = self.pop_free() {
             return Some(e);
         }
+        self.recycle(hash, now_t, on_evict)
+    }
+
+    /// [`alloc`](Self::alloc) when the free list is empty (a full table): out of line, so
+    /// that an insert's usual case, inlined, does not carry its registers and stack.
+    #[cold]
+    #[inline(never)]
+    fn recycle(&self, hash: u64, now_t: u32, mut on_evict: impl FnMut(ExpiredFlow)) -> Option<u32> {
         let cap = self.entries.len();
         // Low hash bits: independent of the index home (top bits), so recycled flows do not
         // all land in one index region.
