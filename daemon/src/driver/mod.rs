@@ -130,10 +130,12 @@ pub fn run(mut cfg: Config, path: Option<&Path>, takeover: bool) -> anyhow::Resu
     if let Some(p) = pause.as_mut() {
         p.mark("offer");
     }
-    let mut workers = start::workers(&cfg, &st, dp.sockets, &io.current, sync)?;
+    // Back on the slowpath's core at its priority first: the workers' threads (which pin
+    // themselves) and every later thread inherit both.
     if let Some(core) = dp.taken.as_mut().and_then(|t| t.core.take()) {
         core.give_back();
     }
+    let mut workers = start::workers(&cfg, &st, dp.sockets, &io.current, sync)?;
     if let (Some(p), Some(t)) = (pause, &dp.taken) {
         p.workers_started();
         // What the old process still held (its listening sockets, the BGP liveness

@@ -201,13 +201,16 @@ pub(super) struct Taken {
     pub core: Option<BorrowedCore>,
 }
 
-/// The calling thread moved to a worker's core, for a takeover's pause: from the switch on
-/// that core is idle (the old workers stopped; the new ones do not run yet), while the
-/// slowpath's core is shared (with the other services, and on a small node with other
-/// work), and the pause's work (the flow table's recovery pass, the first snapshot) is what
-/// the kernel's fill rings must outlast. The old worker's caches hold the table, too.
+/// The calling thread moved to a worker's core, at the highest CFS priority (nice -20), for
+/// a takeover's pause: from the switch on that core is idle (the old workers stopped; the
+/// new ones do not run yet), while the slowpath's core is shared (with the other services,
+/// and on a small node with other work), and the pause's work (the flow table's recovery
+/// pass, the first snapshot) is what the kernel's fill rings must outlast: where other
+/// threads share the core, a thread of nice 0 gets only its share of it. The old worker's
+/// caches hold the table, too. Both are put back when the workers run.
 pub(super) struct BorrowedCore {
     mask: libc::cpu_set_t,
+    nice: Option<i32>,
 }
 
 impl BorrowedCore {
@@ -220,12 +223,18 @@ impl BorrowedCore {
         if unsafe { libc::sched_getaffinity(0, size, &mut mask) } != 0 {
             return None;
         }
-        core_affinity::set_for_current(core_affinity::CoreId { id: core })
-            .then_some(BorrowedCore { mask })
+        if !core_affinity::set_for_current(core_affinity::CoreId { id: core }) {
+            return None;
+        }
+        Some(BorrowedCore {
+            mask,
+            nice: nice_set(-20),
+        })
     }
 
-    /// Puts the calling thread back where it ran before [`BorrowedCore::take`] (before any
-    /// other thread is spawned from it: they inherit its place).
+    /// Puts the calling thread back where and at the priority it ran before
+    /// [`BorrowedCore::take`] (before any other thread is spawned from it: they inherit
+    /// both).
     pub fn give_back(self) {
         // SAFETY: `mask` is the set read from this thread.
         let r = unsafe {
@@ -234,7 +243,28 @@ impl BorrowedCore {
         if r != 0 {
             tracing::warn!(error = %std::io::Error::last_os_error(), "could not put the start-up thread back on the slowpath's core");
         }
+        if let Some(n) = self.nice {
+            nice_set(n);
+        }
     }
+}
+
+/// Sets the calling thread's nice value to `n` (on Linux a thread's own); returns the one
+/// it had, or `None` when it cannot (no CAP_SYS_NICE: the pause then runs at nice 0).
+fn nice_set(n: i32) -> Option<i32> {
+    // SAFETY: gettid cannot fail.
+    let tid = unsafe { libc::gettid() } as libc::id_t;
+    // getpriority returns -1 both as a value and as an error: errno tells them apart.
+    // SAFETY: errno is this thread's.
+    unsafe { *libc::__errno_location() = 0 };
+    // SAFETY: reads the priority of this thread.
+    let was = unsafe { libc::getpriority(libc::PRIO_PROCESS, tid) };
+    // SAFETY: as above.
+    if was == -1 && unsafe { *libc::__errno_location() } != 0 {
+        return None;
+    }
+    // SAFETY: sets the priority of this thread only.
+    (unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, n) } == 0).then_some(was)
 }
 
 /// `xvs run --takeover` up to the switch: the running xvs's sockets adopted, the old
