@@ -467,9 +467,29 @@ pub struct OldProcess {
 
 impl OldProcess {
     /// Waits (up to 30 s) for it to be gone: what it still held (its listening sockets,
-    /// the BGP liveness device) is free then.
+    /// the BGP liveness device) is free then. Its leader can be a zombie (not yet reaped by
+    /// its parent, which may wait for this process to be ready) while its other threads
+    /// still run and its files are open: gone is the leader exited and no other thread
+    /// left (the last thread to exit closes the files).
     pub fn wait(&self) {
         wait_exit(self.pid);
+        let deadline = Instant::now() + EXIT_WAIT;
+        let task = format!("/proc/{}/task", self.pid);
+        while Instant::now() < deadline {
+            let others = std::fs::read_dir(&task).map_or(0, |d| {
+                d.filter_map(Result::ok)
+                    .filter(|e| e.file_name().to_str() != Some(&self.pid.to_string()))
+                    .count()
+            });
+            if others == 0 {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        tracing::warn!(
+            pid = self.pid,
+            "threads of the process taken over still run {EXIT_WAIT:?} after the switch; starting anyway"
+        );
     }
 }
 
