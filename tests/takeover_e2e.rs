@@ -123,6 +123,20 @@ fn take_over(lab: &mut Lab) -> PathBuf {
         "the new process started without taking over:\n{log}"
     );
     assert_steering_before_switch(&log);
+    // The state files came with the sockets (their locks too): no wait for the old
+    // process's exit before the flow table's adoption.
+    let took = log
+        .lines()
+        .find(|l| l.contains("took over the AF_XDP sockets"))
+        .unwrap_or_default();
+    assert!(
+        took.contains("flows") && took.contains("affinity"),
+        "the state files were not handed over: {took}\n{log}"
+    );
+    assert!(
+        log.contains("takeover: the workers poll again"),
+        "no pause line:\n{log}"
+    );
     let status = wait_exit(&mut old, Duration::from_secs(30));
     assert!(
         status.is_some_and(|s| s.success()),

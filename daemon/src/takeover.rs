@@ -8,25 +8,40 @@
 //! directory is root's). A stream of frames, each a 4-byte big-endian length and a JSON
 //! object, plus one SCM_RIGHTS message:
 //!
-//! 1. new → old: `{"hello":"xvs-takeover","version":1}`. The old checks the peer's
-//!    credentials (`SO_PEERCRED`: root or its own uid) first.
-//! 2. old → new: the offer, every worker's [`SetMeta`]; then one byte carrying the
-//!    descriptors (per set: its UMEM, then its sockets in port order). The new process
-//!    checks the descriptors' count and kinds and the descriptions against its own config,
-//!    and maps the UMEMs and rings ([`XskSet::adopt`]). Nothing has changed for the old
-//!    process yet: a refusal here leaves it running. Still before the switch ([`Pending`]),
-//!    the new process does everything that need not see the old one stopped: it adopts the
-//!    pinned steering with these sockets already in the new programs' XSK maps (the same
-//!    kernel objects the old programs redirect to) and reads the routes and neighbours.
+//! 1. new → old: `{"hello":"xvs-takeover","version":1,"state":true}`. The old checks the
+//!    peer's credentials (`SO_PEERCRED`: root or its own uid) first.
+//! 2. old → new: the offer, every worker's [`SetMeta`] and the names of the state files
+//!    ([`STATE_FILES`], only to a hello with `state`); then one byte carrying the
+//!    descriptors (per set: its UMEM, then its sockets in port order; then the state
+//!    files). The new process checks the descriptors' count and kinds and the descriptions
+//!    against its own config, and maps the UMEMs and rings ([`XskSet::adopt`]). Each state
+//!    file is checked as untrusted ([`shm::StateFile::handed`]: the very file of its name
+//!    in the state directory, a regular file nobody else may write, on that directory's
+//!    file system, open for writing; its `flock` is taken, and being the open file
+//!    description's, it is the old process's lock: no wait for its exit); the flow
+//!    table's header is checked and the whole file mapped and faulted in
+//!    (`FlowTable::prepare_handed`). A refused state file is one log line; that file is
+//!    opened by its path once the old process is gone, as at a restart. Nothing has
+//!    changed for the old process yet: a refusal of the sockets leaves it running. Still
+//!    before the switch ([`Pending`]), the new process does everything that need not see
+//!    the old one stopped: it adopts the pinned steering with these sockets already in
+//!    the new programs' XSK maps (the same kernel objects the old programs redirect to)
+//!    and reads the routes and neighbours.
 //! 3. new → old: `{"switch":true}`. The switch: the old process stops its workers (each
-//!    after a whole poll, its fill rings topped up), marks the flow table clean and sends
-//!    every worker's [`FrameState`]; then it exits at once, without exporting the flows,
-//!    withdrawing BGP routes or awaiting its services (nothing is its business any more).
-//! 4. the new process takes the frame states ([`XskSet::resume`]), waits for the old one
-//!    to be gone and its state files' locks with it ([`Pending::switch`]), adopts the flow
-//!    table as a restart does (the full recovery pass) and starts its workers on the
-//!    adopted sockets, from the rings' indices as the old workers left them. Meanwhile
-//!    (the pause: nobody polls) the kernel receives into the frames the fill rings hold.
+//!    after a whole poll, its fill rings topped up), puts back the NAPI settings it
+//!    changed, marks the flow table clean and sends every worker's [`FrameState`]; then it
+//!    exits at once, without exporting the flows, withdrawing BGP routes or awaiting its
+//!    services (nothing is its business any more).
+//! 4. the new process takes the frame states ([`XskSet::resume`]) and, without waiting for
+//!    the old one ([`Pending::switch`]; only a state file that was not handed over waits
+//!    for its lock), adopts the flow table from the prepared mapping with the full
+//!    recovery pass (the clean mark is not trusted more than at a restart), opens the rest
+//!    of the state, publishes the first snapshot and starts its workers on the adopted
+//!    sockets, from the rings' indices as the old workers left them. Meanwhile (the pause:
+//!    nobody polls; its parts are the "takeover: the workers poll again" log line) the
+//!    kernel receives into the frames the fill rings hold. Then it waits for the old
+//!    process to be gone ([`OldProcess::wait`]) before it binds what that one listened on
+//!    (flow sync, the admin servers).
 //!
 //! Everything received is untrusted: each refusal is one log line naming the peer, the
 //! field and the value, and is counted ([`REFUSED`], `xvs_refused_total{kind="takeover"}`). The old side refuses and keeps
@@ -44,6 +59,8 @@ use std::time::{Duration, Instant};
 use fastpath::xsk::handover::{Export, FrameState, SetMeta};
 use fastpath::xsk::{XskSet, XskSettings};
 use serde::{Deserialize, Serialize};
+
+use crate::state::Handed;
 
 /// The protocol's version.
 const VERSION: u32 = 1;
@@ -73,6 +90,10 @@ pub fn socket_path(state_dir: &Path) -> PathBuf {
 struct Hello {
     hello: String,
     version: u32,
+    /// The new process takes the state files' descriptors too (absent from a process that
+    /// does not: it is offered none, and waits for the old one's locks).
+    #[serde(default)]
+    state: bool,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -96,6 +117,9 @@ struct WireMeta {
 struct Offer {
     version: u32,
     sets: Vec<WireMeta>,
+    /// The state files whose descriptors follow the sets' (names in the state directory).
+    #[serde(default)]
+    state: Vec<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -288,7 +312,14 @@ fn recv_fds(s: &UnixStream) -> Result<Vec<OwnedFd>, String> {
 pub struct Offered {
     /// Every worker's export, in worker order.
     pub exports: Vec<Export>,
+    /// The locked state files, by name in the state directory ([`STATE_FILES`]), whose
+    /// descriptors (and so their locks) go with the sockets'. They stay open as long as
+    /// this process runs.
+    pub state: Vec<(&'static str, RawFd)>,
 }
+
+/// The state files a takeover hands over, by name in the state directory.
+pub const STATE_FILES: [&str; 2] = ["flows", "affinity"];
 
 /// Starts listening on `path` for a process that takes over (the old side, on a thread of
 /// its own). A connection that passes every check up to the switch is sent to `switch`;
@@ -362,6 +393,8 @@ fn offer(conn: &mut UnixStream, offered: &Offered) -> Result<(), (String, String
             hello.hello, hello.version
         )));
     }
+    // A process that does not ask for the state files waits for their locks instead.
+    let state: &[(&str, RawFd)] = if hello.state { &offered.state } else { &[] };
     let offer = Offer {
         version: VERSION,
         sets: offered
@@ -369,12 +402,14 @@ fn offer(conn: &mut UnixStream, offered: &Offered) -> Result<(), (String, String
             .iter()
             .map(|e| WireMeta::from(&e.meta))
             .collect(),
+        state: state.iter().map(|(name, _)| (*name).to_owned()).collect(),
     };
     write_frame(conn, &offer).map_err(|e| fail(format!("sending the offer: {e}")))?;
     let fds: Vec<RawFd> = offered
         .exports
         .iter()
         .flat_map(|e| std::iter::once(e.umem.as_raw_fd()).chain(e.sockets.iter().copied()))
+        .chain(state.iter().map(|(_, fd)| *fd))
         .collect();
     send_fds(conn, &fds).map_err(|e| fail(format!("sending the descriptors: {e}")))?;
     let sw: Switch = read_frame(conn, SMALL_MAX, "switch").map_err(fail)?;
@@ -399,16 +434,63 @@ pub fn send_states(conn: &mut UnixStream, states: &[FrameState]) -> io::Result<(
     write_frame(conn, &msg)
 }
 
-/// The new side before the switch: the running xvs's sockets adopted, the old process
-/// still polling them. Whatever can happen before the switch (the steering adopted with
-/// these sockets already in its XSK map) happens while the old process forwards; then
-/// [`Pending::switch`].
+/// The new side before the switch: the running xvs's sockets adopted (and its state files,
+/// checked and the flow table mapped), the old process still polling them. Whatever can
+/// happen before the switch (the steering adopted with these sockets already in its XSK
+/// map) happens while the old process forwards; then [`Pending::switch`].
 pub struct Pending {
     conn: UnixStream,
     pid: i32,
     peer: String,
     sets: Vec<XskSet>,
     state_dir: PathBuf,
+    state: Handed,
+}
+
+/// A takeover after its switch: what the new process starts from.
+pub struct Switched {
+    /// The adopted sets, resumed from the frame states the old workers left, one per
+    /// queue in queue order.
+    pub sets: Vec<XskSet>,
+    /// The state files handed over (the rest are unlocked: the old process is gone).
+    pub state: Handed,
+    /// The process taken over, which exits on its own.
+    pub old: OldProcess,
+    /// When the switch was sent: the start of the pause in which nobody polls.
+    pub at: Instant,
+}
+
+/// The process taken over, exiting after the switch.
+pub struct OldProcess {
+    pid: i32,
+}
+
+impl OldProcess {
+    /// Waits (up to 30 s) for it to be gone: what it still held (its listening sockets,
+    /// the BGP liveness device) is free then. Its leader can be a zombie (not yet reaped by
+    /// its parent, which may wait for this process to be ready) while its other threads
+    /// still run and its files are open: gone is the leader exited and no other thread
+    /// left (the last thread to exit closes the files).
+    pub fn wait(&self) {
+        wait_exit(self.pid);
+        let deadline = Instant::now() + EXIT_WAIT;
+        let task = format!("/proc/{}/task", self.pid);
+        while Instant::now() < deadline {
+            let others = std::fs::read_dir(&task).map_or(0, |d| {
+                d.filter_map(Result::ok)
+                    .filter(|e| e.file_name().to_str() != Some(&self.pid.to_string()))
+                    .count()
+            });
+            if others == 0 {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        tracing::warn!(
+            pid = self.pid,
+            "threads of the process taken over still run {EXIT_WAIT:?} after the switch; starting anyway"
+        );
+    }
 }
 
 impl Pending {
@@ -417,17 +499,19 @@ impl Pending {
         &self.sets
     }
 
-    /// Step 3 and 4: the switch. `Some`: the adopted sets, resumed from the frame states
-    /// the old workers left, ready for the workers; the old process is gone (its state
-    /// files' locks with it). `None`: the switch failed (refused and logged): the sets are
-    /// closed and the old process awaited, start as a restart does.
-    pub fn switch(self) -> Option<Vec<XskSet>> {
+    /// Step 3 and 4: the switch. `Some`: the adopted sets resumed and the handed state
+    /// files; a state file that was not handed over is unlocked (the old process is gone
+    /// then), one that was needs no wait: its lock came with it. `None`: the switch failed
+    /// (refused and logged): the sets and files are closed and the old process awaited,
+    /// start as a restart does.
+    pub fn switch(self) -> Option<Switched> {
         let Pending {
             mut conn,
             pid,
             peer,
             mut sets,
             state_dir,
+            state,
         } = self;
         let t0 = Instant::now();
         let switched = write_frame(&mut conn, &Switch { switch: true })
@@ -440,23 +524,39 @@ impl Pending {
                 &peer,
                 &format!("{why}; starting normally once the old process is gone"),
             );
-            drop(sets);
+            drop((sets, state));
             wait_exit(pid);
+            wait_unlocked(&self_locks(&state_dir));
             return None;
         }
         let states_ms = t0.elapsed().as_secs_f64() * 1e3;
-        wait_exit(pid);
-        // The leader of a process that exits can be a zombie before its other threads
-        // have closed its files: the locks are what the state's opening needs.
-        wait_unlocked(&self_locks(&state_dir));
-        tracing::info!(target: "xvs", old_pid = pid, workers = sets.len(), states_ms, waited_ms = t0.elapsed().as_secs_f64() * 1e3, "took over the AF_XDP sockets of the running xvs");
-        Some(sets)
+        let [flows, affinity] = self_locks(&state_dir);
+        let unlocked: Vec<PathBuf> = [
+            (flows, state.flows.is_some()),
+            (affinity, state.affinity.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(p, handed)| (!handed).then_some(p))
+        .collect();
+        if !unlocked.is_empty() {
+            // The leader of a process that exits can be a zombie before its other threads
+            // have closed its files: the locks are what the state's opening needs.
+            wait_exit(pid);
+            wait_unlocked(&unlocked);
+        }
+        tracing::info!(target: "xvs", old_pid = pid, workers = sets.len(), states_ms, state_handed = ?state.names(), waited_ms = t0.elapsed().as_secs_f64() * 1e3, "took over the AF_XDP sockets of the running xvs");
+        Some(Switched {
+            sets,
+            state,
+            old: OldProcess { pid },
+            at: t0,
+        })
     }
 }
 
-/// The new side up to the switch: connects to the running xvs and adopts the sockets it
-/// offers. `None`: there is none, or it or what it sent was refused (logged): start
-/// normally; the old process runs on.
+/// The new side up to the switch: connects to the running xvs and adopts the sockets (and
+/// the state files) it offers. `None`: there is none, or it or what it sent was refused
+/// (logged): start normally; the old process runs on.
 pub fn connect(settings: &XskSettings, state_dir: &Path) -> Option<Pending> {
     let path = socket_path(state_dir);
     let mut conn = match UnixStream::connect(&path) {
@@ -485,11 +585,12 @@ pub fn connect(settings: &XskSettings, state_dir: &Path) -> Option<Pending> {
     let _ = conn.set_read_timeout(Some(STEP_TIMEOUT));
     let _ = conn.set_write_timeout(Some(STEP_TIMEOUT));
     match receive_offer(&mut conn, settings) {
-        Ok(sets) => Some(Pending {
+        Ok((sets, files)) => Some(Pending {
             conn,
             pid,
-            peer,
+            peer: peer.clone(),
             sets,
+            state: take_state(state_dir, &peer, files),
             state_dir: state_dir.to_owned(),
         }),
         Err(why) => {
@@ -499,13 +600,21 @@ pub fn connect(settings: &XskSettings, state_dir: &Path) -> Option<Pending> {
     }
 }
 
-/// Steps 1 and 2: the offer, checked and adopted.
-fn receive_offer(conn: &mut UnixStream, settings: &XskSettings) -> Result<Vec<XskSet>, String> {
+/// Descriptors by the name the offer gives them (the state files').
+type NamedFds = Vec<(String, OwnedFd)>;
+
+/// Steps 1 and 2: the offer, checked and adopted; the state files' descriptors, by name,
+/// for [`take_state`].
+fn receive_offer(
+    conn: &mut UnixStream,
+    settings: &XskSettings,
+) -> Result<(Vec<XskSet>, NamedFds), String> {
     write_frame(
         conn,
         &Hello {
             hello: "xvs-takeover".into(),
             version: VERSION,
+            state: true,
         },
     )
     .map_err(|e| format!("sending the hello: {e}"))?;
@@ -528,7 +637,8 @@ fn receive_offer(conn: &mut UnixStream, settings: &XskSettings) -> Result<Vec<Xs
         .sets
         .iter()
         .map(|m| 1 + m.ports.iter().flatten().count())
-        .sum();
+        .sum::<usize>()
+        + offer.state.len();
     if fds.len() != want {
         return Err(format!(
             "descriptors = {}: the offer describes {want}",
@@ -548,7 +658,55 @@ fn receive_offer(conn: &mut UnixStream, settings: &XskSettings) -> Result<Vec<Xs
             .map_err(|e| format!("worker {q}: {e}"))?;
         sets.push(set);
     }
-    Ok(sets)
+    Ok((sets, offer.state.into_iter().zip(fds).collect()))
+}
+
+/// The handed state files, each checked as untrusted (`shm::StateFile::handed`: the very
+/// file of its name in `state_dir`, a regular file nobody else may write, on the state
+/// directory's file system, open for writing, its lock ours) and the flow table's header
+/// checked, mapped and faulted in (`FlowTable::prepare_handed`). Each refusal is one log
+/// line naming the file, the field and the value, and is counted; that file is then opened
+/// as at a restart, once the old process is gone.
+fn take_state(state_dir: &Path, peer: &str, files: NamedFds) -> Handed {
+    let paths = crate::state::Paths::of(state_dir);
+    let mut out = Handed::default();
+    for (name, fd) in files {
+        let t0 = Instant::now();
+        let refuse = |what: String| {
+            refused(
+                "new",
+                peer,
+                &format!("state file {name:?}: {what}; opened once the old process is gone"),
+            );
+        };
+        let (path, taken) = match name.as_str() {
+            "flows" if out.flows.is_none() => (&paths.flows, true),
+            "affinity" if out.affinity.is_none() => (&paths.affinity, false),
+            _ => {
+                refuse(format!("name: not one of {STATE_FILES:?}, or twice"));
+                continue;
+            }
+        };
+        let state = match shm::StateFile::handed(fd, path) {
+            Ok(s) => s,
+            Err(r) => {
+                refuse(format!("{}: {r}", path.display()));
+                continue;
+            }
+        };
+        if !taken {
+            out.affinity = Some(state);
+            continue;
+        }
+        match flowtable::FlowTable::prepare_handed(state) {
+            Ok(h) => {
+                tracing::info!(target: "xvs", file = %path.display(), took_ms = t0.elapsed().as_secs_f64() * 1e3, "the flow table handed over: checked, mapped and faulted in before the switch");
+                out.flows = Some(h);
+            }
+            Err(r) => refuse(format!("{}: {r}", path.display())),
+        }
+    }
+    out
 }
 
 fn resume(sets: &mut [XskSet], st: States) -> Result<(), String> {
@@ -626,3 +784,6 @@ fn wait_exit(pid: i32) {
         "the process taken over has not exited after {EXIT_WAIT:?}; starting anyway"
     );
 }
+
+#[cfg(test)]
+mod tests;

@@ -208,8 +208,8 @@ pub use state::{FlowState, SctpState, TcpFlags, TcpState, Timeouts};
 pub use table::PRESSURE_HOLD_TICKS;
 #[cfg(not(loom))]
 pub use table::{
-    AnyFlow, FlowCheck, FlowRecord, Imported, Opened, RECORD_BYTES, RECORD_VERSION, Recovery,
-    previous_path,
+    AnyFlow, FlowCheck, FlowRecord, Handed, Imported, Opened, RECORD_BYTES, RECORD_VERSION,
+    Recovery, previous_path,
 };
 pub use table::{
     CAPACITY_MAX, Error, ExpiredFlow, FLAG_ONE_WAY, FLAG_SLOW, FlowHandle, FlowHit, FlowTable,

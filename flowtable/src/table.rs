@@ -50,8 +50,8 @@ pub use error::{Error, InsertError};
 pub use handle::{ExpiredFlow, FlowHandle, FlowHit, FlowView, Tick};
 #[cfg(not(loom))]
 pub use persist::{
-    AnyFlow, FlowCheck, FlowRecord, Imported, Opened, RECORD_BYTES, RECORD_VERSION, Recovery,
-    previous_path,
+    AnyFlow, FlowCheck, FlowRecord, Handed, Imported, Opened, RECORD_BYTES, RECORD_VERSION,
+    Recovery, previous_path,
 };
 pub use seq::{RST_AHEAD_BYTES, RST_BEHIND_BYTES, RstWindow, SEQ_BITS};
 pub use stats::{FlowTableStats, SweepStats};

@@ -172,12 +172,41 @@ impl AffinityTable {
         capacity: usize,
         now: Instant,
     ) -> io::Result<(AffinityTable, AffinityOpened)> {
+        let named = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
+        let existing = StateFile::open_existing(path).map_err(named)?;
+        Self::open_from(path, existing, capacity, now)
+    }
+
+    /// [`AffinityTable::open`] of a state file handed over by a running process (`xvs run
+    /// --takeover`, checked and locked by `shm::StateFile::handed`): adopted, or set aside
+    /// and replaced, exactly as the file at its path would be.
+    pub fn open_handed(
+        state: StateFile,
+        capacity: usize,
+        now: Instant,
+    ) -> io::Result<(AffinityTable, AffinityOpened)> {
+        let path = state.path.clone();
+        Self::open_from(&path, Existing::Open(state), capacity, now)
+    }
+
+    /// The state file this table lives in, locked (`None` for a table of this process only):
+    /// what a takeover hands over.
+    pub fn state_file(&self) -> Option<&std::fs::File> {
+        self._lock.as_ref().map(|s| &s.file)
+    }
+
+    fn open_from(
+        path: &Path,
+        existing: Existing,
+        capacity: usize,
+        now: Instant,
+    ) -> io::Result<(AffinityTable, AffinityOpened)> {
         let n = Self::slots_for(capacity);
         let header = shm::page_round(std::mem::size_of::<Header>());
         let total = header + n * std::mem::size_of::<Slot>();
         let boot = shm::boot_id()?;
         let named = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()));
-        let refusal = match StateFile::open_existing(path).map_err(named)? {
+        let refusal = match existing {
             Existing::Missing => None,
             Existing::Refused(r) => Some(r),
             Existing::Open(state) => match Self::adopt(state, n, total, &boot, now)? {
@@ -538,6 +567,37 @@ mod tests {
             t.lookup(1, client(1), Instant::now(), TIMEOUT_DEFAULT),
             None
         );
+    }
+
+    #[test]
+    fn a_handed_state_file_is_adopted_with_its_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("affinity");
+        let t0 = Instant::now();
+        let (old, _) = AffinityTable::open(&path, 1024, t0).unwrap();
+        for i in 0..50 {
+            assert!(old.insert(1, client(i), BackendId(i % 5), t0));
+        }
+        // The takeover: the old process's descriptor, then its exit.
+        let fd = old.state_file().unwrap().try_clone().unwrap();
+        let state = StateFile::handed(fd.into(), &path).unwrap();
+        drop(old);
+        assert!(AffinityTable::open(&path, 1024, Instant::now()).is_err());
+        let (t, opened) = AffinityTable::open_handed(state, 1024, Instant::now()).unwrap();
+        assert_eq!(
+            opened,
+            AffinityOpened::Adopted {
+                entries: 50,
+                cleared: 0
+            }
+        );
+        let now = Instant::now();
+        assert!(
+            (0..50).all(|i| t.lookup(1, client(i), now, TIMEOUT_DEFAULT) == Some(BackendId(i % 5)))
+        );
+        // Still locked: the lock came with the descriptor.
+        assert!(AffinityTable::open(&path, 1024, Instant::now()).is_err());
+        assert!(AffinityTable::new(4, now).state_file().is_none());
     }
 
     #[test]

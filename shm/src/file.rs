@@ -146,7 +146,7 @@ impl StateFile {
 }
 
 /// Takes `file`'s exclusive `flock`, or says it is in use.
-fn lock(file: &File) -> io::Result<()> {
+pub(crate) fn lock(file: &File) -> io::Result<()> {
     // SAFETY: flock on our own open file.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         let e = io::Error::last_os_error();

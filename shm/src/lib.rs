@@ -26,6 +26,7 @@ use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
 mod file;
+mod handed;
 
 pub use file::{
     Existing, REFUSED_KEEP, Refusal, SetAside, StateFile, bytes, check_dir, create_temp,
@@ -141,6 +142,26 @@ impl Mapping {
     /// The `T` at byte `offset` (see [`Mapping::slab`]).
     pub fn one<T: Plain>(&self, offset: usize) -> One<T> {
         One(self.slab(offset, 1))
+    }
+
+    /// Faults every page of the mapping in, writable, without changing a byte
+    /// (`MADV_POPULATE_WRITE`): a shared mapping of a file that is already in memory costs
+    /// a page fault per page at its first touch; this pays them now, so that a later pass
+    /// over the memory does not. An error (a kernel before 5.14) only means they are paid
+    /// later.
+    pub fn populate(&self) -> io::Result<()> {
+        // SAFETY: advice on our own mapping; no content changes.
+        let r = unsafe {
+            libc::madvise(
+                self.ptr.as_ptr().cast(),
+                self.len,
+                libc::MADV_POPULATE_WRITE,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 
     /// Advises the kernel to back the mapping with huge pages where it can (a hint).

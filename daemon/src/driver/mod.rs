@@ -100,25 +100,49 @@ pub fn run(mut cfg: Config, path: Option<&Path>, takeover: bool) -> anyhow::Resu
 
     // A takeover opens the dataplane first: all of it but the switch happens while the
     // old process forwards, and the state files are locked until it is gone.
-    let (mut st, dp) = if pending.is_some() {
+    let (mut st, mut dp) = if pending.is_some() {
         let ifnames = open::ifnames(&cfg);
         let l2 = slowpath::neigh::read_l2(&ifnames).context("reading routes and neighbours")?;
-        let dp = open::dataplane(&cfg, &cores, &ifnames, pending)?;
-        (open::state(&cfg, Some(l2))?, dp)
+        let mut dp = open::dataplane(&cfg, &cores, &ifnames, pending)?;
+        let handed =
+            (dp.taken.as_mut()).map_or_else(Default::default, |t| std::mem::take(&mut t.state));
+        (open::state(&cfg, Some(l2), handed)?, dp)
     } else {
-        let st = open::state(&cfg, None)?;
+        let st = open::state(&cfg, None, Default::default())?;
         let dp = open::dataplane(&cfg, &cores, &st.ifnames, None)?;
         (st, dp)
     };
     let napi_defer = dp.napi_defer;
+    let mut pause = dp.taken.as_ref().map(|t| start::Pause::new(t.at));
 
     let services = start::services(&cfg, &mut slow, ev_tx, &st.ifnames, inputs.k8s)?;
+    if let Some(p) = pause.as_mut() {
+        p.mark("services");
+    }
     let (mut io, k8s) = start::first_publish(&cfg, &mut st.ctl, services, dp.steers, path)?;
+    if let Some(p) = pause.as_mut() {
+        p.mark("publish");
+    }
 
     let sync = inputs.sync.is_some();
     let (switch_tx, switch_rx) = mpsc::unbounded_channel();
-    let listener = start::takeover_listener(&cfg, &dp.sockets, switch_tx);
+    let offered = start::takeover_offer(&dp.sockets, &st);
+    if let Some(p) = pause.as_mut() {
+        p.mark("offer");
+    }
+    // Back on the slowpath's core at its priority first: the workers' threads (which pin
+    // themselves) and every later thread inherit both.
+    if let Some(core) = dp.taken.as_mut().and_then(|t| t.core.take()) {
+        core.give_back();
+    }
     let mut workers = start::workers(&cfg, &st, dp.sockets, &io.current, sync)?;
+    if let (Some(p), Some(t)) = (pause, &dp.taken) {
+        p.workers_started();
+        // What the old process still held (its listening sockets, the BGP liveness
+        // device) is free once it is gone: the tier and the admin servers bind them.
+        t.old.wait();
+    }
+    let listener = offered.is_some_and(|o| start::takeover_listener(&cfg, o, switch_tx));
     let logs = std::mem::take(&mut workers.logs);
     let tier = start::tier(&cfg, &mut slow, inputs.sync, &st, &mut io, logs)?;
     let state = start::daemon_state(&st, &io, &mut workers, k8s, tier, cmd_tx);

@@ -136,10 +136,15 @@ pub(super) struct State {
 
 /// The flow and affinity tables (adopted from the previous process of this boot, or new),
 /// the routes and neighbours (`l2`, when already read: a takeover reads them before the
-/// switch), and the controller that adopts the tables' ids.
-pub(super) fn state(cfg: &Config, l2: Option<L2Table>) -> anyhow::Result<State> {
+/// switch), and the controller that adopts the tables' ids. `handed`: the state files a
+/// takeover received, adopted in place of their paths.
+pub(super) fn state(
+    cfg: &Config,
+    l2: Option<L2Table>,
+    handed: state::Handed,
+) -> anyhow::Result<State> {
     let epoch = Instant::now();
-    let tables = state::open(cfg, epoch)?;
+    let tables = state::open(cfg, epoch, handed)?;
     let flows = Arc::new(tables.flows);
     let syn_watch = Arc::new(SynWatch::new(cfg.flowtable.backends_max as usize));
     let ifnames = ifnames(cfg);
@@ -180,6 +185,86 @@ pub(super) struct Dataplane {
     pub steers: Vec<Steering>,
     /// Put back when xvs returns (busy polling needs the interfaces' NAPI deferral).
     pub napi_defer: Option<NapiDefer>,
+    /// A takeover that reached its switch.
+    pub taken: Option<Taken>,
+}
+
+/// What a takeover's switch leaves to the rest of the start-up.
+pub(super) struct Taken {
+    /// The state files handed over, for [`state`].
+    pub state: state::Handed,
+    /// The process taken over (exiting on its own).
+    pub old: crate::takeover::OldProcess,
+    /// When the switch was sent: the start of the pause in which nobody polls.
+    pub at: Instant,
+    /// The first worker's core, lent to this thread for the pause (see [`BorrowedCore`]).
+    pub core: Option<BorrowedCore>,
+}
+
+/// The calling thread moved to a worker's core, at the highest CFS priority (nice -20), for
+/// a takeover's pause: from the switch on that core is idle (the old workers stopped; the
+/// new ones do not run yet), while the slowpath's core is shared (with the other services,
+/// and on a small node with other work), and the pause's work (the flow table's recovery
+/// pass, the first snapshot) is what the kernel's fill rings must outlast: where other
+/// threads share the core, a thread of nice 0 gets only its share of it. The old worker's
+/// caches hold the table, too. Both are put back when the workers run.
+pub(super) struct BorrowedCore {
+    mask: libc::cpu_set_t,
+    nice: Option<i32>,
+}
+
+impl BorrowedCore {
+    /// Moves the calling thread to `core` (`None`: it cannot be moved; it stays).
+    pub fn take(core: usize) -> Option<BorrowedCore> {
+        // SAFETY: plain data; zero is a valid value.
+        let mut mask: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        // SAFETY: `mask` is writable for `size` bytes; 0 is the calling thread.
+        if unsafe { libc::sched_getaffinity(0, size, &mut mask) } != 0 {
+            return None;
+        }
+        if !core_affinity::set_for_current(core_affinity::CoreId { id: core }) {
+            return None;
+        }
+        Some(BorrowedCore {
+            mask,
+            nice: nice_set(-20),
+        })
+    }
+
+    /// Puts the calling thread back where and at the priority it ran before
+    /// [`BorrowedCore::take`] (before any other thread is spawned from it: they inherit
+    /// both).
+    pub fn give_back(self) {
+        // SAFETY: `mask` is the set read from this thread.
+        let r = unsafe {
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &self.mask)
+        };
+        if r != 0 {
+            tracing::warn!(error = %std::io::Error::last_os_error(), "could not put the start-up thread back on the slowpath's core");
+        }
+        if let Some(n) = self.nice {
+            nice_set(n);
+        }
+    }
+}
+
+/// Sets the calling thread's nice value to `n` (on Linux a thread's own); returns the one
+/// it had, or `None` when it cannot (no CAP_SYS_NICE: the pause then runs at nice 0).
+fn nice_set(n: i32) -> Option<i32> {
+    // SAFETY: gettid cannot fail.
+    let tid = unsafe { libc::gettid() } as libc::id_t;
+    // getpriority returns -1 both as a value and as an error: errno tells them apart.
+    // SAFETY: errno is this thread's.
+    unsafe { *libc::__errno_location() = 0 };
+    // SAFETY: reads the priority of this thread.
+    let was = unsafe { libc::getpriority(libc::PRIO_PROCESS, tid) };
+    // SAFETY: as above.
+    if was == -1 && unsafe { *libc::__errno_location() } != 0 {
+        return None;
+    }
+    // SAFETY: sets the priority of this thread only.
+    (unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, n) } == 0).then_some(was)
 }
 
 /// `xvs run --takeover` up to the switch: the running xvs's sockets adopted, the old
@@ -208,27 +293,43 @@ pub(super) fn dataplane(
         let names: Vec<&str> = ifnames.iter().map(String::as_str).collect();
         Ok(Some(NapiDefer::apply(&names).map_err(anyhow::Error::msg)?))
     };
-    let (steers, sockets, napi_defer) = match pending {
+    let (steers, sockets, napi_defer, taken) = match pending {
         Some(pending) => {
             let specs = worker_specs(&cfg.dataplane, &cores.workers);
             let adopted: Vec<(u32, Vec<(usize, RawFd)>)> = (specs.iter().zip(pending.sets()))
                 .map(|(spec, set)| (spec.queue, set.fds()))
                 .collect();
             let steers = steering(cfg, ifnames, &adopted)?;
-            let sockets = match pending.switch() {
-                Some(sets) => adopted_sockets(cfg, specs.into_iter().zip(sets).collect()),
+            let core = cores.workers.first().and_then(|&c| BorrowedCore::take(c));
+            let (sockets, taken) = match pending.switch() {
+                Some(sw) => {
+                    let sockets = adopted_sockets(cfg, specs.into_iter().zip(sw.sets).collect());
+                    let taken = Taken {
+                        state: sw.state,
+                        old: sw.old,
+                        at: sw.at,
+                        core,
+                    };
+                    (sockets, Some(taken))
+                }
                 // The switch failed and the old process is gone: a restart.
-                None => open_all_sockets(cfg, cores)?,
+                None => {
+                    if let Some(core) = core {
+                        core.give_back();
+                    }
+                    (open_all_sockets(cfg, cores)?, None)
+                }
             };
-            // After the switch: the old process put back the NAPI settings it changed as
-            // it exited, so that this one changes them again and puts them back at its end.
+            // After the switch: the old process put back the NAPI settings it changed
+            // before it sent the frame states, so that this one changes them again and puts
+            // them back at its end.
             let napi_defer = napi()?;
-            (steers, sockets, napi_defer)
+            (steers, sockets, napi_defer, taken)
         }
         None => {
             let napi_defer = napi()?;
             let sockets = open_all_sockets(cfg, cores)?;
-            (steering(cfg, ifnames, &[])?, sockets, napi_defer)
+            (steering(cfg, ifnames, &[])?, sockets, napi_defer, None)
         }
     };
     let mut steers = steers;
@@ -241,6 +342,7 @@ pub(super) fn dataplane(
         sockets,
         steers,
         napi_defer,
+        taken,
     })
 }
 

@@ -132,6 +132,45 @@ pub(super) fn first_publish<'a>(
     Ok((io, services.k8s))
 }
 
+/// A takeover's pause (nobody polls), from the switch until the workers run, in parts, for
+/// its log line: where the time goes is what an upgrade's packet loss depends on.
+pub(super) struct Pause {
+    at: Instant,
+    last: Instant,
+    parts: Vec<(&'static str, f64)>,
+}
+
+impl Pause {
+    /// The pause that began at `at` (the switch sent), the state opened now (the frame
+    /// states received, the tables adopted).
+    pub fn new(at: Instant) -> Pause {
+        let mut p = Pause {
+            at,
+            last: at,
+            parts: Vec::new(),
+        };
+        p.mark("switch_state");
+        p
+    }
+
+    /// The part `what` ends now.
+    pub fn mark(&mut self, what: &'static str) {
+        let now = Instant::now();
+        self.parts
+            .push((what, now.duration_since(self.last).as_secs_f64() * 1e3));
+        self.last = now;
+    }
+
+    /// The workers are started: the pause's end, logged.
+    pub fn workers_started(mut self) {
+        self.mark("workers");
+        let parts: Vec<String> = (self.parts.iter())
+            .map(|(what, ms)| format!("{what}={ms:.2}"))
+            .collect();
+        tracing::info!(target: "xvs", pause_ms = self.at.elapsed().as_secs_f64() * 1e3, parts_ms = %parts.join(" "), "takeover: the workers poll again");
+    }
+}
+
 /// The running workers and what the rest of the daemon reads of them.
 pub(super) struct Workers {
     pub handles: Vec<JoinHandle<Option<XskSet>>>,
@@ -215,26 +254,42 @@ pub(super) fn workers(
     Ok(w)
 }
 
-/// Listens for a newer process taking the sockets over (`xvs run --takeover`), on a thread
-/// of its own; a connection that reaches the switch goes to `switch`. Returns whether it
-/// listens (it does not when the UMEM cannot be passed: an upgrade is then a restart).
-pub(super) fn takeover_listener(
-    cfg: &Config,
+/// What this process offers a newer one taking it over (`xvs run --takeover`): every
+/// worker's sockets and the state files. `None` when the UMEM cannot be passed (said: an
+/// upgrade is then a restart).
+pub(super) fn takeover_offer(
     sockets: &[(WorkerSpec, XskSet)],
-    switch: tokio::sync::mpsc::UnboundedSender<std::os::unix::net::UnixStream>,
-) -> bool {
+    st: &State,
+) -> Option<crate::takeover::Offered> {
     let mut exports = Vec::with_capacity(sockets.len());
     for (spec, set) in sockets {
         match set.export() {
             Ok(e) => exports.push(e),
             Err(e) => {
                 tracing::warn!(queue = spec.queue, error = %e, "the AF_XDP sockets cannot be handed over: an upgrade will be a restart");
-                return false;
+                return None;
             }
         }
     }
+    // The tables live as long as this process: their descriptors stay open for the hand-over.
+    let state = [
+        (crate::takeover::STATE_FILES[0], st.flows.state_file()),
+        (crate::takeover::STATE_FILES[1], st.affinity.state_file()),
+    ]
+    .into_iter()
+    .filter_map(|(name, f)| f.map(|f| (name, std::os::fd::AsRawFd::as_raw_fd(f))))
+    .collect();
+    Some(crate::takeover::Offered { exports, state })
+}
+
+/// Listens for a newer process taking `offered` over, on a thread of its own; a connection
+/// that reaches the switch goes to `switch`. Returns whether it listens.
+pub(super) fn takeover_listener(
+    cfg: &Config,
+    offered: crate::takeover::Offered,
+    switch: tokio::sync::mpsc::UnboundedSender<std::os::unix::net::UnixStream>,
+) -> bool {
     let path = crate::takeover::socket_path(&cfg.dataplane.state_dir);
-    let offered = crate::takeover::Offered { exports };
     crate::takeover::listen(&path, offered, switch).is_some()
 }
 

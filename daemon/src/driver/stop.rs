@@ -44,17 +44,24 @@ pub(super) fn shut_down(
         .into_iter()
         .map(|h| h.join().ok().flatten())
         .collect();
+    // The NAPI settings go back before the frame states are sent: the new process changes
+    // them again once it has them (without waiting for this one's exit), and so puts them
+    // back at its own end.
+    let napi_defer = if io.handed.is_some() {
+        drop(napi_defer);
+        None
+    } else {
+        napi_defer
+    };
     if let Some(conn) = io.handed.as_mut()
         && hand_over(conn, &state.flows, &sets)
     {
-        // The new process waits for this one to be gone (the state files' locks go with
-        // it) before it adopts the flow table, and nothing polls meanwhile: what is left
-        // here (the services' ends, the sockets closed, the takeover socket removed) is
-        // no longer this process's business, so it ends now. The flow table's recovery
-        // pass in the new process does not trust the clean mark anyway.
-        // The NAPI settings go back first: the new process changes them again after the
-        // switch, and so puts them back at its own end.
-        drop(napi_defer);
+        // The new process holds the state files (their locks came with their descriptors)
+        // and adopts the flow table at once, while nothing polls: what is left here (the
+        // services' ends, the sockets closed, the takeover socket removed) is no longer
+        // this process's business, so it ends now; the new one binds what this one
+        // listened on once it is gone. The flow table's recovery pass in the new process
+        // does not trust the clean mark anyway.
         tracing::info!(target: "xvs", "handed over; exiting");
         std::process::exit(0);
     }

@@ -110,6 +110,31 @@ impl Refusals {
     }
 }
 
+/// State files a running process handed over (`xvs run --takeover`, see
+/// [`crate::takeover`]), checked and locked: [`open`] adopts them instead of opening their
+/// paths (which would wait for the old process's locks).
+#[derive(Debug, Default)]
+pub struct Handed {
+    /// The flow table's file, mapped and faulted in before the switch.
+    pub flows: Option<flowtable::Handed>,
+    /// The affinity table's file.
+    pub affinity: Option<shm::StateFile>,
+}
+
+impl Handed {
+    /// The names of the files handed over, for the log.
+    pub fn names(&self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        if self.flows.is_some() {
+            v.push("flows");
+        }
+        if self.affinity.is_some() {
+            v.push("affinity");
+        }
+        v
+    }
+}
+
 /// The tables, opened.
 pub struct Tables {
     /// The flow table.
@@ -159,9 +184,10 @@ fn set_aside(refused: &mut Refusals, path: &Path, r: &Refusal, instead: &str) {
 }
 
 /// Opens (adopting or importing) the flow and affinity tables of `cfg`'s state directory,
-/// creating it (mode 0750: flows show clients) when missing. Refuses a state directory
-/// others could write to; logs what it found.
-pub fn open(cfg: &Config, now: Instant) -> anyhow::Result<Tables> {
+/// creating it (mode 0750: flows show clients) when missing; `handed`'s files are adopted
+/// as their paths would be. Refuses a state directory others could write to; logs what it
+/// found.
+pub fn open(cfg: &Config, now: Instant, handed: Handed) -> anyhow::Result<Tables> {
     let dir = &cfg.dataplane.state_dir;
     {
         use std::os::unix::fs::DirBuilderExt;
@@ -176,7 +202,11 @@ pub fn open(cfg: &Config, now: Instant) -> anyhow::Result<Tables> {
     let mut refused = Refusals::default();
     clear_temporaries(&paths, &mut refused);
     let check = StateCheck::from_config(cfg);
-    let (flows, opened) = open_flows(cfg, &paths, now, &check)?;
+    let (flows, opened) = match handed.flows {
+        Some(h) => FlowTable::open_handed(h, flow_table_config(cfg), now, &check)
+            .context("opening the flow table handed over ([dataplane] state_dir)")?,
+        None => open_flows(cfg, &paths, now, &check)?,
+    };
     match &opened {
         Opened::Adopted(r) => {
             adopted(r, &paths.flows, &mut refused);
@@ -206,7 +236,7 @@ pub fn open(cfg: &Config, now: Instant) -> anyhow::Result<Tables> {
             import(&flows, &opened, &paths, now, &check, &mut refused);
         }
     }
-    let affinity = open_affinity(&paths.affinity, now, &mut refused);
+    let affinity = open_affinity(&paths.affinity, handed.affinity, now, &mut refused);
     let adopted = (!flows.is_empty()).then(|| AdoptedIds::from_flows(&flows));
     let cookie_key = cookie_key(&paths.synproxy_key, &mut refused);
     Ok(Tables {
@@ -358,8 +388,17 @@ fn import(
 
 /// The affinity table; when its file cannot be used it is set aside (by the table) and a new
 /// one made; when no file can be made, a table of this process only.
-fn open_affinity(path: &Path, now: Instant, refused: &mut Refusals) -> AffinityTable {
-    match AffinityTable::open(path, AFFINITY_CAPACITY, now) {
+fn open_affinity(
+    path: &Path,
+    handed: Option<shm::StateFile>,
+    now: Instant,
+    refused: &mut Refusals,
+) -> AffinityTable {
+    let opened = match handed {
+        Some(state) => AffinityTable::open_handed(state, AFFINITY_CAPACITY, now),
+        None => AffinityTable::open(path, AFFINITY_CAPACITY, now),
+    };
+    match opened {
         Ok((t, AffinityOpened::Adopted { entries, cleared })) => {
             tracing::info!(entries, cleared, "adopted the ClientIP affinity table");
             if cleared > 0 {

@@ -47,7 +47,7 @@ fn flow(port: u16, b: u8) -> FlowData {
 
 /// A state directory holding `flows`, left by a clean stop.
 fn left_with(cfg: &Config, flows: &[FlowData]) {
-    let t = open(cfg, Instant::now()).unwrap();
+    let t = open(cfg, Instant::now(), Handed::default()).unwrap();
     for d in flows {
         t.flows
             .insert(d, TcpFlags::SYN, t.flows.tick(Instant::now()))
@@ -88,7 +88,9 @@ fn a_state_dir_others_may_write_refuses_the_start() {
     std::fs::create_dir(&cfg.dataplane.state_dir).unwrap();
     let mode = std::fs::Permissions::from_mode(0o777);
     std::fs::set_permissions(&cfg.dataplane.state_dir, mode).unwrap();
-    let e = open(&cfg, Instant::now()).err().expect("refused");
+    let e = open(&cfg, Instant::now(), Handed::default())
+        .err()
+        .expect("refused");
     assert!(
         format!("{e:#}").contains("writable by group or others (mode 0777)"),
         "{e:#}"
@@ -104,7 +106,9 @@ fn a_state_dir_others_may_write_refuses_the_start() {
     assert!(o.success());
     let mut via = cfg.clone();
     via.dataplane.state_dir = link;
-    let e = open(&via, Instant::now()).err().expect("refused");
+    let e = open(&via, Instant::now(), Handed::default())
+        .err()
+        .expect("refused");
     assert!(
         format!("{e:#}").contains("symbolic link owned by uid 12345"),
         "{e:#}"
@@ -122,7 +126,7 @@ fn a_bad_neighbour_costs_only_itself_never_the_flow_table() {
     std::fs::create_dir(&p.affinity).unwrap();
     std::fs::remove_file(&p.synproxy_key).unwrap();
     std::fs::create_dir(&p.synproxy_key).unwrap();
-    let t = open(&cfg, Instant::now()).unwrap();
+    let t = open(&cfg, Instant::now(), Handed::default()).unwrap();
     assert_eq!(t.flows.len(), 2, "the flows are adopted");
     assert_eq!(count(&t, "affinity", "file"), 1);
     assert_eq!(count(&t, "synproxy.key", "file"), 1);
@@ -139,7 +143,7 @@ fn a_bad_neighbour_costs_only_itself_never_the_flow_table() {
     assert!(p.affinity.is_file() && p.synproxy_key.is_file());
     let key = t.cookie_key.to_bytes();
     drop(t);
-    let t = open(&cfg, Instant::now()).unwrap();
+    let t = open(&cfg, Instant::now(), Handed::default()).unwrap();
     assert_eq!(t.cookie_key.to_bytes(), key);
     assert!(t.refused.0.is_empty(), "{:?}", t.refused);
 }
@@ -156,7 +160,7 @@ fn planted_temporaries_are_set_aside_and_their_targets_untouched() {
     for tmp in p.temporaries() {
         symlink(&victim, &tmp).unwrap();
     }
-    let t = open(&cfg, Instant::now()).unwrap();
+    let t = open(&cfg, Instant::now(), Handed::default()).unwrap();
     for name in ["flows.new", "flows.tmp", "affinity.new", "synproxy.tmp"] {
         assert_eq!(count(&t, name, "file"), 1, "{name}");
     }
@@ -195,7 +199,7 @@ fn flows_the_config_cannot_own_are_dropped_and_counted() {
             other_backend,
         ],
     );
-    let t = open(&cfg, Instant::now()).unwrap();
+    let t = open(&cfg, Instant::now(), Handed::default()).unwrap();
     assert_eq!(t.flows.len(), 2);
     assert_eq!(count(&t, "flows", "flow"), 4);
     let ids = t.adopted.unwrap();
@@ -217,7 +221,7 @@ fn a_bad_export_is_set_aside_and_the_start_goes_on() {
     let mut b = std::fs::read(&p.export).unwrap();
     b[16..24].copy_from_slice(&(1u64 << 61).to_le_bytes());
     std::fs::write(&p.export, &b).unwrap();
-    let t = open(&cfg, Instant::now()).unwrap();
+    let t = open(&cfg, Instant::now(), Handed::default()).unwrap();
     assert_eq!(t.flows.len(), 0);
     assert_eq!(count(&t, "flows.export", "file"), 1);
     assert!(!p.export.exists());
@@ -238,7 +242,7 @@ fn a_bad_export_is_set_aside_and_the_start_goes_on() {
         t.insert(&d, TcpFlags::SYN, t.tick(Instant::now())).unwrap();
     }
     t.export(&p.export, Instant::now()).unwrap();
-    let t = open(&cfg, Instant::now()).unwrap();
+    let t = open(&cfg, Instant::now(), Handed::default()).unwrap();
     assert_eq!(t.flows.len(), 1);
     assert_eq!(count(&t, "flows.export", "flow"), 1);
     assert!(!p.export.exists(), "consumed");
@@ -249,7 +253,7 @@ fn a_damaged_or_exposed_cookie_key_is_replaced() {
     let _one = serial();
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path());
-    let t = open(&cfg, Instant::now()).unwrap();
+    let t = open(&cfg, Instant::now(), Handed::default()).unwrap();
     let key = t.cookie_key.to_bytes();
     drop(t);
     let p = Paths::of(&cfg.dataplane.state_dir);
@@ -269,7 +273,7 @@ fn a_damaged_or_exposed_cookie_key_is_replaced() {
     ];
     for (field, damage) in cases {
         damage(&p.synproxy_key);
-        let t = open(&cfg, Instant::now()).unwrap();
+        let t = open(&cfg, Instant::now(), Handed::default()).unwrap();
         assert_eq!(count(&t, "synproxy.key", "file"), 1, "{field}");
         assert_ne!(t.cookie_key.to_bytes(), key, "{field}");
         assert_ne!(
@@ -302,7 +306,7 @@ fn cleanup_removes_refused_files_and_temporaries_never_a_links_target() {
     std::fs::remove_file(&p.affinity).unwrap();
     std::fs::create_dir(&p.affinity).unwrap();
     std::fs::write(p.affinity.join("inside"), b"x").unwrap();
-    drop(open(&cfg, Instant::now()).unwrap());
+    drop(open(&cfg, Instant::now(), Handed::default()).unwrap());
     symlink(&victim, p.export.with_extension("tmp")).unwrap();
     std::fs::write(p.flows.with_extension("new"), b"stale").unwrap();
     assert_eq!(refused_names(&cfg).len(), 1);
@@ -324,7 +328,7 @@ fn a_directory_in_the_way_of_a_resize_is_set_aside_and_the_flows_imported() {
     let p = Paths::of(&cfg.dataplane.state_dir);
     std::fs::create_dir(flowtable::previous_path(&p.flows)).unwrap();
     cfg.flowtable.capacity = 2048;
-    let t = open(&cfg, Instant::now()).unwrap();
+    let t = open(&cfg, Instant::now(), Handed::default()).unwrap();
     assert_eq!((t.flows.capacity(), t.flows.len()), (2048, 2));
     assert_eq!(count(&t, "flows.previous", "file"), 1);
 }

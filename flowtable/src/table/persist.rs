@@ -51,11 +51,13 @@ use super::{Error, FlowTable, FlowTableConfig};
 use crate::mem::Mapping;
 use crate::sync::Ordering;
 
+mod handed;
 mod header;
 mod records;
 mod recover;
 mod valid;
 
+pub use handed::Handed;
 pub use records::{FlowRecord, RECORD_BYTES, RECORD_VERSION};
 pub use valid::{AnyFlow, FlowCheck};
 
@@ -167,9 +169,22 @@ impl FlowTable {
         now: Instant,
         check: &dyn FlowCheck,
     ) -> Result<(FlowTable, Opened), Error> {
+        let existing = StateFile::open_existing(path).map_err(|e| state_err(path, e))?;
+        Self::open_from(path, existing, None, config, now, check)
+    }
+
+    /// [`open`](Self::open) of what was found at `path` (`premapped`: see `try_adopt`).
+    fn open_from(
+        path: &Path,
+        existing: Existing,
+        premapped: Option<Mapping>,
+        config: FlowTableConfig,
+        now: Instant,
+        check: &dyn FlowCheck,
+    ) -> Result<(FlowTable, Opened), Error> {
         let lay = Self::checked_layout(&config)?;
         let boot = boot_id().map_err(|e| state_err(path, format!("reading boot_id: {e}")))?;
-        let not_adopted = match StateFile::open_existing(path).map_err(|e| state_err(path, e))? {
+        let not_adopted = match existing {
             Existing::Missing => None,
             Existing::Refused(refusal) => Some(NotAdopted {
                 set_aside: Some(shm::set_aside(path, &refusal).map_err(|e| state_err(path, e))?),
@@ -178,7 +193,7 @@ impl FlowTable {
                 flows: None,
             }),
             Existing::Open(state) => {
-                match Self::try_adopt(state, &lay, &config, &boot, now, check)? {
+                match Self::try_adopt(state, premapped, &lay, &config, &boot, now, check)? {
                     Ok(table) => return Ok(table),
                     Err(why) => Some(why),
                 }
@@ -218,9 +233,11 @@ impl FlowTable {
 
     /// Adopts the locked `state` when its header checks and its geometry is `lay`; otherwise
     /// moves it aside (to [`previous_path`] for another geometry, set aside when refused)
-    /// and says why.
+    /// and says why. `premapped`: the whole file, reserved and mapped already (a handed-over
+    /// state prepared before a takeover's switch), used when the file still has its size.
     fn try_adopt(
         state: StateFile,
+        premapped: Option<Mapping>,
         lay: &Layout,
         config: &FlowTableConfig,
         boot: &[u64; 2],
@@ -275,15 +292,7 @@ impl FlowTable {
                 flows,
             }));
         }
-        // Every page backed before anything is written through the mapping.
-        shm::reserve(&state.file, len as u64).map_err(|e| {
-            space_err(
-                &path,
-                format_args!("reserving {}", shm::bytes(len as u64)),
-                e,
-            )
-        })?;
-        let mem = Mapping::shared(&state.file, len).map_err(|e| state_err(&path, e))?;
+        let mem = map_whole(&state, len, premapped)?;
         let table = FlowTable::carve(mem, lay, config, seen.seed, epoch, true);
         let recovery = table.recover(seen.status == STATUS_CLEAN, seen.pid as u32, now, check);
         let h = table.header.as_ref().expect("a file-backed table");
@@ -326,6 +335,12 @@ impl FlowTable {
             lock: Some(state),
             ..table
         })
+    }
+
+    /// The state file this table lives in, locked (`None` for an anonymous table): what a
+    /// takeover hands over to the next process ([`FlowTable::prepare_handed`]).
+    pub fn state_file(&self) -> Option<&std::fs::File> {
+        self.lock.as_ref().map(|s| &s.file)
     }
 
     /// Marks the state file as cleanly stopped (after the last worker stopped): the next
@@ -426,6 +441,24 @@ impl FlowTable {
         self.drop_conflicting(&addrs, &mut out);
         out
     }
+}
+
+/// All `len` bytes of `state`, reserved and mapped: `premapped` when it is that already (a
+/// handed-over state prepared before the switch).
+fn map_whole(state: &StateFile, len: usize, premapped: Option<Mapping>) -> Result<Mapping, Error> {
+    if let Some(mem) = premapped.filter(|m| m.len() == shm::page_round(len)) {
+        return Ok(mem);
+    }
+    let path = &state.path;
+    // Every page backed before anything is written through the mapping.
+    shm::reserve(&state.file, len as u64).map_err(|e| {
+        space_err(
+            path,
+            format_args!("reserving {}", shm::bytes(len as u64)),
+            e,
+        )
+    })?;
+    Mapping::shared(&state.file, len).map_err(|e| state_err(path, e))
 }
 
 /// Where [`FlowTable::open`] keeps a replaced state that can be imported.

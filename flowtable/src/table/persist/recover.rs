@@ -135,30 +135,14 @@ impl FlowTable {
         };
         let mut addrs = BackendAddrs::default();
         let mut probes = Probes::new();
-        let exts = Extensions::of(self);
-        let limit = self.backends.len();
-        for (e, entry) in self.entries.iter().enumerate() {
-            let c = entry.w[W_CTL].load(Ordering::Relaxed);
-            match ctl_status(c) {
-                ST_FREE => continue,
-                ST_LIVE => match self
-                    .entry_flow(e as u32, c, now_ticks, limit, check)
-                    .and_then(|f| exts.claim(self, e as u32, &f.0).map(|()| f))
-                {
-                    Ok((d, _)) => {
-                        keep[e] = true;
-                        addrs.note(d.backend_id.0, d.backend);
-                        probes.push(self, e as u32, false, d.original_key());
-                        probes.push(self, e as u32, true, d.reply_key());
-                        continue;
-                    }
-                    Err(r) => out.refuse(r),
-                },
-                _ => out.torn_down += 1,
-            }
-            let gen_ = (ctl_gen(c) + 1) & GEN_MASK;
-            entry.w[W_CTL].store(ctl(gen_, ST_FREE, 0, ctl_ls(c)), Ordering::Relaxed);
-        }
+        self.recover_entries(
+            now_ticks,
+            check,
+            &mut keep,
+            &mut out,
+            &mut addrs,
+            &mut probes,
+        );
         let mut found = probes.finish(self);
         if addrs.any() {
             for e in 0..keep.len() as u32 {
@@ -187,6 +171,65 @@ impl FlowTable {
         crate::sync::fence(Ordering::SeqCst);
         out.took = t0.elapsed();
         out
+    }
+
+    /// Step 1 of the pass (see the module doc), in one walk of the entries: the IPv6
+    /// extensions' claims are counted during the walk ([`Extensions::count`]), so an IPv6
+    /// flow is taken (its backend address noted, its tuples queued for the probes) after
+    /// it, once every claim is known.
+    fn recover_entries(
+        &self,
+        now_ticks: u32,
+        check: &dyn FlowCheck,
+        keep: &mut [bool],
+        out: &mut Recovery,
+        addrs: &mut BackendAddrs,
+        probes: &mut Probes,
+    ) {
+        let mut exts = Extensions(vec![0; self.entries.len()]);
+        let mut v6 = Vec::new();
+        let limit = self.backends.len();
+        for (e, entry) in self.entries.iter().enumerate() {
+            let c = entry.w[W_CTL].load(Ordering::Relaxed);
+            match ctl_status(c) {
+                ST_FREE => continue,
+                ST_LIVE => {
+                    exts.count(self, e as u32);
+                    match self.entry_flow(e as u32, c, now_ticks, limit, check) {
+                        Ok((d, _)) => {
+                            keep[e] = true;
+                            if d.client.is_ipv6() {
+                                v6.push(e as u32);
+                            } else {
+                                addrs.note(d.backend_id.0, d.backend);
+                                probes.push(self, e as u32, false, d.original_key());
+                                probes.push(self, e as u32, true, d.reply_key());
+                            }
+                            continue;
+                        }
+                        Err(r) => out.refuse(r),
+                    }
+                }
+                _ => out.torn_down += 1,
+            }
+            let gen_ = (ctl_gen(c) + 1) & GEN_MASK;
+            entry.w[W_CTL].store(ctl(gen_, ST_FREE, 0, ctl_ls(c)), Ordering::Relaxed);
+        }
+        for e in v6 {
+            let d = exts.claim_at(self, e).and_then(|()| {
+                // Valid in the walk, not now: someone writes the file against its lock.
+                self.read_data(e)
+                    .ok_or_else(|| Refusal::new("entry", "changed meanwhile"))
+            });
+            match d {
+                Ok(d) => {
+                    addrs.note(d.backend_id.0, d.backend);
+                    probes.push(self, e, false, d.original_key());
+                    probes.push(self, e, true, d.reply_key());
+                }
+                Err(r) => self.free_refused(e, keep, out, r),
+            }
+        }
     }
 
     /// Tombstones the words of entries not kept (and words that are no word at all),
@@ -458,17 +501,22 @@ pub(super) struct Extensions(Vec<u8>);
 impl Extensions {
     /// The claims in `t`'s entries (read once, before any is freed).
     pub(super) fn of(t: &FlowTable) -> Extensions {
-        let mut n = vec![0u8; t.entries.len()];
+        let mut n = Extensions(vec![0u8; t.entries.len()]);
         for (e, entry) in t.entries.iter().enumerate() {
-            let live = ctl_status(entry.w[W_CTL].load(Ordering::Relaxed)) == ST_LIVE;
-            if live
-                && (t.word(e as u32, W_META) >> 40) & 1 == 1
-                && let Some(x) = t.ext_of(e as u32)
-            {
-                n[x as usize] = n[x as usize].saturating_add(1);
+            if ctl_status(entry.w[W_CTL].load(Ordering::Relaxed)) == ST_LIVE {
+                n.count(t, e as u32);
             }
         }
-        Extensions(n)
+        n
+    }
+
+    /// Counts the claim of LIVE entry `e`, if it is an IPv6 flow naming an entry.
+    fn count(&mut self, t: &FlowTable, e: u32) {
+        if (t.word(e, W_META) >> 40) & 1 == 1
+            && let Some(x) = t.ext_of(e)
+        {
+            self.0[x as usize] = self.0[x as usize].saturating_add(1);
+        }
     }
 
     /// Whether flow `d` (in entry `e`, its extension number checked by `entry_flow`) has
@@ -477,6 +525,11 @@ impl Extensions {
         if !d.client.is_ipv6() {
             return Ok(());
         }
+        self.claim_at(t, e)
+    }
+
+    /// Whether IPv6 flow `e` has its extension to itself.
+    fn claim_at(&self, t: &FlowTable, e: u32) -> Result<(), Refusal> {
         match t.ext_of(e) {
             Some(x) if self.0[x as usize] == 1 => Ok(()),
             Some(x) => Err(Refusal::new(
