@@ -458,6 +458,8 @@ pub struct Switched {
     pub old: OldProcess,
     /// When the switch was sent: the start of the pause in which nobody polls.
     pub at: Instant,
+    /// When the frame states were received and the sets resumed from them.
+    pub resumed: Instant,
 }
 
 /// The process taken over, exiting after the switch.
@@ -529,7 +531,8 @@ impl Pending {
             wait_unlocked(&self_locks(&state_dir));
             return None;
         }
-        let states_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let resumed = Instant::now();
+        let states_ms = resumed.duration_since(t0).as_secs_f64() * 1e3;
         let [flows, affinity] = self_locks(&state_dir);
         let unlocked: Vec<PathBuf> = [
             (flows, state.flows.is_some()),
@@ -550,6 +553,7 @@ impl Pending {
             state,
             old: OldProcess { pid },
             at: t0,
+            resumed,
         })
     }
 }

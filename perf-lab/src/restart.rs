@@ -19,9 +19,10 @@
 //! And from xvs: `flows_before` / `established_before` (`xvs_flowtable_flows` and the active
 //! `xvs_backend_connections` just before the signal), `established_after` (the same right
 //! after the new process is ready), and from the new process's log: `flows_adopted`,
-//! `torn_down`, `adoption_ms` (the recovery pass, `took_ms`), and `phases_ms`, the time from
+//! `torn_down`, `adoption_ms` (the recovery pass, `took_ms`), `phases_ms`, the time from
 //! the signal to each start-up step it logs (its log timestamps against the wall clock at
-//! the signal).
+//! the signal), and for a takeover `pause_ms` and `pause_parts_ms`, the pause in which
+//! nobody polls and its parts (its "takeover: the workers poll again" line).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -98,6 +99,14 @@ pub struct Restart {
     pub torn_down: Option<u64>,
     /// Its recovery pass, ms.
     pub adoption_ms: Option<f64>,
+    /// A takeover's pause (nobody polls: from the switch to the new workers started), ms,
+    /// from the new process's "takeover: the workers poll again" line (`pause_ms`); null
+    /// for a restart and in results from before it.
+    #[serde(default)]
+    pub pause_ms: Option<f64>,
+    /// That pause's parts in the order logged (`parts_ms`: name, ms).
+    #[serde(default)]
+    pub pause_parts_ms: Vec<(String, f64)>,
     /// Established TCP flows right after the new process was ready.
     pub established_after: Option<u64>,
     /// Flows forwarded before the signal.
@@ -170,6 +179,10 @@ pub struct LogFigures {
     pub torn_down: Option<u64>,
     /// `took_ms` of the adoption line.
     pub adoption_ms: Option<f64>,
+    /// `pause_ms` of a takeover's "the workers poll again" line.
+    pub pause_ms: Option<f64>,
+    /// Its `parts_ms`, in order.
+    pub pause_parts_ms: Vec<(String, f64)>,
 }
 
 /// Start-up steps xvs logs, by a piece of their message: the step's name is the time of the
@@ -203,8 +216,26 @@ pub fn parse_log(text: &str, signal_wall_ns: u64) -> LogFigures {
             out.torn_down = field(&line, "torn_down").and_then(|v| v.parse().ok());
             out.adoption_ms = field(&line, "took_ms").and_then(|v| v.parse().ok());
         }
+        if line.contains("takeover: the workers poll again") {
+            out.pause_ms = field(&line, "pause_ms").and_then(|v| v.parse().ok());
+            out.pause_parts_ms = pause_parts(&line);
+        }
     }
     out
+}
+
+/// The parts of a pause line: `parts_ms=` is the line's last field, `name=ms` pairs
+/// separated by spaces; the reading stops at the first token that is none.
+fn pause_parts(line: &str) -> Vec<(String, f64)> {
+    let Some(at) = line.find(" parts_ms=") else {
+        return Vec::new();
+    };
+    (line[at + " parts_ms=".len()..].split_whitespace())
+        .map_while(|t| {
+            let (name, ms) = t.split_once('=')?;
+            Some((name.to_owned(), ms.parse().ok()?))
+        })
+        .collect()
 }
 
 /// The value of ` name=value` in a log line.
@@ -295,6 +326,16 @@ pub fn key_values(r: &Restarts) -> String {
         }
         for (k, v) in &x.phases_ms {
             let _ = writeln!(s, "{prefix}restart_phase_{k}_ms={v:.1}");
+        }
+        if x.pause_ms.is_some() {
+            // The recovery pass inside the pause: its part if logged, else the adoption's.
+            let part = |name: &str| x.pause_parts_ms.iter().find(|(k, _)| k == name);
+            let recovery = part("recovery").map(|(_, v)| *v).or(x.adoption_ms);
+            let _ = writeln!(s, "{prefix}pause_ms={}", opt(x.pause_ms));
+            let _ = writeln!(s, "{prefix}recovery_ms={}", opt(recovery));
+            for (k, v) in &x.pause_parts_ms {
+                let _ = writeln!(s, "{prefix}pause_part_{k}_ms={v:.1}");
+            }
         }
     }
     s
@@ -452,6 +493,8 @@ pub fn finish(
         flows_adopted: lf.flows_adopted,
         torn_down: lf.torn_down,
         adoption_ms: lf.adoption_ms,
+        pause_ms: lf.pause_ms,
+        pause_parts_ms: lf.pause_parts_ms,
         established_after: p.after.as_deref().and_then(active),
         flows_seen: d.flows_seen,
         flows_checked: d.flows_checked,
@@ -583,6 +626,58 @@ mod tests {
         assert_eq!(f.flows_adopted, Some(100_000));
         assert_eq!(f.torn_down, Some(2));
         assert_eq!(f.adoption_ms, Some(12.5));
+    }
+
+    #[test]
+    fn a_takeovers_pause_and_its_parts_are_read_from_its_log_line() {
+        let signal = rfc3339_ns("2026-11-24T00:00:00.000000Z").unwrap();
+        let log = "2026-11-24T00:00:00.100000Z  INFO xvs: adopted the flow table of the previous process flows=100000 torn_down=0 took_ms=9.25\n\
+                   2026-11-24T00:00:00.110000Z  INFO xvs: takeover: the workers poll again pause_ms=14.5 parts_ms=frame_states=1.50 recovery=9.50 state=0.25 workers=3.50\n";
+        let f = parse_log(log, signal);
+        assert_eq!(f.pause_ms, Some(14.5));
+        let parts: Vec<(&str, f64)> = (f.pause_parts_ms.iter())
+            .map(|(k, v)| (k.as_str(), *v))
+            .collect();
+        assert_eq!(
+            parts,
+            [
+                ("frame_states", 1.5),
+                ("recovery", 9.5),
+                ("state", 0.25),
+                ("workers", 3.5)
+            ]
+        );
+        // A restart's log has no pause.
+        let restart = parse_log(log.lines().next().unwrap(), signal);
+        assert_eq!((restart.pause_ms, restart.pause_parts_ms.len()), (None, 0));
+        let takeover = Restart {
+            signal: "takeover".into(),
+            adoption_ms: f.adoption_ms,
+            pause_ms: f.pause_ms,
+            pause_parts_ms: f.pause_parts_ms,
+            ..Restart::default()
+        };
+        let r = Restarts {
+            baseline_sent: 1,
+            baseline_lost_pkts: 0,
+            kill: Restart::default(),
+            term: None,
+            takeover: Some(takeover),
+        };
+        let kv = key_values(&r);
+        assert!(kv.contains("\ntakeover_pause_ms=14.5\n"), "{kv}");
+        assert!(kv.contains("\ntakeover_recovery_ms=9.5\n"), "{kv}");
+        assert!(
+            kv.contains("\ntakeover_pause_part_frame_states_ms=1.5\n"),
+            "{kv}"
+        );
+        assert!(
+            !kv.contains("\npause_ms="),
+            "the kill restart has no pause: {kv}"
+        );
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["takeover"]["pause_ms"], 14.5);
+        assert_eq!(json["takeover"]["pause_parts_ms"][1][0], "recovery");
     }
 
     #[test]

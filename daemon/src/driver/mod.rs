@@ -26,7 +26,7 @@
 //!   4. start services: health, neighbours, healthCheckNodePorts, Kubernetes
 //!      ([`start::services`]), and the first snapshot, published and steered
 //!      ([`start::first_publish`]);
-//!   5. start workers ([`start::workers`]), then the tier's flow sync and BGP speaker
+//!   5. start workers ([`start::make_workers`]), then the tier's flow sync and BGP speaker
 //!      ([`start::tier`]), then the admin servers ([`start::admin`]);
 //!   6. serve: the loop ([`serve::serve`]);
 //!   7. shut down ([`stop::shut_down`]).
@@ -100,42 +100,48 @@ pub fn run(mut cfg: Config, path: Option<&Path>, takeover: bool) -> anyhow::Resu
 
     // A takeover opens the dataplane first: all of it but the switch happens while the
     // old process forwards, and the state files are locked until it is gone.
+    let mut pause: Option<start::Pause> = None;
     let (mut st, mut dp) = if pending.is_some() {
         let ifnames = open::ifnames(&cfg);
         let l2 = slowpath::neigh::read_l2(&ifnames).context("reading routes and neighbours")?;
         let mut dp = open::dataplane(&cfg, &cores, &ifnames, pending)?;
+        pause = dp
+            .taken
+            .as_ref()
+            .map(|t| start::Pause::new(t.at, t.resumed));
         let handed =
             (dp.taken.as_mut()).map_or_else(Default::default, |t| std::mem::take(&mut t.state));
-        (open::state(&cfg, Some(l2), handed)?, dp)
+        let mut mark = |what| start::Pause::mark_in(&mut pause, what);
+        (open::state(&cfg, Some(l2), handed, &mut mark)?, dp)
     } else {
-        let st = open::state(&cfg, None, Default::default())?;
+        let st = open::state(&cfg, None, Default::default(), &mut |_| {})?;
         let dp = open::dataplane(&cfg, &cores, &st.ifnames, None)?;
         (st, dp)
     };
     let napi_defer = dp.napi_defer;
-    let mut pause = dp.taken.as_ref().map(|t| start::Pause::new(t.at));
 
     let services = start::services(&cfg, &mut slow, ev_tx, &st.ifnames, inputs.k8s)?;
-    if let Some(p) = pause.as_mut() {
-        p.mark("services");
-    }
+    start::Pause::mark_in(&mut pause, "services");
     let (mut io, k8s) = start::first_publish(&cfg, &mut st.ctl, services, dp.steers, path)?;
-    if let Some(p) = pause.as_mut() {
-        p.mark("publish");
-    }
+    start::Pause::mark_in(&mut pause, "publish");
 
     let sync = inputs.sync.is_some();
     let (switch_tx, switch_rx) = mpsc::unbounded_channel();
     let offered = start::takeover_offer(&dp.sockets, &st);
-    if let Some(p) = pause.as_mut() {
-        p.mark("offer");
-    }
-    // Back on the slowpath's core at its priority first: the workers' threads (which pin
-    // themselves) and every later thread inherit both.
-    if let Some(core) = dp.taken.as_mut().and_then(|t| t.core.take()) {
+    start::Pause::mark_in(&mut pause, "offer");
+    let made = start::make_workers(&cfg, &st, dp.sockets, &io.current, sync);
+    // A takeover's pause thread makes the workers on the borrowed core and starts them
+    // from it at its own priority again: their threads (which inherit both) start on the
+    // idle core, not queued behind the shared slowpath core's work, and pin themselves.
+    // Then it goes back to the slowpath's core, before any later thread is spawned.
+    let core = (dp.taken.as_mut())
+        .and_then(|t| t.core.take())
+        .map(open::BorrowedCore::nice_back);
+    let workers = made.start();
+    if let Some(core) = core {
         core.give_back();
     }
-    let mut workers = start::workers(&cfg, &st, dp.sockets, &io.current, sync)?;
+    let mut workers = workers?;
     if let (Some(p), Some(t)) = (pause, &dp.taken) {
         p.workers_started();
         // What the old process still held (its listening sockets, the BGP liveness

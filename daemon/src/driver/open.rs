@@ -137,14 +137,16 @@ pub(super) struct State {
 /// The flow and affinity tables (adopted from the previous process of this boot, or new),
 /// the routes and neighbours (`l2`, when already read: a takeover reads them before the
 /// switch), and the controller that adopts the tables' ids. `handed`: the state files a
-/// takeover received, adopted in place of their paths.
+/// takeover received, adopted in place of their paths. `mark` is called as each step ends
+/// (a takeover's pause is logged in parts).
 pub(super) fn state(
     cfg: &Config,
     l2: Option<L2Table>,
     handed: state::Handed,
+    mark: &mut dyn FnMut(&'static str),
 ) -> anyhow::Result<State> {
     let epoch = Instant::now();
-    let tables = state::open(cfg, epoch, handed)?;
+    let tables = state::open(cfg, epoch, handed, mark)?;
     let flows = Arc::new(tables.flows);
     let syn_watch = Arc::new(SynWatch::new(cfg.flowtable.backends_max as usize));
     let ifnames = ifnames(cfg);
@@ -160,6 +162,7 @@ pub(super) fn state(
         epoch,
         tables.adopted.as_ref(),
     );
+    mark("controller");
     Ok(State {
         flows,
         affinity: Arc::new(tables.affinity),
@@ -197,6 +200,8 @@ pub(super) struct Taken {
     pub old: crate::takeover::OldProcess,
     /// When the switch was sent: the start of the pause in which nobody polls.
     pub at: Instant,
+    /// When the frame states were in.
+    pub resumed: Instant,
     /// The first worker's core, lent to this thread for the pause (see [`BorrowedCore`]).
     pub core: Option<BorrowedCore>,
 }
@@ -230,6 +235,16 @@ impl BorrowedCore {
             mask,
             nice: nice_set(-20),
         })
+    }
+
+    /// Puts the calling thread back at the priority it ran at before
+    /// [`BorrowedCore::take`], still on the borrowed core (threads it spawns now start
+    /// there, at that priority).
+    pub fn nice_back(mut self) -> BorrowedCore {
+        if let Some(n) = self.nice.take() {
+            nice_set(n);
+        }
+        self
     }
 
     /// Puts the calling thread back where and at the priority it ran before
@@ -308,6 +323,7 @@ pub(super) fn dataplane(
                         state: sw.state,
                         old: sw.old,
                         at: sw.at,
+                        resumed: sw.resumed,
                         core,
                     };
                     (sockets, Some(taken))

@@ -141,21 +141,30 @@ pub(super) struct Pause {
 }
 
 impl Pause {
-    /// The pause that began at `at` (the switch sent), the state opened now (the frame
-    /// states received, the tables adopted).
-    pub fn new(at: Instant) -> Pause {
+    /// The pause that began at `at` (the switch sent), the frame states in at `resumed`.
+    pub fn new(at: Instant, resumed: Instant) -> Pause {
         let mut p = Pause {
             at,
             last: at,
             parts: Vec::new(),
         };
-        p.mark("switch_state");
+        p.mark_at("frame_states", resumed);
         p
+    }
+
+    /// The part `what` of `pause`, if there is one, ends now.
+    pub fn mark_in(pause: &mut Option<Pause>, what: &'static str) {
+        if let Some(p) = pause.as_mut() {
+            p.mark(what);
+        }
     }
 
     /// The part `what` ends now.
     pub fn mark(&mut self, what: &'static str) {
-        let now = Instant::now();
+        self.mark_at(what, Instant::now());
+    }
+
+    fn mark_at(&mut self, what: &'static str, now: Instant) {
         self.parts
             .push((what, now.duration_since(self.last).as_secs_f64() * 1e3));
         self.last = now;
@@ -187,14 +196,47 @@ pub(super) struct Workers {
     pub stop: Arc<AtomicBool>,
 }
 
-/// One pinned worker per queue, each with its pipeline over the shared tables.
-pub(super) fn workers(
+/// The workers made, not yet running: [`Unstarted::start`] starts their threads (a
+/// takeover makes them in its pause on the borrowed core, and starts them from it).
+pub(super) struct Unstarted {
+    workers: Workers,
+    made: Vec<(WorkerSpec, XskSet, Pipeline)>,
+    current: Arc<ArcSwap<Snapshot>>,
+}
+
+impl Unstarted {
+    /// One thread per worker, pinned by itself to its core.
+    pub fn start(self) -> anyhow::Result<Workers> {
+        let Unstarted {
+            mut workers,
+            made,
+            current,
+        } = self;
+        for (spec, set, pipeline) in made {
+            let (h, s) = spawn_worker(
+                spec,
+                set,
+                pipeline,
+                Arc::clone(&current),
+                Arc::clone(&workers.stop),
+            )
+            .context("starting a worker thread")?;
+            workers.handles.push(h);
+            workers.stats.push(s);
+        }
+        Ok(workers)
+    }
+}
+
+/// One pinned worker per queue, each with its pipeline over the shared tables, made
+/// (pipelines, statistics) but not started.
+pub(super) fn make_workers(
     cfg: &Config,
     st: &State,
     sockets: Vec<(WorkerSpec, XskSet)>,
     current: &Arc<ArcSwap<Snapshot>>,
     sync: bool,
-) -> anyhow::Result<Workers> {
+) -> Unstarted {
     let n = sockets.len();
     let mut w = Workers {
         handles: Vec::with_capacity(n),
@@ -212,6 +254,7 @@ pub(super) fn workers(
         stop: Arc::new(AtomicBool::new(false)),
     };
     let dsr_mtu = dsr_mtu(cfg);
+    let mut made = Vec::with_capacity(n);
     for (spec, set) in sockets {
         match set.stats_readers() {
             Ok(r) => w.xsk_stats.extend(r),
@@ -240,18 +283,13 @@ pub(super) fn workers(
             pipeline.set_flow_log(Arc::clone(log));
         }
         w.traffic.push(Arc::clone(pipeline.traffic()));
-        let (h, s) = spawn_worker(
-            spec,
-            set,
-            pipeline,
-            Arc::clone(current),
-            Arc::clone(&w.stop),
-        )
-        .context("starting a worker thread")?;
-        w.handles.push(h);
-        w.stats.push(s);
+        made.push((spec, set, pipeline));
     }
-    Ok(w)
+    Unstarted {
+        workers: w,
+        made,
+        current: Arc::clone(current),
+    }
 }
 
 /// What this process offers a newer one taking it over (`xvs run --takeover`): every

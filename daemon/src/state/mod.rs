@@ -30,8 +30,11 @@ use anyhow::Context;
 use config::Config;
 use fastpath::pipeline::CookieKey;
 use fastpath::settings::flow_table_config;
-use fastpath::snapshot::{AdoptedIds, StateCheck};
-use flowtable::{Error as TableError, FlowTable, Imported, Opened, Recovery, Refusal};
+use fastpath::snapshot::{AdoptedIds, IdsCollector, StateCheck};
+use flowtable::{
+    Error as TableError, FlowCheck, FlowData, FlowState, FlowTable, Imported, Opened, Recovery,
+    Refusal,
+};
 use lb_algos::{AffinityOpened, AffinityTable};
 use shm::SetAside;
 
@@ -186,8 +189,15 @@ fn set_aside(refused: &mut Refusals, path: &Path, r: &Refusal, instead: &str) {
 /// Opens (adopting or importing) the flow and affinity tables of `cfg`'s state directory,
 /// creating it (mode 0750: flows show clients) when missing; `handed`'s files are adopted
 /// as their paths would be. Refuses a state directory others could write to; logs what it
-/// found.
-pub fn open(cfg: &Config, now: Instant, handed: Handed) -> anyhow::Result<Tables> {
+/// found. `mark` is called as each step ends: `dataplane` (what came before), `recovery`
+/// (the flow table), `affinity`, `ids` (the adopted ids and the cookie secret).
+pub fn open(
+    cfg: &Config,
+    now: Instant,
+    handed: Handed,
+    mark: &mut dyn FnMut(&'static str),
+) -> anyhow::Result<Tables> {
+    mark("dataplane");
     let dir = &cfg.dataplane.state_dir;
     {
         use std::os::unix::fs::DirBuilderExt;
@@ -202,11 +212,16 @@ pub fn open(cfg: &Config, now: Instant, handed: Handed) -> anyhow::Result<Tables
     let mut refused = Refusals::default();
     clear_temporaries(&paths, &mut refused);
     let check = StateCheck::from_config(cfg);
+    let collecting = Collecting {
+        check: &check,
+        ids: Default::default(),
+    };
     let (flows, opened) = match handed.flows {
-        Some(h) => FlowTable::open_handed(h, flow_table_config(cfg), now, &check)
+        Some(h) => FlowTable::open_handed(h, flow_table_config(cfg), now, &collecting)
             .context("opening the flow table handed over ([dataplane] state_dir)")?,
         None => open_flows(cfg, &paths, now, &check)?,
     };
+    let collected = collecting.ids.into_inner();
     match &opened {
         Opened::Adopted(r) => {
             adopted(r, &paths.flows, &mut refused);
@@ -236,9 +251,12 @@ pub fn open(cfg: &Config, now: Instant, handed: Handed) -> anyhow::Result<Tables
             import(&flows, &opened, &paths, now, &check, &mut refused);
         }
     }
+    mark("recovery");
     let affinity = open_affinity(&paths.affinity, handed.affinity, now, &mut refused);
-    let adopted = (!flows.is_empty()).then(|| AdoptedIds::from_flows(&flows));
+    mark("affinity");
+    let adopted = adopted_ids(&flows, &opened, collected);
     let cookie_key = cookie_key(&paths.synproxy_key, &mut refused);
+    mark("ids");
     Ok(Tables {
         flows,
         affinity,
@@ -246,6 +264,36 @@ pub fn open(cfg: &Config, now: Instant, handed: Handed) -> anyhow::Result<Tables
         cookie_key,
         refused,
     })
+}
+
+/// The ids `flows`'s flows hold, if any. Those its recovery pass `collected` (of every flow
+/// the check took, in table order) are these when it kept all of them (it freed none after
+/// the check: no second claim of an IPv6 extension, backend address or tuple); else the
+/// table is read again.
+fn adopted_ids(flows: &FlowTable, opened: &Opened, collected: IdsCollector) -> Option<AdoptedIds> {
+    if flows.is_empty() {
+        return None;
+    }
+    Some(match opened {
+        Opened::Adopted(r) if r.flows == collected.flows() => collected.finish(),
+        _ => AdoptedIds::from_flows(flows),
+    })
+}
+
+/// The config's check of adopted flows, collecting the ids of those it takes, in table
+/// order (the recovery pass's walk): [`AdoptedIds::from_flows`] without a second walk of
+/// the table in a takeover's pause.
+struct Collecting<'a> {
+    check: &'a StateCheck,
+    ids: std::cell::RefCell<IdsCollector>,
+}
+
+impl FlowCheck for Collecting<'_> {
+    fn check(&self, d: &FlowData, state: FlowState) -> Result<(), Refusal> {
+        self.check.check(d, state)?;
+        self.ids.borrow_mut().add(d);
+        Ok(())
+    }
 }
 
 /// Removes stale temporaries of ours; sets aside anything else found at their paths (a

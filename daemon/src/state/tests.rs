@@ -47,7 +47,7 @@ fn flow(port: u16, b: u8) -> FlowData {
 
 /// A state directory holding `flows`, left by a clean stop.
 fn left_with(cfg: &Config, flows: &[FlowData]) {
-    let t = open(cfg, Instant::now(), Handed::default()).unwrap();
+    let t = open(cfg, Instant::now(), Handed::default(), &mut |_| {}).unwrap();
     for d in flows {
         t.flows
             .insert(d, TcpFlags::SYN, t.flows.tick(Instant::now()))
@@ -88,7 +88,7 @@ fn a_state_dir_others_may_write_refuses_the_start() {
     std::fs::create_dir(&cfg.dataplane.state_dir).unwrap();
     let mode = std::fs::Permissions::from_mode(0o777);
     std::fs::set_permissions(&cfg.dataplane.state_dir, mode).unwrap();
-    let e = open(&cfg, Instant::now(), Handed::default())
+    let e = open(&cfg, Instant::now(), Handed::default(), &mut |_| {})
         .err()
         .expect("refused");
     assert!(
@@ -106,7 +106,7 @@ fn a_state_dir_others_may_write_refuses_the_start() {
     assert!(o.success());
     let mut via = cfg.clone();
     via.dataplane.state_dir = link;
-    let e = open(&via, Instant::now(), Handed::default())
+    let e = open(&via, Instant::now(), Handed::default(), &mut |_| {})
         .err()
         .expect("refused");
     assert!(
@@ -126,7 +126,7 @@ fn a_bad_neighbour_costs_only_itself_never_the_flow_table() {
     std::fs::create_dir(&p.affinity).unwrap();
     std::fs::remove_file(&p.synproxy_key).unwrap();
     std::fs::create_dir(&p.synproxy_key).unwrap();
-    let t = open(&cfg, Instant::now(), Handed::default()).unwrap();
+    let t = open(&cfg, Instant::now(), Handed::default(), &mut |_| {}).unwrap();
     assert_eq!(t.flows.len(), 2, "the flows are adopted");
     assert_eq!(count(&t, "affinity", "file"), 1);
     assert_eq!(count(&t, "synproxy.key", "file"), 1);
@@ -143,7 +143,7 @@ fn a_bad_neighbour_costs_only_itself_never_the_flow_table() {
     assert!(p.affinity.is_file() && p.synproxy_key.is_file());
     let key = t.cookie_key.to_bytes();
     drop(t);
-    let t = open(&cfg, Instant::now(), Handed::default()).unwrap();
+    let t = open(&cfg, Instant::now(), Handed::default(), &mut |_| {}).unwrap();
     assert_eq!(t.cookie_key.to_bytes(), key);
     assert!(t.refused.0.is_empty(), "{:?}", t.refused);
 }
@@ -160,7 +160,7 @@ fn planted_temporaries_are_set_aside_and_their_targets_untouched() {
     for tmp in p.temporaries() {
         symlink(&victim, &tmp).unwrap();
     }
-    let t = open(&cfg, Instant::now(), Handed::default()).unwrap();
+    let t = open(&cfg, Instant::now(), Handed::default(), &mut |_| {}).unwrap();
     for name in ["flows.new", "flows.tmp", "affinity.new", "synproxy.tmp"] {
         assert_eq!(count(&t, name, "file"), 1, "{name}");
     }
@@ -199,7 +199,7 @@ fn flows_the_config_cannot_own_are_dropped_and_counted() {
             other_backend,
         ],
     );
-    let t = open(&cfg, Instant::now(), Handed::default()).unwrap();
+    let t = open(&cfg, Instant::now(), Handed::default(), &mut |_| {}).unwrap();
     assert_eq!(t.flows.len(), 2);
     assert_eq!(count(&t, "flows", "flow"), 4);
     let ids = t.adopted.unwrap();
@@ -221,7 +221,7 @@ fn a_bad_export_is_set_aside_and_the_start_goes_on() {
     let mut b = std::fs::read(&p.export).unwrap();
     b[16..24].copy_from_slice(&(1u64 << 61).to_le_bytes());
     std::fs::write(&p.export, &b).unwrap();
-    let t = open(&cfg, Instant::now(), Handed::default()).unwrap();
+    let t = open(&cfg, Instant::now(), Handed::default(), &mut |_| {}).unwrap();
     assert_eq!(t.flows.len(), 0);
     assert_eq!(count(&t, "flows.export", "file"), 1);
     assert!(!p.export.exists());
@@ -242,7 +242,7 @@ fn a_bad_export_is_set_aside_and_the_start_goes_on() {
         t.insert(&d, TcpFlags::SYN, t.tick(Instant::now())).unwrap();
     }
     t.export(&p.export, Instant::now()).unwrap();
-    let t = open(&cfg, Instant::now(), Handed::default()).unwrap();
+    let t = open(&cfg, Instant::now(), Handed::default(), &mut |_| {}).unwrap();
     assert_eq!(t.flows.len(), 1);
     assert_eq!(count(&t, "flows.export", "flow"), 1);
     assert!(!p.export.exists(), "consumed");
@@ -253,7 +253,7 @@ fn a_damaged_or_exposed_cookie_key_is_replaced() {
     let _one = serial();
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path());
-    let t = open(&cfg, Instant::now(), Handed::default()).unwrap();
+    let t = open(&cfg, Instant::now(), Handed::default(), &mut |_| {}).unwrap();
     let key = t.cookie_key.to_bytes();
     drop(t);
     let p = Paths::of(&cfg.dataplane.state_dir);
@@ -273,7 +273,7 @@ fn a_damaged_or_exposed_cookie_key_is_replaced() {
     ];
     for (field, damage) in cases {
         damage(&p.synproxy_key);
-        let t = open(&cfg, Instant::now(), Handed::default()).unwrap();
+        let t = open(&cfg, Instant::now(), Handed::default(), &mut |_| {}).unwrap();
         assert_eq!(count(&t, "synproxy.key", "file"), 1, "{field}");
         assert_ne!(t.cookie_key.to_bytes(), key, "{field}");
         assert_ne!(
@@ -306,7 +306,7 @@ fn cleanup_removes_refused_files_and_temporaries_never_a_links_target() {
     std::fs::remove_file(&p.affinity).unwrap();
     std::fs::create_dir(&p.affinity).unwrap();
     std::fs::write(p.affinity.join("inside"), b"x").unwrap();
-    drop(open(&cfg, Instant::now(), Handed::default()).unwrap());
+    drop(open(&cfg, Instant::now(), Handed::default(), &mut |_| {}).unwrap());
     symlink(&victim, p.export.with_extension("tmp")).unwrap();
     std::fs::write(p.flows.with_extension("new"), b"stale").unwrap();
     assert_eq!(refused_names(&cfg).len(), 1);
@@ -328,7 +328,49 @@ fn a_directory_in_the_way_of_a_resize_is_set_aside_and_the_flows_imported() {
     let p = Paths::of(&cfg.dataplane.state_dir);
     std::fs::create_dir(flowtable::previous_path(&p.flows)).unwrap();
     cfg.flowtable.capacity = 2048;
-    let t = open(&cfg, Instant::now(), Handed::default()).unwrap();
+    let t = open(&cfg, Instant::now(), Handed::default(), &mut |_| {}).unwrap();
     assert_eq!((t.flows.capacity(), t.flows.len()), (2048, 2));
     assert_eq!(count(&t, "flows.previous", "file"), 1);
+}
+
+/// A flow table handed over by a running process: the ids its recovery pass collects are
+/// those a walk of the adopted table reads (what the controller adopts), and the steps are
+/// marked in order; a flow the config refuses is in neither.
+#[test]
+fn a_handed_table_gives_the_ids_of_its_flows_from_the_recovery_pass() {
+    let _one = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let mut foreign = flow(2000, 0);
+    foreign.vip = "198.18.100.9:80".parse().unwrap();
+    // Many flows over the two backends, repeated, and one the config cannot own.
+    let flows: Vec<FlowData> = (0..40u16)
+        .map(|i| flow(1000 + i, (i % 2) as u8))
+        .chain([foreign])
+        .collect();
+    let t = open(&cfg, Instant::now(), Handed::default(), &mut |_| {}).unwrap();
+    for d in &flows {
+        t.flows
+            .insert(d, TcpFlags::SYN, t.flows.tick(Instant::now()))
+            .unwrap();
+    }
+    // The descriptor a takeover would receive (its flock is the open file description's).
+    let fd: std::os::fd::OwnedFd = t.flows.state_file().unwrap().try_clone().unwrap().into();
+    t.flows.mark_clean();
+    drop(t);
+    let path = Paths::of(&cfg.dataplane.state_dir).flows;
+    let state = shm::StateFile::handed(fd, &path).unwrap();
+    let handed = Handed {
+        flows: Some(FlowTable::prepare_handed(state).unwrap()),
+        affinity: None,
+    };
+    let mut marks = Vec::new();
+    let t = open(&cfg, Instant::now(), handed, &mut |m| marks.push(m)).unwrap();
+    assert_eq!(marks, ["dataplane", "recovery", "affinity", "ids"]);
+    assert_eq!(t.flows.len(), 40, "the foreign flow is refused");
+    let ids = t.adopted.clone().unwrap();
+    assert_eq!(ids, AdoptedIds::from_flows(&t.flows));
+    let web = &ids.services[&0];
+    assert_eq!(web.backends.len(), 2);
+    assert_eq!(web.frontends.len(), 1);
 }

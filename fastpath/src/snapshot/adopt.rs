@@ -43,24 +43,77 @@ impl AdoptedIds {
     /// The ids of every live flow of `flows`. A backend id seen at two addresses (which a
     /// consistent table never shows) keeps the first.
     pub fn from_flows(flows: &FlowTable) -> AdoptedIds {
-        let mut out = AdoptedIds::default();
-        let mut seen: HashMap<BackendId, SocketAddr> = HashMap::new();
-        flows.scan(0, flows.capacity(), |v| {
-            let d = &v.data;
-            let s = out.services.entry(d.service_id).or_default();
-            if let Some(f) = Frontend::of_flow(d) {
-                s.frontends.insert(f);
-            }
-            if *seen.entry(d.backend_id).or_insert(d.backend) == d.backend {
-                s.backends.insert(d.backend, d.backend_id);
-            }
-        });
-        out
+        let mut ids = IdsCollector::default();
+        flows.scan(0, flows.capacity(), |v| ids.add(&v.data));
+        ids.finish()
     }
 
     /// Backend ids in all.
     pub fn backends(&self) -> usize {
         self.services.values().map(|s| s.backends.len()).sum()
+    }
+}
+
+type FastMap<K, V> = HashMap<K, V, ahash::RandomState>;
+
+/// [`AdoptedIds::from_flows`] a flow at a time, in table order: a recovery pass that sees
+/// every flow it keeps collects the ids as it goes (a takeover's pause then has no second
+/// walk of the table). The many flows of one (service, frontend, backend) are summarised
+/// once, in one cheap hash lookup each, with the same outcome as summarising every flow.
+#[derive(Default)]
+pub struct IdsCollector {
+    out: AdoptedIds,
+    /// Flows added.
+    flows: usize,
+    /// The first address seen for each backend id: the one that keeps it.
+    first_at: HashMap<BackendId, SocketAddr>,
+    /// Each (service id, frontend, backend id, backend) summarised, and whether its
+    /// backend id was taken at that address.
+    done: FastMap<(u32, Option<Frontend>, BackendId, SocketAddr), bool>,
+    /// The backend id last taken at (service id, address): what `backends` holds there.
+    id_at: FastMap<(u32, SocketAddr), BackendId>,
+}
+
+impl IdsCollector {
+    /// Adds flow `d` (flows in table order).
+    pub fn add(&mut self, d: &flowtable::FlowData) {
+        self.flows += 1;
+        let frontend = Frontend::of_flow(d);
+        let key = (d.service_id, frontend, d.backend_id, d.backend);
+        let at = (d.service_id, d.backend);
+        let taken = match self.done.get(&key) {
+            // A repeat changes nothing unless another id took its address since.
+            Some(&taken) => {
+                if !taken || self.id_at.get(&at) == Some(&d.backend_id) {
+                    return;
+                }
+                taken
+            }
+            None => {
+                let s = self.out.services.entry(d.service_id).or_default();
+                if let Some(f) = frontend {
+                    s.frontends.insert(f);
+                }
+                let taken = *self.first_at.entry(d.backend_id).or_insert(d.backend) == d.backend;
+                self.done.insert(key, taken);
+                taken
+            }
+        };
+        if taken {
+            (self.out.services.entry(d.service_id).or_default().backends)
+                .insert(d.backend, d.backend_id);
+            self.id_at.insert(at, d.backend_id);
+        }
+    }
+
+    /// Flows added.
+    pub fn flows(&self) -> usize {
+        self.flows
+    }
+
+    /// The ids of the flows added.
+    pub fn finish(self) -> AdoptedIds {
+        self.out
     }
 }
 
@@ -272,6 +325,41 @@ backends = [{ addr = "198.18.1.3:53" }, { addr = "198.18.1.4:53" }, { addr = "19
             }
         }
         t
+    }
+
+    /// The summary of repeated flows ends as a flow-by-flow one does: an address two ids
+    /// held takes the id of the last flow at it in table order, though that flow repeats
+    /// an earlier one; a backend id's first address keeps it (a second is not taken).
+    #[test]
+    fn the_ids_of_repeated_flows_are_those_of_the_last_flow_at_an_address() {
+        let t = FlowTable::new(FlowTableConfig::new(64, 64), Instant::now()).unwrap();
+        let x: SocketAddr = "198.18.1.1:80".parse().unwrap();
+        let y: SocketAddr = "198.18.1.2:80".parse().unwrap();
+        // Backend ids at x: 1, 2, then 1 again (a repeat of the first flow's tuple); id 3
+        // first at y, then at x.
+        for (i, (addr, id)) in [(x, 1), (x, 2), (x, 1), (y, 3), (x, 3)].iter().enumerate() {
+            let d = FlowData {
+                proto: flowtable::Protocol::Tcp,
+                client: SocketAddr::new([198, 18, 0, 2].into(), 1000 + i as u16),
+                vip: "198.18.100.1:80".parse().unwrap(),
+                backend: *addr,
+                snat: SocketAddr::new([198, 18, 0, 2].into(), 1000 + i as u16),
+                service_id: 7,
+                backend_id: BackendId(*id),
+                snapshot_gen: 1,
+                flags: 0,
+            };
+            t.insert(&d, TcpFlags::SYN, t.tick(Instant::now())).unwrap();
+        }
+        let mut order = Vec::new();
+        t.scan(0, t.capacity(), |v| order.push(v.data.backend_id.0));
+        assert_eq!(order, [1, 2, 1, 3, 3], "flows fill the entries in order");
+        let ids = AdoptedIds::from_flows(&t);
+        let s = &ids.services[&7];
+        assert_eq!(s.backends.get(&x), Some(&BackendId(1)));
+        assert_eq!(s.backends.get(&y), Some(&BackendId(3)));
+        assert_eq!(s.frontends.len(), 1);
+        assert_eq!(ids.backends(), 2);
     }
 
     #[test]

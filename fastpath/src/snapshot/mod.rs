@@ -51,7 +51,7 @@ use v4_frontends::V4Frontends;
 
 pub use crate::limit::RateLimit;
 pub use admit::{SERVICE_IDS_MAX, StateCheck};
-pub use adopt::{AdoptedIds, AdoptedService};
+pub use adopt::{AdoptedIds, AdoptedService, IdsCollector};
 pub use builder::{BuildError, SnapshotBuilder};
 pub use isolate::Refused;
 pub use l2::{L2Table, Neighbour, NextHop, Route};
