@@ -121,42 +121,44 @@ pub fn init(log: &Log) -> Result<(), String> {
     Ok(())
 }
 
+/// A log writer that keeps what it is given, for tests that read what was logged.
+#[cfg(test)]
+#[derive(Clone, Default)]
+pub(crate) struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+#[cfg(test)]
+impl std::io::Write for Captured {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+impl<'w> MakeWriter<'w> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'w self) -> Captured {
+        self.clone()
+    }
+}
+
+#[cfg(test)]
+impl Captured {
+    /// Everything logged so far.
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use std::io::Write;
-    use std::sync::{Arc, Mutex};
-
     use super::*;
 
-    /// A writer that keeps what it is given.
-    #[derive(Clone, Default)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
-
-    impl Write for Buf {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl<'w> MakeWriter<'w> for Buf {
-        type Writer = Buf;
-        fn make_writer(&'w self) -> Buf {
-            self.clone()
-        }
-    }
-
-    impl Buf {
-        fn text(&self) -> String {
-            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
-        }
-    }
-
     fn emit(log: &Log, rust_log: Option<&str>) -> String {
-        let buf = Buf::default();
+        let buf = Captured::default();
         let sub = subscriber(log, rust_log, buf.clone(), false).unwrap();
         tracing::subscriber::with_default(sub, || {
             tracing::info!(target: "xvs", services = 3, interface = "xvs-c0", "ready");
@@ -218,7 +220,7 @@ mod tests {
             level: "info".into(),
             format: LogFormat::Text,
         };
-        let buf = Buf::default();
+        let buf = Captured::default();
         let sub = subscriber(&log, None, buf.clone(), false).unwrap();
         tracing::subscriber::with_default(sub, || {
             for p in &m.problems {

@@ -4,11 +4,9 @@
 //! before the switch, adopted after it with its flows, its lock held throughout.
 
 use std::fs::OpenOptions;
-use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use flowtable::{AnyFlow, FlowTable, FlowTableConfig, Opened, TcpFlags};
@@ -18,31 +16,16 @@ use shm::StateFile;
 use super::{REFUSED, take_state};
 use crate::state::Paths;
 
-#[derive(Clone, Default)]
-struct Buf(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Buf {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// `f`'s log lines at warn and above.
 fn logged<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
-    let buf = Buf::default();
-    let w = buf.clone();
+    let buf = crate::logging::Captured::default();
     let sub = tracing_subscriber::fmt()
-        .with_writer(move || w.clone())
+        .with_writer(buf.clone())
         .with_ansi(false)
         .with_max_level(tracing::Level::WARN)
         .finish();
     let out = tracing::subscriber::with_default(sub, f);
-    let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
-    (out, text.lines().map(str::to_owned).collect())
+    (out, buf.text().lines().map(str::to_owned).collect())
 }
 
 fn config() -> FlowTableConfig {
