@@ -130,6 +130,20 @@ fn handed_state_files_are_checked_refused_one_by_one_and_adopted_with_their_lock
     );
     std::fs::set_permissions(&paths.flows, std::fs::Permissions::from_mode(0o600)).unwrap();
 
+    // Both files, as a running xvs hands them over.
+    let both = || {
+        logged(|| {
+            take_state(
+                dir.path(),
+                "pid 1 uid 0",
+                vec![
+                    ("flows".into(), fd(old.state_file().unwrap())),
+                    ("affinity".into(), fd(aff.state_file().unwrap())),
+                ],
+            )
+        })
+    };
+
     // A wrong header (the magic): refused before the switch; the affinity file beside it
     // is taken regardless.
     let file = old.state_file().unwrap();
@@ -137,16 +151,7 @@ fn handed_state_files_are_checked_refused_one_by_one_and_adopted_with_their_lock
     std::os::unix::fs::FileExt::read_exact_at(file, &mut magic, 0).unwrap();
     std::os::unix::fs::FileExt::write_all_at(file, &[0; 8], 0).unwrap();
     let before = REFUSED.load(Ordering::Relaxed);
-    let (got, lines) = logged(|| {
-        take_state(
-            dir.path(),
-            "pid 1 uid 0",
-            vec![
-                ("flows".into(), fd(old.state_file().unwrap())),
-                ("affinity".into(), fd(aff.state_file().unwrap())),
-            ],
-        )
-    });
+    let (got, lines) = both();
     assert!(got.flows.is_none());
     assert!(got.affinity.is_some());
     assert_eq!(REFUSED.load(Ordering::Relaxed) - before, 1);
@@ -156,16 +161,7 @@ fn handed_state_files_are_checked_refused_one_by_one_and_adopted_with_their_lock
 
     // The real thing: both taken, no refusal; the old process goes; the lock stays.
     let before = REFUSED.load(Ordering::Relaxed);
-    let (got, lines) = logged(|| {
-        take_state(
-            dir.path(),
-            "pid 1 uid 0",
-            vec![
-                ("flows".into(), fd(old.state_file().unwrap())),
-                ("affinity".into(), fd(aff.state_file().unwrap())),
-            ],
-        )
-    });
+    let (got, lines) = both();
     assert_eq!(REFUSED.load(Ordering::Relaxed), before);
     assert!(lines.is_empty(), "{lines:?}");
     assert_eq!(got.names(), ["flows", "affinity"]);
