@@ -160,9 +160,7 @@ impl FlowTable {
                 bytes: lay.total,
                 errno: e.raw_os_error().unwrap_or(0),
             })?;
-            if lay.total >= 1 << 30 {
-                mem.advise_huge();
-            }
+            mem.advise_huge();
             let t = FlowTable::carve(mem, &lay, &config, config.hash_seed, epoch, false);
             t.init_fresh(&lay, None);
             Ok(t)

@@ -321,9 +321,7 @@ impl FlowTable {
             space_err(path, what, e)
         })?;
         let mem = Mapping::shared(&state.file, lay.total).map_err(|e| state_err(path, e))?;
-        if lay.total >= 1 << 30 {
-            mem.advise_huge();
-        }
+        mem.advise_huge();
         let seed = shm::random_u64();
         // The clock's origin (boot) as the epoch: every time of this boot is representable,
         // flows imported with older times included, and every later process agrees.
@@ -458,7 +456,9 @@ fn map_whole(state: &StateFile, len: usize, premapped: Option<Mapping>) -> Resul
             e,
         )
     })?;
-    Mapping::shared(&state.file, len).map_err(|e| state_err(path, e))
+    let mem = Mapping::shared(&state.file, len).map_err(|e| state_err(path, e))?;
+    mem.advise_huge();
+    Ok(mem)
 }
 
 /// Where [`FlowTable::open`] keeps a replaced state that can be imported.

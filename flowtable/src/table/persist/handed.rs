@@ -54,6 +54,7 @@ impl FlowTable {
         seen.check(&boot, len, monotonic_ns())?;
         shm::reserve(&state.file, len as u64).map_err(|e| Refusal::new("reserve", e))?;
         let mem = Mapping::shared(&state.file, len).map_err(|e| Refusal::new("map", e))?;
+        mem.advise_huge();
         // A hint: a kernel without it faults the pages in during the recovery pass.
         let _ = mem.populate();
         Ok(Handed { state, mem })
