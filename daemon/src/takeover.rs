@@ -58,6 +58,7 @@ use std::time::{Duration, Instant};
 
 use fastpath::xsk::handover::{Export, FrameState, SetMeta};
 use fastpath::xsk::{XskSet, XskSettings};
+use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 use serde::{Deserialize, Serialize};
 
 use crate::state::Handed;
@@ -225,82 +226,46 @@ fn trusted_uid(uid: u32) -> bool {
 
 /// Sends one byte carrying `fds`.
 fn send_fds(s: &UnixStream, fds: &[RawFd]) -> io::Result<()> {
-    let byte = [b'F'];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_ptr().cast_mut().cast(),
-        iov_len: 1,
-    };
-    let payload = std::mem::size_of_val(fds);
-    // SAFETY: CMSG_SPACE is arithmetic.
-    let space = unsafe { libc::CMSG_SPACE(payload as u32) } as usize;
-    let mut control = vec![0u8; space];
-    // SAFETY: plain data; zero is a valid value.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &raw mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
-    // SAFETY: the control buffer has room for one header and `fds` (CMSG_SPACE).
-    unsafe {
-        let c = libc::CMSG_FIRSTHDR(&msg);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(payload as u32) as _;
-        std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(c).cast::<RawFd>(), fds.len());
+    let iov = [io::IoSlice::new(b"F")];
+    let rights = [ControlMessage::ScmRights(fds)];
+    match sendmsg::<()>(s.as_raw_fd(), &iov, &rights, MsgFlags::MSG_NOSIGNAL, None)? {
+        1 => Ok(()),
+        n => Err(io::Error::other(format!("{n} bytes sent, not 1"))),
     }
-    // SAFETY: `msg` points at live buffers.
-    if unsafe { libc::sendmsg(s.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) } != 1 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// Receives the byte that carries descriptors; every descriptor received is owned (closed
 /// on any refusal). A truncated control message is refused.
 fn recv_fds(s: &UnixStream) -> Result<Vec<OwnedFd>, String> {
     let mut byte = [0u8; 1];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
-    };
-    // SAFETY: CMSG_SPACE is arithmetic.
-    let space =
-        unsafe { libc::CMSG_SPACE((FDS_MAX * std::mem::size_of::<RawFd>()) as u32) } as usize;
-    let mut control = vec![0u8; space];
-    // SAFETY: plain data; zero is a valid value.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &raw mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
-    // SAFETY: `msg` points at live buffers; MSG_CMSG_CLOEXEC keeps them from children.
-    let n = unsafe { libc::recvmsg(s.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-    if n < 0 {
-        return Err(format!("descriptors: {}", io::Error::last_os_error()));
-    }
-    let mut fds = Vec::new();
-    // SAFETY: walking the control messages the kernel wrote into `control`.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                let data = libc::CMSG_DATA(c).cast::<RawFd>();
-                let bytes = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
-                let raw: Vec<RawFd> = (0..bytes / std::mem::size_of::<RawFd>())
-                    .map(|i| data.add(i).read_unaligned())
-                    .collect();
-                fds.extend(fastpath::xsk::handover::own(&raw));
+    let mut space = nix::cmsg_space!([RawFd; FDS_MAX]);
+    let (n, truncated, fds) = {
+        let mut iov = [io::IoSliceMut::new(&mut byte)];
+        // MSG_CMSG_CLOEXEC keeps the descriptors from children.
+        let msg = recvmsg::<()>(
+            s.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        )
+        .map_err(|e| format!("descriptors: {e}"))?;
+        let mut fds = Vec::new();
+        for c in msg.cmsgs().map_err(|e| format!("descriptors: {e}"))? {
+            if let ControlMessageOwned::ScmRights(raw) = c {
+                // SAFETY: the kernel just installed these descriptors in this process
+                // for this message; nothing else owns them.
+                fds.extend(unsafe { fastpath::xsk::handover::own(&raw) });
             }
-            c = libc::CMSG_NXTHDR(&msg, c);
         }
-    }
+        (msg.bytes, msg.flags.contains(MsgFlags::MSG_CTRUNC), fds)
+    };
     if n != 1 || byte[0] != b'F' {
         return Err(format!(
             "descriptors: a message of {n} bytes ({:?}), not the one byte F",
-            &byte[..n.max(0) as usize]
+            &byte[..n]
         ));
     }
-    if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+    if truncated {
         return Err(format!(
             "descriptors: more than {FDS_MAX} (control message truncated)"
         ));
