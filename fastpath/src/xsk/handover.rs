@@ -28,7 +28,6 @@
 use std::fmt;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::ptr::NonNull;
 
 use super::ring::{self, Desc, RingSizes};
 use super::{BindMode, Keep, PortSocket, XskSet, XskSettings};
@@ -101,19 +100,8 @@ fn refuse(field: &'static str, value: impl fmt::Display, why: impl Into<String>)
 /// The UMEM's memory as the adopting process maps it; unmapped on drop.
 #[derive(Debug)]
 pub struct Mem {
-    ptr: NonNull<u8>,
-    len: usize,
+    map: ring::Map,
     _fd: OwnedFd,
-}
-
-// SAFETY: a shared mapping, owned by one set.
-unsafe impl Send for Mem {}
-
-impl Drop for Mem {
-    fn drop(&mut self) {
-        // SAFETY: our own mapping, unmapped once.
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
-    }
 }
 
 impl XskSet {
@@ -203,7 +191,7 @@ impl XskSet {
         let mem = map_umem(umem, len)?;
         // SAFETY: `mem` maps `len` bytes of the UMEM and is kept with the set (`Keep`),
         // which drops it after the area.
-        let area = unsafe { ring::Area::new(mem.ptr, len, meta.frame_size as usize) };
+        let area = unsafe { ring::Area::new(mem.map.ptr(), len, meta.frame_size as usize) };
         let sizes = RingSizes {
             rx: meta.rx_ring_size,
             tx: meta.tx_ring_size,
@@ -370,30 +358,9 @@ fn map_umem(fd: OwnedFd, len: usize) -> Result<Mem, Refused> {
             format!("smaller than the UMEM's {len} bytes"),
         ));
     }
-    // SAFETY: mapping a file we hold; the kernel checks the length against nothing we
-    // read through here beyond `len`, which the file's size covers.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_POPULATE,
-            fd.as_raw_fd(),
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(refuse(
-            "umem",
-            len,
-            format!("mmap: {}", io::Error::last_os_error()),
-        ));
-    }
-    Ok(Mem {
-        ptr: NonNull::new(p.cast()).ok_or_else(|| refuse("umem", len, "mapped at 0"))?,
-        len,
-        _fd: fd,
-    })
+    let map = ring::Map::new(fd.as_raw_fd(), len, 0)
+        .map_err(|e| refuse("umem", len, format!("mmap: {e}")))?;
+    Ok(Mem { map, _fd: fd })
 }
 
 fn fstat(fd: RawFd) -> io::Result<libc::stat> {

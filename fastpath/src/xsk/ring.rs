@@ -52,9 +52,9 @@ pub struct Desc {
     pub options: u32,
 }
 
-/// One mapping of a ring: unmapped on drop.
+/// One shared mapping of a descriptor (a ring, a handed-over UMEM): unmapped on drop.
 #[derive(Debug)]
-struct Map {
+pub(super) struct Map {
     ptr: NonNull<u8>,
     len: usize,
 }
@@ -64,8 +64,10 @@ struct Map {
 unsafe impl Send for Map {}
 
 impl Map {
-    fn new(fd: RawFd, len: usize, pgoff: i64) -> io::Result<Map> {
-        // SAFETY: mapping a socket's ring: the kernel checks the offset and the length.
+    /// Maps `len` bytes of `fd` from page `pgoff`, read-write, shared, populated.
+    pub(super) fn new(fd: RawFd, len: usize, pgoff: i64) -> io::Result<Map> {
+        // SAFETY: mapping a descriptor's memory: the kernel checks the offset and the
+        // length against the object (a ring, a file of at least `len` bytes).
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -83,6 +85,11 @@ impl Map {
             ptr: NonNull::new(p.cast()).ok_or_else(|| io::Error::other("mmap returned null"))?,
             len,
         })
+    }
+
+    /// The mapping's first byte.
+    pub(super) fn ptr(&self) -> NonNull<u8> {
+        self.ptr
     }
 
     fn at<T>(&self, off: u64) -> *mut T {
