@@ -1,7 +1,8 @@
 //! `xvs check --host` and `xvs run`'s preflight, from outside: every problem of a config on
-//! this machine listed at once, their exit codes, and (as root, in a network namespace this
-//! test creates) an interface with more receive queues than `queues` refused with the
-//! `ethtool -L` command that fixes it, while nothing of the namespace is touched.
+//! this machine listed at once, their exit codes, a tmpfs state directory without huge pages
+//! warned, and (as root, in a network namespace this test creates) an interface with more
+//! receive queues than `queues` refused with the `ethtool -L` command that fixes it, while
+//! nothing of the namespace is touched.
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -145,6 +146,51 @@ fn check_host_exit_codes_for_bad_configs_and_arguments() {
     // Neither --config nor --host: an argument error.
     let o = xvs(&["check"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+}
+
+/// A state directory on a tmpfs without huge pages is warned (`hugepages`), naming the mount
+/// and the remount that fixes it; on a tmpfs mounted `huge=within_size` it is not. Each tmpfs
+/// is mounted in a mount namespace of its own (`unshare -m`), gone with the command.
+#[test]
+fn a_state_dir_on_a_tmpfs_without_huge_pages_is_warned() {
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let cfg = dir.path().join("xvs.toml");
+    std::fs::write(
+        &cfg,
+        format!("[dataplane]\nstate_dir = \"{}/xvs\"\n", mnt.display()),
+    )
+    .unwrap();
+    let check = |options: &str| {
+        let script = format!(
+            "mount -t tmpfs -o size=64m{options} xvs-hp-test \"$1\" && exec \"$2\" check --host --config \"$3\""
+        );
+        let o = Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sh", "-c", &script, "sh"])
+            .arg(&mnt)
+            .arg(env!("CARGO_BIN_EXE_xvs"))
+            .arg(&cfg)
+            .output()
+            .expect("run xvs check --host in a mount namespace");
+        let out = text(&o);
+        assert!(out.contains("host checks for "), "{out}");
+        findings(&out, "warning")
+            .into_iter()
+            .filter(|(c, _)| *c == "hugepages")
+            .map(|(_, t)| t.to_owned())
+            .collect::<Vec<_>>()
+    };
+    let warned = check("");
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(
+        warned[0].contains(&format!(
+            "mount -o remount,huge=within_size {}",
+            mnt.display()
+        )),
+        "{warned:?}"
+    );
+    assert_eq!(check(",huge=within_size"), Vec::<String>::new());
 }
 
 /// A network namespace of this test's with one veth pair (`xq0`, `xq0p`) of `queues` rx and

@@ -14,6 +14,8 @@
 //!   offload trap (a warning);
 //! - `bpffs`: `bpf_pin_root` on a bpffs;
 //! - `memory`: the flow and affinity tables within memory and the state directory;
+//! - `hugepages`: whether a state directory on tmpfs gives the flow table huge pages ([`huge`],
+//!   a warning);
 //! - `ports`: the admin and healthz listeners and flow sync's address free to bind, and a
 //!   full-NAT port range the kernel does not also hand out;
 //! - `sync`: flow sync's key file as `run` reads it.
@@ -31,6 +33,7 @@ use config::Config;
 
 use crate::caps;
 
+mod huge;
 pub mod nic;
 mod xdp_features;
 
@@ -139,6 +142,14 @@ pub fn inspect(cfg: &Config, require_interfaces: bool) -> Report {
     }
     r.check("bpffs", check_bpffs(&cfg.dataplane.bpf_pin_root));
     r.check("memory", check_flow_memory(cfg));
+    let table = flowtable::FlowTable::file_bytes(
+        cfg.flowtable.capacity as usize,
+        cfg.flowtable.backends_max as usize,
+    )
+    .unwrap_or(0);
+    if let Some(w) = huge::inspect(&cfg.dataplane.state_dir, table) {
+        r.warning("hugepages", w);
+    }
     check_ports(&mut r, cfg);
     if cfg.sync.enable
         && let Err(e) = slowpath::flowsync::FlowSyncConfig::from_config(cfg)
