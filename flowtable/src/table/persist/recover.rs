@@ -37,7 +37,7 @@ use crate::sync::Ordering;
 
 /// How far in the future a stored last-seen time may be (ticks: 60 s): the clocks of two
 /// processes of one boot agree, so more is a damaged entry (a flow that would never expire).
-const FUTURE_TICKS: u32 = 600;
+pub(super) const FUTURE_TICKS: u32 = 600;
 
 impl FlowTable {
     /// Entry `e`'s flow and state, if it is a flow any table may take and `check` takes it
@@ -134,7 +134,8 @@ impl FlowTable {
             ..Recovery::default()
         };
         let mut addrs = BackendAddrs::default();
-        let mut probes = Probes::new();
+        // Two words per flow at most: no growth (and copy) of the queue during the walk.
+        let mut probes = Probes::with_capacity((2 * self.entries.len()).min(CHUNK));
         self.recover_entries(
             now_ticks,
             check,
@@ -195,19 +196,33 @@ impl FlowTable {
                 ST_FREE => continue,
                 ST_LIVE => {
                     exts.count(self, e as u32);
-                    match self.entry_flow(e as u32, c, now_ticks, limit, check) {
-                        Ok((d, _)) => {
-                            keep[e] = true;
-                            if d.client.is_ipv6() {
-                                v6.push(e as u32);
-                            } else {
-                                addrs.note(d.backend_id.0, d.backend);
-                                probes.push(self, e as u32, false, d.original_key());
-                                probes.push(self, e as u32, true, d.reply_key());
+                    // The many IPv4 flows: the table's checks on the words as they are.
+                    if let Some(f) = self.v4_flow(e as u32, c, now_ticks, limit) {
+                        match check.check(&f.data, f.state) {
+                            Ok(()) => {
+                                keep[e] = true;
+                                addrs.note(f.data.backend_id.0, f.data.backend);
+                                probes.push(self, e as u32, false, f.original);
+                                probes.push(self, e as u32, true, f.reply);
+                                continue;
                             }
-                            continue;
+                            Err(r) => out.refuse(r),
                         }
-                        Err(r) => out.refuse(r),
+                    } else {
+                        match self.entry_flow(e as u32, c, now_ticks, limit, check) {
+                            Ok((d, _)) => {
+                                keep[e] = true;
+                                if d.client.is_ipv6() {
+                                    v6.push(e as u32);
+                                } else {
+                                    addrs.note(d.backend_id.0, d.backend);
+                                    probes.push(self, e as u32, false, d.original_key());
+                                    probes.push(self, e as u32, true, d.reply_key());
+                                }
+                                continue;
+                            }
+                            Err(r) => out.refuse(r),
+                        }
                     }
                 }
                 _ => out.torn_down += 1,
@@ -447,8 +462,12 @@ const CHUNK: usize = if cfg!(test) { 7 } else { 1 << 20 };
 
 impl Probes {
     fn new() -> Probes {
+        Probes::with_capacity(0)
+    }
+
+    fn with_capacity(n: usize) -> Probes {
         Probes {
-            words: Vec::new(),
+            words: Vec::with_capacity(n),
             sorted: Vec::new(),
             found: 0,
         }
@@ -551,7 +570,7 @@ impl Recovery {
 
 /// The checksum-adjustment word an IPv4 entry stores for address words `cv` (client | vip)
 /// and `bs` (backend | snat) and port word `ports` (as `write_entry` computes it).
-fn v4_csum_word(cv: u64, bs: u64, ports: u64) -> u64 {
+pub(super) fn v4_csum_word(cv: u64, bs: u64, ports: u64) -> u64 {
     let (p_cv, p_bs) = (ports as u32, (ports >> 32) as u32);
     let original = v4_csum_delta((cv, p_cv), (bs.rotate_left(32), p_bs.rotate_left(16)));
     let reply = v4_csum_delta((bs, p_bs), (cv.rotate_left(32), p_cv.rotate_left(16)));
