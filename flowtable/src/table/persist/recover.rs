@@ -19,7 +19,6 @@
 
 use std::time::Instant;
 
-use lb_algos::BackendId;
 use shm::Refusal;
 
 use super::super::FlowTable;
@@ -133,17 +132,13 @@ impl FlowTable {
             previous_pid,
             ..Recovery::default()
         };
-        let mut addrs = BackendAddrs::default();
-        // Two words per flow at most: no growth (and copy) of the queue during the walk.
-        let mut probes = Probes::with_capacity((2 * self.entries.len()).min(CHUNK));
-        self.recover_entries(
-            now_ticks,
-            check,
-            &mut keep,
-            &mut out,
-            &mut addrs,
-            &mut probes,
-        );
+        let mut taken = Taken::for_table(self);
+        self.recover_entries(now_ticks, check, &mut keep, &mut out, &mut taken);
+        let Taken {
+            addrs,
+            probes,
+            flows,
+        } = taken;
         let mut found = probes.finish(self);
         if addrs.any() {
             for e in 0..keep.len() as u32 {
@@ -168,7 +163,7 @@ impl FlowTable {
             out.index = Some(fault);
             self.rebuild_index(&mut keep, &mut out);
         }
-        self.rebuild_derived(&keep, &mut out);
+        self.rebuild_derived(&flows, &keep, &mut out);
         crate::sync::fence(Ordering::SeqCst);
         out.took = t0.elapsed();
         out
@@ -184,8 +179,7 @@ impl FlowTable {
         check: &dyn FlowCheck,
         keep: &mut [bool],
         out: &mut Recovery,
-        addrs: &mut BackendAddrs,
-        probes: &mut Probes,
+        taken: &mut Taken,
     ) {
         let mut exts = Extensions(vec![0; self.entries.len()]);
         let mut v6 = Vec::new();
@@ -201,9 +195,8 @@ impl FlowTable {
                         match check.check(&f.data, f.state) {
                             Ok(()) => {
                                 keep[e] = true;
-                                addrs.note(f.data.backend_id.0, f.data.backend);
-                                probes.push(self, e as u32, false, f.original);
-                                probes.push(self, e as u32, true, f.reply);
+                                taken.flow(e as u32, c, &f.data, None);
+                                taken.tuples(self, e as u32, f.original, f.reply);
                                 continue;
                             }
                             Err(r) => out.refuse(r),
@@ -212,12 +205,12 @@ impl FlowTable {
                         match self.entry_flow(e as u32, c, now_ticks, limit, check) {
                             Ok((d, _)) => {
                                 keep[e] = true;
+                                let ext = self.ext_of(e as u32).filter(|_| d.client.is_ipv6());
+                                taken.flow(e as u32, c, &d, ext);
                                 if d.client.is_ipv6() {
                                     v6.push(e as u32);
                                 } else {
-                                    addrs.note(d.backend_id.0, d.backend);
-                                    probes.push(self, e as u32, false, d.original_key());
-                                    probes.push(self, e as u32, true, d.reply_key());
+                                    taken.tuples(self, e as u32, d.original_key(), d.reply_key());
                                 }
                                 continue;
                             }
@@ -238,9 +231,8 @@ impl FlowTable {
             });
             match d {
                 Ok(d) => {
-                    addrs.note(d.backend_id.0, d.backend);
-                    probes.push(self, e, false, d.original_key());
-                    probes.push(self, e, true, d.reply_key());
+                    taken.addrs.note(d.backend_id.0, d.backend);
+                    taken.tuples(self, e, d.original_key(), d.reply_key());
                 }
                 Err(r) => self.free_refused(e, keep, out, r),
             }
@@ -390,26 +382,22 @@ impl FlowTable {
     }
 
     /// The free list, the per-backend counts, the size and the counters, from the kept
-    /// entries.
-    fn rebuild_derived(&self, keep: &[bool], out: &mut Recovery) {
+    /// entries: `flows`, what the walk took of them (those freed since are no longer in
+    /// `keep`), so that no entry is read again.
+    fn rebuild_derived(&self, flows: &[TakenFlow], keep: &[bool], out: &mut Recovery) {
         for b in self.backends.iter() {
             b.0.store(0, Ordering::Relaxed);
         }
         self.counters.0.embryonic.store(0, Ordering::Relaxed);
         self.counters.0.extensions.store(0, Ordering::Relaxed);
-        for (e, _) in keep.iter().enumerate().filter(|(_, k)| **k) {
-            let c = self.entries[e].w[W_CTL].load(Ordering::Relaxed);
-            let backend = BackendId((self.word(e as u32, W_IDS) >> 32) as u32);
-            out.flows += 1;
-            self.saw_flags((self.word(e as u32, W_META) >> 48) as u8);
-            self.count(backend.0, FlowState::from_u8(ctl_state(c)), 1);
-        }
         // The free list: every entry neither kept nor a kept flow's extension, in order.
         let mut ext = vec![false; keep.len()];
-        for (e, _) in keep.iter().enumerate().filter(|(_, k)| **k) {
-            let v6 = (self.word(e as u32, W_META) >> 40) & 1 == 1;
-            if let Some(x) = self.ext_of(e as u32).filter(|_| v6) {
-                ext[x as usize] = true;
+        for f in flows.iter().filter(|f| keep[f.entry as usize]) {
+            out.flows += 1;
+            self.saw_flags(f.flags);
+            self.count(f.backend, FlowState::from_u8(f.state), 1);
+            if f.ext != NO_EXT {
+                ext[f.ext as usize] = true;
                 self.counters.0.extensions.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -443,6 +431,59 @@ impl FlowTable {
         self.header
             .as_ref()
             .map_or(0, |h| h.seed.load(Ordering::Relaxed))
+    }
+}
+
+/// What the entries pass takes: the backend addresses, the tuples to probe, and the flows
+/// kept (what the derived state is rebuilt from).
+struct Taken {
+    addrs: BackendAddrs,
+    probes: Probes,
+    flows: Vec<TakenFlow>,
+}
+
+/// A flow the entries pass kept: what the derived state needs of it.
+struct TakenFlow {
+    entry: u32,
+    backend: u32,
+    /// Its extension entry ([`NO_EXT`] for none: an IPv4 flow).
+    ext: u32,
+    state: u8,
+    flags: u8,
+}
+
+const NO_EXT: u32 = u32::MAX;
+
+impl Taken {
+    fn for_table(t: &FlowTable) -> Taken {
+        // Two words per flow at most: no growth (and copy) of the queue during the walk.
+        let n = t.entries.len();
+        Taken {
+            addrs: BackendAddrs::default(),
+            probes: Probes::with_capacity((2 * n).min(CHUNK)),
+            flows: Vec::with_capacity(n.min(CHUNK)),
+        }
+    }
+
+    /// Flow `d` of entry `e` (control word `c`), kept; `ext` its extension (IPv6). Its
+    /// backend address is noted unless it is IPv6 (noted once its extension's claim is).
+    fn flow(&mut self, e: u32, c: u64, d: &FlowData, ext: Option<u32>) {
+        if !d.client.is_ipv6() {
+            self.addrs.note(d.backend_id.0, d.backend);
+        }
+        self.flows.push(TakenFlow {
+            entry: e,
+            backend: d.backend_id.0,
+            ext: ext.unwrap_or(NO_EXT),
+            state: ctl_state(c),
+            flags: d.flags,
+        });
+    }
+
+    /// Queues kept flow `e`'s tuples for the index checks.
+    fn tuples(&mut self, t: &FlowTable, e: u32, original: FlowKey, reply: FlowKey) {
+        self.probes.push(t, e, false, original);
+        self.probes.push(t, e, true, reply);
     }
 }
 
@@ -580,6 +621,8 @@ pub(super) fn v4_csum_word(cv: u64, bs: u64, ports: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use std::net::SocketAddr;
+
+    use lb_algos::BackendId;
 
     use super::super::AnyFlow;
     use super::*;
