@@ -212,10 +212,7 @@ pub fn open(
     let mut refused = Refusals::default();
     clear_temporaries(&paths, &mut refused);
     let check = StateCheck::from_config(cfg);
-    let collecting = Collecting {
-        check: &check,
-        ids: Default::default(),
-    };
+    let collecting = Collecting::new(&check);
     let (flows, opened) = match handed.flows {
         Some(h) => FlowTable::open_handed(h, flow_table_config(cfg), now, &collecting)
             .context("opening the flow table handed over ([dataplane] state_dir)")?,
@@ -286,11 +283,64 @@ fn adopted_ids(flows: &FlowTable, opened: &Opened, collected: IdsCollector) -> O
 struct Collecting<'a> {
     check: &'a StateCheck,
     ids: std::cell::RefCell<IdsCollector>,
+    /// By backend id modulo [`PASSED`]: what the config's check read of the last flow it
+    /// took there. [`StateCheck`] is a function of what it reads and the config, so a flow
+    /// that reads the same passes again without its hash lookups (the many flows of one
+    /// backend differ only in what it does not read).
+    passed: std::cell::RefCell<Vec<Option<Checked>>>,
+}
+
+/// Slots of [`Collecting::passed`].
+const PASSED: usize = 256;
+
+/// What [`StateCheck`] reads of a flow: all of it but the client and the SNAT port, and of
+/// those only whether the SNAT address is the client's.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Checked {
+    flags: u8,
+    service_id: u32,
+    backend_id: u32,
+    proto: flowtable::Protocol,
+    vip: std::net::SocketAddr,
+    backend: std::net::SocketAddr,
+    snat: std::net::IpAddr,
+    snat_is_client: bool,
+}
+
+impl Checked {
+    fn of(d: &FlowData) -> Checked {
+        Checked {
+            flags: d.flags,
+            service_id: d.service_id,
+            backend_id: d.backend_id.0,
+            proto: d.proto,
+            vip: d.vip,
+            backend: d.backend,
+            snat: d.snat.ip(),
+            snat_is_client: d.snat == d.client,
+        }
+    }
+}
+
+impl<'a> Collecting<'a> {
+    fn new(check: &'a StateCheck) -> Collecting<'a> {
+        Collecting {
+            check,
+            ids: Default::default(),
+            passed: std::cell::RefCell::new(vec![None; PASSED]),
+        }
+    }
 }
 
 impl FlowCheck for Collecting<'_> {
     fn check(&self, d: &FlowData, state: FlowState) -> Result<(), Refusal> {
-        self.check.check(d, state)?;
+        let seen = Checked::of(d);
+        let mut passed = self.passed.borrow_mut();
+        let slot = &mut passed[d.backend_id.0 as usize % PASSED];
+        if *slot != Some(seen) {
+            self.check.check(d, state)?;
+            *slot = Some(seen);
+        }
         self.ids.borrow_mut().add(d);
         Ok(())
     }

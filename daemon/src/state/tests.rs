@@ -374,3 +374,61 @@ fn a_handed_table_gives_the_ids_of_its_flows_from_the_recovery_pass() {
     assert_eq!(web.backends.len(), 2);
     assert_eq!(web.frontends.len(), 1);
 }
+
+/// The recovery pass's check remembers what passed per backend id: a flow passes on that
+/// only when the check would read the same of it. Each flow below differs from one that
+/// passed just before, of the same backend id, in one thing the check reads; only the one
+/// that differs in what it does not read (the client, the SNAT port) is taken, and every
+/// flow taken is collected.
+#[test]
+fn the_remembered_checks_take_only_flows_the_check_would() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let check = StateCheck::from_config(&cfg);
+    let c = Collecting::new(&check);
+    let st = FlowState::Tcp(flowtable::TcpState::Established);
+    let base = flow(1000, 0);
+    let mut other_client = flow(1001, 0);
+    other_client.snat.set_port(1999);
+    let mut other_snat = flow(1002, 0);
+    other_snat.snat = "198.18.1.253:1002".parse().unwrap();
+    let mut other_vip = flow(1003, 0);
+    other_vip.vip = "198.18.100.2:80".parse().unwrap();
+    let mut other_backend = flow(1004, 0);
+    other_backend.backend = "198.18.1.9:8080".parse().unwrap();
+    let mut nat = flow(1005, 0);
+    nat.flags = 0;
+    let mut nat_own = flow(1006, 0);
+    (nat_own.flags, nat_own.snat) = (0, nat_own.client);
+    let mut nat_other = flow(1007, 0);
+    nat_other.flags = 0;
+    let mut other_service = flow(1008, 0);
+    other_service.service_id = u32::MAX - 1;
+    let mut other_flags = flow(1009, 0);
+    other_flags.flags = 0x80;
+    let cases = [
+        (base, true),
+        (other_client, true),
+        (other_snat, false),
+        (other_vip, false),
+        (other_backend, false),
+        (nat, false),
+        (nat_own, true),
+        (nat_other, false),
+        (other_service, false),
+        (other_flags, false),
+    ];
+    let mut taken = 0;
+    for (i, (d, ok)) in cases.iter().enumerate() {
+        // Each after a flow that passed with the same backend id.
+        assert!(c.check(&base, st).is_ok());
+        assert_eq!(c.check(d, st).is_ok(), *ok, "case {i}: {d:?}");
+        assert_eq!(
+            check.check(d, st).is_ok(),
+            *ok,
+            "case {i}: the check itself"
+        );
+        taken += 1 + usize::from(*ok);
+    }
+    assert_eq!(c.ids.borrow().flows(), taken);
+}

@@ -72,12 +72,52 @@ pub struct IdsCollector {
     done: FastMap<(u32, Option<Frontend>, BackendId, SocketAddr), bool>,
     /// The backend id last taken at (service id, address): what `backends` holds there.
     id_at: FastMap<(u32, SocketAddr), BackendId>,
+    /// Bumped whenever `add` changes more than `flows`.
+    changes: u64,
+    /// By backend id modulo [`RECENT`]: what `add` read of the last flow it saw there, and
+    /// `changes` after it. Once `add` has seen a flow, the same flow again changes nothing
+    /// until something else changes: such a repeat (the many flows of one backend) costs a
+    /// compare, not the hash lookups.
+    recent: Vec<Option<(Seen, u64)>>,
+}
+
+/// Slots of [`IdsCollector::recent`].
+const RECENT: usize = 256;
+
+/// What [`IdsCollector::add`] reads of a flow.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Seen {
+    service_id: u32,
+    proto: flowtable::Protocol,
+    vip: SocketAddr,
+    backend_id: BackendId,
+    backend: SocketAddr,
 }
 
 impl IdsCollector {
     /// Adds flow `d` (flows in table order).
     pub fn add(&mut self, d: &flowtable::FlowData) {
         self.flows += 1;
+        if self.recent.is_empty() {
+            self.recent = vec![None; RECENT];
+        }
+        let seen = Seen {
+            service_id: d.service_id,
+            proto: d.proto,
+            vip: d.vip,
+            backend_id: d.backend_id,
+            backend: d.backend,
+        };
+        let slot = d.backend_id.0 as usize % RECENT;
+        if self.recent[slot] == Some((seen, self.changes)) {
+            return;
+        }
+        self.add_new(d);
+        self.recent[slot] = Some((seen, self.changes));
+    }
+
+    /// [`add`](Self::add) of a flow that may change something.
+    fn add_new(&mut self, d: &flowtable::FlowData) {
         let frontend = Frontend::of_flow(d);
         let key = (d.service_id, frontend, d.backend_id, d.backend);
         let at = (d.service_id, d.backend);
@@ -90,6 +130,7 @@ impl IdsCollector {
                 taken
             }
             None => {
+                self.changes += 1;
                 let s = self.out.services.entry(d.service_id).or_default();
                 if let Some(f) = frontend {
                     s.frontends.insert(f);
@@ -100,6 +141,7 @@ impl IdsCollector {
             }
         };
         if taken {
+            self.changes += 1;
             (self.out.services.entry(d.service_id).or_default().backends)
                 .insert(d.backend, d.backend_id);
             self.id_at.insert(at, d.backend_id);
@@ -355,6 +397,15 @@ backends = [{ addr = "198.18.1.3:53" }, { addr = "198.18.1.4:53" }, { addr = "19
         t.scan(0, t.capacity(), |v| order.push(v.data.backend_id.0));
         assert_eq!(order, [1, 2, 1, 3, 3], "flows fill the entries in order");
         let ids = AdoptedIds::from_flows(&t);
+        // Fed again and again (what the collector remembers of recent flows, by backend
+        // id, must not hide that another id took an address since): the same ids, every
+        // flow counted.
+        let mut c = IdsCollector::default();
+        for _ in 0..3 {
+            t.scan(0, t.capacity(), |v| c.add(&v.data));
+        }
+        assert_eq!(c.flows(), 15);
+        assert_eq!(c.finish(), ids);
         let s = &ids.services[&7];
         assert_eq!(s.backends.get(&x), Some(&BackendId(1)));
         assert_eq!(s.backends.get(&y), Some(&BackendId(3)));

@@ -55,6 +55,7 @@ mod handed;
 mod header;
 mod records;
 mod recover;
+mod recover_v4;
 mod valid;
 
 pub use handed::Handed;
@@ -458,6 +459,11 @@ fn map_whole(state: &StateFile, len: usize, premapped: Option<Mapping>) -> Resul
     })?;
     let mem = Mapping::shared(&state.file, len).map_err(|e| state_err(path, e))?;
     mem.advise_huge();
+    // The recovery pass touches every page (each entry's control word, each index slot,
+    // each backend's count): faulted in one call rather than one exception a page, as a
+    // handed-over state is before the switch. A hint: a kernel without it faults them
+    // during the pass.
+    let _ = mem.populate();
     Ok(mem)
 }
 

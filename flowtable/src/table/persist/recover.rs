@@ -19,7 +19,6 @@
 
 use std::time::Instant;
 
-use lb_algos::BackendId;
 use shm::Refusal;
 
 use super::super::FlowTable;
@@ -37,7 +36,7 @@ use crate::sync::Ordering;
 
 /// How far in the future a stored last-seen time may be (ticks: 60 s): the clocks of two
 /// processes of one boot agree, so more is a damaged entry (a flow that would never expire).
-const FUTURE_TICKS: u32 = 600;
+pub(super) const FUTURE_TICKS: u32 = 600;
 
 impl FlowTable {
     /// Entry `e`'s flow and state, if it is a flow any table may take and `check` takes it
@@ -133,16 +132,13 @@ impl FlowTable {
             previous_pid,
             ..Recovery::default()
         };
-        let mut addrs = BackendAddrs::default();
-        let mut probes = Probes::new();
-        self.recover_entries(
-            now_ticks,
-            check,
-            &mut keep,
-            &mut out,
-            &mut addrs,
-            &mut probes,
-        );
+        let mut taken = Taken::for_table(self);
+        self.recover_entries(now_ticks, check, &mut keep, &mut out, &mut taken);
+        let Taken {
+            addrs,
+            probes,
+            flows,
+        } = taken;
         let mut found = probes.finish(self);
         if addrs.any() {
             for e in 0..keep.len() as u32 {
@@ -167,7 +163,7 @@ impl FlowTable {
             out.index = Some(fault);
             self.rebuild_index(&mut keep, &mut out);
         }
-        self.rebuild_derived(&keep, &mut out);
+        self.rebuild_derived(&flows, &keep, &mut out);
         crate::sync::fence(Ordering::SeqCst);
         out.took = t0.elapsed();
         out
@@ -183,8 +179,7 @@ impl FlowTable {
         check: &dyn FlowCheck,
         keep: &mut [bool],
         out: &mut Recovery,
-        addrs: &mut BackendAddrs,
-        probes: &mut Probes,
+        taken: &mut Taken,
     ) {
         let mut exts = Extensions(vec![0; self.entries.len()]);
         let mut v6 = Vec::new();
@@ -195,19 +190,32 @@ impl FlowTable {
                 ST_FREE => continue,
                 ST_LIVE => {
                     exts.count(self, e as u32);
-                    match self.entry_flow(e as u32, c, now_ticks, limit, check) {
-                        Ok((d, _)) => {
-                            keep[e] = true;
-                            if d.client.is_ipv6() {
-                                v6.push(e as u32);
-                            } else {
-                                addrs.note(d.backend_id.0, d.backend);
-                                probes.push(self, e as u32, false, d.original_key());
-                                probes.push(self, e as u32, true, d.reply_key());
+                    // The many IPv4 flows: the table's checks on the words as they are.
+                    if let Some(f) = self.v4_flow(e as u32, c, now_ticks, limit) {
+                        match check.check(&f.data, f.state) {
+                            Ok(()) => {
+                                keep[e] = true;
+                                taken.flow(e as u32, c, &f.data, None);
+                                taken.tuples(self, e as u32, f.original, f.reply);
+                                continue;
                             }
-                            continue;
+                            Err(r) => out.refuse(r),
                         }
-                        Err(r) => out.refuse(r),
+                    } else {
+                        match self.entry_flow(e as u32, c, now_ticks, limit, check) {
+                            Ok((d, _)) => {
+                                keep[e] = true;
+                                let ext = self.ext_of(e as u32).filter(|_| d.client.is_ipv6());
+                                taken.flow(e as u32, c, &d, ext);
+                                if d.client.is_ipv6() {
+                                    v6.push(e as u32);
+                                } else {
+                                    taken.tuples(self, e as u32, d.original_key(), d.reply_key());
+                                }
+                                continue;
+                            }
+                            Err(r) => out.refuse(r),
+                        }
                     }
                 }
                 _ => out.torn_down += 1,
@@ -223,9 +231,8 @@ impl FlowTable {
             });
             match d {
                 Ok(d) => {
-                    addrs.note(d.backend_id.0, d.backend);
-                    probes.push(self, e, false, d.original_key());
-                    probes.push(self, e, true, d.reply_key());
+                    taken.addrs.note(d.backend_id.0, d.backend);
+                    taken.tuples(self, e, d.original_key(), d.reply_key());
                 }
                 Err(r) => self.free_refused(e, keep, out, r),
             }
@@ -375,26 +382,22 @@ impl FlowTable {
     }
 
     /// The free list, the per-backend counts, the size and the counters, from the kept
-    /// entries.
-    fn rebuild_derived(&self, keep: &[bool], out: &mut Recovery) {
+    /// entries: `flows`, what the walk took of them (those freed since are no longer in
+    /// `keep`), so that no entry is read again.
+    fn rebuild_derived(&self, flows: &[TakenFlow], keep: &[bool], out: &mut Recovery) {
         for b in self.backends.iter() {
             b.0.store(0, Ordering::Relaxed);
         }
         self.counters.0.embryonic.store(0, Ordering::Relaxed);
         self.counters.0.extensions.store(0, Ordering::Relaxed);
-        for (e, _) in keep.iter().enumerate().filter(|(_, k)| **k) {
-            let c = self.entries[e].w[W_CTL].load(Ordering::Relaxed);
-            let backend = BackendId((self.word(e as u32, W_IDS) >> 32) as u32);
-            out.flows += 1;
-            self.saw_flags((self.word(e as u32, W_META) >> 48) as u8);
-            self.count(backend.0, FlowState::from_u8(ctl_state(c)), 1);
-        }
         // The free list: every entry neither kept nor a kept flow's extension, in order.
         let mut ext = vec![false; keep.len()];
-        for (e, _) in keep.iter().enumerate().filter(|(_, k)| **k) {
-            let v6 = (self.word(e as u32, W_META) >> 40) & 1 == 1;
-            if let Some(x) = self.ext_of(e as u32).filter(|_| v6) {
-                ext[x as usize] = true;
+        for f in flows.iter().filter(|f| keep[f.entry as usize]) {
+            out.flows += 1;
+            self.saw_flags(f.flags);
+            self.count(f.backend, FlowState::from_u8(f.state), 1);
+            if f.ext != NO_EXT {
+                ext[f.ext as usize] = true;
                 self.counters.0.extensions.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -431,6 +434,59 @@ impl FlowTable {
     }
 }
 
+/// What the entries pass takes: the backend addresses, the tuples to probe, and the flows
+/// kept (what the derived state is rebuilt from).
+struct Taken {
+    addrs: BackendAddrs,
+    probes: Probes,
+    flows: Vec<TakenFlow>,
+}
+
+/// A flow the entries pass kept: what the derived state needs of it.
+struct TakenFlow {
+    entry: u32,
+    backend: u32,
+    /// Its extension entry ([`NO_EXT`] for none: an IPv4 flow).
+    ext: u32,
+    state: u8,
+    flags: u8,
+}
+
+const NO_EXT: u32 = u32::MAX;
+
+impl Taken {
+    fn for_table(t: &FlowTable) -> Taken {
+        // Two words per flow at most: no growth (and copy) of the queue during the walk.
+        let n = t.entries.len();
+        Taken {
+            addrs: BackendAddrs::default(),
+            probes: Probes::with_capacity((2 * n).min(CHUNK)),
+            flows: Vec::with_capacity(n.min(CHUNK)),
+        }
+    }
+
+    /// Flow `d` of entry `e` (control word `c`), kept; `ext` its extension (IPv6). Its
+    /// backend address is noted unless it is IPv6 (noted once its extension's claim is).
+    fn flow(&mut self, e: u32, c: u64, d: &FlowData, ext: Option<u32>) {
+        if !d.client.is_ipv6() {
+            self.addrs.note(d.backend_id.0, d.backend);
+        }
+        self.flows.push(TakenFlow {
+            entry: e,
+            backend: d.backend_id.0,
+            ext: ext.unwrap_or(NO_EXT),
+            state: ctl_state(c),
+            flags: d.flags,
+        });
+    }
+
+    /// Queues kept flow `e`'s tuples for the index checks.
+    fn tuples(&mut self, t: &FlowTable, e: u32, original: FlowKey, reply: FlowKey) {
+        self.probes.push(t, e, false, original);
+        self.probes.push(t, e, true, reply);
+    }
+}
+
 /// The index checks of the entries pass: each kept flow's two expected words are
 /// collected, and probed in the order of their home slots, a chunk at a time ([`CHUNK`]
 /// words, so memory stays bounded): the probes then walk the index forward instead of
@@ -447,8 +503,12 @@ const CHUNK: usize = if cfg!(test) { 7 } else { 1 << 20 };
 
 impl Probes {
     fn new() -> Probes {
+        Probes::with_capacity(0)
+    }
+
+    fn with_capacity(n: usize) -> Probes {
         Probes {
-            words: Vec::new(),
+            words: Vec::with_capacity(n),
             sorted: Vec::new(),
             found: 0,
         }
@@ -551,7 +611,7 @@ impl Recovery {
 
 /// The checksum-adjustment word an IPv4 entry stores for address words `cv` (client | vip)
 /// and `bs` (backend | snat) and port word `ports` (as `write_entry` computes it).
-fn v4_csum_word(cv: u64, bs: u64, ports: u64) -> u64 {
+pub(super) fn v4_csum_word(cv: u64, bs: u64, ports: u64) -> u64 {
     let (p_cv, p_bs) = (ports as u32, (ports >> 32) as u32);
     let original = v4_csum_delta((cv, p_cv), (bs.rotate_left(32), p_bs.rotate_left(16)));
     let reply = v4_csum_delta((bs, p_bs), (cv.rotate_left(32), p_cv.rotate_left(16)));
@@ -561,6 +621,8 @@ fn v4_csum_word(cv: u64, bs: u64, ports: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use std::net::SocketAddr;
+
+    use lb_algos::BackendId;
 
     use super::super::AnyFlow;
     use super::*;

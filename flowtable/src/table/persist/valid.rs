@@ -121,7 +121,14 @@ fn unicast(ip: IpAddr) -> bool {
 pub(crate) struct BackendAddrs {
     seen: HashMap<u32, (SocketAddr, Option<SocketAddr>), BuildHasherDefault<IdHasher>>,
     conflicts: usize,
+    /// Ids noted at their first address, by id modulo [`RECENT`]: noting one of these
+    /// again changes nothing, so the many flows of one backend cost a compare each, not a
+    /// hash lookup.
+    recent: Vec<Option<(u32, SocketAddr)>>,
 }
+
+/// Slots of [`BackendAddrs::recent`].
+const RECENT: usize = 256;
 
 /// A hasher for backend ids (one per adopted flow: SipHash would cost as much as the rest
 /// of the check). Fibonacci hashing; ids are not chosen by anyone who could flood it (a
@@ -148,8 +155,17 @@ impl Hasher for IdHasher {
 impl BackendAddrs {
     /// Notes a flow to backend id `id` at `addr`.
     pub(crate) fn note(&mut self, id: u32, addr: SocketAddr) {
+        if self.recent.is_empty() {
+            self.recent = vec![None; RECENT];
+        }
+        let slot = &mut self.recent[id as usize % RECENT];
+        if *slot == Some((id, addr)) {
+            return;
+        }
         let e = self.seen.entry(id).or_insert((addr, None));
-        if e.0 != addr && e.1.is_none() {
+        if e.0 == addr {
+            *slot = Some((id, addr));
+        } else if e.1.is_none() {
             e.1 = Some(addr);
             self.conflicts += 1;
         }
@@ -246,6 +262,13 @@ mod tests {
         assert!(!b.any());
         b.note(1, a2);
         assert!(b.any());
+        // Noted again at the first address (remembered) and at the second: still the one
+        // conflict, named the same.
+        b.note(1, a1);
+        b.note(1, a2);
+        b.note(1 + RECENT as u32, a2);
+        b.note(1 + RECENT as u32, a1);
+        assert_eq!(b.conflicts, 2);
         let r = b.conflict(1).unwrap();
         assert_eq!(r.field, "backend_id");
         assert!(r.value.contains("198.18.1.2:80"), "{r}");
