@@ -259,6 +259,34 @@ fn process_at_matches_process_and_allocates_nothing() {
     );
 }
 
+/// UDP datagrams in frames of 42 to 53 bytes (no Ethernet padding), too short for the fixed-
+/// offset shortcut since it wants a TCP header's room (`fast::parse`): through `process` they
+/// take the general path and get exactly what `process_general` gives them, new flow and hit.
+#[test]
+fn frames_too_short_for_the_shortcut_get_the_general_paths_result() {
+    let epoch = Instant::now();
+    let (mut p, mut general) = (pipeline(epoch), pipeline(epoch));
+    for round in 0..2 {
+        for payload in 0..12usize {
+            let mut f = Vec::new();
+            etherparse::PacketBuilder::ethernet2(CLIENT_MAC, XVS_MAC)
+                .ipv4([198, 18, 0, 1], [198, 18, 100, 53], 64)
+                .udp(30000 + payload as u16, 53)
+                .write(&mut f, &vec![0x5a; payload])
+                .unwrap();
+            assert_eq!(f.len(), 42 + payload);
+            let mut g = f.clone();
+            let v = p.process(&mut f, epoch);
+            assert_eq!(v, general.process_general(&mut g, epoch), "{payload} bytes");
+            assert_eq!(v, Verdict::Tx(0), "round {round}, {payload} bytes");
+            assert_eq!(f, g, "round {round}, {payload} bytes");
+        }
+    }
+    assert_eq!(p.counters(), general.counters());
+    assert_eq!(p.counters().new_flows, 12);
+    assert_eq!(p.flows().len(), general.flows().len());
+}
+
 /// A small deterministic generator (xorshift).
 struct Rng(u64);
 
