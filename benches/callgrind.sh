@@ -6,7 +6,8 @@
 # measured packets; set-up traffic is excluded), and divides by the bench's packet count.
 # Includes the bench's per-frame copy into the work buffer (about 10 instructions).
 #
-# Counts `Pipeline::process`, one frame at a time (`--batch 1`), unless the arguments say
+# Counts `Pipeline::process_at` (`process` with the clock read once, as a worker reads it once a
+# batch), one frame at a time (`--batch 1`), unless the arguments say
 # `--batch N`: the packet's own work. `process_batch` (the workers' path, the bench's default
 # batch) executes about 110 more instructions per packet, its staging (three passes over the
 # batch, a second index probe to prefetch the entry), and buys with them the overlapped cache

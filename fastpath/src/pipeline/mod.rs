@@ -5,7 +5,8 @@
 //! - [`Pipeline::process`] does no syscall, reads no clock, takes no lock, allocates nothing,
 //!   and never panics, whatever the bytes (proptest and a counting allocator check it). It
 //!   rewrites the frame in place when the verdict is [`Verdict::Tx`]; for every other verdict
-//!   the frame is left as it arrived.
+//!   the frame is left as it arrived. [`Pipeline::process_at`] is `process` at a [`Clock`]
+//!   (a clock reading with its flow-table time) that the caller made once for several frames.
 //! - One `Pipeline` per worker (queue q of every interface). It shares the [`FlowTable`] and the
 //!   [`AffinityTable`] with every other worker, and owns its SNAT port slice, its fragment
 //!   table and its counters. The snapshot is swapped in between batches with
@@ -413,6 +414,22 @@ impl Now for Tick {
     }
 }
 
+/// A clock reading and the flow table's time for it, computed once for the frames that share
+/// the reading ([`Pipeline::clock`], [`Pipeline::process_at`]). Of one flow table: a pipeline
+/// sharing another table (another epoch) would read another time from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Clock {
+    now: Instant,
+    tick: Tick,
+}
+
+impl Clock {
+    /// The clock reading.
+    pub fn instant(&self) -> Instant {
+        self.now
+    }
+}
+
 /// One worker's packet pipeline.
 pub struct Pipeline {
     config: PipelineConfig,
@@ -588,12 +605,41 @@ impl Pipeline {
     /// [`process_frame`](Self::process_frame) has room.
     #[inline]
     pub fn process(&mut self, frame: &mut [u8], now: Instant) -> Verdict {
+        let clock = self.clock_cached(now);
+        self.process_at(frame, clock)
+    }
+
+    /// [`process`](Self::process) at a [`Clock`] reading (from [`clock`](Self::clock)), for
+    /// a caller that reads the clock once for several frames: the same verdicts, bytes and
+    /// counters as `process(frame, clock.instant())`, without comparing the reading with the
+    /// last one per frame.
+    #[inline]
+    pub fn process_at(&mut self, frame: &mut [u8], clock: Clock) -> Verdict {
         #[cfg(debug_assertions)]
         let counted = invariants::counted(&self.counters);
-        let v = self.run(frame, now);
+        let v = self.run(frame, clock);
         #[cfg(debug_assertions)]
         self.debug_check(counted, 1, frame, v);
         v
+    }
+
+    /// `now` as a [`Clock`] of this pipeline's flow table, for
+    /// [`process_at`](Self::process_at).
+    pub fn clock(&self, now: Instant) -> Clock {
+        Clock {
+            now,
+            tick: self.flows.tick(now),
+        }
+    }
+
+    /// [`clock`](Self::clock) through the tick of the last reading (the clock is the same
+    /// for a whole batch).
+    #[inline(always)]
+    fn clock_cached(&mut self, now: Instant) -> Clock {
+        Clock {
+            now,
+            tick: self.tick(now),
+        }
     }
 
     /// The [`invariants`] of one call that processed `frames` frames, `counted` before it;
@@ -620,7 +666,8 @@ impl Pipeline {
         #[cfg(debug_assertions)]
         let counted = invariants::counted(&self.counters);
         let n = (*len).min(buf.len());
-        let v = self.run(&mut buf[..n], now);
+        let clock = self.clock_cached(now);
+        let v = self.run(&mut buf[..n], clock);
         if !wants_room(v) || buf.len() <= n {
             let mut end = n;
             if let Verdict::Reject { .. } = v {
@@ -733,12 +780,12 @@ impl Pipeline {
 
     /// One frame, counted.
     #[inline(always)]
-    fn run(&mut self, frame: &mut [u8], now: Instant) -> Verdict {
+    fn run(&mut self, frame: &mut [u8], clock: Clock) -> Verdict {
         if let Some(v) = fast::parse(frame) {
             let key = self.flows.v4_key(v.protocol, v.addrs, v.ports);
-            return self.run_v4(frame, v, key, now);
+            return self.run_v4(frame, v, key, clock);
         }
-        let v = self.run_general(frame, now);
+        let v = self.run_general(frame, clock.now);
         self.count(v)
     }
 
@@ -747,14 +794,14 @@ impl Pipeline {
     ///
     /// [`Packet`]: classify::Packet
     #[inline(always)]
-    fn run_v4(&mut self, frame: &mut [u8], v: fast::V4, key: V4Key, now: Instant) -> Verdict {
+    fn run_v4(&mut self, frame: &mut [u8], v: fast::V4, key: V4Key, clock: Clock) -> Verdict {
         let Some(hit) = self.flows.lookup_v4(&key) else {
-            return self.miss_v4(frame, &key, now);
+            return self.miss_v4(frame, &key, clock.now);
         };
         if guard::guarded(v.flags) {
-            return self.guarded_v4(frame, now);
+            return self.guarded_v4(frame, clock.now);
         }
-        self.forward_v4::<true>(frame, &v, &hit, now)
+        self.forward_v4::<true>(frame, &v, &hit, clock.tick)
     }
 
     /// [`run_v4`](Self::run_v4) for a SYN, FIN or RST that found a flow, counted: through
