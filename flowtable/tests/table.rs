@@ -654,3 +654,77 @@ fn a_pending_v4_insert_carries_the_checksum_delta_and_the_generation() {
         }
     }
 }
+
+/// `insert_v4_delta` (one go, inlined) is the two halves: for flows made, taken original
+/// tuples, taken reply tuples and invalid flows, two tables given the same inserts answer the
+/// same results (the original direction's checksum delta included), hold the same flows and
+/// count the same.
+#[test]
+fn the_v4_insert_in_one_go_is_the_two_halves() {
+    let (halves, epoch) = table(64);
+    // (The same epoch: flows' last-seen instants compare equal.)
+    let one_go = FlowTable::new(FlowTableConfig::new(64, 8), epoch).unwrap();
+    let tick = halves.tick(epoch);
+    let flow = |t: &FlowTable, i: u32, reply_port: u16, backend: u32| {
+        let o = t.v4_key(
+            Protocol::Tcp,
+            u64::from(0xc612_0000 + i) | 0xc612_6401 << 32,
+            u32::from(10_000 + i as u16) | 80 << 16,
+        );
+        let r = t.v4_key(
+            Protocol::Tcp,
+            0xc612_0101 | 0xc612_c801 << 32,
+            8080 | u32::from(reply_port) << 16,
+        );
+        V4Flow {
+            original: o,
+            reply: r,
+            service_id: 7,
+            backend_id: BackendId(backend),
+            snapshot_gen: i,
+            flags: 0,
+        }
+    };
+    // (flow, reply port, backend): new flows, an original tuple again, a reply tuple again,
+    // a backend id past backends_max (8).
+    let cases = [
+        (1, 20_001, 1),
+        (2, 20_002, 1),
+        (1, 20_009, 1),
+        (3, 20_001, 2),
+        (4, 20_004, 8),
+        (5, 20_005, 3),
+    ];
+    let mut made = 0;
+    for (i, port, backend) in cases {
+        let (a, b) = (
+            flow(&halves, i, port, backend),
+            flow(&one_go, i, port, backend),
+        );
+        let want = halves
+            .insert_v4_begin(&a, TcpFlags::SYN, tick)
+            .and_then(|p| {
+                let csum = p.csum_delta();
+                halves.insert_v4_finish(p).map(|h| (h, csum))
+            });
+        let got = one_go.insert_v4_delta(&b, TcpFlags::SYN, tick);
+        assert_eq!(got, want, "flow {i}");
+        if let Ok((h, csum)) = got {
+            made += 1;
+            let out = (
+                b.reply.addrs().rotate_left(32),
+                b.reply.ports().rotate_left(16),
+            );
+            let from = (b.original.addrs(), b.original.ports());
+            assert_eq!(csum, v4_csum_delta(from, out), "flow {i}");
+            assert_eq!(one_go.get(h), halves.get(h), "flow {i}");
+            for k in [b.original, b.reply] {
+                assert_eq!(one_go.lookup_v4(&k).map(|x| x.handle()), Some(h));
+            }
+        }
+    }
+    assert_eq!(made, 3, "flows 1, 2 and 5; 1 again, 3 and 4 refused");
+    assert_eq!(one_go.stats(), halves.stats());
+    assert_eq!(one_go.stats().exists, 1);
+    assert_eq!(one_go.stats().reply_in_use, 1);
+}
