@@ -240,24 +240,11 @@ impl Index {
     /// consistency at least one of them reads the other's word after its CAS, and whoever
     /// sees another's word retracts; the retry's step (1) then reports the survivor.
     ///
-    /// Out of line: a worker's batch loop calls it (for a new flow's reply tuple), and
-    /// inlined there it costs the loop's other packets (`FlowTable::insert_v4_delta`).
-    #[inline(never)]
-    pub(crate) fn insert(&self, hash: u64, word: u64, same_key: impl Fn(u64) -> bool) -> Claim {
-        self.insert_inline(hash, word, same_key)
-    }
-
-    /// [`insert`](Self::insert), inlined into its caller: an entry's original tuple (its
-    /// insert's first half, out of line itself), and both tuples of an insert of one flow in
-    /// one go (`FlowTable::insert_v4_delta`), where the calls cost more than the code they
-    /// would share.
+    /// Inlined into its callers, a new flow's two among them (the insert's halves), where a
+    /// call cost more than the code it would share: its prologue, epilogue and spills, about
+    /// 25 instructions (`benches/callgrind.sh --mix syn`).
     #[inline(always)]
-    pub(crate) fn insert_inline(
-        &self,
-        hash: u64,
-        word: u64,
-        same_key: impl Fn(u64) -> bool,
-    ) -> Claim {
+    pub(crate) fn insert(&self, hash: u64, word: u64, same_key: impl Fn(u64) -> bool) -> Claim {
         debug_assert!(
             is_live(word) && tag_matches(word, hash),
             "inserting index word {word:#x} for hash {hash:#x}"

@@ -36,8 +36,7 @@
 //!   [`V4Hit`]: the rewrite and its checksum adjustment) and [`FlowTable::touch_v4`]; on a
 //!   miss, [`FlowTable::insert_v4`] (a [`V4Flow`]), which also comes in two halves
 //!   ([`FlowTable::insert_v4_begin`], [`FlowTable::insert_v4_finish`]) so that a worker can do
-//!   other work while the reply tuple's index slot is fetched, and in one go inlined whole
-//!   ([`FlowTable::insert_v4_delta`], for frame-by-frame callers). A receive batch overlaps its
+//!   other work while the reply tuple's index slot is fetched. A receive batch overlaps its
 //!   cache misses with [`FlowTable::prefetch_index_v4`] then [`FlowTable::prefetch_entry_v4`].
 //! - any other packet: [`FlowTable::lookup_hit`] (a small `Copy` [`FlowHit`] with the
 //!   translated endpoints) and [`FlowTable::touch`]; on a miss, [`FlowTable::insert`] (a

@@ -223,25 +223,6 @@ fn a_two_step_v4_insert_races_an_insert_of_the_same_flow() {
 }
 
 #[test]
-fn a_v4_insert_in_one_go_races_an_insert_of_the_same_flow() {
-    loom::model(|| {
-        let (t, now) = table();
-        let t2 = t.clone();
-        let j = loom::thread::spawn(move || t2.insert(&flow(1), TcpFlags::NONE, t2.tick(now)));
-        let v4 = flow_v4(&t, 1);
-        let a = t.insert_v4_delta(&v4, TcpFlags::NONE, t.tick(now));
-        let b = j.join().unwrap();
-        let ok = [a.is_ok(), b.is_ok()].iter().filter(|x| **x).count();
-        assert_eq!(ok, 1, "{a:?} {b:?}");
-        let (h, _) = t.lookup(&flow(1).original_key()).unwrap();
-        assert_eq!(t.lookup(&flow(1).reply_key()).unwrap().0, h);
-        assert_eq!(t.get(h).unwrap().data, flow(1));
-        assert_eq!(t.len(), 1);
-        assert_eq!(t.inactive(BackendId(0)), 1);
-    });
-}
-
-#[test]
 fn two_inserts_of_one_flow_over_tombstones_make_one_entry() {
     loom::model(|| {
         let (t, now) = table();

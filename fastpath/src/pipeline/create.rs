@@ -380,13 +380,9 @@ impl Pipeline {
                 None => return verdict,
             },
         };
-        // The insert in one go, inlined, index inserts and all (the batch's loop calls its
-        // halves instead, `begin_v4` and `finish_v4`: `FlowTable::insert_v4_delta`). The same
-        // outcomes as the halves: `begin_v4` never reports a reply tuple in use.
-        let out = match self.flows.insert_v4_delta(&nv.flow, nv.tcp_flags, nv.tick) {
-            Ok((h, csum)) => self.inserted_v4(nv, Ok(h), csum),
-            Err(InsertError::ReplyInUse(h)) if nv.snat.is_some() => self.next_snat_ports(nv, h),
-            Err(e) => self.begin_failed(nv, e),
+        let out = match self.begin_v4(nv) {
+            Begun::Pending(p) => self.finish_v4(nv, p),
+            Begun::Done(out) => out,
         };
         self.complete_v4(frame, nv, out)
     }
@@ -514,10 +510,9 @@ impl Pipeline {
         }
     }
 
-    /// [`begin_v4`](Self::begin_v4)'s insert, or `new_flow_v4`'s in one go, made no flow (it
-    /// existed: adopted; the table is full...; not a reply tuple in use that a fullnat flow
-    /// tries other ports for): out of line, so that [`inserted_v4`](Self::inserted_v4) is
-    /// inlined once into each path's finish.
+    /// [`begin_v4`](Self::begin_v4)'s insert made no flow (it existed: adopted; the table is
+    /// full...): out of line, so that [`inserted_v4`](Self::inserted_v4) is inlined once,
+    /// into the finish.
     #[cold]
     #[inline(never)]
     fn begin_failed(&mut self, nv: &NewV4, e: InsertError) -> Result<Out, DropReason> {

@@ -114,7 +114,7 @@ impl FlowTable {
     ) -> Result<FlowHandle, InsertError> {
         let oh = original.0;
         self.publish_original(e, backend, state.to_u8(), original)?;
-        self.publish_reply::<false>(e, gen_, backend, oh, reply)
+        self.publish_reply(e, gen_, backend, oh, reply)
     }
 
     /// First half of publishing entry `e` (in state `code`, [`FlowState::to_u8`]): count it
@@ -133,7 +133,7 @@ impl FlowTable {
         self.count_code(backend, code, 1);
         match self
             .index
-            .insert_inline(oh, index::make_word(oh, false, e), same_original)
+            .insert(oh, index::make_word(oh, false, e), same_original)
         {
             Claim::Done => Ok(()),
             claim => Err(self.tear_down(e, backend, claim, false)),
@@ -141,10 +141,9 @@ impl FlowTable {
     }
 
     /// Second half: index the reply tuple and make the entry LIVE; on a conflict withdraw the
-    /// original tuple's word (hash `oh`) and tear the entry down. `INLINE`: the index insert
-    /// inlined ([`Index::insert_inline`](crate::index::Index::insert_inline)), else called.
+    /// original tuple's word (hash `oh`) and tear the entry down.
     #[inline(always)]
-    pub(super) fn publish_reply<const INLINE: bool>(
+    pub(super) fn publish_reply(
         &self,
         e: u32,
         gen_: u64,
@@ -152,13 +151,10 @@ impl FlowTable {
         oh: u64,
         (rh, same_reply): (u64, impl Fn(u64) -> bool),
     ) -> Result<FlowHandle, InsertError> {
-        let word = index::make_word(rh, true, e);
-        let claim = if INLINE {
-            self.index.insert_inline(rh, word, same_reply)
-        } else {
-            self.index.insert(rh, word, same_reply)
-        };
-        match claim {
+        match self
+            .index
+            .insert(rh, index::make_word(rh, true, e), same_reply)
+        {
             Claim::Done => {
                 // Counted before the entry is LIVE (removable): its departure is counted after.
                 self.counters.0.inserted.fetch_add(1, Ordering::Relaxed);

@@ -401,39 +401,12 @@ impl FlowTable {
     /// Errors: [`InsertError::Exists`] (the original tuple is taken), `Full`, `IndexFull`,
     /// `Invalid`; never `ReplyInUse` (that is `insert_v4_finish`'s to say).
     ///
-    /// Out of line: a worker's batch loop calls it, and inlined there it costs the loop's
-    /// other packets ([`insert_v4_delta`](Self::insert_v4_delta) is the inlined insert).
-    #[inline(never)]
+    /// Inlined into its caller (a worker's new-flow stage), with its index insert: called, its
+    /// arguments, the pending insert it returns and its spills went through memory (with
+    /// the index inserts inlined: `benches/callgrind.sh --mix syn` 1,041.2 to 964.7
+    /// instructions a SYN frame by frame).
+    #[inline(always)]
     pub fn insert_v4_begin(
-        &self,
-        flow: &V4Flow,
-        tcp_flags: TcpFlags,
-        now: Tick,
-    ) -> Result<PendingV4, InsertError> {
-        self.begin_v4(flow, tcp_flags, now)
-    }
-
-    /// [`insert_v4`](Self::insert_v4) in one go, inlined whole (its index inserts too), and
-    /// with the original direction's checksum delta ([`PendingV4::csum_delta`]): the same
-    /// flow, errors and counts. For a caller that inserts one flow at a time (a worker's
-    /// frame-by-frame `Pipeline::process`), where calling the halves and the index inserts
-    /// out of line cost about 77 instructions a flow (`benches/callgrind.sh --mix syn`); a
-    /// batch's loop calls the halves instead (inlined there, they cost its other packets).
-    #[inline(always)]
-    pub fn insert_v4_delta(
-        &self,
-        flow: &V4Flow,
-        tcp_flags: TcpFlags,
-        now: Tick,
-    ) -> Result<(FlowHandle, u32), InsertError> {
-        let p = self.begin_v4(flow, tcp_flags, now)?;
-        let csum = p.csum_delta();
-        self.finish_v4::<true>(p).map(|h| (h, csum))
-    }
-
-    /// [`insert_v4_begin`](Self::insert_v4_begin), inlined.
-    #[inline(always)]
-    fn begin_v4(
         &self,
         flow: &V4Flow,
         tcp_flags: TcpFlags,
@@ -477,13 +450,7 @@ impl FlowTable {
     /// frees it.
     #[inline]
     pub fn insert_v4_finish(&self, p: PendingV4) -> Result<FlowHandle, InsertError> {
-        self.finish_v4::<false>(p)
-    }
-
-    /// [`insert_v4_finish`](Self::insert_v4_finish); `INLINE`: its index insert inlined.
-    #[inline(always)]
-    fn finish_v4<const INLINE: bool>(&self, p: PendingV4) -> Result<FlowHandle, InsertError> {
-        self.publish_reply::<INLINE>(
+        self.publish_reply(
             p.entry,
             p.gen_(),
             p.backend,
