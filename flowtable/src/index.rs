@@ -239,6 +239,11 @@ impl Index {
     /// reads `p` after it was cleared (`EMPTY`: retry). And two inserts of one key: by sequential
     /// consistency at least one of them reads the other's word after its CAS, and whoever
     /// sees another's word retracts; the retry's step (1) then reports the survivor.
+    ///
+    /// Inlined into its callers, a new flow's two among them (the insert's halves), where a
+    /// call cost more than the code it would share: its prologue, epilogue and spills, about
+    /// 25 instructions (`benches/callgrind.sh --mix syn`).
+    #[inline(always)]
     pub(crate) fn insert(&self, hash: u64, word: u64, same_key: impl Fn(u64) -> bool) -> Claim {
         debug_assert!(
             is_live(word) && tag_matches(word, hash),

@@ -329,10 +329,13 @@ impl Pipeline {
     /// Stage 3 for frame `i` (parsed as `p`) when its lookup missed, or (`found`)
     /// found a flow still being inserted while flows wait, or found a flow and the frame is
     /// a SYN, FIN or RST (the state guard's; a SYN may reopen it, port reuse): the frame's
-    /// counted verdict, or `None` when it waits as a new flow. (Inlined into the batch's
-    /// loop, with the finish of the oldest waiting flow: called out of line, its arguments,
-    /// prologue and epilogue cost about 40 instructions a new flow.)
-    #[inline(always)]
+    /// counted verdict, or `None` when it waits as a new flow. (Out of line, with the finish
+    /// of the oldest waiting flow and the flow table's insert, both its halves and their
+    /// index inserts, inlined into it: inlined into the batch's loop, the new-flow code cost
+    /// the loop's established packets about 9 instructions each, its registers; and the
+    /// insert inlined saves a new flow more than the call costs. `benches/callgrind.sh
+    /// --batch 64`: established 342.5 to 333.7, SYN 1,168.3 to 1,153.3.)
+    #[inline(never)]
     fn miss_staged<B: FrameBatch + ?Sized>(
         &mut self,
         frames: &mut B,

@@ -63,11 +63,13 @@ impl Pipeline {
         let Some(svc) = self.snapshot.service_for(&fe) else {
             return Err(self.unserved(t.src, t.dst, ttl));
         };
+        self.source_check(t.src).map_err(Verdict::Drop)?;
         self.schedule_in(svc, t, (protocol, flags, ttl), synproxy, now)
     }
 
     /// The checks and the scheduler of a new flow for `t` at service `svc`, in one order for
-    /// every path: the source (martian or xvs's own: `hygiene`), the TTL, whether the SYN
+    /// every path: the source (martian or xvs's own: `hygiene`; checked by the callers
+    /// just before, `source_check` or `source_check_v4`), the TTL, whether the SYN
     /// proxy takes the packet (when `synproxy`: then `Err(SYNPROXY)`, and the caller hands
     /// it the frame), whether the packet may open a flow, source ranges, the freeze
     /// switches, the rate limit, then the scheduler; a service without a usable backend
@@ -82,7 +84,6 @@ impl Pipeline {
         now: Instant,
     ) -> Result<Scheduled, Verdict> {
         let snapshot = &*self.snapshot;
-        self.source_check(t.src).map_err(Verdict::Drop)?;
         if ttl <= 1 {
             return Err(Verdict::Drop(DropReason::TtlExceeded));
         }
@@ -409,6 +410,7 @@ impl Pipeline {
         if matches!(svc.mode, Mode::Dsr(_)) {
             return Err(dsr::GENERAL);
         }
+        self.source_check_v4(v.src()).map_err(Verdict::Drop)?;
         // (Made once the frontend is known, in one place: made first, its addresses were
         // built apart and copied in piece by piece.)
         let tuple = FlowTuple {

@@ -127,6 +127,20 @@ impl Pipeline {
         Ok(())
     }
 
+    /// [`source_check`](Self::source_check) for an IPv4 source (`Ipv4Addr::to_bits`): the
+    /// same answer, without an `IpAddr` (the IPv4 shortcut's new flows).
+    #[inline(always)]
+    pub(super) fn source_check_v4(&self, src: u32) -> Result<(), DropReason> {
+        if hygiene::martian_v4(src) {
+            return Err(DropReason::MartianSource);
+        }
+        let own = self.config.snat_v4.is_some_and(|a| a.to_bits() == src);
+        if own || self.snapshot.is_vip_v4(src) {
+            return Err(DropReason::OwnAddressSource);
+        }
+        Ok(())
+    }
+
     /// A packet of a known flow; `touch`: its state change and time are recorded (not for a
     /// packet the state guard holds).
     #[inline]

@@ -924,7 +924,10 @@ impl Pipeline {
 
     /// [`run_v4`](Self::run_v4) without a flow, counted. Kept out of line and given only the
     /// key (the rest is read again from the frame; the key, not hashed again), so that the
-    /// hit path keeps the parsed fields in registers (and counts nothing but `Tx`).
+    /// hit path keeps the parsed fields in registers (and counts nothing but `Tx`). Cold:
+    /// laid out for the hit, the frame-by-frame loop spends no jump per established packet
+    /// (`benches/callgrind.sh`: established 254.5 to 253.5, a SYN 1.7 dearer).
+    #[cold]
     #[inline(never)]
     fn miss_v4(&mut self, frame: &mut [u8], key: &V4Key, now: Instant) -> Verdict {
         let v = fast::V4::reread(frame, key.addrs(), key.ports());

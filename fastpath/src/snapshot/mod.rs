@@ -154,6 +154,12 @@ impl Snapshot {
         self.vips.contains(vip)
     }
 
+    /// [`is_vip`](Self::is_vip) for an IPv4 address (`Ipv4Addr::to_bits`).
+    #[inline]
+    pub fn is_vip_v4(&self, vip: u32) -> bool {
+        self.vips.v4.binary_search(&vip).is_ok()
+    }
+
     /// Whether `ip` is a ClusterIP (the address of a `cluster_ip` spec's frontend; a binary
     /// search).
     #[inline]
