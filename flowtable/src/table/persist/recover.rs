@@ -619,7 +619,7 @@ pub(super) fn v4_csum_word(cv: u64, bs: u64, ports: u64) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::net::SocketAddr;
 
     use lb_algos::BackendId;
@@ -631,6 +631,12 @@ mod tests {
     use crate::{ConnCounts, Direction, FlowTableConfig};
 
     fn flow(i: u16) -> FlowData {
+        flow_of(i, 2)
+    }
+
+    /// Flow `i` of a TCP service: client port 1000 + i, SNAT port 2000 + i, backend id
+    /// i modulo `ids` (one backend address for all).
+    pub(in super::super) fn flow_of(i: u16, ids: u16) -> FlowData {
         let sa = |s: &str| s.parse::<SocketAddr>().unwrap();
         FlowData {
             proto: Protocol::Tcp,
@@ -639,7 +645,7 @@ mod tests {
             backend: sa("198.18.1.1:8080"),
             snat: SocketAddr::new(sa("198.18.0.254:0").ip(), 2000 + i),
             service_id: 1,
-            backend_id: BackendId(u32::from(i % 2)),
+            backend_id: BackendId(u32::from(i % ids)),
             snapshot_gen: 1,
             flags: 0,
         }

@@ -145,18 +145,7 @@ mod tests {
     }
 
     fn flow(i: u16) -> FlowData {
-        let sa = |s: &str| s.parse::<SocketAddr>().unwrap();
-        FlowData {
-            proto: Protocol::Tcp,
-            client: SocketAddr::new(sa("198.18.0.1:0").ip(), 1000 + i),
-            vip: sa("198.18.100.1:80"),
-            backend: sa("198.18.1.1:8080"),
-            snat: SocketAddr::new(sa("198.18.0.254:0").ip(), 2000 + i),
-            service_id: 1,
-            backend_id: BackendId(u32::from(i % 4)),
-            snapshot_gen: 1,
-            flags: 0,
-        }
+        super::super::recover::tests::flow_of(i, 4)
     }
 
     /// The shortcut and `entry_flow` agree on every entry: the same entries pass, with the
