@@ -19,9 +19,10 @@
 //! through the wire views (`crate::wire`). This file, and the rewrite it feeds
 //! (`nat::rewrite_v4_delta`, which stores both addresses and both ports as one word each),
 //! read fixed offsets with whole-word loads instead, because measured they are what makes
-//! the common packet cheap: `benches/callgrind.sh` counts 245.5 instructions for an
+//! the common packet cheap: `benches/callgrind.sh` counted 248.5 instructions for an
 //! established packet through this path against 949 through the general path (`--general`),
-//! and 1,400 against 2,235 for a new flow's SYN (`--mix syn`).
+//! and 1,400 against 2,235 for a new flow's SYN (`--mix syn`), when both were measured
+//! (docs/benchmarks.md; the shortcut is at 240.5 and 948.2 since).
 
 use flowtable::Protocol;
 
