@@ -14,6 +14,16 @@ fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
+/// The test client's flow (198.18.0.2:1000) to `vip`:80.
+fn client_flow(vip: &str) -> FlowTuple {
+    FlowTuple {
+        src: ip("198.18.0.2"),
+        src_port: 1000,
+        dst: ip(vip),
+        dst_port: 80,
+    }
+}
+
 fn snapshot(l2: &L2Table) -> Snapshot {
     let cfg = config::parse(
         "[dataplane]\nsnat_addresses = [\"198.18.1.254\"]\n[[services]]\nname = \"web\"\nvip = \"198.18.100.1\"\nport = 80\nprotocol = \"tcp\"\nbackends = [{ addr = \"198.18.1.1:8080\" }, { addr = \"198.18.1.2:8080\" }]\n",
@@ -187,12 +197,7 @@ fn unchanged_services_keep_their_scheduler_state_across_builds() {
     .unwrap();
     let epoch = Instant::now();
     let affinity = AffinityTable::new(16, epoch);
-    let flow = FlowTuple {
-        src: ip("198.18.0.2"),
-        src_port: 1000,
-        dst: ip("198.18.100.1"),
-        dst_port: 80,
-    };
+    let flow = client_flow("198.18.100.1");
     let pick = |s: &Snapshot, svc: usize| {
         s.services[svc]
             .schedule(&flow, &NoCounts, &affinity, epoch)
@@ -268,12 +273,7 @@ fn entries_are_reused_by_name_when_positions_move() {
     // Advance b's rr cursor: a rebuilt entry would start over.
     let epoch = Instant::now();
     let affinity = AffinityTable::new(16, epoch);
-    let flow = FlowTuple {
-        src: ip("198.18.0.2"),
-        src_port: 1000,
-        dst: ip("198.18.100.2"),
-        dst_port: 80,
-    };
+    let flow = client_flow("198.18.100.2");
     assert_eq!(b1.schedule(&flow, &NoCounts, &affinity, epoch), Ok(0));
     // a and c arrive around them.
     specs = vec![
@@ -647,12 +647,7 @@ fn schedule_says_why_no_backend_with_and_without_affinity() {
     let s = b.build(&specs, &L2Table::default()).unwrap();
     let epoch = Instant::now();
     let affinity = AffinityTable::new(16, epoch);
-    let flow = FlowTuple {
-        src: ip("198.18.0.2"),
-        src_port: 1000,
-        dst: ip("198.18.100.1"),
-        dst_port: 80,
-    };
+    let flow = client_flow("198.18.100.1");
     let pick = |name: &str| {
         let svc = s.services.iter().find(|x| x.name == name).unwrap();
         svc.schedule(&flow, &NoCounts, &affinity, epoch)
