@@ -38,8 +38,11 @@
 //!    recovery pass (the clean mark is not trusted more than at a restart), opens the rest
 //!    of the state, publishes the first snapshot and starts its workers on the adopted
 //!    sockets, from the rings' indices as the old workers left them. Meanwhile (the pause:
-//!    nobody polls; its parts are the "takeover: the workers poll again" log line) the
-//!    kernel receives into the frames the fill rings hold. Then it waits for the old
+//!    no worker polls; its parts are the "takeover: the workers poll again" log line) a
+//!    thread of the new process keeps the rings moving from the moment the frame states
+//!    are in ([`GapKeeper`]): it holds what the rx rings receive and gives the fill rings
+//!    the free frames, so what arrives waits in the whole UMEM rather than in one rx ring;
+//!    the workers process the held frames first, in order. Then it waits for the old
 //!    process to be gone ([`OldProcess::wait`]) before it binds what that one listened on
 //!    (flow sync, the admin servers).
 //!
@@ -56,6 +59,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use fastpath::xsk::gap::GapKeeper;
 use fastpath::xsk::handover::{Export, FrameState, SetMeta};
 use fastpath::xsk::{XskSet, XskSettings};
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
@@ -415,8 +419,9 @@ pub struct Pending {
 /// A takeover after its switch: what the new process starts from.
 pub struct Switched {
     /// The adopted sets, resumed from the frame states the old workers left, one per
-    /// queue in queue order.
-    pub sets: Vec<XskSet>,
+    /// queue in queue order, kept receiving from the moment they were resumed until the
+    /// workers start ([`GapKeeper`]).
+    pub kept: GapKeeper,
     /// The state files handed over (the rest are unlocked: the old process is gone).
     pub state: Handed,
     /// The process taken over, which exits on its own.
@@ -496,6 +501,8 @@ impl Pending {
             wait_unlocked(&self_locks(&state_dir));
             return None;
         }
+        let workers = sets.len();
+        let kept = GapKeeper::start(sets);
         let resumed = Instant::now();
         let states_ms = resumed.duration_since(t0).as_secs_f64() * 1e3;
         let [flows, affinity] = self_locks(&state_dir);
@@ -512,9 +519,9 @@ impl Pending {
             wait_exit(pid);
             wait_unlocked(&unlocked);
         }
-        tracing::info!(target: "xvs", old_pid = pid, workers = sets.len(), states_ms, state_handed = ?state.names(), waited_ms = t0.elapsed().as_secs_f64() * 1e3, "took over the AF_XDP sockets of the running xvs");
+        tracing::info!(target: "xvs", old_pid = pid, workers, states_ms, state_handed = ?state.names(), waited_ms = t0.elapsed().as_secs_f64() * 1e3, "took over the AF_XDP sockets of the running xvs");
         Some(Switched {
-            sets,
+            kept,
             state,
             old: OldProcess { pid },
             at: t0,

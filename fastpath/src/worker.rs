@@ -46,6 +46,7 @@
 //! Every buffer the loop touches (rx, completion and tx staging arrays, the free stack) is
 //! allocated before the loop starts; the loop allocates nothing.
 
+use std::collections::VecDeque;
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -426,6 +427,10 @@ pub struct Worker {
     stage: Vec<Vec<Desc>>,
     /// Per port: frames currently given to that socket's fill ring.
     in_fill: Vec<u32>,
+    /// Per port: frames a takeover's pause took off the rx ring ([`crate::xsk::gap`]),
+    /// processed before anything on the ring (empty after the first polls, and always
+    /// without a takeover).
+    held: Vec<VecDeque<Desc>>,
     /// Ports whose socket's NAPI id is still to be checked (`napi_busy_poll`: once, at the
     /// first frames; see [`napi::check_napi_id`]).
     napi_unchecked: Vec<bool>,
@@ -467,6 +472,18 @@ impl Worker {
         let napi_busy_poll = spec.napi_busy_poll;
         let pool = FramePool::new(std::mem::take(&mut xsk.frames), xsk.frames());
         let in_fill = std::mem::take(&mut xsk.in_fill);
+        let mut rings = vec![RingCounters::default(); ports];
+        let mut held: Vec<VecDeque<Desc>> = (0..ports).map(|_| VecDeque::new()).collect();
+        for ((h, r), kept) in held
+            .iter_mut()
+            .zip(&mut rings)
+            .zip(std::mem::take(&mut xsk.held))
+        {
+            *h = kept.frames;
+            r.filled = kept.filled;
+            r.received = kept.received;
+            r.completed = kept.completed;
+        }
         let mut w = Worker {
             spec: WorkerSpec { batch_size, ..spec },
             xsk,
@@ -479,11 +496,12 @@ impl Worker {
             verdicts: vec![Verdict::Pass; batch_size],
             stage: (0..ports).map(|_| Vec::with_capacity(batch_size)).collect(),
             in_fill,
+            held,
             napi_unchecked: vec![napi_busy_poll; ports],
             busy_since: None,
             last_sweep: Instant::now(),
             local: Local {
-                rings: vec![RingCounters::default(); ports],
+                rings,
                 ..Local::default()
             },
         };
@@ -606,19 +624,14 @@ impl Worker {
 
     /// One rx batch of `port`, processed and transmitted.
     fn receive(&mut self, port: usize, now: Instant) -> bool {
-        let Some(s) = self.xsk.ports[port].as_mut() else {
+        let n = if self.held[port].is_empty() {
+            self.take_rx(port)
+        } else {
+            self.take_held(port)
+        };
+        let Some(s) = self.xsk.ports[port].as_ref().filter(|_| n > 0) else {
             return false;
         };
-        if self.spec.napi_busy_poll && !wake_rx(s.fd()) {
-            self.local.wakeup_errors += 1;
-        }
-        // SAFETY: the descriptors written are frames of this UMEM, now owned by us.
-        let n = unsafe { s.rings.rx.consume_rx(&mut self.batch) };
-        if n == 0 {
-            return false;
-        }
-        self.in_fill[port] = self.in_fill[port].saturating_sub(n as u32);
-        self.local.rings[port].received += n as u64;
         if self.napi_unchecked[port] {
             self.napi_unchecked[port] = false;
             napi::check_napi_id(s.fd(), &s.ifname, self.spec.queue);
@@ -654,6 +667,40 @@ impl Worker {
         }
         self.transmit();
         true
+    }
+
+    /// The next batch of `port`'s rx ring into `self.batch`.
+    #[inline]
+    fn take_rx(&mut self, port: usize) -> usize {
+        let Some(s) = self.xsk.ports[port].as_mut() else {
+            return 0;
+        };
+        if self.spec.napi_busy_poll && !wake_rx(s.fd()) {
+            self.local.wakeup_errors += 1;
+        }
+        // SAFETY: the descriptors written are frames of this UMEM, now owned by us.
+        let n = unsafe { s.rings.rx.consume_rx(&mut self.batch) };
+        self.in_fill[port] = self.in_fill[port].saturating_sub(n as u32);
+        self.local.rings[port].received += n as u64;
+        n
+    }
+
+    /// The next batch of `port`'s held frames ([`crate::xsk::gap`]) into `self.batch`: at
+    /// most what every tx ring has room for (a batch's verdicts may send each frame to any
+    /// port, and producing to a tx ring is all or nothing), so none is dropped for a full
+    /// ring; 0 while they are full (the poll's kick empties them).
+    #[cold]
+    fn take_held(&mut self, port: usize) -> usize {
+        let room = (self.xsk.ports.iter_mut().flatten())
+            .map(|s| s.rings.tx.nb_free_exact() as usize)
+            .min()
+            .unwrap_or(0);
+        let held = &mut self.held[port];
+        let n = held.len().min(room).min(self.batch.len());
+        for (slot, d) in self.batch.iter_mut().zip(held.drain(..n)) {
+            *slot = d;
+        }
+        n
     }
 
     /// Produces every staged descriptor on its port's tx ring and kicks the kernel.
@@ -760,6 +807,19 @@ impl Worker {
     /// to receive into while nobody polls (a hand-over's gap), and returns the sockets with
     /// the free frames and fill counts ([`crate::xsk::handover::FrameState`]).
     pub fn hand_back(mut self) -> XskSet {
+        // Held frames not processed yet (a stop right after a takeover): free again, and
+        // their packets lost, which the log says.
+        let unprocessed: usize = self.held.iter().map(VecDeque::len).sum();
+        if unprocessed > 0 {
+            tracing::warn!(
+                worker = self.spec.index,
+                frames = unprocessed,
+                "stopped before processing the frames held during the takeover's pause: dropped"
+            );
+            for d in self.held.iter_mut().flat_map(|h| h.drain(..)) {
+                self.pool.put(d);
+            }
+        }
         for (port, s) in self.xsk.ports.iter_mut().enumerate() {
             let Some(s) = s else { continue };
             let room = s.rings.fill.nb_free_exact() as usize;

@@ -107,6 +107,11 @@ pub struct Restart {
     /// That pause's parts in the order logged (`parts_ms`: name, ms).
     #[serde(default)]
     pub pause_parts_ms: Vec<(String, f64)>,
+    /// Frames the new process held for its workers during that pause (`held_frames`: what
+    /// arrived while no worker polled, kept in the UMEM's free frames); null for a restart
+    /// and in results from before it.
+    #[serde(default)]
+    pub held_frames: Option<u64>,
     /// Established TCP flows right after the new process was ready.
     pub established_after: Option<u64>,
     /// Flows forwarded before the signal.
@@ -183,6 +188,8 @@ pub struct LogFigures {
     pub pause_ms: Option<f64>,
     /// Its `parts_ms`, in order.
     pub pause_parts_ms: Vec<(String, f64)>,
+    /// Its `held_frames`.
+    pub held_frames: Option<u64>,
 }
 
 /// Start-up steps xvs logs, by a piece of their message: the step's name is the time of the
@@ -219,6 +226,7 @@ pub fn parse_log(text: &str, signal_wall_ns: u64) -> LogFigures {
         if line.contains("takeover: the workers poll again") {
             out.pause_ms = field(&line, "pause_ms").and_then(|v| v.parse().ok());
             out.pause_parts_ms = pause_parts(&line);
+            out.held_frames = field(&line, "held_frames").and_then(|v| v.parse().ok());
         }
     }
     out
@@ -333,6 +341,8 @@ pub fn key_values(r: &Restarts) -> String {
             let recovery = part("recovery").map(|(_, v)| *v).or(x.adoption_ms);
             let _ = writeln!(s, "{prefix}pause_ms={}", opt(x.pause_ms));
             let _ = writeln!(s, "{prefix}recovery_ms={}", opt(recovery));
+            let held = x.held_frames.map_or_else(|| "null".to_owned(), |n| n.to_string());
+            let _ = writeln!(s, "{prefix}held_frames={held}");
             for (k, v) in &x.pause_parts_ms {
                 let _ = writeln!(s, "{prefix}pause_part_{k}_ms={v:.1}");
             }
@@ -495,6 +505,7 @@ pub fn finish(
         adoption_ms: lf.adoption_ms,
         pause_ms: lf.pause_ms,
         pause_parts_ms: lf.pause_parts_ms,
+        held_frames: lf.held_frames,
         established_after: p.after.as_deref().and_then(active),
         flows_seen: d.flows_seen,
         flows_checked: d.flows_checked,
@@ -632,9 +643,10 @@ mod tests {
     fn a_takeovers_pause_and_its_parts_are_read_from_its_log_line() {
         let signal = rfc3339_ns("2026-11-24T00:00:00.000000Z").unwrap();
         let log = "2026-11-24T00:00:00.100000Z  INFO xvs: adopted the flow table of the previous process flows=100000 torn_down=0 took_ms=9.25\n\
-                   2026-11-24T00:00:00.110000Z  INFO xvs: takeover: the workers poll again pause_ms=14.5 parts_ms=frame_states=1.50 recovery=9.50 state=0.25 workers=3.50\n";
+                   2026-11-24T00:00:00.110000Z  INFO xvs: takeover: the workers poll again pause_ms=14.5 held_frames=1450 keeper_rounds=60 parts_ms=frame_states=1.50 recovery=9.50 state=0.25 workers=3.50\n";
         let f = parse_log(log, signal);
         assert_eq!(f.pause_ms, Some(14.5));
+        assert_eq!(f.held_frames, Some(1450));
         let parts: Vec<(&str, f64)> = (f.pause_parts_ms.iter())
             .map(|(k, v)| (k.as_str(), *v))
             .collect();

@@ -127,6 +127,12 @@ pub fn run(mut cfg: Config, path: Option<&Path>, takeover: bool) -> anyhow::Resu
 
     let sync = inputs.sync.is_some();
     let (switch_tx, switch_rx) = mpsc::unbounded_channel();
+    // The pause's last part: the adopted sockets back from the thread that kept them
+    // receiving (`fastpath::xsk::gap`), for the workers.
+    if let Some((sockets, kept)) = dp.taken.as_mut().and_then(open::Taken::sockets) {
+        dp.sockets = sockets;
+        start::Pause::kept_in(&mut pause, kept);
+    }
     let offered = start::takeover_offer(&dp.sockets, &st);
     start::Pause::mark_in(&mut pause, "offer");
     let made = start::make_workers(&cfg, &st, dp.sockets, &io.current, sync);

@@ -14,6 +14,7 @@ use fastpath::settings::worker_specs;
 use fastpath::snapshot::L2Table;
 use fastpath::steer::{self, Steering};
 use fastpath::worker::WorkerSpec;
+use fastpath::xsk::gap::{GapKeeper, GapStats};
 use fastpath::xsk::napi::NapiDefer;
 use fastpath::xsk::{XskSet, XskSettings};
 use flowtable::FlowTable;
@@ -204,6 +205,19 @@ pub(super) struct Taken {
     pub resumed: Instant,
     /// The first worker's core, lent to this thread for the pause (see [`BorrowedCore`]).
     pub core: Option<BorrowedCore>,
+    /// The adopted sockets, kept receiving until the workers are made
+    /// ([`Taken::sockets`]), with their workers' specs.
+    pub kept: Option<(Vec<WorkerSpec>, GapKeeper)>,
+}
+
+impl Taken {
+    /// The adopted sockets, each with its worker's spec, from the keeper that held them
+    /// since the switch, and what it did (`None`: taken already).
+    pub fn sockets(&mut self) -> Option<(Vec<(WorkerSpec, XskSet)>, GapStats)> {
+        let (specs, kept) = self.kept.take()?;
+        let (sets, stats) = kept.stop();
+        Some((specs.into_iter().zip(sets).collect(), stats))
+    }
 }
 
 /// The calling thread moved to a worker's core, at the highest CFS priority (nice -20), for
@@ -318,15 +332,16 @@ pub(super) fn dataplane(
             let core = cores.workers.first().and_then(|&c| BorrowedCore::take(c));
             let (sockets, taken) = match pending.switch() {
                 Some(sw) => {
-                    let sockets = adopted_sockets(cfg, specs.into_iter().zip(sw.sets).collect());
+                    sw.kept.with(|sets| open_pass(cfg, specs.iter().zip(sets)));
                     let taken = Taken {
                         state: sw.state,
                         old: sw.old,
                         at: sw.at,
                         resumed: sw.resumed,
                         core,
+                        kept: Some((specs, sw.kept)),
                     };
-                    (sockets, Some(taken))
+                    (Vec::new(), Some(taken))
                 }
                 // The switch failed and the old process is gone: a restart.
                 None => {
@@ -349,6 +364,8 @@ pub(super) fn dataplane(
         }
     };
     let mut steers = steers;
+    // (A takeover's sockets are kept apart until the workers start, and in the XSK maps
+    // already: `steering` put them there.)
     for (spec, set) in &sockets {
         for (port, fd) in set.fds() {
             steers[port].register_socket(spec.queue, fd)?;
@@ -402,19 +419,15 @@ fn steering(
     Ok(steers)
 }
 
-/// A takeover's sockets, with their exception devices (`pass_to_kernel`).
-fn adopted_sockets(
-    cfg: &Config,
-    mut sockets: Vec<(WorkerSpec, XskSet)>,
-) -> Vec<(WorkerSpec, XskSet)> {
+/// The sockets' exception devices (`pass_to_kernel`).
+fn open_pass<'a>(cfg: &Config, sockets: impl Iterator<Item = (&'a WorkerSpec, &'a mut XskSet)>) {
     if cfg.dataplane.pass_to_kernel {
-        for (spec, set) in &mut sockets {
+        for (spec, set) in sockets {
             for (interface, e) in set.open_pass() {
                 tracing::warn!(%interface, queue = spec.queue, error = %e, "no exception device: frames steered to xvs that it does not own are dropped instead of reaching the kernel ([dataplane] pass_to_kernel)");
             }
         }
     }
-    sockets
 }
 
 /// Every worker's AF_XDP sockets.
@@ -424,11 +437,7 @@ fn open_all_sockets(cfg: &Config, cores: &CorePlan) -> anyhow::Result<Vec<(Worke
     for spec in worker_specs(&cfg.dataplane, &cores.workers) {
         let mut set = open_sockets(&xsk, spec.queue)
             .with_context(|| format!("opening AF_XDP sockets for queue {}", spec.queue))?;
-        if cfg.dataplane.pass_to_kernel {
-            for (interface, e) in set.open_pass() {
-                tracing::warn!(%interface, queue = spec.queue, error = %e, "no exception device: frames steered to xvs that it does not own are dropped instead of reaching the kernel ([dataplane] pass_to_kernel)");
-            }
-        }
+        open_pass(cfg, std::iter::once((&spec, &mut set)));
         sockets.push((spec, set));
     }
     Ok(sockets)

@@ -19,6 +19,7 @@ use fastpath::traffic::Traffic;
 use fastpath::worker::WorkerSpec;
 use fastpath::worker::{WorkerStats, spawn_worker};
 use fastpath::xsk::XskSet;
+use fastpath::xsk::gap::GapStats;
 use fastpath::xsk::stats::StatsReader;
 use slowpath::admin::{AdminConfig, AdminServer};
 use slowpath::bgp::{BgpStats, SpeakerService};
@@ -138,6 +139,8 @@ pub(super) struct Pause {
     at: Instant,
     last: Instant,
     parts: Vec<(&'static str, f64)>,
+    /// What the thread that kept the sockets receiving did.
+    kept: GapStats,
 }
 
 impl Pause {
@@ -147,6 +150,7 @@ impl Pause {
             at,
             last: at,
             parts: Vec::new(),
+            kept: GapStats::default(),
         };
         p.mark_at("frame_states", resumed);
         p
@@ -156,6 +160,14 @@ impl Pause {
     pub fn mark_in(pause: &mut Option<Pause>, what: &'static str) {
         if let Some(p) = pause.as_mut() {
             p.mark(what);
+        }
+    }
+
+    /// The sockets are back from their keeper, which did `kept`.
+    pub fn kept_in(pause: &mut Option<Pause>, kept: GapStats) {
+        if let Some(p) = pause.as_mut() {
+            p.kept = kept;
+            p.mark("kept");
         }
     }
 
@@ -170,13 +182,14 @@ impl Pause {
         self.last = now;
     }
 
-    /// The workers are started: the pause's end, logged.
+    /// The workers are started: the pause's end, logged (`parts_ms` last: perf-lab reads
+    /// the parts to the line's end).
     pub fn workers_started(mut self) {
         self.mark("workers");
         let parts: Vec<String> = (self.parts.iter())
             .map(|(what, ms)| format!("{what}={ms:.2}"))
             .collect();
-        tracing::info!(target: "xvs", pause_ms = self.at.elapsed().as_secs_f64() * 1e3, parts_ms = %parts.join(" "), "takeover: the workers poll again");
+        tracing::info!(target: "xvs", pause_ms = self.at.elapsed().as_secs_f64() * 1e3, held_frames = self.kept.held, keeper_rounds = self.kept.rounds, parts_ms = %parts.join(" "), "takeover: the workers poll again");
     }
 }
 

@@ -224,6 +224,7 @@ impl XskSet {
             tx_ring_size: meta.tx_ring_size,
             rx_ring_size: meta.rx_ring_size,
             pass: Vec::new(),
+            held: Vec::new(),
             _keep: Keep::Adopted {
                 _sockets: sockets,
                 _mem: mem,

@@ -55,6 +55,7 @@ use xsk_rs::{CompQueue, FillQueue, RxQueue, Socket, TxQueue, Umem};
 
 pub use ring::{Desc, RingSizes};
 
+pub mod gap;
 pub mod handover;
 pub mod napi;
 pub mod pool;
@@ -210,6 +211,10 @@ pub struct XskSet {
     /// Per port: this worker's queue of the interface's exception device ([`tap`]), once
     /// [`XskSet::open_pass`] opened it; `Pass` frames go there.
     pub(crate) pass: Vec<Option<tap::PassTap>>,
+    /// Per port, after a takeover's pause ([`gap`]): frames taken off the rx ring that no
+    /// worker has processed yet, and what was moved through the rings meanwhile (empty:
+    /// none).
+    pub(crate) held: Vec<gap::Held>,
     _keep: Keep,
 }
 
@@ -442,6 +447,7 @@ impl XskSet {
             tx_ring_size: sizes.tx.get(),
             rx_ring_size: sizes.rx.get(),
             pass: Vec::new(),
+            held: Vec::new(),
             _keep: Keep::Opened {
                 _sockets: owned,
                 _umem: umem,

@@ -17,10 +17,15 @@ impl FramePool {
     /// A pool holding `frames` (the free ones of a UMEM of `total` frames: all of them, or
     /// what a previous owner left free), with room for every frame of the UMEM; its
     /// capacity never changes.
-    pub fn new(frames: Vec<Desc>, total: usize) -> FramePool {
-        let mut free = Vec::with_capacity(frames.len().max(total));
-        free.extend(frames);
-        FramePool { free }
+    pub fn new(mut frames: Vec<Desc>, total: usize) -> FramePool {
+        // (Reuses `frames`' allocation when it already has the room.)
+        frames.reserve(total.saturating_sub(frames.len()));
+        FramePool { free: frames }
+    }
+
+    /// The free frames, as a `Vec` with the pool's room.
+    pub fn into_frames(self) -> Vec<Desc> {
+        self.free
     }
 
     /// Free frames.
