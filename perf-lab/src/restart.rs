@@ -341,7 +341,9 @@ pub fn key_values(r: &Restarts) -> String {
             let recovery = part("recovery").map(|(_, v)| *v).or(x.adoption_ms);
             let _ = writeln!(s, "{prefix}pause_ms={}", opt(x.pause_ms));
             let _ = writeln!(s, "{prefix}recovery_ms={}", opt(recovery));
-            let held = x.held_frames.map_or_else(|| "null".to_owned(), |n| n.to_string());
+            let held = x
+                .held_frames
+                .map_or_else(|| "null".to_owned(), |n| n.to_string());
             let _ = writeln!(s, "{prefix}held_frames={held}");
             for (k, v) in &x.pause_parts_ms {
                 let _ = writeln!(s, "{prefix}pause_part_{k}_ms={v:.1}");
