@@ -9,7 +9,9 @@
 //!    socket).
 //! 4. For each socket: with `napi_busy_poll`, first run its receive NAPI on this core
 //!    (`recvfrom(MSG_DONTWAIT)`, up to `batch_size` frames; see [`crate::xsk::napi`]). Then
-//!    take at most `batch_size` frames from its rx ring and run
+//!    take at most `batch_size` frames from its rx ring (after a takeover, first the frames
+//!    held during its pause, [`crate::xsk::gap`], at most what every tx ring has room for)
+//!    and run
 //!    `process_batch` over them (staged so that the flow table's cache misses overlap):
 //!    - `Tx(port)`: the descriptor is staged for `port`'s tx ring (shared UMEM: no copy);
 //!      after the batch the stage is produced in one go. Frames the tx ring has no room

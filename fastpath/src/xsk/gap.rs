@@ -171,7 +171,7 @@ fn keep(sets: &Mutex<Vec<XskSet>>, stop: &AtomicBool) -> u64 {
 }
 
 /// One round over a set's sockets (see the module doc).
-pub(crate) fn round(set: &mut XskSet, scratch: &mut [Desc]) {
+fn round(set: &mut XskSet, scratch: &mut [Desc]) {
     let total = set.frames();
     let mut pool = FramePool::new(std::mem::take(&mut set.frames), total);
     let tx_size = set.tx_ring_size;
