@@ -489,6 +489,46 @@ fn udp_echo_through_a_fullnat_worker() {
     s.finish();
 }
 
+/// Worker 1 of a hand-over ([`Setup::start_exported`]).
+struct Exported {
+    /// Its sockets and UMEM as another process would adopt them.
+    export: fastpath::xsk::handover::Export,
+    /// Frames in the UMEM.
+    total: u64,
+    spec: WorkerSpec,
+    stop: Arc<AtomicBool>,
+    handle: std::thread::JoinHandle<Option<XskSet>>,
+}
+
+impl Setup {
+    /// Opens the worker's sockets, exports them (before the worker owns the set, as the
+    /// daemon does) and starts worker 1 on them (not pinned), with the first pipeline.
+    fn start_exported(&mut self, published: &Arc<ArcSwap<Snapshot>>) -> Exported {
+        let sockets = self.open_sockets();
+        let export = sockets.export().expect("export");
+        let total = sockets.frames() as u64;
+        let mut spec =
+            WorkerSpec::from_config(&self.cfg.dataplane, self.cfg.dataplane.cores.listed(), 0);
+        spec.core = None;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (handle, _) = spawn_worker(
+            spec.clone(),
+            sockets,
+            self.pipeline.take().unwrap(),
+            Arc::clone(published),
+            Arc::clone(&stop),
+        )
+        .unwrap();
+        Exported {
+            export,
+            total,
+            spec,
+            stop,
+            handle,
+        }
+    }
+}
+
 /// A duplicate of `fd`, as SCM_RIGHTS would give another process.
 fn dup(fd: std::os::fd::RawFd) -> std::os::fd::OwnedFd {
     use std::os::fd::FromRawFd;
@@ -509,23 +549,14 @@ fn handed_over_sockets_keep_serving_what_arrived_meanwhile() {
     use fastpath::xsk::handover::FrameState;
     let Some(mut s) = setup() else { return };
     let published = Arc::new(ArcSwap::new(Arc::clone(&s.snapshot)));
-    let sockets = s.open_sockets();
-    // Exported before the worker owns the set, as the daemon does.
-    let export = sockets.export().expect("export");
+    let Exported {
+        export,
+        total,
+        spec,
+        stop: stop1,
+        handle: h1,
+    } = s.start_exported(&published);
     assert_eq!(export.sockets.len(), 2);
-    let total = sockets.frames() as u64;
-    let mut spec = WorkerSpec::from_config(&s.cfg.dataplane, s.cfg.dataplane.cores.listed(), 0);
-    spec.core = None;
-    let stop1 = Arc::new(AtomicBool::new(false));
-    let pipeline = s.pipeline.take().unwrap();
-    let (h1, _) = spawn_worker(
-        spec.clone(),
-        sockets,
-        pipeline,
-        Arc::clone(&published),
-        Arc::clone(&stop1),
-    )
-    .unwrap();
     let dp = XskSettings::from_config(&s.cfg.dataplane);
     let adopt = |meta: &fastpath::xsk::handover::SetMeta, sockets: Vec<std::os::fd::OwnedFd>| {
         XskSet::adopt(&dp, 0, meta, dup(export.umem.as_raw_fd()), sockets)
@@ -632,19 +663,13 @@ fn a_kept_pause_outlasts_the_rx_ring() {
     use fastpath::xsk::gap::GapKeeper;
     let Some(mut s) = setup() else { return };
     let published = Arc::new(ArcSwap::new(Arc::clone(&s.snapshot)));
-    let sockets = s.open_sockets();
-    let export = sockets.export().expect("export");
-    let mut spec = WorkerSpec::from_config(&s.cfg.dataplane, s.cfg.dataplane.cores.listed(), 0);
-    spec.core = None;
-    let stop1 = Arc::new(AtomicBool::new(false));
-    let (h1, _) = spawn_worker(
-        spec.clone(),
-        sockets,
-        s.pipeline.take().unwrap(),
-        Arc::clone(&published),
-        Arc::clone(&stop1),
-    )
-    .unwrap();
+    let Exported {
+        export,
+        spec,
+        stop: stop1,
+        handle: h1,
+        ..
+    } = s.start_exported(&published);
     let dp = XskSettings::from_config(&s.cfg.dataplane);
     let socks = export.sockets.iter().map(|&fd| dup(fd)).collect();
     let mut new =
