@@ -1,6 +1,7 @@
 //! `xvs run --takeover` end to end, as root, in the netns lab: a download through xvs
 //! survives a takeover byte for byte (its sha256 checked), the old process exits and the
-//! new one serves; the hand-over socket of a running xvs refuses what is not a takeover
+//! new one serves, also when the new one refuses the flow table handed over (the flows come
+//! over as records); the hand-over socket of a running xvs refuses what is not a takeover
 //! (garbage, a wrong hello, descriptors sent to it, a client that never switches, another
 //! uid) and xvs keeps serving and can still be taken over; a process that poses as the old
 //! xvs and sends a wrong number of descriptors is refused, and the new xvs starts normally.
@@ -229,6 +230,55 @@ fn a_download_survives_a_takeover_byte_for_byte() {
     // The new process serves new connections, and can itself be taken over.
     check_rr(&lab, "http://198.18.100.1/");
     take_over(&mut lab);
+    check_rr(&lab, "http://198.18.100.1/");
+    lab.stop_xvs();
+}
+
+/// A flow table the new process refuses is not lost with the takeover: here the state file
+/// is made writable by others, so neither its handed descriptor nor its path is trusted
+/// (as a file of another layout version would be refused). The new process asks for the
+/// flows' export at the switch, the old one writes it after the frame states and before it
+/// exits, and the new one imports it: a download through the takeover completes byte for
+/// byte, its flow restored from the record.
+#[test]
+fn a_refused_flow_table_comes_over_as_records() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut lab = Lab::up();
+    lab.start_xvs(&config());
+    let bytes = 24 << 20;
+    let file = lab.dir.path().join("download");
+    let d = download(&lab, bytes, &file);
+    std::thread::sleep(Duration::from_millis(1500));
+    let flows = lab.state_dir().join("flows");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&flows, std::fs::Permissions::from_mode(0o666)).unwrap();
+    }
+    let mut old = lab.xvs.take().expect("xvs runs");
+    let path = lab.dir.path().join("takeover-refused.log");
+    let mut new = spawn_takeover(&lab, &path);
+    let log = ready_in(&mut new, &path)
+        .unwrap_or_else(|log| panic!("xvs --takeover did not become ready:\n{log}"));
+    lab.xvs = Some(new);
+    let took = log
+        .lines()
+        .find(|l| l.contains("took over the AF_XDP sockets"))
+        .unwrap_or_else(|| panic!("no takeover:\n{log}"));
+    assert!(took.contains("export_asked=true"), "{took}\n{log}");
+    let imported = log
+        .lines()
+        .find(|l| l.contains("imported the flows of the last stop's export"))
+        .unwrap_or_else(|| panic!("the export was not imported:\n{log}"));
+    assert!(!imported.contains("restored=0 "), "{imported}");
+    let status = wait_exit(&mut old, Duration::from_secs(30));
+    assert!(status.is_some_and(|s| s.success()), "old xvs: {status:?}");
+    let out = d.join().unwrap();
+    assert!(
+        out.status.success(),
+        "download: {}\n{log}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(sha256_of_file(&file), sha256_of_pattern(bytes));
     check_rr(&lab, "http://198.18.100.1/");
     lab.stop_xvs();
 }

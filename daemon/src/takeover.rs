@@ -27,11 +27,15 @@
 //!    the old one stopped: it adopts the pinned steering with these sockets already in
 //!    the new programs' XSK maps (the same kernel objects the old programs redirect to)
 //!    and reads the routes and neighbours.
-//! 3. new → old: `{"switch":true}`. The switch: the old process stops its workers (each
-//!    after a whole poll, its fill rings topped up), puts back the NAPI settings it
-//!    changed, marks the flow table clean and sends every worker's [`FrameState`]; then it
-//!    exits at once, without exporting the flows, withdrawing BGP routes or awaiting its
-//!    services (nothing is its business any more).
+//! 3. new → old: `{"switch":true,"export":E}`. The switch: the old process stops its
+//!    workers (each after a whole poll, its fill rings topped up), puts back the NAPI
+//!    settings it changed, marks the flow table clean and sends every worker's
+//!    [`FrameState`]; then it exits at once, without withdrawing BGP routes or awaiting its
+//!    services (nothing is its business any more), and without exporting the flows unless
+//!    `E` asks: the new process asks when it did not take the flow table's descriptor (it
+//!    refused the file: another layout version, a damaged or untrusted one), and then
+//!    imports the export (`flows.export`, written before the old process exits, which the
+//!    new one awaits before opening that file by its path).
 //! 4. the new process takes the frame states ([`XskSet::resume`]) and, without waiting for
 //!    the old one ([`Pending::switch`]; only a state file that was not handed over waits
 //!    for its lock), adopts the flow table from the prepared mapping with the full
@@ -104,6 +108,22 @@ struct Hello {
 #[derive(Serialize, Deserialize)]
 struct Switch {
     switch: bool,
+    /// The new process refused the flow table handed over (another layout version, a
+    /// damaged or untrusted file): the old one exports its flows as records (`flows.export`,
+    /// as at a graceful stop) after the frame states and before it exits, and the new one
+    /// imports them. (Absent from an older new process: no export.)
+    #[serde(default)]
+    export: bool,
+}
+
+/// A takeover that reached its switch, the old side: the connection to the new process
+/// and whether it asked for the flows' export ([`Switch::export`]).
+#[derive(Debug)]
+pub struct Switching {
+    /// The connection, open until this process exits.
+    pub conn: UnixStream,
+    /// Export the flows after sending the frame states.
+    pub export: bool,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -297,7 +317,7 @@ pub const STATE_FILES: [&str; 2] = ["flows", "affinity"];
 pub fn listen(
     path: &Path,
     offered: Offered,
-    switch: tokio::sync::mpsc::UnboundedSender<UnixStream>,
+    switch: tokio::sync::mpsc::UnboundedSender<Switching>,
 ) -> Option<std::thread::JoinHandle<()>> {
     if let Ok(m) = std::fs::symlink_metadata(path) {
         if !m.file_type().is_socket() {
@@ -332,8 +352,8 @@ pub fn listen(
             for conn in listener.incoming() {
                 let Ok(mut conn) = conn else { continue };
                 match offer(&mut conn, &offered) {
-                    Ok(()) => {
-                        let _ = switch.send(conn);
+                    Ok(export) => {
+                        let _ = switch.send(Switching { conn, export });
                         return;
                     }
                     Err((peer, why)) => refused("old", &peer, &why),
@@ -343,8 +363,9 @@ pub fn listen(
     spawned.ok()
 }
 
-/// Steps 1 to 3 with one client; `Err((peer, why))` refuses it.
-fn offer(conn: &mut UnixStream, offered: &Offered) -> Result<(), (String, String)> {
+/// Steps 1 to 3 with one client: whether it asks for the flows' export; `Err((peer, why))`
+/// refuses it.
+fn offer(conn: &mut UnixStream, offered: &Offered) -> Result<bool, (String, String)> {
     let (pid, uid) = peer_cred(conn).map_err(|e| ("?".to_owned(), format!("SO_PEERCRED: {e}")))?;
     let peer = format!("pid {pid} uid {uid}");
     let fail = |why: String| (peer.clone(), why);
@@ -385,7 +406,7 @@ fn offer(conn: &mut UnixStream, offered: &Offered) -> Result<(), (String, String
     if !sw.switch {
         return Err(fail("switch false: the new process declined".into()));
     }
-    Ok(())
+    Ok(sw.export)
 }
 
 /// The old side after the switch: sends every stopped worker's frame state (in worker
@@ -486,7 +507,15 @@ impl Pending {
             state,
         } = self;
         let t0 = Instant::now();
-        let switched = write_frame(&mut conn, &Switch { switch: true })
+        // A flow table not handed over (refused, or not offered) is opened by its path
+        // once the old process is gone: ask for its flows as records, which a file of
+        // another layout (or a refused one) would lose.
+        let export = state.flows.is_none();
+        let switch = Switch {
+            switch: true,
+            export,
+        };
+        let switched = write_frame(&mut conn, &switch)
             .map_err(|e| format!("sending the switch: {e}"))
             .and_then(|()| read_frame::<States>(&mut conn, FRAME_MAX, "frame states"))
             .and_then(|st| resume(&mut sets, st));
@@ -519,7 +548,7 @@ impl Pending {
             wait_exit(pid);
             wait_unlocked(&unlocked);
         }
-        tracing::info!(target: "xvs", old_pid = pid, workers, states_ms, state_handed = ?state.names(), waited_ms = t0.elapsed().as_secs_f64() * 1e3, "took over the AF_XDP sockets of the running xvs");
+        tracing::info!(target: "xvs", old_pid = pid, workers, states_ms, export_asked = export, state_handed = ?state.names(), waited_ms = t0.elapsed().as_secs_f64() * 1e3, "took over the AF_XDP sockets of the running xvs");
         Some(Switched {
             kept,
             state,

@@ -1,7 +1,6 @@
 //! The driver's serving phase: the loop that feeds the controller its events and performs
 //! its actions (see the driver's module doc for what wakes it).
 
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -29,7 +28,7 @@ pub(super) struct Channels {
     pub events: mpsc::UnboundedReceiver<Event>,
     pub commands: mpsc::UnboundedReceiver<CommandMsg>,
     /// A newer process at the switch of a takeover ([`crate::takeover`]).
-    pub takeover: mpsc::UnboundedReceiver<UnixStream>,
+    pub takeover: mpsc::UnboundedReceiver<crate::takeover::Switching>,
 }
 
 /// Runs the loop until the controller stops, then lets BIRD take the file that announces
@@ -71,7 +70,7 @@ pub(super) struct Io<'a> {
     watch: FileWatch,
     stop: Option<StopReason>,
     /// The connection of the process that takes over, at the switch.
-    pub handed: Option<UnixStream>,
+    pub handed: Option<crate::takeover::Switching>,
     pub restart_hold: Duration,
     pub bgp: Bgp,
 }

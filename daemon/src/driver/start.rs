@@ -338,7 +338,7 @@ pub(super) fn takeover_offer(
 pub(super) fn takeover_listener(
     cfg: &Config,
     offered: crate::takeover::Offered,
-    switch: tokio::sync::mpsc::UnboundedSender<std::os::unix::net::UnixStream>,
+    switch: tokio::sync::mpsc::UnboundedSender<crate::takeover::Switching>,
 ) -> bool {
     let path = crate::takeover::socket_path(&cfg.dataplane.state_dir);
     crate::takeover::listen(&path, offered, switch).is_some()

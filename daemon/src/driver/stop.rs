@@ -53,9 +53,14 @@ pub(super) fn shut_down(
     } else {
         napi_defer
     };
-    if let Some(conn) = io.handed.as_mut()
-        && hand_over(conn, &state.flows, &sets)
+    if let Some(sw) = io.handed.as_mut()
+        && hand_over(&mut sw.conn, &state.flows, &sets)
     {
+        if sw.export {
+            // The new process refused the flow table handed over (another layout): it
+            // imports these records once this process is gone (it waits for the exit).
+            crate::state::export(&state.flows, cfg);
+        }
         // The new process holds the state files (their locks came with their descriptors)
         // and adopts the flow table at once, while nothing polls: what is left here (the
         // services' ends, the sockets closed, the takeover socket removed) is no longer

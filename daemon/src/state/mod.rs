@@ -521,9 +521,14 @@ fn open_affinity(
 /// exports its flows for a process with another layout.
 pub fn close(flows: &FlowTable, cfg: &Config, graceful: bool) {
     flows.mark_clean();
-    if !graceful {
-        return;
+    if graceful {
+        export(flows, cfg);
     }
+}
+
+/// Exports the flows (the workers stopped) to `flows.export`, for a process with another
+/// layout: at a graceful stop, and at a takeover whose new process asked for it.
+pub fn export(flows: &FlowTable, cfg: &Config) {
     let paths = Paths::of(&cfg.dataplane.state_dir);
     clear_temporaries(&paths, &mut Refusals::default());
     match flows.export(&paths.export, Instant::now()) {
