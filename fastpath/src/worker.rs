@@ -78,6 +78,9 @@ pub const SWEEP_ROUND: Duration = Duration::from_secs(1);
 pub const SWEEP_EVERY: Duration = Duration::from_micros(100);
 /// Largest batch a worker accepts.
 pub const BATCH_MAX: usize = 4096;
+/// How long held frames ([`crate::xsk::gap`]) wait for room on a full tx ring before they
+/// are processed anyway.
+pub const HELD_WAIT: Duration = Duration::from_millis(10);
 
 /// What a worker is: which queue, which core, which interfaces, how much work per poll. From
 /// the config by `WorkerSpec::from_config` and `worker_specs` ([`crate::settings`]).
@@ -433,6 +436,8 @@ pub struct Worker {
     /// processed before anything on the ring (empty after the first polls, and always
     /// without a takeover).
     held: Vec<VecDeque<Desc>>,
+    /// Since when a tx ring has had no room for held frames ([`Worker::take_held`]).
+    held_full_since: Option<Instant>,
     /// Ports whose socket's NAPI id is still to be checked (`napi_busy_poll`: once, at the
     /// first frames; see [`napi::check_napi_id`]).
     napi_unchecked: Vec<bool>,
@@ -499,6 +504,7 @@ impl Worker {
             stage: (0..ports).map(|_| Vec::with_capacity(batch_size)).collect(),
             in_fill,
             held,
+            held_full_since: None,
             napi_unchecked: vec![napi_busy_poll; ports],
             busy_since: None,
             last_sweep: Instant::now(),
@@ -629,7 +635,7 @@ impl Worker {
         let n = if self.held[port].is_empty() {
             self.take_rx(port)
         } else {
-            self.take_held(port)
+            self.take_held(port, now)
         };
         let Some(s) = self.xsk.ports[port].as_ref().filter(|_| n > 0) else {
             return false;
@@ -690,13 +696,25 @@ impl Worker {
     /// The next batch of `port`'s held frames ([`crate::xsk::gap`]) into `self.batch`: at
     /// most what every tx ring has room for (a batch's verdicts may send each frame to any
     /// port, and producing to a tx ring is all or nothing), so none is dropped for a full
-    /// ring; 0 while they are full (the poll's kick empties them).
+    /// ring; 0 while they are full (the poll's kick empties them), but for at most
+    /// [`HELD_WAIT`]: a tx ring that stays full (a port whose link is down) does not stop
+    /// the others' traffic, its frames dropped then as any that find it full.
     #[cold]
-    fn take_held(&mut self, port: usize) -> usize {
+    fn take_held(&mut self, port: usize, now: Instant) -> usize {
         let room = (self.xsk.ports.iter_mut().flatten())
             .map(|s| s.rings.tx.nb_free_exact() as usize)
             .min()
             .unwrap_or(0);
+        let room = if room > 0 {
+            self.held_full_since = None;
+            room
+        } else if now.saturating_duration_since(*self.held_full_since.get_or_insert(now))
+            >= HELD_WAIT
+        {
+            usize::MAX
+        } else {
+            0
+        };
         let held = &mut self.held[port];
         let n = held.len().min(room).min(self.batch.len());
         for (slot, d) in self.batch.iter_mut().zip(held.drain(..n)) {
