@@ -895,7 +895,7 @@ impl Pipeline {
             fast::L3,
             fast::L4,
             usize::from(v.csum_at),
-            hit.addrs,
+            hit.addrs(),
             hit.ports,
             hit.csum_delta,
         );
