@@ -34,6 +34,10 @@ use crate::wire::read_u16;
 pub(crate) const L3: usize = 14;
 /// Offset of the L4 header behind an option-less IPv4 header.
 pub(crate) const L4: usize = L3 + 20;
+/// [`V4::csum_at`] of a TCP segment.
+pub(crate) const TCP_CSUM_AT: u8 = (L4 + 16) as u8;
+/// [`V4::csum_at`] of a UDP datagram.
+pub(crate) const UDP_CSUM_AT: u8 = (L4 + 6) as u8;
 
 /// What the fast path needs of a frame.
 #[derive(Clone, Copy, Debug)]
@@ -115,14 +119,14 @@ pub(crate) fn parse(frame: &[u8]) -> Option<V4> {
             if off < 20 || off > l4_len {
                 return None;
             }
-            (frame[L4 + 13], Protocol::Tcp, L4 + 16)
+            (frame[L4 + 13], Protocol::Tcp, TCP_CSUM_AT)
         }
         PROTO_UDP => {
             let len = usize::from(read_u16(frame, L4 + 4));
             if l4_len < 8 || len < 8 || len > l4_len {
                 return None;
             }
-            (0, Protocol::Udp, L4 + 6)
+            (0, Protocol::Udp, UDP_CSUM_AT)
         }
         _ => return None,
     };
@@ -134,7 +138,7 @@ pub(crate) fn parse(frame: &[u8]) -> Option<V4> {
         protocol,
         flags,
         ttl: h[L3 + 8],
-        csum_at: csum_at as u8,
+        csum_at,
         ip_len: total as u16,
     };
     debug_assert!(
