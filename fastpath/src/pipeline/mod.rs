@@ -782,21 +782,31 @@ impl Pipeline {
     #[inline(always)]
     fn run(&mut self, frame: &mut [u8], clock: Clock) -> Verdict {
         if let Some(v) = fast::parse(frame) {
-            let key = self.flows.v4_key(v.protocol, v.addrs, v.ports);
-            // One copy of the known flow's path per protocol, each with its checksum's place
-            // (and UDP's flags, 0) a constant: a TCP segment tests nothing of UDP's.
+            // One copy of the known flow's path per protocol, each with its protocol, its
+            // checksum's place (and UDP's flags, 0) a constant: a TCP segment tests nothing
+            // of UDP's, and its key's protocol is no register.
             return if v.proto == classify::PROTO_TCP {
                 let v = fast::V4 {
                     csum_at: fast::TCP_CSUM_AT,
+                    proto: classify::PROTO_TCP,
+                    protocol: flowtable::Protocol::Tcp,
                     ..v
                 };
+                let key = self
+                    .flows
+                    .v4_key(flowtable::Protocol::Tcp, v.addrs, v.ports);
                 self.run_v4(frame, v, key, clock)
             } else {
                 let v = fast::V4 {
                     csum_at: fast::UDP_CSUM_AT,
+                    proto: classify::PROTO_UDP,
+                    protocol: flowtable::Protocol::Udp,
                     flags: 0,
                     ..v
                 };
+                let key = self
+                    .flows
+                    .v4_key(flowtable::Protocol::Udp, v.addrs, v.ports);
                 self.run_v4(frame, v, key, clock)
             };
         }
