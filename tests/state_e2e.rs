@@ -107,20 +107,21 @@ fn write(path: &Path, at: u64, v: u64) {
     f.write_all_at(&v.to_le_bytes(), at).unwrap();
 }
 
-/// Header offsets of the flow state (layout version 3), checked against the file.
+/// Header offsets of the flow state (layout version 4), checked against the file.
 const CAPACITY: u64 = 16;
 const SEED: u64 = 72;
 /// Entries start on the page after the header, 64 bytes each.
 const ENTRIES: u64 = 4096;
 
-/// The byte offset of the LIVE entry of the UDP flow from the client's port `port`.
+/// The byte offset of the LIVE entry of the UDP flow from the client's port `port` (stored in
+/// network byte order).
 fn udp_entry(flows: &Path, port: u16) -> u64 {
     let capacity = read(flows, CAPACITY);
     (0..capacity)
         .map(|e| ENTRIES + 64 * e)
         .find(|&at| {
             let (ctl, ports, meta) = (read(flows, at), read(flows, at + 8), read(flows, at + 24));
-            (ctl >> 40) & 3 == 2 && ports as u16 == port && (meta >> 32) as u8 == 17
+            (ctl >> 40) & 3 == 2 && u16::from_be(ports as u16) == port && (meta >> 32) as u8 == 17
         })
         .expect("the UDP flow's entry")
 }

@@ -63,10 +63,11 @@
 //! use std::time::Instant;
 //!
 //! let table = FlowTable::new(FlowTableConfig::new(1024, 16), Instant::now()).unwrap();
-//! // Addresses and ports packed as the fast path reads them from a frame.
+//! // Addresses and ports packed as the fast path reads them from a frame: network order.
 //! let pack = |src: Ipv4Addr, dst: Ipv4Addr| {
-//!     u64::from(src.to_bits()) | u64::from(dst.to_bits()) << 32
+//!     v4_addrs_be(u64::from(src.to_bits()) | u64::from(dst.to_bits()) << 32)
 //! };
+//! let ports = |src: u16, dst: u16| v4_ports_be(u32::from(src) | u32::from(dst) << 16);
 //! let (client, vip) = ([198, 18, 0, 1].into(), [198, 18, 100, 1].into());
 //! let (backend, snat) = ([198, 18, 1, 1].into(), [198, 18, 0, 254].into());
 //!
@@ -74,9 +75,9 @@
 //! let now = table.tick(Instant::now());
 //!
 //! // The client's SYN: a miss. Schedule a backend, take a SNAT port, index both tuples.
-//! let key = table.v4_key(Protocol::Tcp, pack(client, vip), 40000 | 80 << 16);
+//! let key = table.v4_key(Protocol::Tcp, pack(client, vip), ports(40000, 80));
 //! assert!(table.lookup_v4(&key).is_none());
-//! let reply = table.v4_key(Protocol::Tcp, pack(backend, snat), 8080 | 20000 << 16);
+//! let reply = table.v4_key(Protocol::Tcp, pack(backend, snat), ports(8080, 20000));
 //! let flow = V4Flow {
 //!     original: key,
 //!     reply,
@@ -94,10 +95,10 @@
 //! assert_eq!((hit.dir, hit.dst_ip(), hit.dst_port), (Direction::Reply, client.into(), 40000));
 //! table.touch(&hit, TcpFlags(0x12), now, || 0);
 //!
-//! // The client's ACK: a hit. Rewrite the frame to `hit.addrs` and `hit.ports`, adjust its
+//! // The client's ACK: a hit. Rewrite the frame to `hit.addrs()` and `hit.ports`, adjust its
 //! // checksums by `hit.csum_delta`, and account the packet.
 //! let hit = table.lookup_v4(&key).unwrap();
-//! assert_eq!((hit.dir(), hit.dst()), (Direction::Original, backend.to_bits()));
+//! assert_eq!((hit.dir(), hit.dst()), (Direction::Original, backend.to_bits().to_be()));
 //! let state = table.touch_v4(&hit, TcpFlags::ACK, now, || 0);
 //! assert_eq!(state, Some(FlowState::Tcp(TcpState::Established)));
 //!
@@ -116,9 +117,11 @@
 //!
 //! - **Entries**: one slab of `capacity` entries. The hot line (64 bytes, cache-line
 //!   aligned, eight `AtomicU64`): a control word `gen:22 | status:2 | state:8 | last_seen:32`,
-//!   one word of four ports, one of service/backend id, one of snapshot generation /
-//!   protocol / family / flags, three address words and the sequence word. An IPv4 flow's
-//!   address words hold its four addresses (two per word) and both directions' checksum
+//!   one word of four ports (each in network byte order), one of service/backend id, one of
+//!   snapshot generation / protocol / family / flags, three address words and the sequence
+//!   word. An IPv4 flow's address words hold its four addresses (two per word, each in
+//!   network byte order, as a frame carries them: the per-packet path compares and writes
+//!   them without a byte swap) and both directions' checksum
 //!   adjustments ([`v4_csum_delta`]): an IPv4 lookup, and its rewrite
 //!   ([`FlowTable::lookup_hit`]), touch one entry line. An IPv6 flow's hold its client and
 //!   the number of a second entry, its **extension** (taken from the free list with it, its
@@ -214,5 +217,6 @@ pub use table::{
 pub use table::{
     CAPACITY_MAX, Error, ExpiredFlow, FLAG_ONE_WAY, FLAG_SLOW, FlowHandle, FlowHit, FlowTable,
     FlowTableConfig, FlowTableStats, FlowView, InsertError, PendingV4, RST_AHEAD_BYTES,
-    RST_BEHIND_BYTES, RstWindow, SEQ_BITS, SweepStats, Tick, V4Flow, V4Hit, V4Key, v4_csum_delta,
+    RST_BEHIND_BYTES, RstWindow, SEQ_BITS, SweepStats, Tick, V4Flow, V4Hit, V4Key, v4_addrs_be,
+    v4_csum_delta, v4_csum_delta_be, v4_ports_be, v4_wire_word,
 };

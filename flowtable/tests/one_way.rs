@@ -42,8 +42,8 @@ fn v4_key(t: &FlowTable, d: &FlowData) -> V4Key {
     };
     t.v4_key(
         d.proto,
-        u64::from(bits(d.client)) | u64::from(bits(d.vip)) << 32,
-        u32::from(d.client.port()) | u32::from(d.vip.port()) << 16,
+        flowtable::v4_addrs_be(u64::from(bits(d.client)) | u64::from(bits(d.vip)) << 32),
+        flowtable::v4_ports_be(u32::from(d.client.port()) | u32::from(d.vip.port()) << 16),
     )
 }
 

@@ -390,8 +390,8 @@ fn slow_flows_escape_the_ipv4_shortcut_only() {
         };
         t.v4_key(
             d.proto,
-            u64::from(bits(a)) | u64::from(bits(b)) << 32,
-            u32::from(a.port()) | u32::from(b.port()) << 16,
+            flowtable::v4_addrs_be(u64::from(bits(a)) | u64::from(bits(b)) << 32),
+            flowtable::v4_ports_be(u32::from(a.port()) | u32::from(b.port()) << 16),
         )
     };
     for reply in [false, true] {
@@ -531,7 +531,7 @@ fn a_layout_2_state_file_is_refused_and_its_export_imported() {
     };
     assert_eq!(
         (refusal.field, refusal.value.as_str()),
-        ("version", "2 (this xvs uses 3)")
+        ("version", "2 (this xvs uses 4)")
     );
     assert_eq!(new.len(), 0);
     let imported = new.import_records(&export, now, &AnyFlow).unwrap();
@@ -551,4 +551,75 @@ fn a_layout_2_state_file_is_refused_and_its_export_imported() {
         );
     }
     assert!(before.iter().any(|b| b.data.client.is_ipv6()));
+}
+
+/// An upgrade across layout 3 (ports and IPv4 addresses in host order) to layout 4 (in
+/// network byte order) loses nothing: the old state file is refused by its version, not read
+/// with its words misordered, and the export (whose record format did not change) is
+/// imported, each IPv4 flow found again by the per-packet shortcut with its way out in
+/// network order.
+#[test]
+fn a_layout_3_state_file_is_refused_and_its_export_imported() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("flows");
+    let export = dir.path().join("flows.export");
+    let now = Instant::now();
+    let (old, _) = FlowTable::open(&path, config(256), now, &AnyFlow).unwrap();
+    fill(&old, 0..100, now);
+    let before = check(&old);
+    assert_eq!(old.export(&export, now).unwrap(), 100);
+    old.mark_clean();
+    drop(old);
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    use std::os::unix::fs::FileExt;
+    f.write_all_at(&3u64.to_le_bytes(), 8).unwrap();
+    drop(f);
+
+    let (new, opened) = FlowTable::open(&path, config(256), now, &AnyFlow).unwrap();
+    let Opened::Replaced {
+        refusal,
+        flows: Some(100),
+        ..
+    } = opened
+    else {
+        panic!("not refused as another layout: {opened:?}")
+    };
+    assert_eq!(
+        (refusal.field, refusal.value.as_str()),
+        ("version", "3 (this xvs uses 4)")
+    );
+    assert_eq!(new.len(), 0);
+    let imported = new.import_records(&export, now, &AnyFlow).unwrap();
+    assert_eq!(
+        (imported.restored, imported.refused, imported.invalid),
+        (100, 0, 0)
+    );
+    let after = check(&new);
+    let (mut v4, bits) = (0, |s: std::net::SocketAddr| match s.ip() {
+        std::net::IpAddr::V4(v) => u64::from(v.to_bits()),
+        _ => unreachable!(),
+    });
+    let port = |s: std::net::SocketAddr| u32::from(s.port());
+    for b in &before {
+        let a = after.iter().find(|a| a.data == b.data).expect("imported");
+        assert_eq!(a.state, b.state, "{:?}", b.data);
+        let d = &b.data;
+        if d.client.is_ipv6() {
+            continue;
+        }
+        let key = new.v4_key(
+            d.proto,
+            v4_addrs_be(bits(d.client) | bits(d.vip) << 32),
+            v4_ports_be(port(d.client) | port(d.vip) << 16),
+        );
+        let hit = new.lookup_v4(&key).expect("the shortcut finds it");
+        assert_eq!(hit.handle(), a.handle);
+        assert_eq!(
+            hit.addrs(),
+            v4_addrs_be(bits(d.snat) | bits(d.backend) << 32)
+        );
+        assert_eq!(hit.ports, v4_ports_be(port(d.snat) | port(d.backend) << 16));
+        v4 += 1;
+    }
+    assert_eq!(v4, 50);
 }

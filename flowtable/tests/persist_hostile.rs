@@ -83,12 +83,15 @@ fn ext_word(path: &Path, i: u32, w: u64) -> u64 {
 }
 
 /// The byte offset of word `w` of the entry holding flow `i` (found by its client port,
-/// `1024 + i`, in a LIVE entry).
+/// `1024 + i`, stored in network byte order, in a LIVE entry).
 fn entry_word(path: &Path, i: u32, w: u64) -> u64 {
     let (entries, ..) = layout();
     (0..CAP as u64)
         .map(|e| entries + 64 * e)
-        .find(|&at| (read(path, at) >> 40) & 3 == 2 && read(path, at + 8) as u16 == 1024 + i as u16)
+        .find(|&at| {
+            (read(path, at) >> 40) & 3 == 2
+                && u16::from_be(read(path, at + 8) as u16) == 1024 + i as u16
+        })
         .map(|at| at + 8 * w)
         .expect("flow's entry")
 }

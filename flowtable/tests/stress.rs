@@ -54,8 +54,8 @@ fn flow_v4(t: &FlowTable, d: &FlowData) -> V4Flow {
     let key = |s: SocketAddr, x: SocketAddr| {
         t.v4_key(
             d.proto,
-            bits(s) | bits(x) << 32,
-            u32::from(s.port()) | u32::from(x.port()) << 16,
+            flowtable::v4_addrs_be(bits(s) | bits(x) << 32),
+            flowtable::v4_ports_be(u32::from(s.port()) | u32::from(x.port()) << 16),
         )
     };
     V4Flow {

@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use flowtable::{
     Direction, FlowData, FlowHandle, FlowKey, InsertError, PendingV4, Protocol, TcpFlags, Tick,
-    V4Flow, V4Key,
+    V4Flow, V4Key, v4_addrs_be, v4_ports_be,
 };
 use lb_algos::{BackendId, FlowTuple, Scheduler};
 use vocab::{Mode, sctp, sctp_events};
@@ -423,7 +423,8 @@ impl Pipeline {
         let SocketAddr::V4(backend) = s.backend else {
             return Err(Verdict::Drop(DropReason::NoBackend));
         };
-        let backend_ip = backend.ip().to_bits();
+        // Network order from here on, as the flow's tuples and the frame hold addresses.
+        let backend_ip = backend.ip().to_bits().to_be();
         let Some(slot) = self.next_hop_v4(backend_ip) else {
             return Err(Verdict::Slow);
         };
@@ -432,11 +433,12 @@ impl Pipeline {
         let fullnat = s.mode == Mode::Fullnat;
         let snat = match (fullnat, self.config.snat_v4) {
             (false, _) => None,
-            (true, Some(a)) => Some(a.to_bits()),
+            (true, Some(a)) => Some(a.to_bits().to_be()),
             (true, None) => return Err(Verdict::Drop(DropReason::NoSnatAddress)),
         };
-        let backend = (backend_ip, backend.port());
-        let (reply, tries) = self.first_reply_v4(v.protocol, snat, backend, (v.src(), v.sport()));
+        let backend = (backend_ip, backend.port().to_be());
+        let client = (v.addrs as u32, v.ports as u16);
+        let (reply, tries) = self.first_reply_v4(v.protocol, snat, backend, client);
         let nv = out.insert(NewV4 {
             flow: V4Flow {
                 original: *key,
@@ -460,8 +462,8 @@ impl Pipeline {
     }
 
     /// A new flow's first reply tuple, backend -> the next SNAT port (fullnat: `snat`) or
-    /// the client, and the SNAT ports left to try after it. (Before the flow is written, so
-    /// that its reply key is stored once.)
+    /// the client, and the SNAT ports left to try after it (addresses and ports in network
+    /// byte order). (Before the flow is written, so that its reply key is stored once.)
     #[inline(always)]
     fn first_reply_v4(
         &mut self,
@@ -472,7 +474,7 @@ impl Pipeline {
     ) -> (V4Key, usize) {
         let tries = SNAT_TRIES.min(self.snat.len());
         let (to, to_port, tries) = match snat {
-            Some(a) => (a, self.snat.next_port(), tries.saturating_sub(1)),
+            Some(a) => (a, self.snat.next_port().to_be(), tries.saturating_sub(1)),
             None => (client.0, client.1, tries),
         };
         let reply = self.flows.v4_key(
@@ -490,13 +492,13 @@ impl Pipeline {
         self.reply_v4(nv, port);
     }
 
-    /// Sets `nv`'s reply tuple (fullnat) to backend -> SNAT address:`port`.
+    /// Sets `nv`'s reply tuple (fullnat) to backend -> SNAT address:`port` (host order).
     fn reply_v4(&mut self, nv: &mut NewV4, port: u16) {
         let to = nv.snat.unwrap_or_default();
         nv.flow.reply = self.flows.v4_key(
             nv.protocol,
             nat::pack_addrs(nv.backend.0, to),
-            nat::pack_ports(nv.backend.1, port),
+            nat::pack_ports(nv.backend.1, port.to_be()),
         );
     }
 
@@ -545,7 +547,7 @@ impl Pipeline {
                 &self.flows,
                 h,
                 nv.tick,
-                (nv.flow.reply.ports() >> 16) as u16,
+                u16::from_be((nv.flow.reply.ports() >> 16) as u16),
             );
             if nv.tries == 0 {
                 if let Some(port) = self.give_way(&oldest, nv.tick) {
@@ -559,7 +561,7 @@ impl Pipeline {
         }
         let (o, reply) = (&nv.flow.original, &nv.flow.reply);
         let to = (reply.addrs().rotate_left(32), reply.ports().rotate_left(16));
-        let csum = flowtable::v4_csum_delta((o.addrs(), o.ports()), to);
+        let csum = flowtable::v4_csum_delta_be((o.addrs(), o.ports()), to);
         self.inserted_v4(nv, r, csum)
     }
 
@@ -604,13 +606,13 @@ impl Pipeline {
         let to = nat::after(&v.data, Direction::Original);
         match (to.src.ip(), to.dst.ip()) {
             (IpAddr::V4(s), IpAddr::V4(d)) => {
-                let addrs = nat::pack_addrs(s.to_bits(), d.to_bits());
-                let ports = nat::pack_ports(to.src.port(), to.dst.port());
+                let addrs = v4_addrs_be(nat::pack_addrs(s.to_bits(), d.to_bits()));
+                let ports = v4_ports_be(nat::pack_ports(to.src.port(), to.dst.port()));
                 let from = (original.addrs(), original.ports());
                 Ok(Out {
                     addrs,
                     ports,
-                    csum_delta: flowtable::v4_csum_delta(from, (addrs, ports)),
+                    csum_delta: flowtable::v4_csum_delta_be(from, (addrs, ports)),
                     created: false,
                     backend: v.data.backend_id,
                 })
@@ -674,11 +676,11 @@ pub(super) struct NewV4 {
     pub flow: V4Flow,
     tcp_flags: TcpFlags,
     protocol: Protocol,
-    /// fullnat: the SNAT address; nat: `None`.
+    /// fullnat: the SNAT address (network byte order); nat: `None`.
     snat: Option<u32>,
     /// SNAT ports left to try.
     tries: usize,
-    /// The backend's address and port.
+    /// The backend's address and port, in network byte order.
     backend: (u32, u16),
     /// The backend's next hop: port, then destination and source MACs.
     port: u16,
@@ -687,14 +689,15 @@ pub(super) struct NewV4 {
     tick: Tick,
 }
 
-/// The way out of a new flow: source | destination << 32 and the ports likewise; `created`
+/// The way out of a new flow: source | destination << 32 and the ports likewise, in network
+/// byte order; `created`
 /// when this pipeline inserted it (rather than adopting another worker's).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Out {
     addrs: u64,
     ports: u32,
     /// What the frame's checksums change by, from its tuple (the flow's original one) to
-    /// `addrs`/`ports`: [`flowtable::v4_csum_delta`], as the flow table computed it at the
+    /// `addrs`/`ports`: [`flowtable::v4_csum_delta_be`], as the flow table computed it at the
     /// insert.
     csum_delta: u32,
     created: bool,

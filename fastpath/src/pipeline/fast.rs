@@ -3,7 +3,7 @@
 //! least 54 bytes (a TCP header's room: shorter ones, UDP, take the general path).
 //!
 //! [`parse`] reads such a frame straight into a [`V4`] (addresses and ports packed the way a
-//! [`flowtable::V4Key`] takes them, flags, TTL) and answers `None` for everything else,
+//! [`flowtable::V4Key`] takes them, in network byte order: loaded as they are, flags, TTL) and answers `None` for everything else,
 //! including every frame the general [`classify`](super::classify) would drop and every frame
 //! with a TTL of 1 or 0: the pipeline then runs the general path, which gives the verdict. So for a frame `parse` accepts, `classify` would have produced the same
 //! fields (`l3 = 14`, `l4 = 34`, `Frag::No`), and the fast path's output is byte for byte the
@@ -22,9 +22,9 @@
 //! the common packet cheap: `benches/callgrind.sh` counted 248.5 instructions for an
 //! established packet through this path against 949 through the general path (`--general`),
 //! and 1,400 against 2,235 for a new flow's SYN (`--mix syn`), when both were measured
-//! (docs/benchmarks.md; the shortcut is at 240.5 and 948.2 since).
+//! (docs/benchmarks.md; the shortcut is at 223.4 and 952.3 since).
 
-use flowtable::Protocol;
+use flowtable::{Protocol, v4_wire_word};
 
 use super::classify::{PROTO_TCP, PROTO_UDP};
 use crate::wire::checksum::add1c;
@@ -34,14 +34,19 @@ use crate::wire::read_u16;
 pub(crate) const L3: usize = 14;
 /// Offset of the L4 header behind an option-less IPv4 header.
 pub(crate) const L4: usize = L3 + 20;
+/// [`V4::csum_at`] of a TCP segment.
+pub(crate) const TCP_CSUM_AT: u8 = (L4 + 16) as u8;
+/// [`V4::csum_at`] of a UDP datagram.
+pub(crate) const UDP_CSUM_AT: u8 = (L4 + 6) as u8;
 
 /// What the fast path needs of a frame.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct V4 {
-    /// Source | destination address << 32 (`Ipv4Addr::to_bits` values), as a
-    /// [`flowtable::V4Key`] packs them.
+    /// Source | destination address << 32, each in network byte order
+    /// ([`flowtable::v4_addrs_be`]), as a [`flowtable::V4Key`] packs them: the frame's bytes
+    /// as loaded, compared with the flow's entry and written back without a byte swap.
     pub addrs: u64,
-    /// Source port | destination port << 16.
+    /// Source port | destination port << 16, each in network byte order.
     pub ports: u32,
     /// `PROTO_TCP` or `PROTO_UDP`.
     pub proto: u8,
@@ -114,26 +119,26 @@ pub(crate) fn parse(frame: &[u8]) -> Option<V4> {
             if off < 20 || off > l4_len {
                 return None;
             }
-            (frame[L4 + 13], Protocol::Tcp, L4 + 16)
+            (frame[L4 + 13], Protocol::Tcp, TCP_CSUM_AT)
         }
         PROTO_UDP => {
             let len = usize::from(read_u16(frame, L4 + 4));
             if l4_len < 8 || len < 8 || len > l4_len {
                 return None;
             }
-            (0, Protocol::Udp, L4 + 6)
+            (0, Protocol::Udp, UDP_CSUM_AT)
         }
         _ => return None,
     };
     let v = V4 {
-        // Wire order is (src, dst): big-endian that is src << 32 | dst.
-        addrs: u64::from_be_bytes(bytes(h, L3 + 12)).rotate_left(32),
-        ports: u32::from_be_bytes(bytes(frame, L4)).rotate_left(16),
+        // The frame's bytes as they are: a plain load on a little-endian machine.
+        addrs: v4_wire_word(u64::from_ne_bytes(bytes(h, L3 + 12)), 32),
+        ports: v4_wire_word(u64::from(u32::from_ne_bytes(bytes(frame, L4))), 16) as u32,
         proto,
         protocol,
         flags,
         ttl: h[L3 + 8],
-        csum_at: csum_at as u8,
+        csum_at,
         ip_len: total as u16,
     };
     debug_assert!(
@@ -177,28 +182,28 @@ impl V4 {
         }
     }
 
-    /// Source address (`Ipv4Addr::to_bits`).
+    /// Source address (`Ipv4Addr::to_bits`: host order).
     #[inline(always)]
     pub(crate) fn src(&self) -> u32 {
-        self.addrs as u32
+        u32::from_be(self.addrs as u32)
     }
 
-    /// Destination address.
+    /// Destination address (host order).
     #[inline(always)]
     pub(crate) fn dst(&self) -> u32 {
-        (self.addrs >> 32) as u32
+        u32::from_be((self.addrs >> 32) as u32)
     }
 
-    /// Source port.
+    /// Source port (host order).
     #[inline(always)]
     pub(crate) fn sport(&self) -> u16 {
-        self.ports as u16
+        u16::from_be(self.ports as u16)
     }
 
-    /// Destination port.
+    /// Destination port (host order).
     #[inline(always)]
     pub(crate) fn dport(&self) -> u16 {
-        (self.ports >> 16) as u16
+        u16::from_be((self.ports >> 16) as u16)
     }
 }
 

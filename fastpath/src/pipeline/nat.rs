@@ -14,7 +14,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use flowtable::{Direction, FlowData};
+use flowtable::{Direction, FlowData, v4_addrs_be, v4_ports_be, v4_wire_word};
 
 use super::classify::{Frag, PROTO_SCTP, PROTO_TCP, PROTO_UDP, Packet};
 use crate::wire::checksum::{self, Delta, fold16};
@@ -223,10 +223,9 @@ const TTL_TERM: u16 = u16::from_ne_bytes([0xfe, 0xff]);
 
 /// [`rewrite`] for the common case, an IPv4 TCP or UDP packet carrying its L4 header (`l3`,
 /// `l4`: the header offsets; the caller checked the TTL > 1 and that the L4 checksum field
-/// lies within the frame), to the endpoints packed as a [`flowtable::V4Hit`] gives them:
-/// `addrs` = new source | new destination << 32 (`Ipv4Addr::to_bits` values), `ports` = new
-/// source port | new destination port << 16. Everything but the MACs (the caller writes
-/// those).
+/// lies within the frame), to the endpoints `addrs` = new source | new destination << 32
+/// (`Ipv4Addr::to_bits` values: host order), `ports` = new source port | new destination
+/// port << 16. Everything but the MACs (the caller writes those).
 #[inline]
 pub(crate) fn rewrite_v4(
     frame: &mut [u8],
@@ -236,9 +235,10 @@ pub(crate) fn rewrite_v4(
     addrs: u64,
     ports: u32,
 ) {
-    let old_addrs = u64::from_be_bytes(ne(frame, l3 + 12)).rotate_left(32);
-    let old_ports = u32::from_be_bytes(ne(frame, l4)).rotate_left(16);
-    let delta = flowtable::v4_csum_delta((old_addrs, old_ports), (addrs, ports));
+    let old_addrs = v4_wire_word(u64::from_ne_bytes(ne(frame, l3 + 12)), 32);
+    let old_ports = v4_wire_word(u64::from(u32::from_ne_bytes(ne(frame, l4))), 16) as u32;
+    let (addrs, ports) = (v4_addrs_be(addrs), v4_ports_be(ports));
+    let delta = flowtable::v4_csum_delta_be((old_addrs, old_ports), (addrs, ports));
     rewrite_v4_delta(frame, l3, l4, l4_csum_at(l4, proto), addrs, ports, delta);
 }
 
@@ -249,7 +249,9 @@ pub(crate) fn l4_csum_at(l4: usize, proto: u8) -> usize {
 }
 
 /// [`rewrite_v4`] with the checksum adjustment known (a [`flowtable::V4Hit`]'s
-/// `csum_delta`, [`flowtable::v4_csum_delta`] from the frame's tuple to the new one).
+/// `csum_delta`, [`flowtable::v4_csum_delta_be`] from the frame's tuple to the new one), to
+/// endpoints packed as a `V4Hit` gives them: `addrs` and `ports` as `rewrite_v4`'s, each in
+/// network byte order ([`flowtable::v4_addrs_be`], [`flowtable::v4_ports_be`]).
 ///
 /// Byte for byte `rewrite`'s result: `v4_csum_delta` adds the same 16-bit words `rewrite`
 /// adds, and folds them without changing what `~(~HC + delta)` gives. The sums here run on
@@ -272,8 +274,10 @@ pub(crate) fn rewrite_v4_delta(
     let old_ip = u16::from_ne_bytes(ne(frame, l3 + 10));
     let ip = u64::from(!old_ip) + u64::from(ip_delta) + u64::from(TTL_TERM);
     frame[l3 + 10..l3 + 12].copy_from_slice(&(!fold16(ip)).to_ne_bytes());
-    frame[l3 + 12..l3 + 20].copy_from_slice(&addrs.rotate_left(32).to_be_bytes());
-    frame[l4..l4 + 4].copy_from_slice(&ports.rotate_left(16).to_be_bytes());
+    // Network order already: stored as they are (a plain store on a little-endian machine).
+    frame[l3 + 12..l3 + 20].copy_from_slice(&v4_wire_word(addrs, 32).to_ne_bytes());
+    let ports = v4_wire_word(u64::from(ports), 16) as u32;
+    frame[l4..l4 + 4].copy_from_slice(&ports.to_ne_bytes());
     let old = u16::from_ne_bytes(ne(frame, csum_at));
     let new = !fold16(u64::from(!old) + u64::from(l4_delta));
     // UDP's checksum is 6 bytes in, TCP's 16.
@@ -417,10 +421,10 @@ mod tests {
             let mut got = frame.clone();
             rewrite_v4(&mut got, 14, l4, proto, addrs, ports);
             prop_assert_eq!(&got, &want);
-            let delta = flowtable::v4_csum_delta(
-                (pack_addrs(old.0, old.1), pack_ports(old.2, old.3)),
-                (addrs, ports),
-            );
+            // In network order, as the flow table keeps tuples and adjustments.
+            let (addrs, ports) = (v4_addrs_be(addrs), v4_ports_be(ports));
+            let from = (v4_addrs_be(pack_addrs(old.0, old.1)), v4_ports_be(pack_ports(old.2, old.3)));
+            let delta = flowtable::v4_csum_delta_be(from, (addrs, ports));
             let mut got = frame.clone();
             rewrite_v4_delta(&mut got, 14, l4, l4_csum_at(l4, proto), addrs, ports, delta);
             prop_assert_eq!(&got, &want);

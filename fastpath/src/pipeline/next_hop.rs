@@ -24,10 +24,11 @@ pub(super) const EPOCH_ONE: u64 = 1 << 32;
 pub(super) struct NhSlot {
     /// `epoch << 32 | v6` (epoch 0: empty).
     pub(super) tag: u64,
-    /// For an IPv4 address: `epoch << 32 | address`, the one word `next_hop_v4` compares;
-    /// 0 (never current: epochs start at 1) for IPv6.
+    /// For an IPv4 address: `epoch << 32 | address` (in network byte order), the one word
+    /// `next_hop_v4` compares; 0 (never current: epochs start at 1) for IPv6.
     pub(super) v4_key: u64,
-    /// The address: IPv6 bits, or IPv4 `to_bits` zero-extended.
+    /// The address: IPv6 bits, or IPv4 `to_bits` in network byte order (as a frame and a
+    /// flow entry hold it), zero-extended.
     pub(super) addr: (u64, u64),
     pub(super) nh: NextHop,
     /// `nh`'s destination MAC, then its source MAC (or `config.mac`), as a frame takes them.
@@ -38,7 +39,7 @@ pub(super) struct NhSlot {
 #[inline(always)]
 fn nh_key(dst: IpAddr) -> (u64, (u64, u64)) {
     match dst {
-        IpAddr::V4(a) => (0, (u64::from(a.to_bits()), 0)),
+        IpAddr::V4(a) => (0, (u64::from(a.to_bits().to_be()), 0)),
         IpAddr::V6(a) => {
             let b = a.to_bits();
             (1, (b as u64, (b >> 64) as u64))
@@ -60,14 +61,15 @@ impl Pipeline {
         self.nh_slot(dst).map(|s| s.nh)
     }
 
-    /// [`next_hop`](Self::next_hop) for an IPv4 address (`to_bits`): its cache slot.
+    /// [`next_hop`](Self::next_hop) for an IPv4 address in network byte order
+    /// (`to_bits().to_be()`, as a [`flowtable::V4Hit`] gives it): its cache slot.
     #[inline(always)]
     pub(super) fn next_hop_v4(&mut self, dst: u32) -> Option<&NhSlot> {
         let i = nh_index((u64::from(dst), 0));
         if self.nh_cache[i].v4_key == self.epoch | u64::from(dst) {
             return Some(&self.nh_cache[i]);
         }
-        self.nh_fill(IpAddr::V4(Ipv4Addr::from_bits(dst)))?;
+        self.nh_fill(IpAddr::V4(Ipv4Addr::from_bits(u32::from_be(dst))))?;
         Some(&self.nh_cache[i])
     }
 
@@ -91,7 +93,7 @@ impl Pipeline {
         let slot = NhSlot {
             tag: self.epoch | family,
             v4_key: match dst {
-                IpAddr::V4(a) => self.epoch | u64::from(a.to_bits()),
+                IpAddr::V4(a) => self.epoch | u64::from(a.to_bits().to_be()),
                 IpAddr::V6(_) => 0,
             },
             addr,

@@ -17,7 +17,7 @@
 //! data words are written only by the owner of a FREE entry, before it stores INSERTING.
 
 use super::FlowTable;
-use super::v4::v4_csum_delta;
+use super::v4::{ports4_be, v4_addrs_be, v4_csum_delta_be};
 use crate::key::{FlowData, FlowKey, Protocol, bits_addr};
 use crate::state::FlowState;
 #[cfg(doc)]
@@ -28,16 +28,18 @@ use std::net::SocketAddr;
 
 // Entry words: 0..8 in the hot line (`Entry`).
 pub(super) const W_CTL: usize = 0;
-/// client port | vip port << 16 | backend port << 32 | snat port << 48.
+/// client port | vip port << 16 | backend port << 32 | snat port << 48, each in network
+/// byte order ([`ports4_be`] converts).
 pub(super) const W_PORTS: usize = 1;
 /// service id | backend id << 32; while the entry is free: the free-list link (entry + 1).
 pub(super) const W_IDS: usize = 2;
 /// snapshot gen | proto << 32 | v6 << 40 | flags << 48.
 pub(super) const W_META: usize = 3;
 /// Addresses. IPv4: word 4 = client | vip << 32, word 5 = backend | snat << 32 (so an IPv4
-/// flow lives in one cache line). IPv6: client (4, 5) as (lo, hi); the rest in the extension.
+/// flow lives in one cache line), each address in network byte order ([`v4_addrs_be`]
+/// converts), as a frame carries it. IPv6: client (4, 5) as (lo, hi); the rest in the extension.
 pub(super) const W_ADDR: usize = 4;
-/// IPv4 only: the checksum adjustments ([`v4_csum_delta`]) of the original direction | the
+/// IPv4 only: the checksum adjustments ([`v4_csum_delta_be`]) of the original direction | the
 /// reply direction's << 32.
 pub(super) const W_V4_CSUM: usize = 6;
 /// IPv6 only (the word IPv4 uses for [`W_V4_CSUM`]): the extension entry's number.
@@ -200,6 +202,18 @@ impl FlowTable {
         self.entries[e as usize].w[w].load(Ordering::Relaxed)
     }
 
+    /// Entry `e`'s ports word in host order (`client | vip << 16 | backend << 32 | snat << 48`).
+    #[inline(always)]
+    pub(super) fn ports_host(&self, e: u32) -> u64 {
+        ports4_be(self.word(e, W_PORTS))
+    }
+
+    /// IPv4 entry `e`'s address word `W_ADDR + i` in host order (`Ipv4Addr::to_bits` halves).
+    #[inline(always)]
+    pub(super) fn v4_addrs_host(&self, e: u32, i: usize) -> u64 {
+        v4_addrs_be(self.word(e, W_ADDR + i))
+    }
+
     #[inline(always)]
     pub(super) fn set_word(&self, e: u32, w: usize, v: u64) {
         self.entries[e as usize].w[w].store(v, Ordering::Relaxed)
@@ -227,7 +241,7 @@ impl FlowTable {
                 u128::from(self.word(x, w)) | u128::from(self.word(x, w + 1)) << 64
             })
         } else {
-            let w = self.word(e, W_ADDR + slot / 2);
+            let w = self.v4_addrs_host(e, slot / 2);
             crate::key::V4_MAPPED | u128::from((w >> (32 * (slot % 2))) as u32)
         }
     }
@@ -239,7 +253,7 @@ impl FlowTable {
             self.addr(e, slot, true) == key.src && self.addr(e, slot + 1, true) == key.dst
         } else {
             // Both IPv4 addresses of the pair share one word.
-            self.word(e, W_ADDR + slot / 2)
+            self.v4_addrs_host(e, slot / 2)
                 == u64::from(key.src as u32) | u64::from(key.dst as u32) << 32
         }
     }
@@ -247,7 +261,7 @@ impl FlowTable {
     /// Decode entry `e`'s data (possibly torn if racing a recycler: callers validate after).
     pub(super) fn read_data(&self, e: u32) -> Option<FlowData> {
         let meta = self.word(e, W_META);
-        let ports = self.word(e, W_PORTS);
+        let ports = self.ports_host(e);
         let ids = self.word(e, W_IDS);
         let v6 = (meta >> 40) & 1 == 1;
         let sa = |a: usize, p: u64| SocketAddr::new(bits_addr(self.addr(e, a, v6), v6), p as u16);
@@ -294,7 +308,8 @@ impl FlowTable {
                 self.set_word(x, x_word(slot) + 1, (bits[slot] >> 64) as u64);
             }
         } else {
-            let pair = |a: u128, b: u128| u64::from(a as u32) | u64::from(b as u32) << 32;
+            let pair =
+                |a: u128, b: u128| v4_addrs_be(u64::from(a as u32) | u64::from(b as u32) << 32);
             let (cv, bs) = (
                 pair(bits[A_CLIENT], bits[A_VIP]),
                 pair(bits[A_BACKEND], bits[A_SNAT]),
@@ -302,19 +317,23 @@ impl FlowTable {
             set(W_ADDR, cv);
             set(W_ADDR + 1, bs);
             // Both directions' checksum adjustments (the word an IPv6 VIP would use).
-            let ports =
-                |a: SocketAddr, b: SocketAddr| u32::from(a.port()) | u32::from(b.port()) << 16;
+            let ports = |a: SocketAddr, b: SocketAddr| {
+                u32::from(a.port().to_be()) | u32::from(b.port().to_be()) << 16
+            };
             let (p_cv, p_bs) = (ports(d.client, d.vip), ports(d.backend, d.snat));
-            let original = v4_csum_delta((cv, p_cv), (bs.rotate_left(32), p_bs.rotate_left(16)));
-            let reply = v4_csum_delta((bs, p_bs), (cv.rotate_left(32), p_cv.rotate_left(16)));
+            let delta = v4_csum_delta_be;
+            let original = delta((cv, p_cv), (bs.rotate_left(32), p_bs.rotate_left(16)));
+            let reply = delta((bs, p_bs), (cv.rotate_left(32), p_cv.rotate_left(16)));
             set(W_V4_CSUM, u64::from(original) | u64::from(reply) << 32);
         }
         set(
             W_PORTS,
-            u64::from(d.client.port())
-                | u64::from(d.vip.port()) << 16
-                | u64::from(d.backend.port()) << 32
-                | u64::from(d.snat.port()) << 48,
+            ports4_be(
+                u64::from(d.client.port())
+                    | u64::from(d.vip.port()) << 16
+                    | u64::from(d.backend.port()) << 32
+                    | u64::from(d.snat.port()) << 48,
+            ),
         );
         set(
             W_IDS,

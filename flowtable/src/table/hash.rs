@@ -1,6 +1,7 @@
 //! The tuple hash: a keyed multiply-fold, its keys drawn from the table's seed.
 
 use super::FlowTable;
+use super::v4::{v4_addrs_be, v4_ports_be};
 use crate::index::{self};
 use crate::key::FlowKey;
 
@@ -36,8 +37,11 @@ impl FlowTable {
     pub(super) fn hash(&self, k: &FlowKey) -> u64 {
         let s = &self.seeds;
         if !k.v6 {
-            let addrs = u64::from(k.src as u32) | u64::from(k.dst as u32) << 32;
-            return self.hash_v4(addrs, k.misc());
+            // In network order, as the per-packet path's `V4Key`s hash them.
+            let addrs = v4_addrs_be(u64::from(k.src as u32) | u64::from(k.dst as u32) << 32);
+            let misc = k.misc();
+            let misc = misc & !0xffff_ffff | u64::from(v4_ports_be(misc as u32));
+            return self.hash_v4(addrs, misc);
         }
         let a = fold_mul(k.src as u64 ^ s[0], (k.src >> 64) as u64 ^ s[1]);
         let b = fold_mul(k.dst as u64 ^ s[2], (k.dst >> 64) as u64 ^ s[3]);
@@ -45,7 +49,8 @@ impl FlowTable {
     }
 
     /// The hash of an IPv4 key from its packed addresses (`src | dst << 32`) and
-    /// [`FlowKey::misc`]: both addresses fit one word, so two multiplies instead of three.
+    /// [`FlowKey::misc`], addresses and ports in network byte order (as a `V4Key` holds
+    /// them): both addresses fit one word, so two multiplies instead of three.
     #[inline(always)]
     pub(super) fn hash_v4(&self, addrs: u64, misc: u64) -> u64 {
         let s = &self.seeds;

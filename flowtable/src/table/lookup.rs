@@ -4,8 +4,8 @@
 
 use super::FlowTable;
 use super::entry::{
-    A_BACKEND, A_CLIENT, A_SNAT, A_VIP, W_ADDR, W_CTL, W_IDS, W_META, W_PORTS, ctl_gen, ctl_ls,
-    ctl_readable, ctl_state, v4_halves,
+    A_BACKEND, A_CLIENT, A_SNAT, A_VIP, W_CTL, W_IDS, W_META, ctl_gen, ctl_ls, ctl_readable,
+    ctl_state, v4_halves,
 };
 use super::handle::{FlowHandle, FlowHit, FlowView};
 use super::seq::{SEQ_BITS, SEQ_MASK};
@@ -25,7 +25,7 @@ impl FlowTable {
             return None;
         }
         let meta = self.word(e, W_META);
-        let ports = self.word(e, W_PORTS);
+        let ports = self.ports_host(e);
         let (slot, ports) = if reply {
             (A_BACKEND, ports >> 32)
         } else {
@@ -119,7 +119,7 @@ impl FlowTable {
             return None;
         }
         let meta = self.word(e, W_META);
-        let ports = self.word(e, W_PORTS);
+        let ports = self.ports_host(e);
         let ids = self.word(e, W_IDS);
         let (slot, key_ports) = if reply {
             (A_BACKEND, ports >> 32)
@@ -138,14 +138,14 @@ impl FlowTable {
             let (s, d) = if key.v6 {
                 (self.addr(e, A_VIP, true), self.addr(e, A_CLIENT, true))
             } else {
-                v4_halves(self.word(e, W_ADDR))
+                v4_halves(self.v4_addrs_host(e, 0))
             };
             (s, d, (ports >> 16) as u16, ports as u16)
         } else {
             let (s, d) = if key.v6 {
                 (self.addr(e, A_SNAT, true), self.addr(e, A_BACKEND, true))
             } else {
-                v4_halves(self.word(e, W_ADDR + 1))
+                v4_halves(self.v4_addrs_host(e, 1))
             };
             (s, d, (ports >> 48) as u16, (ports >> 32) as u16)
         };

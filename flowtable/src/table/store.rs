@@ -28,7 +28,9 @@ pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"XVSFLOWT");
 /// - 3: no cold half-lines and no `seq6` slab: an IPv6 flow's VIP, backend and SNAT
 ///   addresses in an extension entry that its hot line names (the word IPv4 keeps its
 ///   checksum adjustments in), its sequence word in its hot line's last word as IPv4's.
-pub(crate) const LAYOUT_VERSION: u64 = 3;
+/// - 4: an entry's ports and IPv4 addresses in network byte order (as frames carry them), and
+///   the IPv4 hash taken over them.
+pub(crate) const LAYOUT_VERSION: u64 = 4;
 
 /// Header status: a process owns the table (or owned it when it died).
 pub(crate) const STATUS_RUNNING: u64 = 1;

@@ -21,9 +21,9 @@ use lb_algos::BackendId;
 /// its 128-bit addresses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct V4Key {
-    /// Source | destination << 32 (`Ipv4Addr::to_bits` values).
+    /// Source | destination << 32, each in network byte order ([`v4_addrs_be`]).
     addrs: u64,
-    /// Source port | destination port << 16.
+    /// Source port | destination port << 16, each in network byte order ([`v4_ports_be`]).
     ports: u32,
     proto: Protocol,
     hash: u64,
@@ -33,22 +33,23 @@ impl V4Key {
     /// The key as a [`FlowKey`] (for the paths beyond a hit).
     #[inline]
     pub fn key(&self) -> FlowKey {
+        let (addrs, ports) = (v4_addrs_be(self.addrs), v4_ports_be(self.ports));
         FlowKey::v4_bits(
             self.proto,
-            self.addrs as u32,
-            self.ports as u16,
-            (self.addrs >> 32) as u32,
-            (self.ports >> 16) as u16,
+            addrs as u32,
+            ports as u16,
+            (addrs >> 32) as u32,
+            (ports >> 16) as u16,
         )
     }
 
-    /// Source | destination << 32 (`Ipv4Addr::to_bits` values).
+    /// Source | destination << 32, each in network byte order ([`v4_addrs_be`]).
     #[inline]
     pub fn addrs(&self) -> u64 {
         self.addrs
     }
 
-    /// Source port | destination port << 16.
+    /// Source port | destination port << 16, each in network byte order ([`v4_ports_be`]).
     #[inline]
     pub fn ports(&self) -> u32 {
         self.ports
@@ -73,6 +74,55 @@ impl V4Key {
     }
 }
 
+/// A word of two IPv4 addresses (`a | b << 32`) with each address converted between host
+/// order (`Ipv4Addr::to_bits`) and network byte order (`u32::to_be`), either way (the
+/// conversion is its own inverse). Network order is how the per-packet path and the entries
+/// hold IPv4 tuples: a frame's source and destination loaded as one word (`u64::from_ne_bytes`
+/// on a little-endian machine; see [`v4_wire_word`]) and stored back with no byte swap.
+#[inline(always)]
+pub fn v4_addrs_be(w: u64) -> u64 {
+    if cfg!(target_endian = "little") {
+        w.swap_bytes().rotate_left(32)
+    } else {
+        w
+    }
+}
+
+/// [`v4_addrs_be`] for a word of two ports (`a | b << 16`).
+#[inline(always)]
+pub fn v4_ports_be(w: u32) -> u32 {
+    if cfg!(target_endian = "little") {
+        w.swap_bytes().rotate_left(16)
+    } else {
+        w
+    }
+}
+
+/// [`v4_ports_be`] for an entry's word of four ports (`a | b << 16 | c << 32 | d << 48`).
+#[inline(always)]
+pub(super) fn ports4_be(w: u64) -> u64 {
+    const LO: u64 = 0x00ff_00ff_00ff_00ff;
+    if cfg!(target_endian = "little") {
+        (w & LO) << 8 | (w >> 8) & LO
+    } else {
+        w
+    }
+}
+
+/// The packed word of a frame's two adjacent fields of `half` bytes each (`2 * half` bytes
+/// loaded with `from_ne_bytes`), the first in the low half: on a little-endian machine the
+/// load itself; on a big-endian one its halves swapped. Its own inverse: a word to store with
+/// `to_ne_bytes`. So `v4_wire_word(u64::from_ne_bytes(wire[26..34]), 32)` is the packed
+/// `src | dst << 32` in network order.
+#[inline(always)]
+pub fn v4_wire_word(w: u64, half: u32) -> u64 {
+    if cfg!(target_endian = "little") {
+        w
+    } else {
+        w.rotate_left(half)
+    }
+}
+
 /// How the checksums of an IPv4 packet change when its tuple does: a packet arriving with
 /// addresses `from.0` (source | destination << 32, `Ipv4Addr::to_bits` values) and ports
 /// `from.1` (source | destination << 16) and leaving with `to`'s has its IPv4 header checksum
@@ -87,15 +137,26 @@ impl V4Key {
 /// §2(B)), so a rewrite adds it to the field as loaded, with no byte swap per packet.
 #[inline]
 pub fn v4_csum_delta(from: (u64, u32), to: (u64, u32)) -> u32 {
+    let be = |(a, p): (u64, u32)| (v4_addrs_be(a), v4_ports_be(p));
+    v4_csum_delta_be(be(from), be(to))
+}
+
+/// [`v4_csum_delta`] of tuples in network byte order ([`v4_addrs_be`], [`v4_ports_be`]), as
+/// [`V4Key`]s and entries hold them: the same result. Each 16-bit word summed with its bytes
+/// swapped is the one's complement sum with its bytes swapped (RFC 1071 §2(B): a rotation by
+/// 8 bits, multiplication by 2^8 modulo 0xffff, which maps 0 to 0 and 0xffff to 0xffff), and
+/// an unchanged word still adds nothing; so the halves come out in network order as they are.
+#[inline]
+pub fn v4_csum_delta_be(from: (u64, u32), to: (u64, u32)) -> u32 {
     // Branch-free: the sum masked to zero when the word did not change.
     let term = |o: u32, n: u32| (u64::from(!o) + u64::from(n)) & u64::from(o != n).wrapping_neg();
     let ip = term(from.0 as u32, to.0 as u32) + term((from.0 >> 32) as u32, (to.0 >> 32) as u32);
     let l4 = ip + u64::from(!from.1) + u64::from(to.1);
-    u32::from(fold16(ip).to_be()) | u32::from(fold16(l4).to_be()) << 16
+    u32::from(fold16(ip)) | u32::from(fold16(l4)) << 16
 }
 
 /// Both directions' checksum adjustments of a flow whose original tuple is `o` (addresses,
-/// ports, packed as [`V4Key`]'s) and reply tuple `r`, as the entry stores them: the
+/// ports, packed as [`V4Key`]'s, in network order) and reply tuple `r`, as the entry stores them: the
 /// original direction's [`v4_csum_delta`] in the low half, the reply direction's in the high
 /// half. Exactly the two deltas, at the cost of about one: the reply direction changes the
 /// same words the other way (its addresses swapped by the rotation, its ports' halves too,
@@ -104,7 +165,7 @@ pub fn v4_csum_delta(from: (u64, u32), to: (u64, u32)) -> u32 {
 /// (0 and 0xffff), which depend on more than the residue and are computed in full.
 #[inline]
 pub(super) fn v4_csum_deltas((oa, op): (u64, u32), (ra, rp): (u64, u32)) -> u64 {
-    let original = v4_csum_delta((oa, op), (ra.rotate_left(32), rp.rotate_left(16)));
+    let original = v4_csum_delta_be((oa, op), (ra.rotate_left(32), rp.rotate_left(16)));
     let negated = |h: u32| {
         let h = h as u16;
         (h != 0 && h != 0xffff).then_some(!h)
@@ -120,7 +181,7 @@ pub(super) fn v4_csum_deltas((oa, op): (u64, u32), (ra, rp): (u64, u32)) -> u64 
 #[cold]
 #[inline(never)]
 fn v4_csum_reply((oa, op): (u64, u32), (ra, rp): (u64, u32)) -> u32 {
-    v4_csum_delta((ra, rp), (oa.rotate_left(32), op.rotate_left(16)))
+    v4_csum_delta_be((ra, rp), (oa.rotate_left(32), op.rotate_left(16)))
 }
 
 /// A one's complement sum folded to 16 bits: the same residue modulo 0xffff, 0 only for 0.
@@ -141,12 +202,14 @@ const SHORTCUT_MASK: u64 = 0xffff | (SLOW_FLAGS as u64) << 16;
 /// like a [`V4Key`]'s and the checksum adjustment, 32 bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct V4Hit {
-    /// New source address | new destination address << 32 (`Ipv4Addr::to_bits` values).
-    pub addrs: u64,
-    /// New source port | new destination port << 16.
+    /// The way out's addresses as the entry stores them: new destination | new source << 32
+    /// (network byte order): [`addrs`](Self::addrs) rotated, so that [`dst`](Self::dst) is
+    /// its low half as loaded (no shift), and the rotation is made where the frame is written.
+    out: u64,
+    /// New source port | new destination port << 16, each in network byte order.
     pub ports: u32,
-    /// What the packet's checksums change by: [`v4_csum_delta`] from the tuple it matched to
-    /// `(addrs, ports)`.
+    /// What the packet's checksums change by: [`v4_csum_delta_be`] from the tuple it matched
+    /// to `(addrs, ports)`.
     pub csum_delta: u32,
     /// The flow's pipeline flags byte ([`FlowData::flags`](crate::FlowData::flags)).
     pub flags: u8,
@@ -180,10 +243,17 @@ impl V4Hit {
         }
     }
 
-    /// New destination address (`Ipv4Addr::to_bits`).
-    #[inline]
+    /// New source address | new destination address << 32, each in network byte order
+    /// ([`v4_addrs_be`]): as a frame carries them.
+    #[inline(always)]
+    pub fn addrs(&self) -> u64 {
+        self.out.rotate_left(32)
+    }
+
+    /// New destination address, in network byte order (`u32::to_be` of `Ipv4Addr::to_bits`).
+    #[inline(always)]
     pub fn dst(&self) -> u32 {
-        (self.addrs >> 32) as u32
+        self.out as u32
     }
 
     /// The backend the flow was scheduled to.
@@ -251,9 +321,10 @@ impl PendingV4 {
 }
 
 impl FlowTable {
-    /// An IPv4 TCP/UDP/SCTP key from packed fields (`src | dst << 32` as
-    /// `Ipv4Addr::to_bits` values, `src_port | dst_port << 16`), hashed for this table: the
-    /// same flow and hash as the [`FlowKey`] `FlowKey::v4_bits(..)` gives. (A `V4Key` of another table only
+    /// An IPv4 TCP/UDP/SCTP key from packed fields in network byte order (`src | dst << 32`
+    /// as [`v4_addrs_be`] gives them, `src_port | dst_port << 16` as [`v4_ports_be`] does;
+    /// a frame's bytes as loaded, see [`v4_wire_word`]), hashed for this table: the same flow
+    /// and hash as the [`FlowKey`] `FlowKey::v4_bits(..)` of the host-order values gives. (A `V4Key` of another table only
     /// gives wrong misses.)
     #[inline(always)]
     pub fn v4_key(&self, proto: Protocol, addrs: u64, ports: u32) -> V4Key {
@@ -339,7 +410,7 @@ impl FlowTable {
         }
         Some(V4Hit {
             // The stored pair is (destination, source) of the way out.
-            addrs: out_addrs.rotate_left(32),
+            out: out_addrs,
             ports: ((ports >> 32) as u32).rotate_left(16),
             csum_delta: csum as u32,
             flags: (meta >> 48) as u8,
@@ -465,7 +536,8 @@ impl FlowTable {
     /// its data words do not change.
     #[cold]
     fn reply_key_v4(&self, e: u32) -> FlowKey {
-        let (addrs, ports) = (self.word(e, W_ADDR + 1), self.word(e, W_PORTS) >> 32);
+        let addrs = v4_addrs_be(self.word(e, W_ADDR + 1));
+        let ports = ports4_be(self.word(e, W_PORTS)) >> 32;
         let proto = Protocol::from_ip_proto((self.word(e, W_META) >> 32) as u8);
         FlowKey::v4_bits(
             proto.unwrap_or(Protocol::Tcp),
@@ -488,7 +560,7 @@ impl FlowTable {
         fence(Ordering::Release);
         let (o, r) = (&f.original, &f.reply);
         let set = |w: usize, v: u64| entry.w[w].store(v, Ordering::Relaxed);
-        // client | vip << 32 and backend | snat << 32: the keys' own packing.
+        // client | vip << 32 and backend | snat << 32: the keys' own packing (network order).
         set(W_ADDR, o.addrs);
         set(W_ADDR + 1, r.addrs);
         let csum = v4_csum_deltas((o.addrs, o.ports), (r.addrs, r.ports));
@@ -516,9 +588,58 @@ mod tests {
 
     /// Both deltas, each in full: what `v4_csum_deltas` must equal.
     fn full((oa, op): (u64, u32), (ra, rp): (u64, u32)) -> u64 {
-        let original = v4_csum_delta((oa, op), (ra.rotate_left(32), rp.rotate_left(16)));
-        let reply = v4_csum_delta((ra, rp), (oa.rotate_left(32), op.rotate_left(16)));
+        let original = v4_csum_delta_be((oa, op), (ra.rotate_left(32), rp.rotate_left(16)));
+        let reply = v4_csum_delta_be((ra, rp), (oa.rotate_left(32), op.rotate_left(16)));
         u64::from(original) | u64::from(reply) << 32
+    }
+
+    /// The checksum adjustment as computed on host-order words (the definition before the
+    /// entries held network order): the one `v4_csum_delta_be` must equal, byte-swapped words
+    /// in, network-order halves out.
+    fn host_order_delta(from: (u64, u32), to: (u64, u32)) -> u32 {
+        let term =
+            |o: u32, n: u32| (u64::from(!o) + u64::from(n)) & u64::from(o != n).wrapping_neg();
+        let ip =
+            term(from.0 as u32, to.0 as u32) + term((from.0 >> 32) as u32, (to.0 >> 32) as u32);
+        let l4 = ip + u64::from(!from.1) + u64::from(to.1);
+        u32::from(fold16(ip).to_be()) | u32::from(fold16(l4).to_be()) << 16
+    }
+
+    #[test]
+    fn network_order_words_are_the_frame_bytes() {
+        let mut frame = [0u8; 12];
+        frame[..8].copy_from_slice(&[198, 18, 0, 1, 198, 18, 100, 1]);
+        frame[8..].copy_from_slice(&[0x04, 0x00, 0x00, 0x50]);
+        let host = u64::from(u32::from_be_bytes([198, 18, 0, 1]))
+            | u64::from(u32::from_be_bytes([198, 18, 100, 1])) << 32;
+        let addrs = v4_wire_word(u64::from_ne_bytes(frame[..8].try_into().unwrap()), 32);
+        assert_eq!(addrs, v4_addrs_be(host));
+        assert_eq!(v4_addrs_be(addrs), host);
+        let ports = u32::from_ne_bytes(frame[8..].try_into().unwrap());
+        let ports = v4_wire_word(u64::from(ports), 16) as u32;
+        assert_eq!(v4_ports_be(ports), 1024 | 80 << 16);
+        assert_eq!(
+            ports4_be(u64::from(ports) | u64::from(ports) << 32),
+            (1024 | 80 << 16) * 0x1_0000_0001
+        );
+    }
+
+    /// The checksums' edge words (the zeros' two representations) through both orders.
+    #[test]
+    fn the_network_order_delta_is_the_host_order_one_at_the_edges() {
+        for &a in &EDGES {
+            for &b in &EDGES {
+                for &p in &EDGES {
+                    let (from, to) = ((u64::from(a) | u64::from(b) << 32, p), (u64::from(b), a));
+                    let be = |(x, y): (u64, u32)| (v4_addrs_be(x), v4_ports_be(y));
+                    assert_eq!(
+                        v4_csum_delta_be(be(from), be(to)),
+                        host_order_delta(from, to)
+                    );
+                    assert_eq!(v4_csum_delta(from, to), host_order_delta(from, to));
+                }
+            }
+        }
     }
 
     /// The words whose sums land on the two zeros: all-zero and all-one addresses and
@@ -547,6 +668,24 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn the_network_order_delta_is_the_host_order_one(
+            fa in any::<u64>(), fp in any::<u32>(), ta in any::<u64>(), tp in any::<u32>(),
+            same in 0..4u8,
+        ) {
+            // Unchanged addresses (no term) and ports as well as changed ones.
+            let ta = match same {
+                1 => fa,
+                2 => fa & 0xffff_ffff | ta << 32,
+                3 => ta & 0xffff_ffff | fa & !0xffff_ffff,
+                _ => ta,
+            };
+            let (from, to) = ((fa, fp), (ta, tp));
+            let be = |(x, y): (u64, u32)| (v4_addrs_be(x), v4_ports_be(y));
+            prop_assert_eq!(v4_csum_delta_be(be(from), be(to)), host_order_delta(from, to));
+            prop_assert_eq!(v4_csum_delta(from, to), host_order_delta(from, to));
+        }
+
         #[test]
         fn the_derived_reply_delta_is_the_full_one(
             oa in any::<u64>(), op in any::<u32>(), ra in any::<u64>(), rp in any::<u32>(),

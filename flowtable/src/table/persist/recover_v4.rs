@@ -17,6 +17,7 @@ use super::super::FlowTable;
 use super::super::entry::{
     FLAG_ONE_WAY, W_ADDR, W_IDS, W_META, W_PORTS, W_V4_CSUM, ctl_ls, ctl_state,
 };
+use super::super::v4::{ports4_be, v4_addrs_be};
 use super::recover::{FUTURE_TICKS, v4_csum_word};
 use super::valid::state_of;
 use crate::key::{FlowData, FlowKey, Protocol};
@@ -62,7 +63,8 @@ impl FlowTable {
         if self.word(e, W_V4_CSUM) != v4_csum_word(cv, bs, ports) {
             return None;
         }
-        // client, vip, backend, snat.
+        // client, vip, backend, snat (host order: stored in network order).
+        let (cv, bs, ports) = (v4_addrs_be(cv), v4_addrs_be(bs), ports4_be(ports));
         let a = [cv as u32, (cv >> 32) as u32, bs as u32, (bs >> 32) as u32];
         let p = [
             ports as u16,
@@ -161,18 +163,20 @@ mod tests {
         let e = h.entry();
         let good: Vec<u64> = (0..HOT_WORDS).map(|w| t.word(e, w)).collect();
         let tick = t.ticks(now);
+        // (Written in host order; the entry stores network order.)
         let addr_words = [
             0,
-            good[W_ADDR],
-            good[W_ADDR + 1],
+            v4_addrs_be(good[W_ADDR]),
+            v4_addrs_be(good[W_ADDR + 1]),
             0xe000_0001_c612_0001,
             0xc612_0001_ffff_ffff,
             0xc612_0001_0000_0000,
             0xc612_0001_c612_0001,
             0x0a00_0001_0a00_0002,
-        ];
+        ]
+        .map(v4_addrs_be);
         let port_words = [
-            good[W_PORTS],
+            ports4_be(good[W_PORTS]),
             0,
             0x1f90_0050_0050_1f90,
             0x1f90_07d0_0050_03e8,
@@ -181,7 +185,8 @@ mod tests {
             // Both directions alike (with both address words alike), and a one-way flow's.
             0x0050_1f90_0050_1f90,
             0x07d0_0050_1f90_1f90,
-        ];
+        ]
+        .map(ports4_be);
         let (m, mut rng) = (good[W_META], Rng(0x9e37_79b9_7f4a_7c15));
         let metas = [
             m,
