@@ -10,8 +10,10 @@
 //!
 //! 1. new → old: `{"hello":"xvs-takeover","version":1,"state":true}`. The old checks the
 //!    peer's credentials (`SO_PEERCRED`: root or its own uid) first.
-//! 2. old → new: the offer, every worker's [`SetMeta`] and the names of the state files
-//!    ([`STATE_FILES`], only to a hello with `state`); then one byte carrying the
+//! 2. old → new: the offer, every worker's [`SetMeta`], the names of the state files
+//!    ([`STATE_FILES`], only to a hello with `state`) and `export` (it can export its flows
+//!    at the switch; a new process that refused the flow table declines an old one that
+//!    cannot, rather than start without the flows); then one byte carrying the
 //!    descriptors (per set: its UMEM, then its sockets in port order; then the state
 //!    files). The new process checks the descriptors' count and kinds and the descriptions
 //!    against its own config, and maps the UMEMs and rings ([`XskSet::adopt`]). Each state
@@ -145,6 +147,10 @@ struct Offer {
     /// The state files whose descriptors follow the sets' (names in the state directory).
     #[serde(default)]
     state: Vec<String>,
+    /// The old process exports its flows at the switch when asked ([`Switch::export`]);
+    /// absent (false) from one that predates it.
+    #[serde(default)]
+    export: bool,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -393,6 +399,7 @@ fn offer(conn: &mut UnixStream, offered: &Offered) -> Result<bool, (String, Stri
             .map(|e| WireMeta::from(&e.meta))
             .collect(),
         state: state.iter().map(|(name, _)| (*name).to_owned()).collect(),
+        export: true,
     };
     write_frame(conn, &offer).map_err(|e| fail(format!("sending the offer: {e}")))?;
     let fds: Vec<RawFd> = offered
@@ -589,31 +596,48 @@ pub fn connect(settings: &XskSettings, state_dir: &Path) -> Option<Pending> {
     }
     let _ = conn.set_read_timeout(Some(STEP_TIMEOUT));
     let _ = conn.set_write_timeout(Some(STEP_TIMEOUT));
-    match receive_offer(&mut conn, settings) {
-        Ok((sets, files)) => Some(Pending {
-            conn,
-            pid,
-            peer: peer.clone(),
-            sets,
-            state: take_state(state_dir, &peer, files),
-            state_dir: state_dir.to_owned(),
-        }),
+    let (sets, files, can_export) = match receive_offer(&mut conn, settings) {
+        Ok(o) => o,
         Err(why) => {
             refused("new", &peer, &why);
-            None
+            return None;
         }
+    };
+    let offered_flows = files.iter().any(|(name, _)| name == STATE_FILES[0]);
+    let state = take_state(state_dir, &peer, files);
+    if loses_flows(offered_flows, state.flows.is_some(), can_export) {
+        refused(
+            "new",
+            &peer,
+            "this process refused the flow table handed over, and the running xvs cannot export its flows at the switch (it predates that): a takeover would end every flow; upgrade it with a graceful restart instead (its stop exports the flows)",
+        );
+        return None;
     }
+    Some(Pending {
+        conn,
+        pid,
+        peer,
+        sets,
+        state,
+        state_dir: state_dir.to_owned(),
+    })
+}
+
+/// Whether a takeover would start without the flows: the old process offered its flow
+/// table, this one refused it, and the old one cannot export the flows instead.
+fn loses_flows(offered_flows: bool, handed_flows: bool, can_export: bool) -> bool {
+    offered_flows && !handed_flows && !can_export
 }
 
 /// Descriptors by the name the offer gives them (the state files').
 type NamedFds = Vec<(String, OwnedFd)>;
 
 /// Steps 1 and 2: the offer, checked and adopted; the state files' descriptors, by name,
-/// for [`take_state`].
+/// for [`take_state`]; whether the old process can export its flows at the switch.
 fn receive_offer(
     conn: &mut UnixStream,
     settings: &XskSettings,
-) -> Result<(Vec<XskSet>, NamedFds), String> {
+) -> Result<(Vec<XskSet>, NamedFds, bool), String> {
     write_frame(
         conn,
         &Hello {
@@ -663,7 +687,11 @@ fn receive_offer(
             .map_err(|e| format!("worker {q}: {e}"))?;
         sets.push(set);
     }
-    Ok((sets, offer.state.into_iter().zip(fds).collect()))
+    Ok((
+        sets,
+        offer.state.into_iter().zip(fds).collect(),
+        offer.export,
+    ))
 }
 
 /// The handed state files, each checked as untrusted (`shm::StateFile::handed`: the very

@@ -178,3 +178,27 @@ fn handed_state_files_are_checked_refused_one_by_one_and_adopted_with_their_lock
     assert!((0..100).all(|i| t.lookup(&flow(i).original_key()).is_some()));
     assert!(AffinityTable::open(&paths.affinity, 64, Instant::now()).is_err());
 }
+
+/// A new process that refused the flow table handed over declines an old process that
+/// cannot export its flows at the switch (one from before `export`: the field absent from
+/// its offer), rather than start without them; an old process that can, a table handed
+/// over, or none offered go ahead.
+#[test]
+fn a_takeover_that_would_end_every_flow_is_declined() {
+    use super::{Offer, Switch, loses_flows};
+    let old: Offer = serde_json::from_str(r#"{"version":1,"sets":[],"state":["flows"]}"#).unwrap();
+    assert!(!old.export, "an offer without the field cannot export");
+    assert!(loses_flows(true, false, old.export));
+    assert!(
+        !loses_flows(true, false, true),
+        "the old one exports instead"
+    );
+    assert!(!loses_flows(true, true, false), "the table was handed over");
+    assert!(
+        !loses_flows(false, false, false),
+        "no table offered: none to lose"
+    );
+    // A switch from a new process that predates `export` asks for none.
+    let sw: Switch = serde_json::from_str(r#"{"switch":true}"#).unwrap();
+    assert!(sw.switch && !sw.export);
+}
