@@ -792,9 +792,7 @@ impl Pipeline {
                     protocol: flowtable::Protocol::Tcp,
                     ..v
                 };
-                let key = self
-                    .flows
-                    .v4_key(flowtable::Protocol::Tcp, v.addrs, v.ports);
+                let key = self.flows.v4_key_tcp(v.addrs, v.ports);
                 self.run_v4(frame, v, key, clock)
             } else {
                 let v = fast::V4 {
@@ -804,9 +802,7 @@ impl Pipeline {
                     flags: 0,
                     ..v
                 };
-                let key = self
-                    .flows
-                    .v4_key(flowtable::Protocol::Udp, v.addrs, v.ports);
+                let key = self.flows.v4_key_udp(v.addrs, v.ports);
                 self.run_v4(frame, v, key, clock)
             };
         }
