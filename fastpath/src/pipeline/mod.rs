@@ -819,6 +819,16 @@ impl Pipeline {
         let Some(hit) = self.flows.lookup_v4(&key) else {
             return self.miss_v4(frame, key, clock.now);
         };
+        // The flags byte read from the frame again here, not held across the probe (the
+        // parse's read is then dead).
+        let v = fast::V4 {
+            flags: if v.proto == classify::PROTO_TCP {
+                frame[fast::L4 + 13]
+            } else {
+                0
+            },
+            ..v
+        };
         if guard::guarded(v.flags) {
             return self.guarded_v4(frame, clock.now);
         }
