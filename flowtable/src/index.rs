@@ -36,7 +36,9 @@ const MAX_RETRIES: usize = 64;
 /// ones (`TOMB`'s and `FROZEN`'s). So a word whose tag matches a key's is live, one test.
 #[inline(always)]
 pub(crate) fn live_tag(hash: u64) -> u64 {
-    (hash | 1 << 33) & !(1 << 34)
+    // Bits 33 and 34 set to 1 and 0 with 32-bit immediates (rotated down and back), not
+    // two 64-bit constants.
+    ((hash.rotate_right(33) | 1) & !2).rotate_left(33)
 }
 
 #[inline]
@@ -407,6 +409,24 @@ impl Index {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    /// `live_tag` sets bit 33 and clears bit 34 and changes nothing else: the tag is a live
+    /// word's, and a hash already tagged stays as it is.
+    #[test]
+    fn live_tag_sets_the_two_bits_only() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let edges = [0, u64::MAX, 1 << 33, 1 << 34, 3 << 33, !(3 << 33)];
+        for h in edges.into_iter().chain((0..10_000).map(|_| {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            x
+        })) {
+            let t = live_tag(h);
+            assert_eq!(t, (h | 1 << 33) & !(1 << 34), "{h:#x}");
+            assert_eq!(live_tag(t), t);
+            let tag = t >> 33;
+            assert!(tag != 0 && tag != u64::MAX >> 33, "{h:#x}");
+        }
+    }
 
     fn hash_for_home(ix: &Index, home: usize) -> u64 {
         let tag = (home as u64 * (1 << 31)).div_ceil(ix.homes);

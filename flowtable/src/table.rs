@@ -130,7 +130,7 @@ pub struct FlowTable {
     pressure_until: Padded<AtomicU64>,
     /// `FlowState::next` on state codes: `[dir][flags_index(flags)][code]`, for `touch`.
     next_code: [[[u8; CODES_PAD]; 16]; ROWS],
-    seeds: [u64; 6],
+    seeds: [u64; 8],
     epoch: Instant,
     /// The state file, locked while the table lives (a table made by `open`).
     #[cfg(not(loom))]

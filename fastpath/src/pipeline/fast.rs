@@ -22,7 +22,7 @@
 //! the common packet cheap: `benches/callgrind.sh` counted 248.5 instructions for an
 //! established packet through this path against 949 through the general path (`--general`),
 //! and 1,400 against 2,235 for a new flow's SYN (`--mix syn`), when both were measured
-//! (docs/benchmarks.md; the shortcut is at 223.4 and 952.3 since).
+//! (docs/benchmarks.md; the shortcut is at 219.6 and 946.2 since).
 
 use flowtable::{Protocol, v4_wire_word};
 

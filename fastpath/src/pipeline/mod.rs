@@ -792,9 +792,7 @@ impl Pipeline {
                     protocol: flowtable::Protocol::Tcp,
                     ..v
                 };
-                let key = self
-                    .flows
-                    .v4_key(flowtable::Protocol::Tcp, v.addrs, v.ports);
+                let key = self.flows.v4_key_tcp(v.addrs, v.ports);
                 self.run_v4(frame, v, key, clock)
             } else {
                 let v = fast::V4 {
@@ -804,9 +802,7 @@ impl Pipeline {
                     flags: 0,
                     ..v
                 };
-                let key = self
-                    .flows
-                    .v4_key(flowtable::Protocol::Udp, v.addrs, v.ports);
+                let key = self.flows.v4_key_udp(v.addrs, v.ports);
                 self.run_v4(frame, v, key, clock)
             };
         }
@@ -822,6 +818,16 @@ impl Pipeline {
     fn run_v4(&mut self, frame: &mut [u8], v: fast::V4, key: V4Key, clock: Clock) -> Verdict {
         let Some(hit) = self.flows.lookup_v4(&key) else {
             return self.miss_v4(frame, key, clock.now);
+        };
+        // The flags byte read from the frame again here, not held across the probe (the
+        // parse's read is then dead).
+        let v = fast::V4 {
+            flags: if v.proto == classify::PROTO_TCP {
+                frame[fast::L4 + 13]
+            } else {
+                0
+            },
+            ..v
         };
         if guard::guarded(v.flags) {
             return self.guarded_v4(frame, clock.now);

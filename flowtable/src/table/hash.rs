@@ -3,13 +3,27 @@
 use super::FlowTable;
 use super::v4::{v4_addrs_be, v4_ports_be};
 use crate::index::{self};
-use crate::key::FlowKey;
+use crate::key::{FlowKey, Protocol};
 
-/// The hash function's keys from a seed.
-pub(super) fn seeds(seed: u64) -> [u64; 6] {
+/// The hash function's keys from a seed: six drawn, then the IPv4 hash's second key with
+/// the protocol's term of [`FlowKey::misc`] folded in, TCP's ([`S1_TCP`]) and UDP's
+/// ([`S1_UDP`]).
+pub(super) fn seeds(seed: u64) -> [u64; 8] {
     let mut s = seed;
-    std::array::from_fn(|_| splitmix(&mut s) | 1)
+    let mut k = [0; 8];
+    for w in &mut k[..6] {
+        *w = splitmix(&mut s) | 1;
+    }
+    k[S1_TCP] = k[1] ^ u64::from(Protocol::Tcp as u8) << 32;
+    k[S1_UDP] = k[1] ^ u64::from(Protocol::Udp as u8) << 32;
+    k
 }
+
+/// The key `misc ^ seeds[1]` of the IPv4 hash takes from a TCP tuple's ports: `ports ^
+/// seeds[S1_TCP]` (the ports fill the low half, the protocol is above them).
+const S1_TCP: usize = 6;
+/// [`S1_TCP`] for UDP.
+const S1_UDP: usize = 7;
 
 pub(super) fn splitmix(x: &mut u64) -> u64 {
     *x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -55,5 +69,23 @@ impl FlowTable {
     pub(super) fn hash_v4(&self, addrs: u64, misc: u64) -> u64 {
         let s = &self.seeds;
         index::live_tag(fold_mul(fold_mul(addrs ^ s[0], misc ^ s[1]) ^ s[2], s[3]))
+    }
+
+    /// [`hash_v4`](Self::hash_v4) of a tuple of protocol `proto`, with ports `ports`: for
+    /// TCP and UDP, the protocol's term is in a key of its own (one load where the protocol
+    /// is a constant, instead of a constant and an `or`).
+    #[inline(always)]
+    pub(super) fn hash_v4_proto(&self, addrs: u64, proto: Protocol, ports: u32) -> u64 {
+        let s = &self.seeds;
+        let k1 = match proto {
+            Protocol::Tcp => s[S1_TCP],
+            Protocol::Udp => s[S1_UDP],
+            p => s[1] ^ u64::from(p as u8) << 32,
+        };
+        debug_assert_eq!(k1, s[1] ^ u64::from(proto as u8) << 32);
+        index::live_tag(fold_mul(
+            fold_mul(addrs ^ s[0], u64::from(ports) ^ k1) ^ s[2],
+            s[3],
+        ))
     }
 }

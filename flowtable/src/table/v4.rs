@@ -337,6 +337,30 @@ impl FlowTable {
         }
     }
 
+    /// [`v4_key`](Self::v4_key) for TCP: the same key, the protocol's term of the hash in a
+    /// key of its own (for a caller whose protocol is a constant; `v4_key` with a protocol
+    /// only known at run time does not test it).
+    #[inline(always)]
+    pub fn v4_key_tcp(&self, addrs: u64, ports: u32) -> V4Key {
+        V4Key {
+            addrs,
+            ports,
+            proto: Protocol::Tcp,
+            hash: self.hash_v4_proto(addrs, Protocol::Tcp, ports),
+        }
+    }
+
+    /// [`v4_key_tcp`](Self::v4_key_tcp) for UDP.
+    #[inline(always)]
+    pub fn v4_key_udp(&self, addrs: u64, ports: u32) -> V4Key {
+        V4Key {
+            addrs,
+            ports,
+            proto: Protocol::Udp,
+            hash: self.hash_v4_proto(addrs, Protocol::Udp, ports),
+        }
+    }
+
     /// Asks the CPU for `k`'s home index slot (a hint: no effect on results).
     #[inline]
     pub fn prefetch_index_v4(&self, k: &V4Key) {
@@ -668,6 +692,24 @@ mod tests {
     }
 
     proptest! {
+        /// The protocol-constant keys are `v4_key`'s: the same tuple, protocol and hash
+        /// (the hash's protocol term folded into a key of its own), under any seed.
+        #[test]
+        fn the_protocol_constant_keys_are_v4_keys(
+            seed in any::<u64>(), addrs in any::<u64>(), ports in any::<u32>(),
+        ) {
+            let mut cfg = crate::FlowTableConfig::new(8, 2);
+            cfg.hash_seed = seed;
+            let t = FlowTable::new(cfg, std::time::Instant::now()).unwrap();
+            prop_assert_eq!(t.v4_key_tcp(addrs, ports), t.v4_key(Protocol::Tcp, addrs, ports));
+            prop_assert_eq!(t.v4_key_udp(addrs, ports), t.v4_key(Protocol::Udp, addrs, ports));
+            prop_assert_ne!(
+                t.v4_key_tcp(addrs, ports).hash(),
+                t.v4_key_udp(addrs, ports).hash(),
+                "the protocol is hashed"
+            );
+        }
+
         #[test]
         fn the_network_order_delta_is_the_host_order_one(
             fa in any::<u64>(), fp in any::<u32>(), ta in any::<u64>(), tp in any::<u32>(),
