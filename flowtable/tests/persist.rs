@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{check, flow};
@@ -492,34 +493,34 @@ fn the_embryonic_gauge_follows_handshakes() {
     assert_eq!(t.embryonic(), 0);
 }
 
-/// An upgrade across a layout change (layout 2, a cold half-line per entry and a `seq6`
-/// slab, to layout 3, IPv6 flows in two entries) loses nothing: the new process refuses the
-/// old state file by its version and imports the export the old one's graceful stop wrote,
-/// IPv6 flows and sequence words included.
-#[test]
-fn a_layout_2_state_file_is_refused_and_its_export_imported() {
-    let dir = tempfile::tempdir().unwrap();
+/// A state file in `dir` filled by `fill` (100 flows), exported (`flows.export`) and
+/// stopped cleanly, then given the layout version `version` in its header, as an older xvs
+/// would have left it: its path, the export's, the flows before, and the file open for more.
+fn exported_as_version(
+    dir: &tempfile::TempDir,
+    version: u64,
+    fill: impl FnOnce(&FlowTable),
+) -> (PathBuf, PathBuf, Vec<FlowView>, std::fs::File) {
     let path = dir.path().join("flows");
     let export = dir.path().join("flows.export");
     let now = Instant::now();
     let (old, _) = FlowTable::open(&path, config(256), now, &AnyFlow).unwrap();
-    fill_proxied(&old, 100, now);
+    fill(&old);
     let before = check(&old);
     assert_eq!(old.export(&export, now).unwrap(), 100);
     old.mark_clean();
     drop(old);
-    // The state file as layout 2 left it: its version and entry sizes (64-byte hot lines,
-    // 32-byte cold half-lines), and its size (a cold slab and a `seq6` slab more).
     let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
     use std::os::unix::fs::FileExt;
-    f.write_all_at(&2u64.to_le_bytes(), 8).unwrap();
-    f.write_all_at(&(64u64 << 32 | 32).to_le_bytes(), 40)
-        .unwrap();
-    let len = f.metadata().unwrap().len();
-    f.set_len(len + 256 * 40).unwrap();
-    drop(f);
+    f.write_all_at(&version.to_le_bytes(), 8).unwrap();
+    (path, export, before, f)
+}
 
-    let (new, opened) = FlowTable::open(&path, config(256), now, &AnyFlow).unwrap();
+/// The state file at `path` opened again: refused by its layout version (`version`, the
+/// refusal's value), set aside, none of its 100 flows adopted; then `export` imported into
+/// the new table, all 100 restored.
+fn refused_then_imported(path: &Path, export: &Path, now: Instant, version: &str) -> FlowTable {
+    let (new, opened) = FlowTable::open(path, config(256), now, &AnyFlow).unwrap();
     let Opened::Replaced {
         refusal,
         set_aside: Some(_),
@@ -531,14 +532,38 @@ fn a_layout_2_state_file_is_refused_and_its_export_imported() {
     };
     assert_eq!(
         (refusal.field, refusal.value.as_str()),
-        ("version", "2 (this xvs uses 4)")
+        ("version", version)
     );
     assert_eq!(new.len(), 0);
-    let imported = new.import_records(&export, now, &AnyFlow).unwrap();
+    let imported = new.import_records(export, now, &AnyFlow).unwrap();
     assert_eq!(
         (imported.restored, imported.refused, imported.invalid),
         (100, 0, 0)
     );
+    new
+}
+
+/// An upgrade across a layout change (layout 2, a cold half-line per entry and a `seq6`
+/// slab, to layout 3, IPv6 flows in two entries) loses nothing: the new process refuses the
+/// old state file by its version and imports the export the old one's graceful stop wrote,
+/// IPv6 flows and sequence words included.
+#[test]
+fn a_layout_2_state_file_is_refused_and_its_export_imported() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = Instant::now();
+    let (path, export, before, f) = exported_as_version(&dir, 2, |t| {
+        fill_proxied(t, 100, now);
+    });
+    // The state file as layout 2 left it: its version (above) and entry sizes (64-byte hot
+    // lines, 32-byte cold half-lines), and its size (a cold slab and a `seq6` slab more).
+    use std::os::unix::fs::FileExt;
+    f.write_all_at(&(64u64 << 32 | 32).to_le_bytes(), 40)
+        .unwrap();
+    let len = f.metadata().unwrap().len();
+    f.set_len(len + 256 * 40).unwrap();
+    drop(f);
+
+    let new = refused_then_imported(&path, &export, now, "2 (this xvs uses 4)");
     check_seq(&new, 100);
     let after = check(&new);
     for b in &before {
@@ -561,39 +586,11 @@ fn a_layout_2_state_file_is_refused_and_its_export_imported() {
 #[test]
 fn a_layout_3_state_file_is_refused_and_its_export_imported() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("flows");
-    let export = dir.path().join("flows.export");
     let now = Instant::now();
-    let (old, _) = FlowTable::open(&path, config(256), now, &AnyFlow).unwrap();
-    fill(&old, 0..100, now);
-    let before = check(&old);
-    assert_eq!(old.export(&export, now).unwrap(), 100);
-    old.mark_clean();
-    drop(old);
-    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-    use std::os::unix::fs::FileExt;
-    f.write_all_at(&3u64.to_le_bytes(), 8).unwrap();
+    let (path, export, before, f) = exported_as_version(&dir, 3, |t| fill(t, 0..100, now));
     drop(f);
 
-    let (new, opened) = FlowTable::open(&path, config(256), now, &AnyFlow).unwrap();
-    let Opened::Replaced {
-        refusal,
-        flows: Some(100),
-        ..
-    } = opened
-    else {
-        panic!("not refused as another layout: {opened:?}")
-    };
-    assert_eq!(
-        (refusal.field, refusal.value.as_str()),
-        ("version", "3 (this xvs uses 4)")
-    );
-    assert_eq!(new.len(), 0);
-    let imported = new.import_records(&export, now, &AnyFlow).unwrap();
-    assert_eq!(
-        (imported.restored, imported.refused, imported.invalid),
-        (100, 0, 0)
-    );
+    let new = refused_then_imported(&path, &export, now, "3 (this xvs uses 4)");
     let after = check(&new);
     let (mut v4, bits) = (0, |s: std::net::SocketAddr| match s.ip() {
         std::net::IpAddr::V4(v) => u64::from(v.to_bits()),
