@@ -28,7 +28,8 @@
 //!   held frame is never dropped for a full tx ring).
 //! - **What it cannot keep.** Once the free frames run out, the fill ring empties and the
 //!   kernel drops (the socket's `rx_fill_ring_empty_descs` in `XDP_STATISTICS`): the
-//!   pause the UMEM outlasts is about (`umem_frames` × sockets − tx in flight) ÷ the rate.
+//!   pause the UMEM outlasts is about (`umem_frames` × sockets − the other sockets' fill
+//!   rings − tx in flight) ÷ the rate.
 //! - **No per-packet cost.** The worker tests one deque's length per port and poll.
 
 use std::collections::VecDeque;
