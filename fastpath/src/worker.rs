@@ -842,13 +842,8 @@ impl Worker {
         }
         for (port, s) in self.xsk.ports.iter_mut().enumerate() {
             let Some(s) = s else { continue };
-            let room = s.rings.fill.nb_free_exact() as usize;
-            // SAFETY: as in `refill`.
-            let done = unsafe { self.pool.fill(&mut s.rings.fill, room) };
-            self.in_fill[port] += done as u32;
-            if done > 0 && s.rings.fill.needs_wakeup() {
-                let _ = wake_rx(s.fd());
-            }
+            // SAFETY: the pool holds free frames of this set's UMEM.
+            self.in_fill[port] += unsafe { s.fill_all(&mut self.pool) } as u32;
         }
         self.xsk.frames = self.pool.free().to_vec();
         self.xsk.in_fill = std::mem::take(&mut self.in_fill);

@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use super::pool::FramePool;
 use super::ring::Desc;
-use super::{XskSet, wake_rx, wake_tx};
+use super::{XskSet, wake_tx};
 
 /// How long the keeper sleeps between rounds: at 1 Mpps a queue a round's arrivals are
 /// 200 frames, a tenth of a default rx ring.
@@ -205,14 +205,10 @@ fn round(set: &mut XskSet, scratch: &mut [Desc]) {
         if s.rings.tx.nb_free_exact() < tx_size && s.rings.tx.needs_wakeup() {
             wake_tx(s.fd());
         }
-        let room = s.rings.fill.nb_free_exact() as usize;
-        // SAFETY: the pool holds free frames of this UMEM; the fill ring is one of its.
-        let done = unsafe { pool.fill(&mut s.rings.fill, room) };
+        // SAFETY: the pool holds free frames of this set's UMEM.
+        let done = unsafe { s.fill_all(&mut pool) };
         set.in_fill[port] += done as u32;
         held.filled += done as u64;
-        if done > 0 && s.rings.fill.needs_wakeup() {
-            wake_rx(s.fd());
-        }
     }
     set.frames = pool.into_frames();
 }

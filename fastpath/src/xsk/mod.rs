@@ -184,6 +184,23 @@ impl PortSocket {
     pub fn fd(&self) -> RawFd {
         self.fd
     }
+
+    /// Gives the fill ring as many of `pool`'s frames as it has room for, so that the kernel
+    /// has the most to receive into while nobody polls (a hand-over's stop, a takeover's
+    /// pause), and wakes the kernel when it asks; returns how many moved.
+    ///
+    /// # Safety
+    ///
+    /// `pool` must hold free frames of this socket's UMEM.
+    pub(crate) unsafe fn fill_all(&mut self, pool: &mut pool::FramePool) -> usize {
+        let room = self.rings.fill.nb_free_exact() as usize;
+        // SAFETY: the caller's contract; `self.rings.fill` is a ring of that UMEM.
+        let done = unsafe { pool.fill(&mut self.rings.fill, room) };
+        if done > 0 && self.rings.fill.needs_wakeup() {
+            wake_rx(self.fd);
+        }
+        done
+    }
 }
 
 /// The AF_XDP sockets of one worker: one per interface that has the worker's queue, on one
