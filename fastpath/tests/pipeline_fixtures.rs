@@ -1088,3 +1088,55 @@ fn rate_limit_from_the_config() {
         ]
     );
 }
+
+/// A flow's next hop follows the snapshot: once a new snapshot moves its backend's
+/// neighbour to another MAC, the flow's next packet leaves for the new MAC (the next-hop
+/// cache, whose IPv4 slots are keyed by the address alone, is cleared when the snapshot
+/// changes), and setting the same snapshot again keeps the cache.
+#[test]
+fn a_changed_neighbour_takes_the_next_packet_of_a_flow() {
+    let epoch = Instant::now();
+    let mut p = pipeline(epoch);
+    let cfg = config::parse(CONFIG, "fixture.toml").unwrap();
+    let specs = ServiceSpec::from_config(&cfg);
+    let backends: Vec<_> = specs
+        .iter()
+        .find(|s| s.name == "two")
+        .unwrap()
+        .backends
+        .iter()
+        .map(|b| b.addr.ip())
+        .collect();
+    let mut builder = SnapshotBuilder::from_config(&cfg);
+    let mut with_mac = |mac: [u8; 6]| {
+        let mut l2 = fastpath::snapshot::L2Table::from_config(&cfg);
+        l2.neighbours.retain(|n| !backends.contains(&n.ip));
+        l2.neighbours
+            .extend(backends.iter().map(|&ip| fastpath::snapshot::Neighbour {
+                ip,
+                mac,
+                port: None,
+            }));
+        Arc::new(builder.build(&specs, &l2).unwrap())
+    };
+    let (old, new) = ([2, 0, 0, 0, 0, 0xa1], [2, 0, 0, 0, 0, 0xb2]);
+    let first = with_mac(old);
+    p.set_snapshot(Arc::clone(&first));
+    let vip = "198.18.100.20:80";
+    let send = |p: &mut Pipeline, l4: L4| {
+        let mut f = cin("198.18.0.1:1000", vip, 64, l4);
+        assert_eq!(p.process(&mut f, epoch), Verdict::Tx(0));
+        <[u8; 6]>::try_from(&f[..6]).unwrap()
+    };
+    assert_eq!(send(&mut p, SYN), old);
+    assert_eq!(send(&mut p, ACK), old);
+    p.set_snapshot(Arc::clone(&first));
+    assert_eq!(
+        send(&mut p, ACK),
+        old,
+        "the same snapshot: the same next hop"
+    );
+    p.set_snapshot(with_mac(new));
+    assert_eq!(send(&mut p, ACK), new, "the neighbour's new MAC");
+    assert_eq!(send(&mut p, ACK), new);
+}

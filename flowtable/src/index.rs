@@ -6,6 +6,15 @@
 //! tell where any word's probe sequence started, and a probe touches an entry only on a tag
 //! match. Keys are not stored here: a candidate is confirmed against the entry's fields.
 //!
+//! Which words are live is told by their values (`EMPTY`, `TOMB` and `FROZEN` are three
+//! values no live word takes), not by their tags: a key's tag may be any 31 bits, all zeros
+//! or all ones too. A probe that compares tags first ([`FlowTable::lookup_v4`]) may then
+//! meet a special word with its key's tag (1 in 2^30 keys): that word's entry field names
+//! no entry, so the candidate fails the entry's bounds check and the probe goes on, to
+//! the window's end at worst.
+//!
+//! [`FlowTable::lookup_v4`]: crate::FlowTable::lookup_v4
+//!
 //! Home slots are `0..homes`; [`MAX_PROBE`] more slots follow them, so a probe sequence (at
 //! most `MAX_PROBE` slots from its home) never runs past the end: probes and inserts walk one
 //! plain slice, [`Index::window`]. (Cleanups still treat the slots as a ring, which is
@@ -32,31 +41,24 @@ pub(crate) const MAX_PROBE: usize = 8;
 /// Retries of an insert whose claimed slot turned out invalid (a cleanup raced it).
 const MAX_RETRIES: usize = 64;
 
-/// A key hash whose tag can only be a live word's: not all zeros (`EMPTY`'s tag) nor all
-/// ones (`TOMB`'s and `FROZEN`'s). So a word whose tag matches a key's is live, one test.
-#[inline(always)]
-pub(crate) fn live_tag(hash: u64) -> u64 {
-    // Bits 33 and 34 set to 1 and 0 with 32-bit immediates (rotated down and back), not
-    // two 64-bit constants.
-    ((hash.rotate_right(33) | 1) & !2).rotate_left(33)
-}
-
 #[inline]
 pub(crate) fn make_word(hash: u64, dir_reply: bool, entry: u32) -> u64 {
     let w = ((hash >> 33) << 33) | (u64::from(dir_reply) << 32) | (u64::from(entry) + 1);
     debug_assert!(
         is_live(w) && word_entry(w) == (entry, dir_reply),
-        "index word {w:#x} from hash {hash:#x} (not a live_tag?) and entry {entry}"
+        "index word {w:#x} from hash {hash:#x} and entry {entry}"
     );
     w
 }
 
-/// Whether `w` is a live word: its tag neither all zeros nor all ones (what [`live_tag`]
-/// guarantees, so it is none of `EMPTY`, `TOMB`, `FROZEN`) and its entry field not 0.
+/// Whether `w` is a live word: none of `EMPTY`, `TOMB`, `FROZEN`, and its entry field not 0.
+/// Its tag may be anything, all zeros and all ones included: no live word equals `TOMB` or
+/// `FROZEN`, whose entry fields (entries `u32::MAX - 1` and `- 2`) lie beyond
+/// [`CAPACITY_MAX`](crate::CAPACITY_MAX).
 pub(crate) fn is_live(w: u64) -> bool {
-    let tag = w >> 33;
-    tag != 0 && tag != u64::MAX >> 33 && w as u32 != 0
+    !matches!(w, EMPTY | TOMB | FROZEN) && w as u32 != 0
 }
+const _: () = assert!((crate::CAPACITY_MAX as u64) < u32::MAX as u64 - 2);
 
 /// What an index slot may hold, in a table of `entries` entries: `EMPTY`, `TOMB`, `FROZEN`,
 /// or a live word naming an entry below `entries`.
@@ -409,24 +411,6 @@ impl Index {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-
-    /// `live_tag` sets bit 33 and clears bit 34 and changes nothing else: the tag is a live
-    /// word's, and a hash already tagged stays as it is.
-    #[test]
-    fn live_tag_sets_the_two_bits_only() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let edges = [0, u64::MAX, 1 << 33, 1 << 34, 3 << 33, !(3 << 33)];
-        for h in edges.into_iter().chain((0..10_000).map(|_| {
-            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-            x
-        })) {
-            let t = live_tag(h);
-            assert_eq!(t, (h | 1 << 33) & !(1 << 34), "{h:#x}");
-            assert_eq!(live_tag(t), t);
-            let tag = t >> 33;
-            assert!(tag != 0 && tag != u64::MAX >> 33, "{h:#x}");
-        }
-    }
 
     fn hash_for_home(ix: &Index, home: usize) -> u64 {
         let tag = (home as u64 * (1 << 31)).div_ceil(ix.homes);

@@ -1,6 +1,7 @@
 //! The common case with fixed offsets: an untagged Ethernet frame carrying an unfragmented
-//! IPv4 TCP or UDP packet without IP options, whose TTL allows forwarding it, in a frame of at
-//! least 54 bytes (a TCP header's room: shorter ones, UDP, take the general path).
+//! IPv4 TCP or UDP packet without IP options, whose TTL allows forwarding it, of at least 40
+//! bytes in a frame of at least 54 (a TCP header's room: shorter ones, UDP too, take the
+//! general path).
 //!
 //! [`parse`] reads such a frame straight into a [`V4`] (addresses and ports packed the way a
 //! [`flowtable::V4Key`] takes them, in network byte order: loaded as they are, flags, TTL) and answers `None` for everything else,
@@ -98,12 +99,14 @@ pub(crate) fn parse(frame: &[u8]) -> Option<V4> {
     }
     let h = &frame[..L4];
     // EtherType IPv4, version 4, IHL 5.
-    if u32::from_be_bytes(bytes(h, 12)) >> 8 != 0x08_00_45 {
+    if u16::from_be_bytes(bytes(h, 12)) != 0x0800 || h[L3] != 0x45 {
         return None;
     }
     let total = usize::from(read_u16(h, L3 + 2));
     // Not fragmented: MF clear, offset 0 (DF may be set).
-    if total < 20 || L3 + total > frame.len() || read_u16(h, L3 + 6) & 0x3fff != 0 {
+    // (At least a TCP header's room behind the IP header: shorter packets, UDP or not, take
+    // the general path, the same verdict.)
+    if total < 40 || L3 + total > frame.len() || read_u16(h, L3 + 6) & 0x3fff != 0 {
         return None;
     }
     // TTL 1 or 0: the general path decides between passing and dropping it.
@@ -114,16 +117,16 @@ pub(crate) fn parse(frame: &[u8]) -> Option<V4> {
     let proto = h[L3 + 9];
     let (flags, protocol, csum_at) = match proto {
         PROTO_TCP => {
-            // (`off >= 20` and `off <= l4_len` make `l4_len >= 20`.)
+            // `off >= 20` and `off <= l4_len`, one unsigned comparison as `l4_len >= 20`.
             let off = usize::from(frame[L4 + 12] >> 4) * 4;
-            if off < 20 || off > l4_len {
+            if off.wrapping_sub(20) > l4_len.wrapping_sub(20) {
                 return None;
             }
             (frame[L4 + 13], Protocol::Tcp, TCP_CSUM_AT)
         }
         PROTO_UDP => {
             let len = usize::from(read_u16(frame, L4 + 4));
-            if l4_len < 8 || len < 8 || len > l4_len {
+            if len < 8 || len > l4_len {
                 return None;
             }
             (0, Protocol::Udp, UDP_CSUM_AT)
@@ -213,6 +216,34 @@ mod tests {
 
     use super::*;
     use crate::wire::checksum;
+
+    /// A TCP segment takes the fast path exactly when its packet holds a TCP header's room
+    /// (40 bytes) and its data offset is at least 20 and within the packet (one unsigned
+    /// comparison tests both): every total length and data offset around the edges.
+    #[test]
+    fn tcp_lengths_and_data_offsets_at_the_edges() {
+        for total in 20..=70usize {
+            for doff in 0..16u8 {
+                let mut f = [0u8; 90];
+                f[12..14].copy_from_slice(&[0x08, 0x00]);
+                f[L3] = 0x45;
+                f[L3 + 2..L3 + 4].copy_from_slice(&(total as u16).to_be_bytes());
+                f[L3 + 8] = 64;
+                f[L3 + 9] = PROTO_TCP;
+                f[L3 + 12..L3 + 20].copy_from_slice(&[198, 18, 0, 1, 198, 18, 100, 1]);
+                let c = checksum::checksum(&f[L3..L4]);
+                f[L3 + 10..L3 + 12].copy_from_slice(&c.to_be_bytes());
+                f[L4 + 12] = doff << 4;
+                let off = usize::from(doff) * 4;
+                let want = total >= 40 && off >= 20 && off <= total - 20;
+                assert_eq!(
+                    parse(&f[..L3 + total.max(40)]).is_some(),
+                    want,
+                    "total {total}, data offset {doff}"
+                );
+            }
+        }
+    }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(50_000))]

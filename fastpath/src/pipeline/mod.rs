@@ -117,7 +117,7 @@ pub use dsr::{DsrSettings, FLAG_DSR};
 use general::l4_protocol;
 pub(crate) use general::{flow_key, key_of};
 pub use guard::HoldReason;
-use next_hop::{EPOCH_ONE, NH_CACHE_SLOTS, NhSlot};
+use next_hop::{EPOCH_ONE, NH_CACHE_SLOTS, NO_V4, NhSlot};
 pub use reject::RejectReason;
 pub use settings::{DEFAULT_MAC, PipelineConfig};
 pub use synproxy::CookieKey;
@@ -493,7 +493,7 @@ impl Pipeline {
         let traffic = Traffic::new();
         let empty = NhSlot {
             tag: 0,
-            v4_key: 0,
+            v4_key: NO_V4,
             addr: (0, 0),
             nh: NextHop {
                 port: 0,
@@ -567,11 +567,11 @@ impl Pipeline {
     pub fn set_snapshot(&mut self, snapshot: Arc<Snapshot>) {
         if !Arc::ptr_eq(&self.snapshot, &snapshot) {
             self.epoch = self.epoch.wrapping_add(EPOCH_ONE);
+            // IPv4 slots are keyed by the address alone (one compare per packet): cleared.
+            self.nh_cache.iter_mut().for_each(|s| s.v4_key = NO_V4);
             if self.epoch == 0 {
                 // Wrapped: slots of epoch 1 could look current again.
-                self.nh_cache
-                    .iter_mut()
-                    .for_each(|s| (s.tag, s.v4_key) = (0, 0));
+                self.nh_cache.iter_mut().for_each(|s| s.tag = 0);
                 self.epoch = EPOCH_ONE;
             }
         }

@@ -16,6 +16,9 @@ const _: () = assert!(NH_CACHE_SLOTS.is_power_of_two());
 /// Epoch 1, as `Pipeline::epoch` holds epochs (in the high 32 bits of a slot's keys).
 pub(super) const EPOCH_ONE: u64 = 1 << 32;
 
+/// [`NhSlot::v4_key`] of a slot no IPv4 address finds: no zero-extended address is.
+pub(super) const NO_V4: u64 = u64::MAX;
+
 /// One next-hop cache slot: [`Snapshot::next_hop`]'s answer for one destination address
 /// while the pipeline's snapshot epoch is the tag's.
 ///
@@ -24,8 +27,9 @@ pub(super) const EPOCH_ONE: u64 = 1 << 32;
 pub(super) struct NhSlot {
     /// `epoch << 32 | v6` (epoch 0: empty).
     pub(super) tag: u64,
-    /// For an IPv4 address: `epoch << 32 | address` (in network byte order), the one word
-    /// `next_hop_v4` compares; 0 (never current: epochs start at 1) for IPv6.
+    /// For an IPv4 address of the current snapshot: the address (in network byte order),
+    /// zero-extended, the one word `next_hop_v4` compares; [`NO_V4`] for IPv6 and for every
+    /// slot once the snapshot changes (`Pipeline::set_snapshot` clears them).
     pub(super) v4_key: u64,
     /// The address: IPv6 bits, or IPv4 `to_bits` in network byte order (as a frame and a
     /// flow entry hold it), zero-extended.
@@ -47,10 +51,20 @@ fn nh_key(dst: IpAddr) -> (u64, (u64, u64)) {
     }
 }
 
-/// The cache slot of an address.
+/// The cache slot of an address (its family's).
 #[inline(always)]
-fn nh_index((lo, hi): (u64, u64)) -> usize {
+fn nh_index(family: u64, (lo, hi): (u64, u64)) -> usize {
+    if family == 0 {
+        return nh_index_v4(lo as u32);
+    }
     ((lo ^ hi).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize & (NH_CACHE_SLOTS - 1)
+}
+
+/// The cache slot of an IPv4 address (in network byte order): a 32-bit multiply, its
+/// constant an immediate.
+#[inline(always)]
+fn nh_index_v4(dst: u32) -> usize {
+    (dst.wrapping_mul(0x61c8_8647) >> 24) as usize & (NH_CACHE_SLOTS - 1)
 }
 
 impl Pipeline {
@@ -65,8 +79,8 @@ impl Pipeline {
     /// (`to_bits().to_be()`, as a [`flowtable::V4Hit`] gives it): its cache slot.
     #[inline(always)]
     pub(super) fn next_hop_v4(&mut self, dst: u32) -> Option<&NhSlot> {
-        let i = nh_index((u64::from(dst), 0));
-        if self.nh_cache[i].v4_key == self.epoch | u64::from(dst) {
+        let i = nh_index_v4(dst);
+        if self.nh_cache[i].v4_key == u64::from(dst) {
             return Some(&self.nh_cache[i]);
         }
         self.nh_fill(IpAddr::V4(Ipv4Addr::from_bits(u32::from_be(dst))))?;
@@ -77,7 +91,7 @@ impl Pipeline {
     #[inline]
     fn nh_slot(&mut self, dst: IpAddr) -> Option<NhSlot> {
         let (family, addr) = nh_key(dst);
-        let slot = &self.nh_cache[nh_index(addr)];
+        let slot = &self.nh_cache[nh_index(family, addr)];
         if slot.tag == self.epoch | family && slot.addr == addr {
             return Some(*slot);
         }
@@ -93,14 +107,14 @@ impl Pipeline {
         let slot = NhSlot {
             tag: self.epoch | family,
             v4_key: match dst {
-                IpAddr::V4(a) => self.epoch | u64::from(a.to_bits().to_be()),
-                IpAddr::V6(_) => 0,
+                IpAddr::V4(a) => u64::from(a.to_bits().to_be()),
+                IpAddr::V6(_) => NO_V4,
             },
             addr,
             nh,
             macs: nat::macs(nh.dst_mac, nh.src_mac.unwrap_or(self.config.mac)),
         };
-        self.nh_cache[nh_index(addr)] = slot;
+        self.nh_cache[nh_index(family, addr)] = slot;
         Some(slot)
     }
 }

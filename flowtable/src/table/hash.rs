@@ -2,7 +2,6 @@
 
 use super::FlowTable;
 use super::v4::{v4_addrs_be, v4_ports_be};
-use crate::index::{self};
 use crate::key::{FlowKey, Protocol};
 
 /// The hash function's keys from a seed: six drawn, then the IPv4 hash's second key with
@@ -59,7 +58,7 @@ impl FlowTable {
         }
         let a = fold_mul(k.src as u64 ^ s[0], (k.src >> 64) as u64 ^ s[1]);
         let b = fold_mul(k.dst as u64 ^ s[2], (k.dst >> 64) as u64 ^ s[3]);
-        index::live_tag(fold_mul(a ^ b.rotate_left(29) ^ s[4], k.misc() ^ s[5]))
+        fold_mul(a ^ b.rotate_left(29) ^ s[4], k.misc() ^ s[5])
     }
 
     /// The hash of an IPv4 key from its packed addresses (`src | dst << 32`) and
@@ -68,7 +67,7 @@ impl FlowTable {
     #[inline(always)]
     pub(super) fn hash_v4(&self, addrs: u64, misc: u64) -> u64 {
         let s = &self.seeds;
-        index::live_tag(fold_mul(fold_mul(addrs ^ s[0], misc ^ s[1]) ^ s[2], s[3]))
+        fold_mul(fold_mul(addrs ^ s[0], misc ^ s[1]) ^ s[2], s[3])
     }
 
     /// [`hash_v4`](Self::hash_v4) of a tuple of protocol `proto`, with ports `ports`: for
@@ -83,9 +82,6 @@ impl FlowTable {
             p => s[1] ^ u64::from(p as u8) << 32,
         };
         debug_assert_eq!(k1, s[1] ^ u64::from(proto as u8) << 32);
-        index::live_tag(fold_mul(
-            fold_mul(addrs ^ s[0], u64::from(ports) ^ k1) ^ s[2],
-            s[3],
-        ))
+        fold_mul(fold_mul(addrs ^ s[0], u64::from(ports) ^ k1) ^ s[2], s[3])
     }
 }

@@ -30,7 +30,10 @@ pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"XVSFLOWT");
 ///   checksum adjustments in), its sequence word in its hot line's last word as IPv4's.
 /// - 4: an entry's ports and IPv4 addresses in network byte order (as frames carry them), and
 ///   the IPv4 hash taken over them.
-pub(crate) const LAYOUT_VERSION: u64 = 4;
+/// - 5: the index words' tags are the hash's top 31 bits as they are (layout 4 set the
+///   lowest and cleared the next, so that no tag was all zeros or all ones): live words are
+///   told from `EMPTY`, `TOMB` and `FROZEN` by their values.
+pub(crate) const LAYOUT_VERSION: u64 = 5;
 
 /// Header status: a process owns the table (or owned it when it died).
 pub(crate) const STATUS_RUNNING: u64 = 1;

@@ -382,8 +382,9 @@ impl FlowTable {
         // `Index::probe` spelled out over the probe window.
         for w in self.index.window(k.hash) {
             let w = w.load(Ordering::Acquire);
-            // The tag first (the home slot's word usually is the flow's): a key's tag is no
-            // EMPTY/TOMB/FROZEN tag (`index::live_tag`), so a match is a live word.
+            // The tag first (the home slot's word usually is the flow's). A match is a live
+            // word, or for a key whose tag is all zeros or all ones an EMPTY, TOMB or FROZEN
+            // one, whose entry field `hit_v4`'s bounds check refuses: the probe goes on.
             if index::tag_matches(w, k.hash) {
                 let (e, reply) = index::word_entry(w);
                 if let Some(hit) = self.hit_v4(e, reply, k) {
@@ -689,6 +690,46 @@ mod tests {
             }
         }
         assert!(zeros > 0, "the edges reach the zeros");
+    }
+
+    /// Layout 5 leaves tags as the hash gives them: a key's tag may be all zeros (`EMPTY`'s)
+    /// or all ones (`TOMB`'s and `FROZEN`'s). The shortcut still finds such keys' flows,
+    /// and misses absent ones, with those special words in their windows, reading no entry
+    /// out of bounds.
+    #[test]
+    fn keys_whose_tags_are_all_zeros_or_all_ones() {
+        use crate::index::{FROZEN, TOMB};
+        let now = std::time::Instant::now();
+        let t = FlowTable::new(crate::FlowTableConfig::new(64, 2), now).unwrap();
+        let forged = |k: V4Key, hash: u64| V4Key { hash, ..k };
+        let (zero, ones) = (0x1_2345_6789, u64::MAX ^ 0x55);
+        assert_eq!((zero >> 33, ones >> 33), (0, u64::MAX >> 33));
+        let original = forged(t.v4_key_tcp(0x0100_12c6_0200_12c6, 0x5000_0004), zero);
+        let reply = forged(t.v4_key_tcp(0x0300_12c6_0100_12c6, 0x0004_5000), ones);
+        let absent = t.v4_key_tcp(0x0900_12c6_0200_12c6, 0x5000_0008);
+        // A tombstone where the all-ones key's window starts (the insert reuses it).
+        let last = t.index.len() - crate::index::MAX_PROBE - 1;
+        assert_eq!((t.index.home(zero), t.index.home(ones)), (0, last));
+        t.index.slots[last].store(TOMB, Ordering::SeqCst);
+        let flow = V4Flow {
+            original,
+            reply,
+            service_id: 1,
+            backend_id: BackendId(1),
+            snapshot_gen: 1,
+            flags: 0,
+        };
+        let tick = t.tick(now);
+        t.insert_v4(&flow, TcpFlags(TcpFlags::SYN.0), tick).unwrap();
+        // Then a cleanup's frozen slot and a tombstone behind the flow's word.
+        t.index.slots[last + 1].store(FROZEN, Ordering::SeqCst);
+        t.index.slots[last + 2].store(TOMB, Ordering::SeqCst);
+        let hit = t.lookup_v4(&original).expect("the all-zeros tag's flow");
+        assert!(!hit.reply);
+        let hit = t.lookup_v4(&reply).expect("the all-ones tag's flow");
+        assert!(hit.reply);
+        assert_eq!(t.lookup_v4(&forged(absent, zero ^ 1 << 20)), None);
+        assert_eq!(t.lookup_v4(&forged(absent, ones ^ 1 << 20)), None);
     }
 
     proptest! {
