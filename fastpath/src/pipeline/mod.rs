@@ -90,7 +90,7 @@ use vocab::TcpFlags;
 
 use crate::flowlog::{FlowEvent, FlowLog};
 use crate::passive::SynWatch;
-use crate::snapshot::{NextHop, Snapshot};
+use crate::snapshot::Snapshot;
 use crate::traffic::Traffic;
 
 mod batch;
@@ -117,7 +117,7 @@ pub use dsr::{DsrSettings, FLAG_DSR};
 use general::l4_protocol;
 pub(crate) use general::{flow_key, key_of};
 pub use guard::HoldReason;
-use next_hop::{EPOCH_ONE, NH_CACHE_SLOTS, NO_V4, NhSlot};
+use next_hop::{NH_CACHE_SLOTS, NhSlot};
 pub use reject::RejectReason;
 pub use settings::{DEFAULT_MAC, PipelineConfig};
 pub use synproxy::CookieKey;
@@ -439,12 +439,9 @@ pub struct Pipeline {
     snat: snat::SnatPorts,
     frags: frag::FragTable,
     counters: Counters,
-    /// Bumped whenever a different snapshot is set: invalidates `nh_cache`. Kept in the high
-    /// 32 bits (`n << 32`, n ≥ 1), the part of a cache slot's keys it fills, so that an IPv4
-    /// lookup's key is one OR.
-    epoch: u64,
     /// Resolved next hops of the current snapshot (routes + neighbour hash lookups cost more
-    /// than the rest of an established packet). Only hits are cached.
+    /// than the rest of an established packet), emptied when another snapshot is set. Only
+    /// hits are cached.
     nh_cache: Box<[NhSlot; NH_CACHE_SLOTS]>,
     /// The last `now` seen and its flow-table tick (the clock is the same for a whole batch).
     tick_now: Instant,
@@ -491,17 +488,6 @@ impl Pipeline {
         let reject_limit = config.reject_limit;
         let tick = flows.tick(tick_now);
         let traffic = Traffic::new();
-        let empty = NhSlot {
-            tag: 0,
-            v4_key: NO_V4,
-            addr: (0, 0),
-            nh: NextHop {
-                port: 0,
-                dst_mac: [0; 6],
-                src_mac: None,
-            },
-            macs: [0; 12],
-        };
         Pipeline {
             config,
             flows,
@@ -510,8 +496,7 @@ impl Pipeline {
             snat,
             frags,
             counters: Counters::default(),
-            epoch: EPOCH_ONE,
-            nh_cache: Box::new([empty; NH_CACHE_SLOTS]),
+            nh_cache: Box::new([NhSlot::EMPTY; NH_CACHE_SLOTS]),
             tick_now,
             tick,
             syn_watch: None,
@@ -566,14 +551,8 @@ impl Pipeline {
     /// Swaps in a new snapshot (once per batch). Existing flows keep their backends.
     pub fn set_snapshot(&mut self, snapshot: Arc<Snapshot>) {
         if !Arc::ptr_eq(&self.snapshot, &snapshot) {
-            self.epoch = self.epoch.wrapping_add(EPOCH_ONE);
-            // IPv4 slots are keyed by the address alone (one compare per packet): cleared.
-            self.nh_cache.iter_mut().for_each(|s| s.v4_key = NO_V4);
-            if self.epoch == 0 {
-                // Wrapped: slots of epoch 1 could look current again.
-                self.nh_cache.iter_mut().for_each(|s| s.tag = 0);
-                self.epoch = EPOCH_ONE;
-            }
+            // Slots are keyed by the address alone (an IPv4 one compares one word a packet).
+            self.nh_cache.fill(NhSlot::EMPTY);
         }
         self.snapshot = snapshot;
     }

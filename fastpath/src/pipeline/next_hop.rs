@@ -13,23 +13,22 @@ use crate::snapshot::NextHop;
 pub(super) const NH_CACHE_SLOTS: usize = 256;
 const _: () = assert!(NH_CACHE_SLOTS.is_power_of_two());
 
-/// Epoch 1, as `Pipeline::epoch` holds epochs (in the high 32 bits of a slot's keys).
-pub(super) const EPOCH_ONE: u64 = 1 << 32;
-
 /// [`NhSlot::v4_key`] of a slot no IPv4 address finds: no zero-extended address is.
-pub(super) const NO_V4: u64 = u64::MAX;
+const NO_V4: u64 = u64::MAX;
+
+/// A filled slot's [`NhSlot::tag`] bit (an empty slot's tag is 0).
+const FILLED: u64 = 1 << 32;
 
 /// One next-hop cache slot: [`Snapshot::next_hop`]'s answer for one destination address
-/// while the pipeline's snapshot epoch is the tag's.
+/// in the current snapshot (`Pipeline::set_snapshot` empties every slot when it changes).
 ///
 /// [`Snapshot::next_hop`]: crate::snapshot::Snapshot::next_hop
 #[derive(Clone, Copy)]
 pub(super) struct NhSlot {
-    /// `epoch << 32 | v6` (epoch 0: empty).
+    /// `FILLED | v6` (0: empty).
     pub(super) tag: u64,
-    /// For an IPv4 address of the current snapshot: the address (in network byte order),
-    /// zero-extended, the one word `next_hop_v4` compares; [`NO_V4`] for IPv6 and for every
-    /// slot once the snapshot changes (`Pipeline::set_snapshot` clears them).
+    /// For an IPv4 address: the address (in network byte order), zero-extended, the one
+    /// word `next_hop_v4` compares; [`NO_V4`] for IPv6 and for an empty slot.
     pub(super) v4_key: u64,
     /// The address: IPv6 bits, or IPv4 `to_bits` in network byte order (as a frame and a
     /// flow entry hold it), zero-extended.
@@ -39,7 +38,22 @@ pub(super) struct NhSlot {
     pub(super) macs: [u8; 12],
 }
 
-/// A next-hop cache key: `(slot tag without the epoch, address)`.
+impl NhSlot {
+    /// A slot no address finds.
+    pub(super) const EMPTY: NhSlot = NhSlot {
+        tag: 0,
+        v4_key: NO_V4,
+        addr: (0, 0),
+        nh: NextHop {
+            port: 0,
+            dst_mac: [0; 6],
+            src_mac: None,
+        },
+        macs: [0; 12],
+    };
+}
+
+/// A next-hop cache key: `(slot tag without FILLED, address)`.
 #[inline(always)]
 fn nh_key(dst: IpAddr) -> (u64, (u64, u64)) {
     match dst {
@@ -92,7 +106,7 @@ impl Pipeline {
     fn nh_slot(&mut self, dst: IpAddr) -> Option<NhSlot> {
         let (family, addr) = nh_key(dst);
         let slot = &self.nh_cache[nh_index(family, addr)];
-        if slot.tag == self.epoch | family && slot.addr == addr {
+        if slot.tag == FILLED | family && slot.addr == addr {
             return Some(*slot);
         }
         self.nh_fill(dst)
@@ -105,7 +119,7 @@ impl Pipeline {
         let nh = self.snapshot.next_hop(dst, self.config.port)?;
         let (family, addr) = nh_key(dst);
         let slot = NhSlot {
-            tag: self.epoch | family,
+            tag: FILLED | family,
             v4_key: match dst {
                 IpAddr::V4(a) => u64::from(a.to_bits().to_be()),
                 IpAddr::V6(_) => NO_V4,
