@@ -496,7 +496,11 @@ impl Pipeline {
             snat,
             frags,
             counters: Counters::default(),
-            nh_cache: Box::new([NhSlot::EMPTY; NH_CACHE_SLOTS]),
+            nh_cache: (0..NH_CACHE_SLOTS)
+                .map(NhSlot::empty)
+                .collect::<Box<[NhSlot]>>()
+                .try_into()
+                .unwrap_or_else(|_| unreachable!("NH_CACHE_SLOTS slots")),
             tick_now,
             tick,
             syn_watch: None,
@@ -552,7 +556,9 @@ impl Pipeline {
     pub fn set_snapshot(&mut self, snapshot: Arc<Snapshot>) {
         if !Arc::ptr_eq(&self.snapshot, &snapshot) {
             // Slots are keyed by the address alone (an IPv4 one compares one word a packet).
-            self.nh_cache.fill(NhSlot::EMPTY);
+            for (i, slot) in self.nh_cache.iter_mut().enumerate() {
+                *slot = NhSlot::empty(i);
+            }
         }
         self.snapshot = snapshot;
     }
