@@ -107,7 +107,7 @@ fn write(path: &Path, at: u64, v: u64) {
     f.write_all_at(&v.to_le_bytes(), at).unwrap();
 }
 
-/// Header offsets of the flow state (layout version 5), checked against the file.
+/// Header offsets of the flow state (layout version 6), checked against the file.
 const CAPACITY: u64 = 16;
 const SEED: u64 = 72;
 /// Entries start on the page after the header, 64 bytes each.

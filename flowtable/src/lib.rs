@@ -122,7 +122,8 @@
 //!   word. An IPv4 flow's address words hold its four addresses (two per word, each in
 //!   network byte order, as a frame carries them: the per-packet path compares and writes
 //!   them without a byte swap) and both directions' checksum
-//!   adjustments ([`v4_csum_delta`]): an IPv4 lookup, and its rewrite
+//!   adjustments ([`v4_csum_delta`], TTL decrement included: [`v4_forward_delta`]): an IPv4
+//!   lookup, and its rewrite
 //!   ([`FlowTable::lookup_hit`]), touch one entry line. An IPv6 flow's hold its client and
 //!   the number of a second entry, its **extension** (taken from the free list with it, its
 //!   control word left FREE), which holds its VIP, backend and SNAT addresses: an IPv6 flow
@@ -218,5 +219,5 @@ pub use table::{
     CAPACITY_MAX, Error, ExpiredFlow, FLAG_ONE_WAY, FLAG_SLOW, FlowHandle, FlowHit, FlowTable,
     FlowTableConfig, FlowTableStats, FlowView, InsertError, PendingV4, RST_AHEAD_BYTES,
     RST_BEHIND_BYTES, RstWindow, SEQ_BITS, SweepStats, Tick, V4Flow, V4Hit, V4Key, v4_addrs_be,
-    v4_csum_delta, v4_csum_delta_be, v4_ports_be, v4_wire_word,
+    v4_csum_delta, v4_csum_delta_be, v4_forward_delta, v4_ports_be, v4_wire_word,
 };

@@ -58,8 +58,8 @@ pub use stats::{FlowTableStats, SweepStats};
 #[cfg(feature = "testing")]
 pub use time::PRESSURE_HOLD_TICKS;
 pub use v4::{
-    PendingV4, V4Flow, V4Hit, V4Key, v4_addrs_be, v4_csum_delta, v4_csum_delta_be, v4_ports_be,
-    v4_wire_word,
+    PendingV4, V4Flow, V4Hit, V4Key, v4_addrs_be, v4_csum_delta, v4_csum_delta_be,
+    v4_forward_delta, v4_ports_be, v4_wire_word,
 };
 
 /// Largest capacity: entry numbers must fit the index word's 32-bit field with room for the

@@ -563,7 +563,7 @@ fn a_layout_2_state_file_is_refused_and_its_export_imported() {
     f.set_len(len + 256 * 40).unwrap();
     drop(f);
 
-    let new = refused_then_imported(&path, &export, now, "2 (this xvs uses 5)");
+    let new = refused_then_imported(&path, &export, now, "2 (this xvs uses 6)");
     check_seq(&new, 100);
     let after = check(&new);
     for b in &before {
@@ -597,15 +597,25 @@ fn a_layout_4_state_file_is_refused_and_its_export_imported() {
     refused_layout_found_by_the_shortcut(4);
 }
 
+/// An upgrade across layout 5 (checksum adjustments of the tuple alone) to layout 6 (with
+/// the TTL's decrement) loses nothing: the old file is refused by its version, not adopted
+/// with adjustments that would leave every forwarded packet's header checksum off by the
+/// TTL's term, and the export is imported, its adjustments computed anew.
+#[test]
+fn a_layout_5_state_file_is_refused_and_its_export_imported() {
+    refused_layout_found_by_the_shortcut(5);
+}
+
 /// A state file of layout `version` with 100 flows (half IPv4) refused, its export imported,
-/// and every IPv4 flow found again by the per-packet shortcut with its way out.
+/// and every IPv4 flow found again by the per-packet shortcut with its way out and its
+/// checksum adjustment (a forwarded packet's).
 fn refused_layout_found_by_the_shortcut(version: u64) {
     let dir = tempfile::tempdir().unwrap();
     let now = Instant::now();
     let (path, export, before, f) = exported_as_version(&dir, version, |t| fill(t, 0..100, now));
     drop(f);
 
-    let new = refused_then_imported(&path, &export, now, &format!("{version} (this xvs uses 5)"));
+    let new = refused_then_imported(&path, &export, now, &format!("{version} (this xvs uses 6)"));
     let after = check(&new);
     let (mut v4, bits) = (0, |s: std::net::SocketAddr| match s.ip() {
         std::net::IpAddr::V4(v) => u64::from(v.to_bits()),
@@ -631,6 +641,8 @@ fn refused_layout_found_by_the_shortcut(version: u64) {
             v4_addrs_be(bits(d.snat) | bits(d.backend) << 32)
         );
         assert_eq!(hit.ports, v4_ports_be(port(d.snat) | port(d.backend) << 16));
+        let (from, to) = ((key.addrs(), key.ports()), (hit.addrs(), hit.ports));
+        assert_eq!(hit.csum_delta, v4_forward_delta(v4_csum_delta_be(from, to)));
         v4 += 1;
     }
     assert_eq!(v4, 50);

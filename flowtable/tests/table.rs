@@ -644,7 +644,9 @@ fn a_pending_v4_insert_carries_the_checksum_delta_and_the_generation() {
                 flags: 0,
             };
             let p = t.insert_v4_begin(&f, TcpFlags::SYN, tick).unwrap();
+            // A forwarded packet's: the tuple's adjustment and the TTL's decrement.
             let want = v4_csum_delta((oa, op), (ra.rotate_left(32), rp.rotate_left(16)));
+            let want = v4_forward_delta(want);
             assert_eq!(p.csum_delta(), want, "round {round}, flow {i}");
             let h = t.insert_v4_finish(p).unwrap();
             let hit = t.lookup_v4(&o).expect("inserted");

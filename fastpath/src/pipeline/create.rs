@@ -562,7 +562,7 @@ impl Pipeline {
         let (o, reply) = (&nv.flow.original, &nv.flow.reply);
         let to = (reply.addrs().rotate_left(32), reply.ports().rotate_left(16));
         let csum = flowtable::v4_csum_delta_be((o.addrs(), o.ports()), to);
-        self.inserted_v4(nv, r, csum)
+        self.inserted_v4(nv, r, flowtable::v4_forward_delta(csum))
     }
 
     /// [`inserted`](Self::inserted) for a [`NewV4`]: the way out of the flow inserted
@@ -612,7 +612,10 @@ impl Pipeline {
                 Ok(Out {
                     addrs,
                     ports,
-                    csum_delta: flowtable::v4_csum_delta_be(from, (addrs, ports)),
+                    csum_delta: flowtable::v4_forward_delta(flowtable::v4_csum_delta_be(
+                        from,
+                        (addrs, ports),
+                    )),
                     created: false,
                     backend: v.data.backend_id,
                 })
@@ -696,8 +699,9 @@ pub(super) struct NewV4 {
 pub(super) struct Out {
     addrs: u64,
     ports: u32,
-    /// What the frame's checksums change by, from its tuple (the flow's original one) to
-    /// `addrs`/`ports`: [`flowtable::v4_csum_delta_be`], as the flow table computed it at the
+    /// What the frame's checksums change by when forwarded, from its tuple (the flow's
+    /// original one) to `addrs`/`ports`: [`flowtable::v4_csum_delta_be`] with the TTL's
+    /// decrement ([`flowtable::v4_forward_delta`]), as the flow table computed it at the
     /// insert.
     csum_delta: u32,
     created: bool,

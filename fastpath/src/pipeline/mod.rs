@@ -496,7 +496,11 @@ impl Pipeline {
             snat,
             frags,
             counters: Counters::default(),
-            nh_cache: Box::new([NhSlot::EMPTY; NH_CACHE_SLOTS]),
+            nh_cache: (0..NH_CACHE_SLOTS)
+                .map(NhSlot::empty)
+                .collect::<Box<[NhSlot]>>()
+                .try_into()
+                .unwrap_or_else(|_| unreachable!("NH_CACHE_SLOTS slots")),
             tick_now,
             tick,
             syn_watch: None,
@@ -552,7 +556,9 @@ impl Pipeline {
     pub fn set_snapshot(&mut self, snapshot: Arc<Snapshot>) {
         if !Arc::ptr_eq(&self.snapshot, &snapshot) {
             // Slots are keyed by the address alone (an IPv4 one compares one word a packet).
-            self.nh_cache.fill(NhSlot::EMPTY);
+            for (i, slot) in self.nh_cache.iter_mut().enumerate() {
+                *slot = NhSlot::empty(i);
+            }
         }
         self.snapshot = snapshot;
     }
@@ -808,16 +814,20 @@ impl Pipeline {
             },
             ..v
         };
-        if guard::guarded(v.flags) {
+        // Inline only the common segment, an ACK without SYN, FIN or RST: one test, which also
+        // tells the touch below its flags (the flow table's shortcut). The guarded ones, and
+        // the rare segments without ACK, go out of line, to the same verdicts.
+        if v.proto == classify::PROTO_TCP && TcpFlags(v.flags).events() != TcpFlags::ACK {
             return self.guarded_v4(frame, clock.now);
         }
         self.forward_v4::<true>(frame, &v, &hit, clock.tick)
     }
 
-    /// [`run_v4`](Self::run_v4) for a SYN, FIN or RST that found a flow, counted: through
-    /// the state guard ([`known_v4`](Self::known_v4)), then a new flow if a SYN reopened its
-    /// tuple. Given only the frame (parsed and looked up again) so that the hit path keeps
-    /// nothing across the call.
+    /// [`run_v4`](Self::run_v4) for a TCP segment that found a flow and is not a plain ACK
+    /// (a SYN, FIN or RST, or a segment without ACK), counted: through the state guard
+    /// ([`known_v4`](Self::known_v4)), then a new flow if a SYN reopened its tuple. Given
+    /// only the frame (parsed and looked up again) so that the hit path keeps nothing across
+    /// the call.
     #[cold]
     #[inline(never)]
     fn guarded_v4(&mut self, frame: &mut [u8], now: Instant) -> Verdict {

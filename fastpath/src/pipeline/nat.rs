@@ -17,7 +17,7 @@ use std::net::{IpAddr, SocketAddr};
 use flowtable::{Direction, FlowData, v4_addrs_be, v4_ports_be, v4_wire_word};
 
 use super::classify::{Frag, PROTO_SCTP, PROTO_TCP, PROTO_UDP, Packet};
-use crate::wire::checksum::{self, Delta, fold16};
+use crate::wire::checksum::{self, Delta, add1c16};
 use crate::wire::{
     EthernetAddress, EthernetFrame, Ipv4Packet, Ipv6Packet, SctpPacket, TcpPacket, UdpPacket,
 };
@@ -217,10 +217,6 @@ fn ne<const N: usize>(d: &[u8], at: usize) -> [u8; N] {
     b
 }
 
-/// The (TTL, protocol) word's checksum term when the TTL drops by one: `!w + (w - 0x100)`
-/// = 0xfeff in big-endian arithmetic, as native-endian bytes.
-const TTL_TERM: u16 = u16::from_ne_bytes([0xfe, 0xff]);
-
 /// [`rewrite`] for the common case, an IPv4 TCP or UDP packet carrying its L4 header (`l3`,
 /// `l4`: the header offsets; the caller checked the TTL > 1 and that the L4 checksum field
 /// lies within the frame), to the endpoints `addrs` = new source | new destination << 32
@@ -239,6 +235,7 @@ pub(crate) fn rewrite_v4(
     let old_ports = v4_wire_word(u64::from(u32::from_ne_bytes(ne(frame, l4))), 16) as u32;
     let (addrs, ports) = (v4_addrs_be(addrs), v4_ports_be(ports));
     let delta = flowtable::v4_csum_delta_be((old_addrs, old_ports), (addrs, ports));
+    let delta = flowtable::v4_forward_delta(delta);
     rewrite_v4_delta(frame, l3, l4, l4_csum_at(l4, proto), addrs, ports, delta);
 }
 
@@ -249,12 +246,15 @@ pub(crate) fn l4_csum_at(l4: usize, proto: u8) -> usize {
 }
 
 /// [`rewrite_v4`] with the checksum adjustment known (a [`flowtable::V4Hit`]'s
-/// `csum_delta`, [`flowtable::v4_csum_delta_be`] from the frame's tuple to the new one), to
-/// endpoints packed as a `V4Hit` gives them: `addrs` and `ports` as `rewrite_v4`'s, each in
-/// network byte order ([`flowtable::v4_addrs_be`], [`flowtable::v4_ports_be`]).
+/// `csum_delta`: [`flowtable::v4_csum_delta_be`] from the frame's tuple to the new one, with
+/// the TTL's decrement, [`flowtable::v4_forward_delta`]), to endpoints packed as a `V4Hit`
+/// gives them: `addrs` and `ports` as `rewrite_v4`'s, each in network byte order
+/// ([`flowtable::v4_addrs_be`], [`flowtable::v4_ports_be`]).
 ///
 /// Byte for byte `rewrite`'s result: `v4_csum_delta` adds the same 16-bit words `rewrite`
-/// adds, and folds them without changing what `~(~HC + delta)` gives. The sums here run on
+/// adds (and `v4_forward_delta` the TTL's), and folds them without changing what
+/// `~(~HC + delta)` gives; each checksum takes one 16-bit add with its end-around carry
+/// ([`add1c16`]), which reaches the value the folds reach. The sums here run on
 /// the wire bytes loaded as native-endian words: a one's complement sum is byte-order
 /// independent (RFC 1071 §2(B)), so the checksums come out as big-endian arithmetic gives
 /// them; the adjustment comes in network byte order already, so no byte is swapped.
@@ -272,14 +272,15 @@ pub(crate) fn rewrite_v4_delta(
     let (ip_delta, l4_delta) = (delta as u16, (delta >> 16) as u16);
     frame[l3 + 8] = frame[l3 + 8].wrapping_sub(1);
     let old_ip = u16::from_ne_bytes(ne(frame, l3 + 10));
-    let ip = u64::from(!old_ip) + u64::from(ip_delta) + u64::from(TTL_TERM);
-    frame[l3 + 10..l3 + 12].copy_from_slice(&(!fold16(ip)).to_ne_bytes());
+    // The TTL's term is in the delta already (`v4_forward_delta`).
+    let ip = add1c16(!old_ip, ip_delta);
+    frame[l3 + 10..l3 + 12].copy_from_slice(&(!ip).to_ne_bytes());
     // Network order already: stored as they are (a plain store on a little-endian machine).
     frame[l3 + 12..l3 + 20].copy_from_slice(&v4_wire_word(addrs, 32).to_ne_bytes());
     let ports = v4_wire_word(u64::from(ports), 16) as u32;
     frame[l4..l4 + 4].copy_from_slice(&ports.to_ne_bytes());
     let old = u16::from_ne_bytes(ne(frame, csum_at));
-    let new = !fold16(u64::from(!old) + u64::from(l4_delta));
+    let new = !add1c16(!old, l4_delta);
     // UDP's checksum is 6 bytes in, TCP's 16.
     let new = if csum_at == l4 + 6 {
         // A zero UDP checksum (IPv4: "none") stays zero; a computed zero is sent as 0xffff.
@@ -424,7 +425,7 @@ mod tests {
             // In network order, as the flow table keeps tuples and adjustments.
             let (addrs, ports) = (v4_addrs_be(addrs), v4_ports_be(ports));
             let from = (v4_addrs_be(pack_addrs(old.0, old.1)), v4_ports_be(pack_ports(old.2, old.3)));
-            let delta = flowtable::v4_csum_delta_be(from, (addrs, ports));
+            let delta = flowtable::v4_forward_delta(flowtable::v4_csum_delta_be(from, (addrs, ports)));
             let mut got = frame.clone();
             rewrite_v4_delta(&mut got, 14, l4, l4_csum_at(l4, proto), addrs, ports, delta);
             prop_assert_eq!(&got, &want);

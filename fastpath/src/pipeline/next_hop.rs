@@ -13,8 +13,13 @@ use crate::snapshot::NextHop;
 pub(super) const NH_CACHE_SLOTS: usize = 256;
 const _: () = assert!(NH_CACHE_SLOTS.is_power_of_two());
 
-/// [`NhSlot::v4_key`] of a slot no IPv4 address finds: no zero-extended address is.
-const NO_V4: u64 = u64::MAX;
+/// [`NhSlot::v4_key`] of slot `i` when no IPv4 address is to find it (an empty slot, an
+/// IPv6 address's): an address of another slot ([`nh_index_v4`] of 0 is slot 0, of 1 slot
+/// 97), so no address that looks in slot `i` equals it.
+#[inline]
+const fn no_v4(i: usize) -> u32 {
+    if i == 0 { 1 } else { 0 }
+}
 
 /// A filled slot's [`NhSlot::tag`] bit (an empty slot's tag is 0).
 const FILLED: u64 = 1 << 32;
@@ -27,9 +32,9 @@ const FILLED: u64 = 1 << 32;
 pub(super) struct NhSlot {
     /// `FILLED | v6` (0: empty).
     pub(super) tag: u64,
-    /// For an IPv4 address: the address (in network byte order), zero-extended, the one
-    /// word `next_hop_v4` compares; [`NO_V4`] for IPv6 and for an empty slot.
-    pub(super) v4_key: u64,
+    /// For an IPv4 address: the address (in network byte order), the one word
+    /// `next_hop_v4` compares; [`no_v4`] for IPv6 and for an empty slot.
+    pub(super) v4_key: u32,
     /// The address: IPv6 bits, or IPv4 `to_bits` in network byte order (as a frame and a
     /// flow entry hold it), zero-extended.
     pub(super) addr: (u64, u64),
@@ -39,18 +44,20 @@ pub(super) struct NhSlot {
 }
 
 impl NhSlot {
-    /// A slot no address finds.
-    pub(super) const EMPTY: NhSlot = NhSlot {
-        tag: 0,
-        v4_key: NO_V4,
-        addr: (0, 0),
-        nh: NextHop {
-            port: 0,
-            dst_mac: [0; 6],
-            src_mac: None,
-        },
-        macs: [0; 12],
-    };
+    /// Slot `i` when empty: no address finds it.
+    pub(super) const fn empty(i: usize) -> NhSlot {
+        NhSlot {
+            tag: 0,
+            v4_key: no_v4(i),
+            addr: (0, 0),
+            nh: NextHop {
+                port: 0,
+                dst_mac: [0; 6],
+                src_mac: None,
+            },
+            macs: [0; 12],
+        }
+    }
 }
 
 /// A next-hop cache key: `(slot tag without FILLED, address)`.
@@ -94,7 +101,7 @@ impl Pipeline {
     #[inline(always)]
     pub(super) fn next_hop_v4(&mut self, dst: u32) -> Option<&NhSlot> {
         let i = nh_index_v4(dst);
-        if self.nh_cache[i].v4_key == u64::from(dst) {
+        if self.nh_cache[i].v4_key == dst {
             return Some(&self.nh_cache[i]);
         }
         self.nh_fill(IpAddr::V4(Ipv4Addr::from_bits(u32::from_be(dst))))?;
@@ -118,17 +125,33 @@ impl Pipeline {
     fn nh_fill(&mut self, dst: IpAddr) -> Option<NhSlot> {
         let nh = self.snapshot.next_hop(dst, self.config.port)?;
         let (family, addr) = nh_key(dst);
+        let i = nh_index(family, addr);
         let slot = NhSlot {
             tag: FILLED | family,
             v4_key: match dst {
-                IpAddr::V4(a) => u64::from(a.to_bits().to_be()),
-                IpAddr::V6(_) => NO_V4,
+                IpAddr::V4(a) => a.to_bits().to_be(),
+                IpAddr::V6(_) => no_v4(i),
             },
             addr,
             nh,
             macs: nat::macs(nh.dst_mac, nh.src_mac.unwrap_or(self.config.mac)),
         };
-        self.nh_cache[nh_index(family, addr)] = slot;
+        self.nh_cache[i] = slot;
         Some(slot)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An empty slot's (and an IPv6 slot's) IPv4 key is an address that looks in another
+    /// slot: no IPv4 destination that looks in the slot can equal it, so none finds it.
+    #[test]
+    fn no_ipv4_address_finds_a_slot_without_one() {
+        for i in 0..NH_CACHE_SLOTS {
+            assert_ne!(nh_index_v4(no_v4(i)), i, "slot {i}");
+            assert_eq!(NhSlot::empty(i).v4_key, no_v4(i));
+        }
     }
 }

@@ -182,14 +182,14 @@ pub fn add1c(a: u64, b: u64) -> u64 {
     s + u64::from(c)
 }
 
-/// A one's complement sum folded to 16 bits: the same residue modulo 0xffff, zero only for a
-/// zero sum, so the same value [`Delta::apply`]'s folds reach.
+/// The one's complement sum of two 16-bit words, the end-around carry added back: `a + b`
+/// folded to 16 bits, the same residue modulo 0xffff, zero only when both are; so the same
+/// value [`Delta::apply`]'s folds reach.
 #[inline(always)]
-pub fn fold16(s: u64) -> u16 {
-    let (x, c) = (s as u32).overflowing_add((s >> 32) as u32);
-    let x = x + u32::from(c);
-    let (y, c) = (x as u16).overflowing_add((x >> 16) as u16);
-    y + u16::from(c)
+pub fn add1c16(a: u16, b: u16) -> u16 {
+    let (s, c) = a.overflowing_add(b);
+    // With a carry, s <= 0xfffe.
+    s + u16::from(c)
 }
 
 /// The UDP checksum rule for a *computed* checksum: 0 is sent as 0xffff (RFC 768), because
@@ -202,6 +202,23 @@ pub fn udp_nonzero(csum: u16) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `add1c16` is the 32-bit sum folded, for every pair of words in a sample that
+    /// includes both zeros (0 and 0xffff) and the carries' edges.
+    #[test]
+    fn add1c16_is_the_folded_sum() {
+        let edges = [0u16, 1, 2, 0x7fff, 0x8000, 0xfeff, 0xfffe, 0xffff];
+        let sample = (0..=0xffffu32).step_by(97).map(|x| x as u16);
+        for a in sample.chain(edges) {
+            for b in (0..=0xffffu32).step_by(89).map(|x| x as u16).chain(edges) {
+                assert_eq!(
+                    add1c16(a, b),
+                    fold(u64::from(a) + u64::from(b)),
+                    "{a:#x} + {b:#x}"
+                );
+            }
+        }
+    }
 
     /// The byte-by-byte definition, as a reference for the 8-bytes-at-a-time loop.
     fn sum_reference(data: &[u8]) -> u16 {

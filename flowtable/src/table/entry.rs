@@ -17,7 +17,7 @@
 //! data words are written only by the owner of a FREE entry, before it stores INSERTING.
 
 use super::FlowTable;
-use super::v4::{ports4_be, v4_addrs_be, v4_csum_delta_be};
+use super::v4::{ports4_be, v4_addrs_be, v4_csum_deltas};
 use crate::key::{FlowData, FlowKey, Protocol, bits_addr};
 use crate::state::FlowState;
 #[cfg(doc)]
@@ -39,8 +39,8 @@ pub(super) const W_META: usize = 3;
 /// flow lives in one cache line), each address in network byte order ([`v4_addrs_be`]
 /// converts), as a frame carries it. IPv6: client (4, 5) as (lo, hi); the rest in the extension.
 pub(super) const W_ADDR: usize = 4;
-/// IPv4 only: the checksum adjustments ([`v4_csum_delta_be`]) of the original direction | the
-/// reply direction's << 32.
+/// IPv4 only: the checksum adjustments of forwarded packets ([`v4_csum_deltas`]: the tuple's
+/// and the TTL's decrement) of the original direction | the reply direction's << 32.
 pub(super) const W_V4_CSUM: usize = 6;
 /// IPv6 only (the word IPv4 uses for [`W_V4_CSUM`]): the extension entry's number.
 pub(super) const W_EXT: usize = 6;
@@ -321,10 +321,7 @@ impl FlowTable {
                 u32::from(a.port().to_be()) | u32::from(b.port().to_be()) << 16
             };
             let (p_cv, p_bs) = (ports(d.client, d.vip), ports(d.backend, d.snat));
-            let delta = v4_csum_delta_be;
-            let original = delta((cv, p_cv), (bs.rotate_left(32), p_bs.rotate_left(16)));
-            let reply = delta((bs, p_bs), (cv.rotate_left(32), p_cv.rotate_left(16)));
-            set(W_V4_CSUM, u64::from(original) | u64::from(reply) << 32);
+            set(W_V4_CSUM, v4_csum_deltas((cv, p_cv), (bs, p_bs)));
         }
         set(
             W_PORTS,

@@ -33,7 +33,10 @@ pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"XVSFLOWT");
 /// - 5: the index words' tags are the hash's top 31 bits as they are (layout 4 set the
 ///   lowest and cleared the next, so that no tag was all zeros or all ones): live words are
 ///   told from `EMPTY`, `TOMB` and `FROZEN` by their values.
-pub(crate) const LAYOUT_VERSION: u64 = 5;
+/// - 6: an IPv4 entry's checksum adjustments include the TTL's decrement
+///   ([`v4_forward_delta`](crate::v4_forward_delta)), so that a rewrite adds one term to the
+///   header checksum.
+pub(crate) const LAYOUT_VERSION: u64 = 6;
 
 /// Header status: a process owns the table (or owned it when it died).
 pub(crate) const STATUS_RUNNING: u64 = 1;

@@ -155,16 +155,38 @@ pub fn v4_csum_delta_be(from: (u64, u32), to: (u64, u32)) -> u32 {
     u32::from(fold16(ip)) | u32::from(fold16(l4)) << 16
 }
 
-/// Both directions' checksum adjustments of a flow whose original tuple is `o` (addresses,
-/// ports, packed as [`V4Key`]'s, in network order) and reply tuple `r`, as the entry stores them: the
-/// original direction's [`v4_csum_delta`] in the low half, the reply direction's in the high
-/// half. Exactly the two deltas, at the cost of about one: the reply direction changes the
-/// same words the other way (its addresses swapped by the rotation, its ports' halves too,
-/// which a one's complement sum does not see), so each of its halves is the one's complement
-/// negation of the original's, `!h`, for every `h` but the two representations of zero
-/// (0 and 0xffff), which depend on more than the residue and are computed in full.
+/// The IPv4 header checksum's term for the TTL's decrement by one: the (TTL, protocol)
+/// word `w` becomes `w - 0x100`, and `!w + (w - 0x100)` is 0xfeff in big-endian
+/// arithmetic; in network byte order, as the deltas' halves are.
+const TTL_TERM: u16 = u16::from_ne_bytes([0xfe, 0xff]);
+
+/// A [`v4_csum_delta`] (either byte order's) for a packet that is forwarded as well: its IPv4
+/// header half with the TTL's decrement by one added (`(delta + 0xfeff)` folded, in big-endian
+/// arithmetic), so that a rewrite which decrements the TTL adds one term to the header
+/// checksum, not two. The entries store their deltas this way, and [`V4Hit::csum_delta`] and
+/// [`PendingV4::csum_delta`] give them so.
+///
+/// The header checksum comes out as adding the two terms one by one gives it
+/// (`~(~HC + delta + 0xfeff)`, RFC 1624 eq. 3): a one's complement sum with a non-zero term
+/// is the non-zero representative of its residue, however it is grouped.
 #[inline]
-pub(super) fn v4_csum_deltas((oa, op): (u64, u32), (ra, rp): (u64, u32)) -> u64 {
+pub fn v4_forward_delta(delta: u32) -> u32 {
+    // The 16-bit sum with its end-around carry (with a carry, the sum is at most 0xfffe).
+    let (ip, c) = (delta as u16).overflowing_add(TTL_TERM);
+    delta & 0xffff_0000 | u32::from(ip + u16::from(c))
+}
+
+/// Both directions' checksum adjustments of a flow whose original tuple is `o` (addresses,
+/// ports, packed as [`V4Key`]'s, in network order) and reply tuple `r`, as the entry stores them
+/// (forwarded, [`v4_forward_delta`]): the original direction's in the low half, the reply
+/// direction's in the high half. Exactly the two deltas, at the cost of about one: the reply
+/// direction changes the same words the other way (its addresses swapped by the rotation,
+/// its ports' halves too, which a one's complement sum does not see), so each half of its
+/// [`v4_csum_delta`] is the one's complement negation of the original's, `!h`, for every `h`
+/// but the two representations of zero (0 and 0xffff), which depend on more than the residue
+/// and are computed in full. The TTL's term goes in after.
+#[inline(always)]
+pub(crate) fn v4_csum_deltas((oa, op): (u64, u32), (ra, rp): (u64, u32)) -> u64 {
     let original = v4_csum_delta_be((oa, op), (ra.rotate_left(32), rp.rotate_left(16)));
     let negated = |h: u32| {
         let h = h as u16;
@@ -174,7 +196,7 @@ pub(super) fn v4_csum_deltas((oa, op): (u64, u32), (ra, rp): (u64, u32)) -> u64 
         (Some(ip), Some(l4)) => u32::from(ip) | u32::from(l4) << 16,
         _ => v4_csum_reply((oa, op), (ra, rp)),
     };
-    u64::from(original) | u64::from(reply) << 32
+    u64::from(v4_forward_delta(original)) | u64::from(v4_forward_delta(reply)) << 32
 }
 
 /// The reply direction's [`v4_csum_delta`] in full (see [`v4_csum_deltas`]).
@@ -208,8 +230,9 @@ pub struct V4Hit {
     out: u64,
     /// New source port | new destination port << 16, each in network byte order.
     pub ports: u32,
-    /// What the packet's checksums change by: [`v4_csum_delta_be`] from the tuple it matched
-    /// to `(addrs, ports)`.
+    /// What the packet's checksums change by when it is forwarded: [`v4_csum_delta_be`] from
+    /// the tuple it matched to `(addrs, ports)`, with the TTL's decrement
+    /// ([`v4_forward_delta`]).
     pub csum_delta: u32,
     /// The flow's pipeline flags byte ([`FlowData::flags`](crate::FlowData::flags)).
     pub flags: u8,
@@ -306,9 +329,10 @@ impl PendingV4 {
         self.reply_hash
     }
 
-    /// What the original direction's packets' checksums change by, [`v4_csum_delta`] from
-    /// the original tuple to the reply tuple reversed (the way out of a flow this insert
-    /// creates): computed once for the entry, so the first packet's rewrite need not.
+    /// What the original direction's packets' checksums change by when forwarded,
+    /// [`v4_csum_delta`] from the original tuple to the reply tuple reversed (the way out of
+    /// a flow this insert creates) with the TTL's decrement ([`v4_forward_delta`]): computed
+    /// once for the entry, so the first packet's rewrite need not.
     #[inline]
     pub fn csum_delta(&self) -> u32 {
         (self.gen_csum >> 32) as u32
@@ -611,11 +635,11 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// Both deltas, each in full: what `v4_csum_deltas` must equal.
+    /// Both deltas, each in full and forwarded: what `v4_csum_deltas` must equal.
     fn full((oa, op): (u64, u32), (ra, rp): (u64, u32)) -> u64 {
         let original = v4_csum_delta_be((oa, op), (ra.rotate_left(32), rp.rotate_left(16)));
         let reply = v4_csum_delta_be((ra, rp), (oa.rotate_left(32), op.rotate_left(16)));
-        u64::from(original) | u64::from(reply) << 32
+        u64::from(v4_forward_delta(original)) | u64::from(v4_forward_delta(reply)) << 32
     }
 
     /// The checksum adjustment as computed on host-order words (the definition before the
@@ -681,7 +705,9 @@ mod tests {
                         let o = (u64::from(a) | u64::from(b) << 32, p);
                         let r = (u64::from(b) | u64::from(a) << 32, q);
                         let want = full(o, r);
-                        zeros += usize::from(matches!(want as u16, 0 | 0xffff));
+                        // (The tuple's adjustment, before the TTL's term: the negation's edge.)
+                        let tuple = v4_csum_delta_be(o, (r.0.rotate_left(32), r.1.rotate_left(16)));
+                        zeros += usize::from(matches!(tuple as u16, 0 | 0xffff));
                         assert_eq!(v4_csum_deltas(o, r), want, "{o:x?} {r:x?}");
                         let r = (u64::from(a) | u64::from(a) << 32, q);
                         assert_eq!(v4_csum_deltas(o, r), full(o, r), "{o:x?} {r:x?}");

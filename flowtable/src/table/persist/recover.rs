@@ -26,7 +26,7 @@ use super::super::entry::{
     GEN_MASK, ST_FREE, ST_LIVE, W_ADDR, W_CTL, W_EXT, W_IDS, W_META, W_PORTS, W_V4_CSUM, ctl,
     ctl_gen, ctl_ls, ctl_state, ctl_status,
 };
-use super::super::v4::v4_csum_delta_be;
+use super::super::v4::v4_csum_deltas;
 use super::Recovery;
 use super::valid::{BackendAddrs, FlowCheck, flow_refusal, state_of};
 use crate::index::{self, Claim, EMPTY, FROZEN, TOMB, word_entry};
@@ -611,12 +611,9 @@ impl Recovery {
 
 /// The checksum-adjustment word an IPv4 entry stores for address words `cv` (client | vip)
 /// and `bs` (backend | snat) and port word `ports`, as stored (network order; as
-/// `write_entry` computes it).
+/// `write_entry` computes it: [`v4_csum_deltas`]).
 pub(super) fn v4_csum_word(cv: u64, bs: u64, ports: u64) -> u64 {
-    let (p_cv, p_bs) = (ports as u32, (ports >> 32) as u32);
-    let original = v4_csum_delta_be((cv, p_cv), (bs.rotate_left(32), p_bs.rotate_left(16)));
-    let reply = v4_csum_delta_be((bs, p_bs), (cv.rotate_left(32), p_cv.rotate_left(16)));
-    u64::from(original) | u64::from(reply) << 32
+    v4_csum_deltas((cv, ports as u32), (bs, (ports >> 32) as u32))
 }
 
 #[cfg(test)]
