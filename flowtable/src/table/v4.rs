@@ -160,9 +160,9 @@ pub fn v4_csum_delta_be(from: (u64, u32), to: (u64, u32)) -> u32 {
 /// arithmetic; in network byte order, as the deltas' halves are.
 const TTL_TERM: u16 = u16::from_ne_bytes([0xfe, 0xff]);
 
-/// A [`v4_csum_delta`] (either byte order's) for a packet that is forwarded as well: its IPv4
-/// header half with the TTL's decrement by one added (`(delta + 0xfeff)` folded, in big-endian
-/// arithmetic), so that a rewrite which decrements the TTL adds one term to the header
+/// A [`v4_csum_delta`] or [`v4_csum_delta_be`] (halves in network byte order) for a packet
+/// that is forwarded as well: its IPv4 header half with the TTL's decrement by one added
+/// (`delta + 0xfeff` folded, in big-endian arithmetic), so that a rewrite which decrements the TTL adds one term to the header
 /// checksum, not two. The entries store their deltas this way, and [`V4Hit::csum_delta`] and
 /// [`PendingV4::csum_delta`] give them so.
 ///
