@@ -399,7 +399,7 @@ impl FlowTable {
     }
 
     /// [`lookup_hit`](Self::lookup_hit) for an IPv4 key: the same flow, answered as a
-    /// [`V4Hit`], unless it is a [`FLAG_SLOW`] one (`None`: see
+    /// [`V4Hit`], unless it is a [`FLAG_SLOW`](super::FLAG_SLOW) one (`None`: see
     /// [`has_slow_flows`](Self::has_slow_flows)). Wait-free like [`lookup`](Self::lookup).
     #[inline(always)]
     pub fn lookup_v4(&self, k: &V4Key) -> Option<V4Hit> {
