@@ -496,11 +496,7 @@ impl Pipeline {
             snat,
             frags,
             counters: Counters::default(),
-            nh_cache: (0..NH_CACHE_SLOTS)
-                .map(NhSlot::empty)
-                .collect::<Box<[NhSlot]>>()
-                .try_into()
-                .unwrap_or_else(|_| unreachable!("NH_CACHE_SLOTS slots")),
+            nh_cache: next_hop::empty_cache(),
             tick_now,
             tick,
             syn_watch: None,
@@ -556,9 +552,7 @@ impl Pipeline {
     pub fn set_snapshot(&mut self, snapshot: Arc<Snapshot>) {
         if !Arc::ptr_eq(&self.snapshot, &snapshot) {
             // Slots are keyed by the address alone (an IPv4 one compares one word a packet).
-            for (i, slot) in self.nh_cache.iter_mut().enumerate() {
-                *slot = NhSlot::empty(i);
-            }
+            next_hop::empty_all(&mut self.nh_cache);
         }
         self.snapshot = snapshot;
     }

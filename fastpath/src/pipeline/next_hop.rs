@@ -60,6 +60,20 @@ impl NhSlot {
     }
 }
 
+/// A cache whose slots are all empty.
+pub(super) fn empty_cache() -> Box<[NhSlot; NH_CACHE_SLOTS]> {
+    let mut cache = Box::new([NhSlot::empty(0); NH_CACHE_SLOTS]);
+    empty_all(&mut cache);
+    cache
+}
+
+/// Empties every slot of `cache` (each with its own [`NhSlot::empty`]), in place.
+pub(super) fn empty_all(cache: &mut [NhSlot; NH_CACHE_SLOTS]) {
+    for (i, slot) in cache.iter_mut().enumerate() {
+        *slot = NhSlot::empty(i);
+    }
+}
+
 /// A next-hop cache key: `(slot tag without FILLED, address)`.
 #[inline(always)]
 fn nh_key(dst: IpAddr) -> (u64, (u64, u64)) {
